@@ -1,0 +1,5 @@
+"""Command line: `headsup COMMAND [--options]`; each command module registers itself on import."""
+
+from . import _selfcheck  # noqa: F401  (registers commands)
+from ._main import build_parser as build_parser
+from ._main import main as main

@@ -1,0 +1,8 @@
+"""Interventions on attention heads; each is a context manager that restores the model on exit."""
+
+from ._masks import MaskLike as MaskLike
+from ._query import query_gate as query_gate
+from ._query import query_gate_hooks as query_gate_hooks
+from ._query import verify_query_gate as verify_query_gate
+from ._value import value_gate as value_gate
+from ._value import value_gate_hooks as value_gate_hooks

@@ -1,0 +1,74 @@
+"""The value gate: multiply each query head's output `z` by its mask value before `W_O`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens.hook_points import HookPoint
+from transformer_lens.model_bridge import TransformerBridge
+
+from ..masks import HeadMask
+from ._masks import MaskLike, layer_of, mask_tensor, row_mask
+
+Hook = tuple[str, Callable]
+
+
+def value_gate_hooks(
+    model: TransformerBridge,
+    mask: MaskLike,
+    alpha: float = 0.0,
+    mlp: Float[Tensor, " n_layers"] | Float[Tensor, "batch n_layers"] | None = None,
+) -> list[Hook]:
+    """Forward hooks for `model.hooks(fwd_hooks=...)` implementing `value_gate` (see there)."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    values = mask_tensor(model, mask)
+    # Heads outside the mask keep a fraction alpha: m + alpha * (1 - m) is 1 for kept and alpha for
+    # removed heads, and stays differentiable in m for straight-through training.
+    effective = values if alpha == 0.0 else values + alpha * (1.0 - values)
+
+    def gate_z(z: Float[Tensor, "batch pos n_heads d_head"], hook: HookPoint) -> Tensor:
+        rows = row_mask(effective, z.shape[0], hook.name)[:, layer_of(hook.name)]
+        return z * rows.to(device=z.device, dtype=z.dtype)[:, None, :, None]
+
+    hooks: list[Hook] = [(f"blocks.{layer}.attn.hook_z", gate_z) for layer in range(model.cfg.n_layers)]
+    if mlp is None and isinstance(mask, HeadMask):
+        mlp = mask.mlp_values
+    if mlp is not None:
+        hooks += _mlp_hooks(model, mlp)
+    return hooks
+
+
+def _mlp_hooks(model: TransformerBridge, mlp: Tensor) -> list[Hook]:
+    n_layers = model.cfg.n_layers
+    mlp_rows = mlp.unsqueeze(0) if mlp.ndim == 1 else mlp
+    if mlp_rows.ndim != 2 or mlp_rows.shape[1] != n_layers:
+        raise ValueError(f"MLP mask must be [n_layers] or [batch, n_layers] with n_layers={n_layers}")
+
+    def gate_mlp(out: Float[Tensor, "batch pos d_model"], hook: HookPoint) -> Tensor:
+        rows = row_mask(mlp_rows, out.shape[0], hook.name)[:, layer_of(hook.name)]
+        return out * rows.to(device=out.device, dtype=out.dtype)[:, None, None]
+
+    return [(f"blocks.{layer}.hook_mlp_out", gate_mlp) for layer in range(n_layers)]
+
+
+@contextmanager
+def value_gate(
+    model: TransformerBridge,
+    mask: MaskLike,
+    alpha: float = 0.0,
+    mlp: Float[Tensor, " n_layers"] | Float[Tensor, "batch n_layers"] | None = None,
+) -> Iterator[TransformerBridge]:
+    """Gate heads at `blocks.L.attn.hook_z` (value side, before `W_O`), the paper's main method.
+
+    `mask` is a `HeadMask`, a tensor `[n_layers, n_heads]`, or per-row masks
+    `[batch, n_layers, n_heads]` (row i of every batch gets mask i). Heads with mask 0 are scaled
+    by `alpha` (0 removes them). `mlp` optionally gates each layer's MLP output (appendix C.3.3).
+    Works under `model.generate` with the KV cache and under backprop; the model is restored on exit,
+    also after an exception.
+    """
+    with model.hooks(fwd_hooks=value_gate_hooks(model, mask, alpha=alpha, mlp=mlp)):
+        yield model

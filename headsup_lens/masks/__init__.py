@@ -1,0 +1,5 @@
+"""Head masks: the central object of the toolkit."""
+
+from ._head_mask import Head as Head
+from ._head_mask import HeadMask as HeadMask
+from ._head_mask import expected_jaccard as expected_jaccard

@@ -1,0 +1,144 @@
+"""Load any model TransformerLens can bridge, from a hub name or a local Hugging Face directory."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformer_lens.model_bridge import TransformerBridge
+
+# Built-in model names resolved to directories shipped inside the package.
+_BUILTIN_MODELS = {"organism": ("headsup_lens.organism", "weights")}
+
+_DTYPE_ALIASES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "float64": torch.float64, "fp64": torch.float64,
+}
+
+
+@dataclass(frozen=True)
+class ModelFingerprint:
+    """What a head mask must agree with before it may gate a model."""
+
+    architecture: str
+    n_layers: int
+    n_heads: int
+    d_head: int
+    d_vocab: int
+    name: str
+
+    def structural(self) -> tuple:
+        """Everything except the name: masks move between base and instruct twins of one architecture."""
+        return (self.architecture, self.n_layers, self.n_heads, self.d_head, self.d_vocab)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelFingerprint:
+        missing = {f for f in cls.__dataclass_fields__} - set(data)
+        if missing:
+            raise ValueError(f"model fingerprint is missing fields {sorted(missing)}")
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+    def describe_difference(self, other: ModelFingerprint) -> str:
+        diffs = [
+            f"{k}: {getattr(self, k)!r} vs {getattr(other, k)!r}"
+            for k in self.__dataclass_fields__
+            if getattr(self, k) != getattr(other, k)
+        ]
+        return ", ".join(diffs)
+
+
+def fingerprint(model: TransformerBridge) -> ModelFingerprint:
+    """The fingerprint of a loaded model (read from its TransformerLens config)."""
+    cfg = model.cfg
+    return ModelFingerprint(
+        architecture=str(getattr(cfg, "architecture", None) or type(model.original_model).__name__),
+        n_layers=int(cfg.n_layers),
+        n_heads=int(cfg.n_heads),
+        d_head=int(cfg.d_head),
+        d_vocab=int(cfg.d_vocab),
+        name=str(getattr(cfg, "model_name", "") or ""),
+    )
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """`None` picks bf16 on CUDA (what the paper's models are trained in) and fp32 elsewhere."""
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    key = str(dtype).lower().removeprefix("torch.")
+    if key not in _DTYPE_ALIASES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPE_ALIASES)} or a torch.dtype")
+    return _DTYPE_ALIASES[key]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device} was asked for but CUDA is not available on this machine")
+    return device
+
+
+def builtin_model_dir(name: str) -> Path | None:
+    """The shipped directory of a built-in model name (e.g. "organism"), or None."""
+    if name not in _BUILTIN_MODELS:
+        return None
+    from importlib.resources import files
+
+    package, sub = _BUILTIN_MODELS[name]
+    return Path(str(files(package) / sub))
+
+
+def load_model(
+    name_or_path: str | os.PathLike = "organism",
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+) -> TransformerBridge:
+    """Load a model as a TransformerLens `TransformerBridge`.
+
+    `name_or_path` is a hub name (`"Qwen/Qwen2.5-0.5B-Instruct"`), a local Hugging Face directory
+    (works offline), or a built-in name (`"organism"`). `dtype` accepts strings (`"bf16"`) or torch
+    dtypes; the default is bf16 on CUDA and fp32 on CPU.
+    """
+    device = resolve_device(device)
+    dtype = resolve_dtype(dtype, device)
+    source = str(name_or_path)
+    builtin = builtin_model_dir(source)
+    if builtin is not None:
+        if not (builtin / "config.json").exists():
+            raise ValueError(
+                f"the built-in model {source!r} has no weights at {builtin}; "
+                "train it with `headsup organism train`"
+            )
+        source = str(builtin)
+    local = Path(source).expanduser()
+    looks_local = local.exists() or source.startswith((".", "/", "~")) or os.sep * 2 in source
+    if looks_local and not (local / "config.json").is_file():
+        raise ValueError(
+            f"{source!r} is not a Hugging Face model directory (no config.json found there)"
+        )
+    try:
+        model = TransformerBridge.boot_transformers(
+            str(local) if looks_local else source, device=str(device), dtype=dtype
+        )
+    except (OSError, ValueError, ConnectionError) as error:
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+        raise ValueError(
+            f"could not load model {source!r}: it is not a local directory and could not be fetched "
+            f"from the Hugging Face hub{' (HF_HUB_OFFLINE is set)' if offline else ''}. "
+            "Download it on a machine with internet (`huggingface-cli download NAME --local-dir DIR`) "
+            f"and pass the directory: load_model('/path/to/DIR'). Cause: {error}"
+        ) from error
+    model.eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)  # masks are trained, never the model
+    return model

@@ -1,0 +1,1 @@
+"""The built-in model organism with planted functional pathways."""

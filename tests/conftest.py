@@ -1,0 +1,106 @@
+"""Builders for tiny models and tiny datasets; no test downloads anything."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def build_llama_dir(path: Path, **overrides) -> Path:
+    """A grouped-query Llama (8 query heads over 2 KV heads) with a character tokenizer, saved to `path`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from headsup_lens.models import char_tokenizer
+
+    tokenizer = char_tokenizer()
+    settings = dict(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
+    )
+    settings.update(overrides)
+    torch.manual_seed(settings.pop("seed", 0))
+    model = LlamaForCausalLM(LlamaConfig(**settings))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def build_gpt2_dir(path: Path, **overrides) -> Path:
+    """A GPT-2 (4 heads, no chat template: the plain `{x}\\n\\n` template applies), saved to `path`."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from headsup_lens.models import char_tokenizer
+
+    tokenizer = char_tokenizer()
+    tokenizer.chat_template = None
+    settings = dict(
+        vocab_size=len(tokenizer), n_embd=64, n_layer=2, n_head=4, n_positions=256,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+    )
+    settings.update(overrides)
+    torch.manual_seed(settings.pop("seed", 0))
+    model = GPT2LMHeadModel(GPT2Config(**settings))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tmp_path_factory) -> Path:
+    return build_llama_dir(tmp_path_factory.mktemp("llama"))
+
+
+@pytest.fixture(scope="session")
+def gpt2_dir(tmp_path_factory) -> Path:
+    return build_gpt2_dir(tmp_path_factory.mktemp("gpt2"))
+
+
+@pytest.fixture(scope="session")
+def llama(llama_dir):
+    from headsup_lens import load_model
+
+    return load_model(llama_dir, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def gpt2(gpt2_dir):
+    from headsup_lens import load_model
+
+    return load_model(gpt2_dir, device="cpu", dtype="float32")
+
+
+@pytest.fixture(params=["llama", "gpt2"])
+def any_model(request):
+    """Each test using it runs on the grouped-query Llama and on GPT-2."""
+    return request.getfixturevalue(request.param)
+
+
+def random_tokens(model, batch: int = 3, pos: int = 7, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    # Skip the special tokens so prompts look like text.
+    return torch.randint(4, model.cfg.d_vocab, (batch, pos), generator=generator)
+
+
+def random_mask(model, seed: int = 0, p_keep: float = 0.5, rows: int | None = None) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    shape = (model.cfg.n_layers, model.cfg.n_heads) if rows is None else (rows, model.cfg.n_layers, model.cfg.n_heads)
+    return (torch.rand(shape, generator=generator) < p_keep).float()
+
+
+@pytest.fixture
+def shared_data_dir() -> Path:
+    """The paper's datasets: `HEADSUP_DATA_DIR` when set, else ../shared/data beside the checkout."""
+    path = Path(os.environ.get("HEADSUP_DATA_DIR", SHARED_DATA))
+    if not path.is_dir():
+        pytest.skip(f"shared data not available at {path}")
+    return path

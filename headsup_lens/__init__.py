@@ -7,6 +7,9 @@
         logits = model(tokens)
 """
 
+from .data import Task as Task
+from .data import load_task as load_task
+from .data import translation_task as translation_task
 from .gates import query_gate as query_gate
 from .gates import value_gate as value_gate
 from .masks import HeadMask as HeadMask

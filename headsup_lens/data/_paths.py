@@ -1,0 +1,32 @@
+"""Where the paper's datasets live: explicit argument > `HEADSUP_DATA_DIR` > the per-user cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+ENV_VAR = "HEADSUP_DATA_DIR"
+
+
+def default_data_dir() -> Path:
+    """The per-user cache folder `headsup download-data` fills by default."""
+    return Path(platformdirs.user_cache_dir("headsup_lens")) / "data"
+
+
+def data_dir(explicit: str | os.PathLike | None = None) -> Path:
+    """The data directory to read tasks from; raises ValueError (saying how to get it) when missing."""
+    if explicit is not None:
+        path, source = Path(explicit).expanduser(), "the data_dir argument"
+    elif os.environ.get(ENV_VAR):
+        path, source = Path(os.environ[ENV_VAR]).expanduser(), f"${ENV_VAR}"
+    else:
+        path, source = default_data_dir(), "the default cache folder"
+    if not path.is_dir():
+        raise ValueError(
+            f"data directory {path} (from {source}) does not exist. Fetch the datasets with "
+            f"`headsup download-data --out {path}`, or point {ENV_VAR} (or data_dir=...) at a "
+            "folder that holds function_vectors/, xnli/ and iwslt2017/"
+        )
+    return path

@@ -1,0 +1,280 @@
+"""Readers for the paper's datasets: function-vector JSON, XNLI translation pairs, IWSLT2017, few-shot."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import os
+import random
+import re
+from pathlib import Path
+
+from ._paths import data_dir as resolve_data_dir
+from ._registry import register_task
+from ._task import N_EVAL, Pair, Task
+
+# The 35 "simple tasks" (Todd et al., function vectors), named after their JSON files.
+FV_TASKS = (
+    "adjective_v_verb_3", "ag_news", "antonym", "capitalize", "capitalize_first_letter",
+    "capitalize_last_letter", "capitalize_second_letter", "conll2003_location", "conll2003_organization",
+    "conll2003_person", "country-capital", "country-currency", "english-french", "english-german",
+    "english-spanish", "fruit_v_animal_3", "landmark-country", "lowercase_first_letter",
+    "lowercase_last_letter", "national_parks", "next_capital_letter", "next_item", "object_v_concept_3",
+    "park-country", "person-instrument", "person-occupation", "person-sport", "present-past", "prev_item",
+    "product-company", "sentiment", "singular-plural", "synonym", "verb_v_adjective_3", "word_length",
+)
+
+# The paper grades capitalisation/letter and extraction tasks by "starts with", the rest by "contains".
+_STARTS_WITH = re.compile(r"^(capitalize|lowercase_|next_capital_letter|conll2003_|.*_v_.*_3$)")
+
+
+def fv_matcher(name: str) -> str:
+    return "starts_with" if _STARTS_WITH.match(name) else "contains"
+
+
+def _template(instruction: str) -> str:
+    return f"{instruction}\n\nInput:\n\n{{input}}\n\nOutput:\n\n"
+
+
+# Used when the data directory has no function_vectors/instructions.json (the paper's Table 10).
+_OWN_INSTRUCTIONS = {
+    "adjective_v_verb_3": "From the three given words, output the one that is an adjective.",
+    "ag_news": "Classify the news text as Business, Science, Sports or World. Output only the category.",
+    "antonym": "Output a word with the opposite meaning of the given word.",
+    "capitalize": "Output the given word with its first letter in upper case.",
+    "capitalize_first_letter": "Output the first letter of the given word in upper case.",
+    "capitalize_last_letter": "Output the last letter of the given word in upper case.",
+    "capitalize_second_letter": "Output the second letter of the given word in upper case.",
+    "conll2003_location": "Output the location named in the given sentence.",
+    "conll2003_organization": "Output the organization named in the given sentence.",
+    "conll2003_person": "Output the person named in the given sentence.",
+    "country-capital": "Output the capital city of the given country.",
+    "country-currency": "Output the currency of the given country.",
+    "english-french": "Translate the given English word into French.",
+    "english-german": "Translate the given English word into German.",
+    "english-spanish": "Translate the given English word into Spanish.",
+    "fruit_v_animal_3": "From the three given words, output the one that is a fruit.",
+    "landmark-country": "Output the country in which the given landmark lies.",
+    "lowercase_first_letter": "Output the first letter of the given word in lower case.",
+    "lowercase_last_letter": "Output the last letter of the given word in lower case.",
+    "national_parks": "Output the U.S. state in which the given national park or monument lies.",
+    "next_capital_letter": "Output, in upper case, the letter that follows the first letter of the given word.",
+    "next_item": "Output the item that comes right after the given one in its sequence.",
+    "object_v_concept_3": "From the three given words, output the one that names a physical object.",
+    "park-country": "Output the country in which the given national park lies.",
+    "person-instrument": "Output the musical instrument the given person plays.",
+    "person-occupation": "Output the occupation of the given person.",
+    "person-sport": "Output the sport the given person plays.",
+    "present-past": "Output the simple past tense of the given verb.",
+    "prev_item": "Output the item that comes right before the given one in its sequence.",
+    "product-company": "Output the company that makes the given product.",
+    "sentiment": "Output the sentiment of the given text: positive or negative.",
+    "singular-plural": "Output the plural of the given noun.",
+    "synonym": "Output a word with the same meaning as the given word.",
+    "verb_v_adjective_3": "From the three given words, output the one that is a verb.",
+    "word_length": "Output the number of letters in the given word.",
+}
+
+LANGUAGES = {"en": "English", "zh": "Chinese", "fr": "French", "es": "Spanish", "de": "German",
+             "ru": "Russian", "ar": "Arabic"}
+CHAR_LEVEL_LANGUAGES = ("zh",)  # no spaces between words: ROUGE counts characters
+TRANSLATION_TEMPLATE = "{input}\n\nTranslate into {language}:"
+IWSLT_PAIRS = ("en-de", "en-fr", "en-zh")
+
+# Llama-3 turn markers inside the shared few-shot files (`fewshot/hybrid.json`).
+_LLAMA_ASSISTANT = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+_LLAMA_USER = "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+
+
+# --------------------------------------------------------------------------- file readers
+def read_pairs_json(path: Path) -> list[Pair]:
+    """A JSON list of `{"input": str, "output": str}`; anything else is a ValueError naming the file."""
+    if not path.is_file():
+        raise ValueError(f"task file {path} does not exist")
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from error
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{path} must hold a non-empty JSON list of {{'input', 'output'}} objects")
+    pairs = []
+    for i, row in enumerate(rows):
+        if not (isinstance(row, dict) and isinstance(row.get("input"), str) and isinstance(row.get("output"), str)):
+            raise ValueError(f"{path}: entry {i} is not an object with string 'input' and 'output': {row!r:.120}")
+        pairs.append((row["input"], row["output"]))
+    return pairs
+
+
+def read_tsv_column_rows(path: Path) -> list[list[str]]:
+    """Rows of a header-less TSV (XTREME's XNLI layout: premise, hypothesis[, label])."""
+    if not path.is_file():
+        raise ValueError(f"XNLI file {path} does not exist")
+    with path.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    if not rows or any(len(r) < 2 for r in rows):
+        raise ValueError(f"{path} must have at least two tab-separated columns on every line")
+    return rows
+
+
+@functools.lru_cache(maxsize=4)
+def _instructions(directory: Path) -> dict:
+    path = directory / "function_vectors" / "instructions.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {name: entry["template"] for name, entry in data.get("tasks", {}).items()}
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{path} is malformed: {error}") from error
+
+
+# --------------------------------------------------------------------------- tasks
+def function_vector_task(name: str, data_dir: str | os.PathLike | None = None) -> Task:
+    """One of the 35 function-vector tasks, with the paper's instruction and answer matcher."""
+    if name not in FV_TASKS:
+        raise ValueError(f"unknown function-vector task {name!r}; known: {', '.join(FV_TASKS)}")
+    directory = resolve_data_dir(data_dir)
+    pairs = read_pairs_json(directory / "function_vectors" / "abstractive" / f"{name}.json")
+    instruction = _instructions(directory).get(name) or _template(_OWN_INSTRUCTIONS[name])
+    return Task(name, tuple(pairs), instruction, fv_matcher(name), min(N_EVAL, len(pairs) // 2))
+
+
+def _check_language(code: str) -> None:
+    if code not in LANGUAGES:
+        raise ValueError(f"unknown language {code!r}; use one of {', '.join(LANGUAGES)}")
+
+
+def translation_instruction(tgt: str) -> str:
+    _check_language(tgt)
+    return TRANSLATION_TEMPLATE.replace("{language}", LANGUAGES[tgt])
+
+
+def translation_task(
+    src: str, tgt: str, data_dir: str | os.PathLike | None = None, *, max_pairs: int | None = None,
+    n_eval: int = N_EVAL,
+) -> Task:
+    """Sentence translation `src` -> `tgt` built from the parallel XNLI dev+test files.
+
+    Premises and hypotheses of row i are the same sentences in every language; each distinct
+    source sentence gives one pair (first occurrence kept), dev before test, up to `max_pairs`.
+    """
+    _check_language(src)
+    _check_language(tgt)
+    if src == tgt:
+        raise ValueError(f"source and target language are both {src!r}")
+    directory = resolve_data_dir(data_dir) / "xnli"
+    pairs: dict[str, str] = {}
+    for split in ("dev", "test"):
+        source_rows = read_tsv_column_rows(directory / f"{split}-{src}.tsv")
+        target_rows = read_tsv_column_rows(directory / f"{split}-{tgt}.tsv")
+        if len(source_rows) != len(target_rows):
+            raise ValueError(
+                f"XNLI {split} files for {src} and {tgt} have {len(source_rows)} and {len(target_rows)} rows; "
+                "they must be parallel"
+            )
+        for source_row, target_row in zip(source_rows, target_rows):
+            for column in (0, 1):
+                x, y = source_row[column].strip(), target_row[column].strip()
+                if x and y and x not in pairs:
+                    pairs[x] = y
+    items = list(pairs.items())[:max_pairs]
+    return Task(f"translation/{src}-{tgt}", tuple(items), translation_instruction(tgt), "contains",
+                min(n_eval, len(items) // 2), char_level=tgt in CHAR_LEVEL_LANGUAGES)
+
+
+def iwslt_task(src: str, tgt: str, data_dir: str | os.PathLike | None = None) -> Task:
+    """IWSLT2017 test pairs (for BLEU, Table 8); every pair is held out (`n_eval` = all)."""
+    _check_language(src)
+    _check_language(tgt)
+    name = next((p for p in IWSLT_PAIRS if set(p.split("-")) == {src, tgt}), None)
+    if name is None:
+        raise ValueError(f"no IWSLT2017 test set for {src}-{tgt}; available: {', '.join(IWSLT_PAIRS)} (both directions)")
+    path = resolve_data_dir(data_dir) / "iwslt2017" / f"{name}-test.parquet"
+    if not path.is_file():
+        raise ValueError(f"IWSLT2017 file {path} does not exist")
+    import pandas as pd
+
+    try:
+        frame = pd.read_parquet(path)
+        pairs = [(str(t[src]).strip(), str(t[tgt]).strip()) for t in frame["translation"]]
+    except Exception as error:  # pyarrow raises its own error types on corrupt files
+        raise ValueError(f"{path} is not an IWSLT2017 parquet file with a 'translation' column: {error}") from error
+    pairs = [p for p in pairs if p[0] and p[1]]
+    return Task(f"iwslt2017/{src}-{tgt}", tuple(pairs), translation_instruction(tgt), "contains",
+                len(pairs), char_level=tgt in CHAR_LEVEL_LANGUAGES)
+
+
+def fewshot(task: Task, k: int = 5, seed: int = 0) -> Task:
+    """The `k`-shot variant: each pair gets `k` demonstrations drawn from the training split.
+
+    Demonstrations never include the pair itself and never come from the held-out split; they are
+    rendered with the loaded model's own chat template at tokenisation time.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    train = task.train_pairs
+    if len(train) <= k:
+        raise ValueError(f"task {task.name!r} has {len(train)} training pairs, too few for {k} demonstrations")
+    rng = random.Random(f"{task.name}/{seed}")
+    shots = []
+    for i in range(len(task.pairs)):
+        candidates = rng.sample(range(len(train)), k + 1)
+        chosen = [j for j in candidates if j != i][:k]
+        shots.append(tuple(train[j] for j in chosen))
+    return Task(f"fewshot/{task.name}", task.pairs, task.instruction, task.matcher, task.n_eval,
+                task.char_level, tuple(shots))
+
+
+def parse_llama_fewshot(text: str) -> tuple[tuple[Pair, ...], str]:
+    """Split a Llama-3 formatted few-shot input into its demonstrations and the final query."""
+    turns = text.split(_LLAMA_USER)
+    shots = []
+    for turn in turns[:-1]:
+        parts = turn.split(_LLAMA_ASSISTANT)
+        if len(parts) != 2:
+            raise ValueError(f"malformed few-shot demonstration (expected one assistant turn): {turn!r:.120}")
+        shots.append((parts[0], parts[1]))
+    if _LLAMA_ASSISTANT in turns[-1]:
+        raise ValueError(f"malformed few-shot query (it contains an assistant turn): {turns[-1]!r:.120}")
+    return tuple(shots), turns[-1]
+
+
+def hybrid_task(data_dir: str | os.PathLike | None = None) -> Task:
+    """The paper's hybrid 5-shot mixture of 32 tasks (Table 3), re-rendered for any chat template."""
+    path = resolve_data_dir(data_dir) / "function_vectors" / "fewshot" / "hybrid.json"
+    rows = read_pairs_json(path)
+    pairs, shots = [], []
+    for x, y in rows:
+        demos, query = parse_llama_fewshot(x)
+        if not demos:
+            raise ValueError(f"{path}: an entry has no demonstrations: {x!r:.120}")
+        pairs.append((query, y))
+        shots.append(demos)
+    return Task("fewshot/hybrid", tuple(pairs), None, "contains", min(N_EVAL, len(pairs) // 2), shots=tuple(shots))
+
+
+def _register_builtin_tasks() -> None:
+    for name in FV_TASKS:
+        register_task(name, functools.partial(function_vector_task, name))
+        register_task(f"fewshot/{name}", lambda d, name=name: fewshot(function_vector_task(name, d)))
+    register_task("fewshot/hybrid", hybrid_task)
+    for src in LANGUAGES:
+        for tgt in LANGUAGES:
+            if src != tgt:
+                register_task(f"translation/{src}-{tgt}", functools.partial(_translation_loader, src, tgt))
+    for pair in IWSLT_PAIRS:
+        a, b = pair.split("-")
+        register_task(f"iwslt2017/{a}-{b}", functools.partial(_iwslt_loader, a, b))
+        register_task(f"iwslt2017/{b}-{a}", functools.partial(_iwslt_loader, b, a))
+
+
+def _translation_loader(src: str, tgt: str, data_dir: Path | None) -> Task:
+    return translation_task(src, tgt, data_dir)
+
+
+def _iwslt_loader(src: str, tgt: str, data_dir: Path | None) -> Task:
+    return iwslt_task(src, tgt, data_dir)
+
+
+_register_builtin_tasks()

@@ -1,0 +1,113 @@
+"""`Task`: (input, output) pairs, an optional instruction template and the rule that grades an answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Pair = tuple[str, str]
+Shots = tuple[Pair, ...]
+Matcher = Literal["contains", "starts_with"]
+MATCHERS = ("contains", "starts_with")
+N_EVAL = 100  # the paper holds out the last 100 examples of every dataset
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task the model should perform from the bare input, without an instruction.
+
+    `pairs` are `(input, output)`; the last `n_eval` are held out for evaluation (`eval_pairs`), the
+    rest are `train_pairs`. `instruction` is the instructed user text as a template with `{input}`
+    (e.g. `"{input}\\n\\nTranslate into Chinese:"`), used by the "w/ instruction" baseline.
+    `matcher` grades a generation: `"contains"` the answer or `"starts_with"` it.
+    `char_level` scores ROUGE on characters (Chinese). `shots`, when set, gives each pair its own
+    demonstrations `((x, y), ...)`, rendered as earlier chat turns with the model's template.
+    """
+
+    name: str
+    pairs: tuple[Pair, ...]
+    instruction: str | None = None
+    matcher: Matcher = "contains"
+    n_eval: int = N_EVAL
+    char_level: bool = False
+    shots: tuple[Shots, ...] | None = None
+
+    def __post_init__(self) -> None:
+        pairs = tuple((str(x), str(y)) for x, y in self.pairs)
+        object.__setattr__(self, "pairs", pairs)
+        if not pairs:
+            raise ValueError(f"task {self.name!r} has no (input, output) pairs")
+        if self.matcher not in MATCHERS:
+            raise ValueError(f"task {self.name!r}: matcher must be one of {MATCHERS}, not {self.matcher!r}")
+        if self.instruction is not None and "{input}" not in self.instruction:
+            raise ValueError(f"task {self.name!r}: instruction template {self.instruction!r} lacks '{{input}}'")
+        if not 0 <= self.n_eval <= len(pairs):
+            raise ValueError(f"task {self.name!r}: n_eval={self.n_eval} must lie in [0, {len(pairs)}] (number of pairs)")
+        if self.shots is not None:
+            shots = tuple(tuple((str(x), str(y)) for x, y in s) for s in self.shots)
+            if len(shots) != len(pairs):
+                raise ValueError(f"task {self.name!r}: {len(shots)} demonstration lists for {len(pairs)} pairs")
+            object.__setattr__(self, "shots", shots)
+
+    @classmethod
+    def from_pairs(
+        cls,
+        name: str,
+        pairs: list[Pair] | tuple[Pair, ...],
+        instruction: str | None = None,
+        matcher: Matcher = "contains",
+        n_eval: int | None = None,
+        char_level: bool = False,
+    ) -> Task:
+        """A task from your own data; `n_eval` defaults to min(100, half the pairs)."""
+        pairs = list(pairs)
+        for i, pair in enumerate(pairs):
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+                raise ValueError(f"task {name!r}: pair {i} is not an (input, output) pair: {pair!r}")
+        if n_eval is None:
+            n_eval = min(N_EVAL, len(pairs) // 2)
+        return cls(name, tuple(tuple(p) for p in pairs), instruction, matcher, n_eval, char_level)
+
+    # ----------------------------------------------------------------- splits
+    @property
+    def n_train(self) -> int:
+        return len(self.pairs) - self.n_eval
+
+    @property
+    def train_pairs(self) -> tuple[Pair, ...]:
+        return self.pairs[: self.n_train]
+
+    @property
+    def eval_pairs(self) -> tuple[Pair, ...]:
+        return self.pairs[self.n_train :]
+
+    def split_indices(self, split: str) -> range:
+        """Indices into `pairs` of `"train"`, `"eval"` or `"all"`; an empty split is an error."""
+        ranges = {"train": range(0, self.n_train), "eval": range(self.n_train, len(self.pairs)),
+                  "all": range(len(self.pairs))}
+        if split not in ranges:
+            raise ValueError(f"split must be one of {sorted(ranges)}, not {split!r}")
+        if len(ranges[split]) == 0:
+            raise ValueError(f"task {self.name!r} has no {split} pairs ({len(self.pairs)} pairs, n_eval={self.n_eval})")
+        return ranges[split]
+
+    # ----------------------------------------------------------------- prompts and grading
+    def user_text(self, x: str, instructed: bool = False) -> str:
+        """The user turn: the bare input, or the instruction template filled with it."""
+        if not instructed:
+            return x
+        if self.instruction is None:
+            raise ValueError(f"task {self.name!r} has no instruction template; it cannot be run instructed")
+        return self.instruction.replace("{input}", x)  # not str.format: inputs may contain braces
+
+    def is_correct(self, generation: str, answer: str) -> bool:
+        """The paper's grading: the answer is contained in (or starts) the generated text."""
+        answer = answer.strip()
+        if self.matcher == "starts_with":
+            return generation.strip().startswith(answer)
+        return answer in generation
+
+    def __repr__(self) -> str:
+        return (f"Task({self.name!r}, {len(self.pairs)} pairs ({self.n_train} train / {self.n_eval} eval), "
+                f"matcher={self.matcher!r}, instructed={'yes' if self.instruction else 'no'}"
+                f"{', few-shot' if self.shots else ''})")

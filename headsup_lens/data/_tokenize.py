@@ -1,0 +1,136 @@
+"""Prompts and training batches: chat-template(x) ‖ y ‖ end-of-turn, with labels on the answer only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from ..models import chat_template, encode, pad_token_id
+from ._task import Pair, Shots, Task
+
+IGNORE_INDEX = -100  # label of every token that is not part of the answer (PyTorch's ignore_index)
+
+
+def render_prompt(model: TransformerBridge, user_text: str, shots: Shots = ()) -> str:
+    """The prompt text up to the assistant's answer, with optional demonstrations as earlier turns.
+
+    Without demonstrations this is `chat_template(model).format(user_text)`. Demonstrations use the
+    tokenizer's own multi-turn chat template; base models (plain template) get `x\\n\\ny\\n\\n` blocks.
+    """
+    template = chat_template(model)
+    if not shots:
+        return template.format(user_text)
+    tokenizer = model.tokenizer
+    if getattr(tokenizer, "chat_template", None):
+        messages = []
+        for x, y in shots:
+            messages += [{"role": "user", "content": x}, {"role": "assistant", "content": y}]
+        messages.append({"role": "user", "content": user_text})
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    demos = "".join(f"{template.format(x)}{y}{template.suffix}" for x, y in shots)
+    return demos + template.format(user_text)
+
+
+def task_prompts(task: Task, split: str = "eval", instructed: bool = False) -> tuple[list[str], list[Shots], list[str]]:
+    """User texts, demonstrations and answers of a task split, in order."""
+    indices = task.split_indices(split)
+    users = [task.user_text(task.pairs[i][0], instructed) for i in indices]
+    shots = [task.shots[i] if task.shots else () for i in indices]
+    answers = [task.pairs[i][1] for i in indices]
+    return users, shots, answers
+
+
+def encode_prompt(model: TransformerBridge, user_text: str, shots: Shots = ()) -> list[int]:
+    """Token ids of `render_prompt(...)`, with BOS exactly when the template wants it."""
+    return encode(model, render_prompt(model, user_text, shots), add_bos=chat_template(model).add_bos)
+
+
+def encode_answer(model: TransformerBridge, answer: str) -> list[int]:
+    """Token ids of `answer` followed by the end-of-turn token(s); an empty answer is a ValueError."""
+    ids = encode(model, answer, add_bos=False)
+    if not ids:
+        raise ValueError(f"answer {answer!r} is empty after tokenisation; every pair needs a non-empty output")
+    end = chat_template(model).end_of_turn
+    return ids + (encode(model, end, add_bos=False) if end else [])
+
+
+@dataclass
+class TaskBatch:
+    """Right-padded training batch: `labels` are -100 except on answer and end-of-turn tokens.
+
+    `labels[b, t]` is the target of position t (predicted from position t-1), as in Hugging Face.
+    """
+
+    input_ids: Int[Tensor, "batch pos"]
+    attention_mask: Int[Tensor, "batch pos"]
+    labels: Int[Tensor, "batch pos"]
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def to(self, device: torch.device | str) -> TaskBatch:
+        return TaskBatch(self.input_ids.to(device), self.attention_mask.to(device), self.labels.to(device))
+
+    @property
+    def n_answer_tokens(self) -> int:
+        return int((self.labels != IGNORE_INDEX).sum())
+
+
+def encode_pairs(
+    model: TransformerBridge, pairs: Sequence[Pair], *, instruction: str | None = None,
+    shots: Sequence[Shots] | None = None,
+) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, answer ids) per pair; see `tokenize_pairs`."""
+    if shots is not None and len(shots) != len(pairs):
+        raise ValueError(f"{len(shots)} demonstration lists for {len(pairs)} pairs")
+    if instruction is not None and "{input}" not in instruction:
+        raise ValueError(f"instruction template {instruction!r} lacks '{{input}}'")
+    rows = []
+    for i, (x, y) in enumerate(pairs):
+        user = instruction.replace("{input}", x) if instruction is not None else x
+        rows.append((encode_prompt(model, user, shots[i] if shots is not None else ()), encode_answer(model, y)))
+    return rows
+
+
+def collate(rows: Sequence[tuple[list[int], list[int]]], *, pad_id: int, device=None) -> TaskBatch:
+    """Right-pad encoded (prompt, answer) rows into a `TaskBatch`."""
+    if not rows:
+        raise ValueError("cannot build a batch from no pairs")
+    width = max(len(p) + len(a) for p, a in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+    for i, (prompt, answer) in enumerate(rows):
+        n = len(prompt) + len(answer)
+        ids[i, :n] = torch.tensor(prompt + answer)
+        attention[i, :n] = 1
+        labels[i, len(prompt):n] = torch.tensor(answer)
+    return TaskBatch(ids, attention, labels).to(device) if device is not None else TaskBatch(ids, attention, labels)
+
+
+def tokenize_pairs(
+    model: TransformerBridge, pairs: Sequence[Pair], *, instruction: str | None = None,
+    shots: Sequence[Shots] | None = None,
+) -> TaskBatch:
+    """Tokenise `(x, y)` pairs as chat-template(x) ‖ y ‖ end-of-turn into one right-padded batch.
+
+    `instruction` (a template with `{input}`) replaces the bare input when given; `shots` gives each
+    pair its demonstrations. Only the answer and end-of-turn tokens carry labels. The prompt and the
+    answer are tokenised separately, so the prompt ids are exactly those used for generation.
+    """
+    rows = encode_pairs(model, pairs, instruction=instruction, shots=shots)
+    return collate(rows, pad_id=pad_token_id(model), device=model.cfg.device)
+
+
+def tokenize_task(model: TransformerBridge, task: Task, split: str = "train", instructed: bool = False) -> TaskBatch:
+    """`tokenize_pairs` over one split of a task."""
+    indices = task.split_indices(split)
+    return tokenize_pairs(
+        model, [task.pairs[i] for i in indices], instruction=task.instruction if instructed else None,
+        shots=[task.shots[i] for i in indices] if task.shots else None,
+    )

@@ -36,10 +36,12 @@ class HeadMask:
     per-layer MLP slot of the paper's appendix (off by default).
     """
 
-    values: Float[Tensor, "n_layers n_heads"]
-    logits: Float[Tensor, "n_layers n_heads"] | None = None
+    # Shapes are [n_layers, n_heads] (mlp_values: [n_layers]); they are left open in the annotations
+    # because __post_init__ checks them and raises a ValueError that names the problem.
+    values: Float[Tensor, "*shape"]
+    logits: Float[Tensor, "*shape"] | None = None
     model: ModelFingerprint | None = None
-    mlp_values: Float[Tensor, " n_layers"] | None = None
+    mlp_values: Float[Tensor, "*mlp_shape"] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

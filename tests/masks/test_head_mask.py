@@ -1,0 +1,128 @@
+import math
+
+import pytest
+import torch
+
+from headsup_lens import HeadMask, expected_jaccard
+from headsup_lens.models import ModelFingerprint
+
+FP = ModelFingerprint("LlamaForCausalLM", 2, 4, 8, 66, "tiny")
+
+
+def mask_of(rows):
+    return HeadMask(torch.tensor(rows, dtype=torch.float32))
+
+
+def test_from_logits_thresholds_sigmoid_at_one_half():
+    logits = torch.tensor([[-2.0, 0.0, 3.0, -0.1], [0.1, -5.0, 4.0, 1e-4]])
+    mask = HeadMask.from_logits(logits, FP)
+    assert mask.values.tolist() == [[0, 1, 1, 0], [1, 0, 1, 1]]
+    assert mask.n_kept == 5 and mask.n_total == 8
+    assert torch.allclose(mask.weights, torch.sigmoid(logits))
+
+
+def test_shuffled_keeps_the_count_and_is_seeded():
+    mask = HeadMask.from_logits(torch.randn(8, 16, generator=torch.Generator().manual_seed(0)))
+    a, b, c = mask.shuffled(1), mask.shuffled(1), mask.shuffled(2)
+    assert a.n_kept == mask.n_kept == c.n_kept
+    assert torch.equal(a.values, b.values)
+    assert not torch.equal(a.values, c.values)
+    assert not torch.equal(a.values, mask.values)
+
+
+def test_removal_order_is_ascending_weight_with_position_ties():
+    logits = torch.tensor([[0.5, -1.0], [-1.0, 2.0]])
+    assert HeadMask.from_logits(logits).removal_order() == [(0, 1), (1, 0), (0, 0), (1, 1)]
+    assert HeadMask(torch.ones(2, 2)).removal_order() == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_jaccard_recall_and_expectation_by_hand():
+    a = mask_of([[1, 1, 0, 0], [1, 0, 0, 0]])  # kept {0,1,4}
+    b = mask_of([[1, 0, 1, 0], [1, 0, 0, 1]])  # kept {0,2,4,7}
+    assert a.jaccard(b) == pytest.approx(2 / 5)
+    assert a.recall(b) == pytest.approx(2 / 3)
+    # E = (3*4/8) / (3 + 4 - 3*4/8) = 1.5 / 5.5
+    assert a.expected_jaccard(b) == pytest.approx(1.5 / 5.5)
+    assert expected_jaccard(800, 820, 1024) == pytest.approx((800 * 820 / 1024) / (1620 - 800 * 820 / 1024))
+
+
+def test_expected_jaccard_matches_simulation():
+    generator = torch.Generator().manual_seed(0)
+    n, ka, kb = 64, 20, 40
+    draws = []
+    for _ in range(4000):
+        a = torch.zeros(n); a[torch.randperm(n, generator=generator)[:ka]] = 1
+        b = torch.zeros(n); b[torch.randperm(n, generator=generator)[:kb]] = 1
+        draws.append((a * b).sum() / ((a + b) > 0).sum())
+    assert torch.stack(draws).mean().item() == pytest.approx(expected_jaccard(ka, kb, n), rel=0.05)
+
+
+def test_without_and_from_heads():
+    mask = HeadMask.from_heads([(0, 1), (1, 3)], (2, 4))
+    assert mask.removed_heads() == [(0, 1), (1, 3)]
+    assert mask.without([(0, 0)]).n_kept == 5
+    with pytest.raises(ValueError, match="outside"):
+        mask.without([(2, 0)])
+
+
+def test_save_load_round_trip_is_atomic(tmp_path):
+    logits = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    mask = HeadMask.from_logits(logits, FP, task="antonym")
+    path = mask.save(tmp_path / "mask")
+    assert path.name == "mask.safetensors"
+    assert [p.name for p in tmp_path.iterdir()] == ["mask.safetensors"]  # no temporary files left
+    loaded = HeadMask.load(path, FP)
+    assert torch.equal(loaded.values, mask.values) and torch.equal(loaded.logits, mask.logits)
+    assert loaded.model == FP and loaded.metadata == {"task": "antonym"}
+
+
+def test_loading_onto_another_model_is_a_clear_error(tmp_path):
+    path = HeadMask.from_logits(torch.zeros(2, 4), FP).save(tmp_path / "m.safetensors")
+    renamed = ModelFingerprint("LlamaForCausalLM", 2, 4, 8, 66, "tiny-instruct")
+    with pytest.raises(ValueError, match="made for model 'tiny'"):
+        HeadMask.load(path, renamed)
+    assert HeadMask.load(path, renamed, allow_other_name=True).n_kept == 8  # the swapped-mask baseline
+    other = ModelFingerprint("GPT2LMHeadModel", 2, 4, 16, 66, "tiny")
+    with pytest.raises(ValueError, match="architecture"):
+        HeadMask.load(path, other)
+    bigger = ModelFingerprint("LlamaForCausalLM", 4, 4, 8, 66, "tiny")
+    with pytest.raises(ValueError, match="does not fit"):
+        HeadMask.load(path, bigger)
+
+
+def test_load_against_a_real_model(tmp_path, llama):
+    path = HeadMask.full(llama).save(tmp_path / "full.safetensors")
+    assert HeadMask.load(path, llama).model.n_heads == llama.cfg.n_heads
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (torch.ones(8), r"\[n_layers, n_heads\]"),
+        (torch.full((2, 4), math.nan), "NaN"),
+        (torch.full((2, 4), 2.0), r"\[0, 1\]"),
+    ],
+)
+def test_bad_values_are_refused(values, message):
+    with pytest.raises(ValueError, match=message):
+        HeadMask(values)
+
+
+def test_mask_that_does_not_match_its_fingerprint():
+    with pytest.raises(ValueError, match="does not match its model"):
+        HeadMask(torch.ones(3, 4), model=FP)
+
+
+def test_nan_logits_are_refused():
+    with pytest.raises(ValueError, match="NaN"):
+        HeadMask.from_logits(torch.tensor([[float("nan"), 0.0]]))
+
+
+@pytest.mark.parametrize("content", [b"", b"not a safetensors file", b"\x08\x00\x00\x00\x00\x00\x00\x00{}      "])
+def test_corrupt_or_foreign_files_are_refused(tmp_path, content):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match="bad.safetensors"):
+        HeadMask.load(path)
+    with pytest.raises(ValueError, match="no mask file"):
+        HeadMask.load(tmp_path / "missing.safetensors")

@@ -1,0 +1,79 @@
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from headsup_lens import chat_template, fingerprint, load_model
+from headsup_lens.models import encode, encode_prompts, resolve_dtype
+
+from ..conftest import random_tokens
+
+
+def test_local_directory_loads_offline_and_matches_hugging_face(llama_dir, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = load_model(llama_dir, device="cpu", dtype="fp32")
+    reference = AutoModelForCausalLM.from_pretrained(llama_dir, attn_implementation="eager")
+    tokens = random_tokens(model)
+    with torch.no_grad():
+        assert (model(tokens) - reference(tokens).logits).abs().max() < 1e-5
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_dtype_strings_and_torch_dtypes(gpt2_dir):
+    assert next(load_model(gpt2_dir, dtype="bf16").parameters()).dtype == torch.bfloat16
+    assert next(load_model(gpt2_dir, dtype=torch.float16).parameters()).dtype == torch.float16
+    assert resolve_dtype(None, torch.device("cpu")) == torch.float32
+    assert resolve_dtype(None, torch.device("cuda")) == torch.bfloat16
+    with pytest.raises(ValueError, match="unknown dtype"):
+        resolve_dtype("float8", torch.device("cpu"))
+
+
+def test_unknown_hub_model_offline_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="not a local directory.*pass the directory"):
+        load_model("no-such-org/no-such-model-xyz", device="cpu")
+
+
+def test_a_local_path_without_a_model_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="no config.json"):
+        load_model(tmp_path, device="cpu")
+    with pytest.raises(ValueError, match="no config.json"):
+        load_model(tmp_path / "missing", device="cpu")
+
+
+def test_unavailable_device_is_a_clear_error(gpt2_dir):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        load_model(gpt2_dir, device="cuda")
+
+
+def test_fingerprint(llama, gpt2):
+    fp = fingerprint(llama)
+    assert (fp.architecture, fp.n_layers, fp.n_heads, fp.d_head, fp.d_vocab) == ("LlamaForCausalLM", 2, 8, 8, 66)
+    assert fingerprint(gpt2).architecture == "GPT2LMHeadModel" and fingerprint(gpt2).n_heads == 4
+
+
+def test_chat_template_from_the_tokenizer(llama):
+    template = chat_template(llama)
+    assert template.format("cat") == "<user> cat <assistant> "
+    assert template.end_of_turn == "<eos>"
+    assert not template.add_bos
+
+
+def test_plain_template_for_models_without_one(gpt2):
+    template = chat_template(gpt2)
+    assert template.format("cat") == "cat\n\n"
+    assert template.end_of_turn == gpt2.tokenizer.eos_token
+
+
+def test_encode_adds_bos_once_and_prompts_are_left_padded(llama):
+    ids, attention = encode_prompts(llama, ["<user> a <assistant> ", "<user> abc <assistant> "])
+    assert attention[0].tolist()[:2] == [0, 0] and attention[1].all()
+    assert ids[0, -1] == ids[1, -1]
+    tokenizer = llama.tokenizer
+    tokenizer.bos_token = "<eos>"  # pretend it has one
+    try:
+        assert encode(llama, "<eos>a", add_bos=True).count(tokenizer.bos_token_id) == 1
+        assert encode(llama, "a", add_bos=True)[0] == tokenizer.bos_token_id
+    finally:
+        tokenizer.bos_token = None

@@ -7,9 +7,13 @@
         logits = model(tokens)
 """
 
+from .analysis import removal_sweep as removal_sweep
+from .analysis import logit_lens as logit_lens
+from .analysis import layer_similarity as layer_similarity
 from .data import Task as Task
 from .data import load_task as load_task
 from .data import translation_task as translation_task
+from .evaluation import evaluate as evaluate
 from .gates import query_gate as query_gate
 from .gates import value_gate as value_gate
 from .masks import HeadMask as HeadMask
@@ -18,5 +22,8 @@ from .models import ModelFingerprint as ModelFingerprint
 from .models import chat_template as chat_template
 from .models import fingerprint as fingerprint
 from .models import load_model as load_model
+from .training import TrainConfig as TrainConfig
+from .training import train_mask as train_mask
+from .training import train_masks as train_masks
 
 __version__ = "0.1.0"

@@ -81,6 +81,7 @@ LANGUAGES = {"en": "English", "zh": "Chinese", "fr": "French", "es": "Spanish", 
 CHAR_LEVEL_LANGUAGES = ("zh",)  # no spaces between words: ROUGE counts characters
 TRANSLATION_TEMPLATE = "{input}\n\nTranslate into {language}:"
 IWSLT_PAIRS = ("en-de", "en-fr", "en-zh")
+SENTENCE_NEW_TOKENS = 64  # whole-sentence translations need more than the 10 tokens of simple tasks
 
 # Llama-3 turn markers inside the shared few-shot files (`fewshot/hybrid.json`).
 _LLAMA_ASSISTANT = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
@@ -180,7 +181,8 @@ def translation_task(
                     pairs[x] = y
     items = list(pairs.items())[:max_pairs]
     return Task(f"translation/{src}-{tgt}", tuple(items), translation_instruction(tgt), "contains",
-                min(n_eval, len(items) // 2), char_level=tgt in CHAR_LEVEL_LANGUAGES)
+                min(n_eval, len(items) // 2), char_level=tgt in CHAR_LEVEL_LANGUAGES,
+                max_new_tokens=SENTENCE_NEW_TOKENS)
 
 
 def iwslt_task(src: str, tgt: str, data_dir: str | os.PathLike | None = None) -> Task:
@@ -202,7 +204,7 @@ def iwslt_task(src: str, tgt: str, data_dir: str | os.PathLike | None = None) ->
         raise ValueError(f"{path} is not an IWSLT2017 parquet file with a 'translation' column: {error}") from error
     pairs = [p for p in pairs if p[0] and p[1]]
     return Task(f"iwslt2017/{src}-{tgt}", tuple(pairs), translation_instruction(tgt), "contains",
-                len(pairs), char_level=tgt in CHAR_LEVEL_LANGUAGES)
+                len(pairs), char_level=tgt in CHAR_LEVEL_LANGUAGES, max_new_tokens=SENTENCE_NEW_TOKENS)
 
 
 def fewshot(task: Task, k: int = 5, seed: int = 0) -> Task:
@@ -223,7 +225,7 @@ def fewshot(task: Task, k: int = 5, seed: int = 0) -> Task:
         chosen = [j for j in candidates if j != i][:k]
         shots.append(tuple(train[j] for j in chosen))
     return Task(f"fewshot/{task.name}", task.pairs, task.instruction, task.matcher, task.n_eval,
-                task.char_level, tuple(shots))
+                task.char_level, tuple(shots), task.max_new_tokens)
 
 
 def parse_llama_fewshot(text: str) -> tuple[tuple[Pair, ...], str]:

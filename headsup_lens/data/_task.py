@@ -22,6 +22,8 @@ class Task:
     `matcher` grades a generation: `"contains"` the answer or `"starts_with"` it.
     `char_level` scores ROUGE on characters (Chinese). `shots`, when set, gives each pair its own
     demonstrations `((x, y), ...)`, rendered as earlier chat turns with the model's template.
+    `max_new_tokens` is the greedy generation budget (10 for the paper's simple tasks; longer for
+    sentence translation).
     """
 
     name: str
@@ -31,6 +33,7 @@ class Task:
     n_eval: int = N_EVAL
     char_level: bool = False
     shots: tuple[Shots, ...] | None = None
+    max_new_tokens: int = 10
 
     def __post_init__(self) -> None:
         pairs = tuple((str(x), str(y)) for x, y in self.pairs)
@@ -43,6 +46,8 @@ class Task:
             raise ValueError(f"task {self.name!r}: instruction template {self.instruction!r} lacks '{{input}}'")
         if not 0 <= self.n_eval <= len(pairs):
             raise ValueError(f"task {self.name!r}: n_eval={self.n_eval} must lie in [0, {len(pairs)}] (number of pairs)")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"task {self.name!r}: max_new_tokens must be positive, got {self.max_new_tokens}")
         if self.shots is not None:
             shots = tuple(tuple((str(x), str(y)) for x, y in s) for s in self.shots)
             if len(shots) != len(pairs):

@@ -10,19 +10,21 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from ..models import chat_template, encode, pad_token_id
+from ..models import ChatTemplate, chat_template, encode, pad_token_id
 from ._task import Pair, Shots, Task
 
 IGNORE_INDEX = -100  # label of every token that is not part of the answer (PyTorch's ignore_index)
 
 
-def render_prompt(model: TransformerBridge, user_text: str, shots: Shots = ()) -> str:
+def render_prompt(
+    model: TransformerBridge, user_text: str, shots: Shots = (), *, template: ChatTemplate | None = None
+) -> str:
     """The prompt text up to the assistant's answer, with optional demonstrations as earlier turns.
 
     Without demonstrations this is `chat_template(model).format(user_text)`. Demonstrations use the
     tokenizer's own multi-turn chat template; base models (plain template) get `x\\n\\ny\\n\\n` blocks.
     """
-    template = chat_template(model)
+    template = template or chat_template(model)
     if not shots:
         return template.format(user_text)
     tokenizer = model.tokenizer
@@ -45,17 +47,20 @@ def task_prompts(task: Task, split: str = "eval", instructed: bool = False) -> t
     return users, shots, answers
 
 
-def encode_prompt(model: TransformerBridge, user_text: str, shots: Shots = ()) -> list[int]:
+def encode_prompt(
+    model: TransformerBridge, user_text: str, shots: Shots = (), *, template: ChatTemplate | None = None
+) -> list[int]:
     """Token ids of `render_prompt(...)`, with BOS exactly when the template wants it."""
-    return encode(model, render_prompt(model, user_text, shots), add_bos=chat_template(model).add_bos)
+    template = template or chat_template(model)
+    return encode(model, render_prompt(model, user_text, shots, template=template), add_bos=template.add_bos)
 
 
-def encode_answer(model: TransformerBridge, answer: str) -> list[int]:
+def encode_answer(model: TransformerBridge, answer: str, *, template: ChatTemplate | None = None) -> list[int]:
     """Token ids of `answer` followed by the end-of-turn token(s); an empty answer is a ValueError."""
     ids = encode(model, answer, add_bos=False)
     if not ids:
         raise ValueError(f"answer {answer!r} is empty after tokenisation; every pair needs a non-empty output")
-    end = chat_template(model).end_of_turn
+    end = (template or chat_template(model)).end_of_turn
     return ids + (encode(model, end, add_bos=False) if end else [])
 
 
@@ -90,10 +95,12 @@ def encode_pairs(
         raise ValueError(f"{len(shots)} demonstration lists for {len(pairs)} pairs")
     if instruction is not None and "{input}" not in instruction:
         raise ValueError(f"instruction template {instruction!r} lacks '{{input}}'")
+    template = chat_template(model)  # computed once: it renders the tokenizer's template twice
     rows = []
     for i, (x, y) in enumerate(pairs):
         user = instruction.replace("{input}", x) if instruction is not None else x
-        rows.append((encode_prompt(model, user, shots[i] if shots is not None else ()), encode_answer(model, y)))
+        prompt = encode_prompt(model, user, shots[i] if shots is not None else (), template=template)
+        rows.append((prompt, encode_answer(model, y, template=template)))
     return rows
 
 

@@ -1,0 +1,105 @@
+"""The training objective: cross-entropy on answer tokens, unembedding only the answer positions."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from ..data import IGNORE_INDEX, TaskBatch
+from ..gates import query_gate_hooks, value_gate_hooks, verify_query_gate
+from ..gates._value import _mlp_hooks
+from ..masks import HeadMask
+
+Gate = Literal["value", "query"]
+GATES = ("value", "query")
+_FINAL_NORM = "ln_final.hook_normalized"
+
+
+class _StopForward(Exception):
+    """Raised from the final-norm hook: everything after it (the full unembedding) is skipped."""
+
+
+def gate_hooks(
+    model: TransformerBridge,
+    mask: HeadMask | Tensor | None,
+    *,
+    alpha: float = 0.0,
+    gate: Gate = "value",
+    mlp: Tensor | None = None,
+) -> list:
+    """Hooks gating `model` with `mask` (none when `mask` is None) through the chosen gate."""
+    if gate not in GATES:
+        raise ValueError(f"gate must be one of {GATES}, not {gate!r}")
+    if mask is None:
+        return [] if mlp is None else _mlp_hooks(model, mlp)
+    if gate == "value":
+        return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp)
+    if alpha != 0.0:
+        raise ValueError("alpha (scaled masks) is defined for the value gate only")
+    verify_query_gate(model)
+    hooks = query_gate_hooks(model, mask)
+    if mlp is None and isinstance(mask, HeadMask):
+        mlp = mask.mlp_values
+    return hooks + (_mlp_hooks(model, mlp) if mlp is not None else [])
+
+
+@contextlib.contextmanager
+def gated(model: TransformerBridge, mask: HeadMask | Tensor | None, *, alpha: float = 0.0,
+          gate: Gate = "value", mlp: Tensor | None = None) -> Iterator[TransformerBridge]:
+    """Context manager form of `gate_hooks`; a no-op for `mask=None`."""
+    hooks = gate_hooks(model, mask, alpha=alpha, gate=gate, mlp=mlp)
+    if not hooks:
+        yield model
+        return
+    with model.hooks(fwd_hooks=hooks):
+        yield model
+
+
+def answer_positions(labels: Int[Tensor, "batch pos"]) -> tuple[Tensor, Tensor, Tensor]:
+    """(row, position, target) of every answer token, where `position` is the one predicting it."""
+    rows, positions = (labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
+    return rows, positions, labels[rows, positions + 1]
+
+
+def answer_logits(model: TransformerBridge, batch: TaskBatch) -> tuple[Float[Tensor, "n d_vocab"], Tensor, Tensor]:
+    """Logits at the positions that predict answer tokens, their targets and batch rows.
+
+    The forward pass stops at `ln_final.hook_normalized`; only the answer positions go through the
+    unembedding (for a 0.5B model the unembedding is over a quarter of the parameters). Hooks that
+    are active on `model` (gates) apply as usual.
+    """
+    rows, positions, targets = answer_positions(batch.labels)
+    if _FINAL_NORM not in model.hook_dict:  # architectures without the hook: full logits
+        logits = model(batch.input_ids, attention_mask=batch.attention_mask)
+        return logits[rows, positions], targets, rows
+    captured: list[Tensor] = []
+
+    def stop(normalized: Tensor, hook) -> Tensor:
+        captured.append(normalized)
+        raise _StopForward
+
+    try:
+        with model.hooks(fwd_hooks=[(_FINAL_NORM, stop)]):
+            model(batch.input_ids, attention_mask=batch.attention_mask)
+    except _StopForward:
+        pass
+    if not captured:
+        raise RuntimeError(f"the forward pass never reached {_FINAL_NORM}")
+    logits = model.unembed(captured[0][rows, positions])
+    cap = getattr(model.cfg, "output_logits_soft_cap", -1.0) or -1.0
+    if cap > 0:  # Gemma-2 style final soft-capping happens after the unembedding
+        logits = cap * torch.tanh(logits / cap)
+    return logits, targets, rows
+
+
+def answer_nll(model: TransformerBridge, batch: TaskBatch) -> tuple[Float[Tensor, " n"], Tensor]:
+    """Per-answer-token negative log-likelihood (nats) and the batch row of each token."""
+    logits, targets, rows = answer_logits(model, batch)
+    return F.cross_entropy(logits.float(), targets, reduction="none"), rows

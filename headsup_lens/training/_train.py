@@ -1,0 +1,258 @@
+"""Gumbel-sigmoid straight-through training of head masks (Sec. 3.2), one or many tasks at once."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens.model_bridge import TransformerBridge
+
+from .._io import atomic_write, atomic_write_text
+from ..data import Task, collate, encode_pairs
+from ..masks import HeadMask
+from ..models import fingerprint, pad_token_id
+from ._config import TrainConfig
+from ._objective import answer_nll, gate_hooks
+
+_STATE = "state.pt"
+_CHECKPOINTS = "checkpoints"
+
+
+@dataclass
+class TrainResult:
+    """A trained mask (`mask.logits` are the final M) and one history row per step."""
+
+    mask: HeadMask
+    history: pd.DataFrame
+
+
+def _stable_seed(*parts) -> int:
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def safe_name(name: str) -> str:
+    """A task name as a file name (`translation/en-zh` -> `translation__en-zh`)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "__", name)
+
+
+class _Sampler:
+    """Batches of training indices: a fresh permutation per epoch, derived from (seed, task, epoch).
+
+    Stateless in the step number, so a resumed run draws exactly the batches of an uninterrupted one.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int, task: str) -> None:
+        self.n, self.batch_size, self.seed, self.task = n, batch_size, seed, task
+        self._epoch, self._order = -1, None
+
+    def batch(self, step: int) -> list[int]:
+        out = []
+        for position in range(step * self.batch_size, (step + 1) * self.batch_size):
+            epoch, i = divmod(position, self.n)
+            if epoch != self._epoch:
+                generator = torch.Generator().manual_seed(_stable_seed(self.seed, self.task, "epoch", epoch))
+                self._epoch, self._order = epoch, torch.randperm(self.n, generator=generator).tolist()
+            out.append(self._order[i])
+        return out
+
+
+def left_tail_gumbel(shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
+    """G = log(E), E ~ Exp(1) (= log(-log U)): the paper's noise, drawn on the CPU for reproducibility."""
+    uniform = torch.rand(shape, generator=generator, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
+    return torch.log(-torch.log(uniform)).float()
+
+
+def straight_through(logits: Tensor, noise: Tensor, tau: float) -> Tensor:
+    """Hard 0/1 mask in the forward pass, the gradient of sigmoid((M + G) / tau) in the backward pass."""
+    soft = torch.sigmoid((logits + noise) / tau)
+    hard = (soft >= 0.5).to(soft.dtype)
+    return hard - soft.detach() + soft
+
+
+def train_mask(
+    model: TransformerBridge, task: Task, config: TrainConfig | None = None, *,
+    out_dir: str | os.PathLike | None = None, resume: bool = True,
+) -> TrainResult:
+    """Learn which heads `model` keeps so that it performs `task` from the bare input.
+
+    Trains logits M `[n_layers, n_heads]` (the model stays frozen) on the answer tokens of the
+    task's training split, without instruction. With `out_dir`, the logits are saved every
+    `config.checkpoint_every` steps (`checkpoints/logits_step*.safetensors`, the Fig. 3 trajectories)
+    together with the optimiser and noise state, a rerun with the same `out_dir` resumes from the
+    latest state, and the final `mask.safetensors` and `history.csv` are written (all atomically).
+    """
+    return _train(model, [task], config, out_dir=out_dir, resume=resume, single=True)[task.name]
+
+
+def train_masks(
+    model: TransformerBridge, tasks: Sequence[Task], config: TrainConfig | None = None, *,
+    out_dir: str | os.PathLike | None = None, resume: bool = True,
+) -> dict[str, TrainResult]:
+    """Train one mask per task simultaneously: each batch row carries its own task's mask.
+
+    One forward pass serves every task (per-row masks at the gate); each task's batches, noise and
+    initial logits depend only on (seed, task name), and the loss is the sum of the per-task means,
+    so each mask gets the gradient it would get alone. Final masks go to `out_dir/masks/`.
+    """
+    return _train(model, list(tasks), config, out_dir=out_dir, resume=resume, single=False)
+
+
+def _train(
+    model: TransformerBridge, tasks: list[Task], config: TrainConfig | None, *,
+    out_dir: str | os.PathLike | None, resume: bool, single: bool,
+) -> dict[str, TrainResult]:
+    config = config or TrainConfig()
+    config.validate()
+    if not tasks:
+        raise ValueError("no tasks to train")
+    names = [t.name for t in tasks]
+    if len(set(names)) != len(names):
+        raise ValueError(f"task names must be distinct, got {names}")
+    device = torch.device(model.cfg.device)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    model_fp = fingerprint(model)
+    # Tokenise everything first: a bad pair fails before anything is trained or written.
+    encoded = [encode_pairs(model, [t.pairs[i] for i in t.split_indices("train")],
+                            shots=[t.shots[i] for i in t.split_indices("train")] if t.shots else None)
+               for t in tasks]
+    samplers = [_Sampler(len(rows), config.batch_size, config.seed, t.name) for rows, t in zip(encoded, tasks)]
+    pad_id = pad_token_id(model)
+
+    init = [torch.Generator().manual_seed(_stable_seed(config.seed, name, "init")) for name in names]
+    logits = torch.stack([config.init_mean + config.init_std * torch.randn(n_layers, n_heads, generator=g)
+                          for g in init]).to(device).requires_grad_(True)
+    parameters = [logits]
+    mlp_logits = None
+    if config.mlp:
+        mlp_logits = torch.stack([config.init_mean + config.init_std * torch.randn(n_layers, generator=g)
+                                  for g in init]).to(device).requires_grad_(True)
+        parameters.append(mlp_logits)
+    optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
+    noise = [torch.Generator().manual_seed(_stable_seed(config.seed, name, "noise")) for name in names]
+    history: list[dict] = []
+    start = 0
+
+    out = Path(out_dir) if out_dir is not None else None
+    identity = {"recipe": config.recipe(), "tasks": names, "model": model_fp.to_dict()}
+    if out is not None and resume and (out / _CHECKPOINTS / _STATE).is_file():
+        state = torch.load(out / _CHECKPOINTS / _STATE, map_location=device, weights_only=True)
+        if state["identity"] != identity:
+            raise ValueError(
+                f"{out} holds a training run with a different recipe, task list or model; "
+                "pass another out_dir or resume=False"
+            )
+        with torch.no_grad():
+            logits.copy_(state["logits"])
+            if mlp_logits is not None:
+                mlp_logits.copy_(state["mlp_logits"])
+        optimizer.load_state_dict(state["optimizer"])
+        for generator, rng in zip(noise, state["noise"]):
+            generator.set_state(rng.cpu())
+        history, start = state["history"], int(state["step"])
+
+    rows_task = torch.arange(len(tasks)).repeat_interleave(config.batch_size).to(device)
+    bar = tqdm(range(start, config.steps), initial=start, total=config.steps, disable=not config.progress,
+               desc=f"mask {names[0]}" if single else f"masks x{len(tasks)}", dynamic_ncols=True)
+    for step in bar:
+        tau, lr = config.tau_at(step), config.lr_at(step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = collate([encoded[k][i] for k, sampler in enumerate(samplers) for i in sampler.batch(step)],
+                        pad_id=pad_id, device=device)
+        shape = (config.batch_size, n_layers, n_heads)
+        head_noise = torch.cat([left_tail_gumbel(shape, g) for g in noise]).to(device)
+        mask = straight_through(logits[rows_task], head_noise, tau)
+        mlp = None
+        if mlp_logits is not None:
+            mlp_noise = torch.cat([left_tail_gumbel((config.batch_size, n_layers), g) for g in noise]).to(device)
+            mlp = straight_through(mlp_logits[rows_task], mlp_noise, tau)
+        with model.hooks(fwd_hooks=gate_hooks(model, mask, gate=config.gate, mlp=mlp)):
+            nll, token_rows = answer_nll(model, batch)
+        token_task = rows_task[token_rows]
+        per_task = torch.zeros(len(tasks), device=device).index_add(0, token_task, nll)
+        per_task = per_task / torch.bincount(token_task, minlength=len(tasks)).clamp(min=1)
+        loss = per_task.sum()
+        if config.size_penalty:
+            loss = loss + config.size_penalty * torch.sigmoid(logits).sum()
+        if not torch.isfinite(loss):
+            raise ValueError(
+                f"training loss became {loss.item()} at step {step} (tasks {names}); the model may "
+                "overflow in its dtype (try dtype='float32') or the learning rate is too high"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        kept = (logits.detach() >= 0).sum(dim=(1, 2)).tolist()
+        losses = per_task.detach().tolist()
+        for name, task_loss, n_kept in zip(names, losses, kept):
+            history.append({"step": step + 1, "task": name, "loss": task_loss, "tau": tau, "lr": lr, "n_kept": n_kept})
+        bar.set_postfix(loss=f"{sum(losses) / len(losses):.3f}", tau=f"{tau:.2f}", kept=kept[0] if single else kept)
+        done = step + 1
+        if out is not None and (done == config.steps or (config.checkpoint_every and done % config.checkpoint_every == 0)):
+            _checkpoint(out, done, logits, mlp_logits, optimizer, noise, history, identity, names)
+    bar.close()
+
+    results = {}
+    frame = pd.DataFrame(history, columns=["step", "task", "loss", "tau", "lr", "n_kept"])
+    for k, task in enumerate(tasks):
+        head = HeadMask.from_logits(logits[k].detach(), model=model_fp, task=task.name, gate=config.gate,
+                                    steps=config.steps, seed=config.seed, init_mean=config.init_mean)
+        if mlp_logits is not None:
+            head = HeadMask(head.values, logits=head.logits, model=model_fp,
+                            mlp_values=(mlp_logits[k].detach() >= 0).float(),
+                            metadata={**head.metadata, "mlp_logits": mlp_logits[k].detach().tolist()})
+        results[task.name] = TrainResult(head, frame[frame.task == task.name].reset_index(drop=True))
+    if out is not None:
+        for name, result in results.items():
+            result.mask.save(out / "mask.safetensors" if single else out / "masks" / f"{safe_name(name)}.safetensors")
+        atomic_write_text(out / "history.csv", frame.to_csv(index=False))
+    return results
+
+
+def _checkpoint(out: Path, step: int, logits: Tensor, mlp_logits: Tensor | None, optimizer, noise,
+                history: list[dict], identity: dict, names: list[str]) -> None:
+    tensors = {"logits": logits.detach().cpu().contiguous()}
+    if mlp_logits is not None:
+        tensors["mlp_logits"] = mlp_logits.detach().cpu().contiguous()
+    meta = {"step": str(step), "tasks": "\n".join(names)}
+    folder = out / _CHECKPOINTS
+    atomic_write(folder / f"logits_step{step:07d}.safetensors", lambda tmp: save_file(tensors, str(tmp), metadata=meta))
+    state = {
+        "step": step, "logits": logits.detach(), "mlp_logits": None if mlp_logits is None else mlp_logits.detach(),
+        "optimizer": optimizer.state_dict(), "noise": [g.get_state() for g in noise], "history": history,
+        "identity": identity,
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write(folder / _STATE, lambda tmp: tmp.write_bytes(buffer.getvalue()))
+
+
+def load_trajectory(out_dir: str | os.PathLike, task: str | None = None) -> tuple[list[int], Tensor]:
+    """The saved logits of a training run: steps and a tensor `[n_checkpoints, n_layers, n_heads]`.
+
+    `sigmoid` of it gives the paper's Fig. 3 head-weight trajectories. `task` picks one task of a
+    multi-task run (default: the only or first task).
+    """
+    files = sorted((Path(out_dir) / _CHECKPOINTS).glob("logits_step*.safetensors"))
+    if not files:
+        raise ValueError(f"no logits checkpoints under {Path(out_dir) / _CHECKPOINTS}")
+    from safetensors import safe_open
+
+    with safe_open(str(files[0]), framework="pt") as handle:
+        names = (handle.metadata() or {}).get("tasks", "").split("\n")
+    index = 0 if task is None else (names.index(task) if task in names else -1)
+    if index < 0:
+        raise ValueError(f"task {task!r} is not in this run (tasks: {names})")
+    steps = [int(f.stem.removeprefix("logits_step")) for f in files]
+    return steps, torch.stack([load_file(str(f))["logits"][index] for f in files])

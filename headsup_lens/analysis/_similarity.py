@@ -1,0 +1,99 @@
+"""Layer similarity between settings (Fig. 4) and along a removal sweep (Fig. 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from ..gates import MaskLike
+from ._common import gated, prompt_ids
+from ._sweep import RemovalSweep
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One run of the model: a prompt (user text, instruction included when the setting is
+    instructed, e.g. `task.user_text(x, instructed=True)`), an optional mask under a gate, and
+    the position read (default: the last input token)."""
+
+    prompt: str
+    mask: MaskLike | None = None
+    gate: str = "value"  # "value" or "query"; checked when the setting runs
+    alpha: float = 0.0
+    formatted: bool = False
+    position: int = -1
+    name: str = ""
+
+
+@dataclass
+class LayerStates:
+    """Per-layer vectors at one position: `blocks.L.hook_attn_out` and `blocks.L.hook_resid_post`."""
+
+    attn_out: Float[Tensor, "n_layers d_model"]
+    block_out: Float[Tensor, "n_layers d_model"]
+
+
+def as_setting(run: Setting | str) -> Setting:
+    if isinstance(run, Setting):
+        return run
+    if isinstance(run, str):
+        return Setting(prompt=run)
+    raise ValueError(f"a run must be a Setting or a prompt string, not {type(run).__name__}")
+
+
+def layer_states(model: TransformerBridge, run: Setting | str) -> LayerStates:
+    """Each layer's attention output and block output at the setting's position."""
+    run = as_setting(run)
+    ids = prompt_ids(model, run.prompt, formatted=run.formatted)
+    if not -len(ids) <= run.position < len(ids):
+        raise ValueError(f"position {run.position} is outside the prompt's {len(ids)} tokens")
+    n_layers = model.cfg.n_layers
+    names = {f"blocks.{l}.hook_attn_out" for l in range(n_layers)} | {f"blocks.{l}.hook_resid_post" for l in range(n_layers)}
+    with torch.no_grad(), gated(model, run.mask, run.gate, run.alpha):
+        _, cache = model.run_with_cache(torch.tensor([ids], device=model.cfg.device), names_filter=lambda n: n in names)
+    pick = lambda hook: torch.stack([cache[f"blocks.{l}.{hook}"][0, run.position] for l in range(n_layers)]).float().cpu()
+    return LayerStates(attn_out=pick("hook_attn_out"), block_out=pick("hook_resid_post"))
+
+
+def cosine(a: Tensor, b: Tensor) -> Tensor:
+    """Cosine similarity along the last dimension, in float64 (a vector with itself gives 1)."""
+    return torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1)
+
+
+def layer_similarity(model: TransformerBridge, run_a: Setting | str, run_b: Setting | str) -> pd.DataFrame:
+    """Cosine similarity per layer of the attention output and the block output of two settings.
+
+    Returns a table with columns `layer`, `attn_out`, `block_out` (Fig. 4 compares e.g. original vs
+    instructed, masked vs instructed, masked vs masked + instructed).
+    """
+    a, b = layer_states(model, run_a), layer_states(model, run_b)
+    return pd.DataFrame({
+        "layer": range(model.cfg.n_layers),
+        "attn_out": cosine(a.attn_out, b.attn_out).numpy(),
+        "block_out": cosine(a.block_out, b.block_out).numpy(),
+    })
+
+
+def sweep_similarity(sweep: RemovalSweep, reference: LayerStates) -> pd.DataFrame:
+    """Fig. 5: per step and layer, cosine of the sweep's layer outputs with a reference setting's
+    (e.g. `layer_states(model, instructed_setting)`). The sweep needs `record_layers=True`."""
+    if sweep.attn_out is None or sweep.block_out is None:
+        raise ValueError("the sweep has no layer outputs; run removal_sweep(..., record_layers=True)")
+    if sweep.attn_out.shape[1:] != reference.attn_out.shape:
+        raise ValueError(
+            f"reference states {tuple(reference.attn_out.shape)} do not match the sweep's {tuple(sweep.attn_out.shape[1:])}"
+        )
+    attn = cosine(sweep.attn_out, reference.attn_out[None])
+    block = cosine(sweep.block_out, reference.block_out[None])
+    steps, layers = attn.shape
+    return pd.DataFrame({
+        "step": [s for s in sweep.steps for _ in range(layers)],
+        "layer": list(range(layers)) * steps,
+        "attn_out": attn.flatten().numpy(),
+        "block_out": block.flatten().numpy(),
+    })

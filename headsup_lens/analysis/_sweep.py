@@ -1,0 +1,341 @@
+"""One-by-one head removal (Fig. 2, 8, 9): ranks of tracked tokens and greedy continuations per step.
+
+Step s removes the first s heads of `order` from the full model, so a sweep over N heads has N + 1
+steps. The steps are independent forward passes, so they go on the batch dimension: row i of a chunk
+carries step i's mask (per-row masks at `hook_z`), and all rows are generated greedily together with
+the KV cache. `batch_size=1` is the plain sequential loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from ..gates import value_gate
+from ..masks import Head, HeadMask
+from ._common import check_heads, prompt_ids, token_id, token_ranks, token_text
+
+_CPU_BUDGET_GB = 2.0
+
+
+@dataclass
+class RemovalSweep:
+    """The result of `removal_sweep`.
+
+    `ranks` / `logits` have one row per step (`step`, `n_removed`, the head removed at that step,
+    the top-1 token) and one column per tracked token (labels in `tokens.label`). `generations[i]`
+    is step i's greedy continuation, cut before the first end-of-sequence token. With
+    `record_layers`, `attn_out` and `block_out` are `[steps, n_layers, d_model]` at the last prompt
+    position (`blocks.L.hook_attn_out`, `blocks.L.hook_resid_post`).
+    """
+
+    prompt: str
+    order: list[Head]
+    steps: list[int]
+    tokens: pd.DataFrame
+    ranks: pd.DataFrame
+    logits: pd.DataFrame
+    generations: list[str]
+    generation_ids: list[list[int]]
+    attn_out: Tensor | None = None
+    block_out: Tensor | None = None
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def target_labels(self) -> list[str]:
+        return self.tokens.loc[self.tokens.kind == "target", "label"].tolist()
+
+    @property
+    def top_labels(self) -> list[str]:
+        return self.tokens.loc[self.tokens.kind == "top", "label"].tolist()
+
+    @property
+    def switch_step(self) -> int | None:
+        """First step at which a target token is the top-1 next token (None if never)."""
+        labels = self.target_labels
+        if not labels:
+            return None
+        hit = (self.ranks[labels] == 1).any(axis=1).to_numpy()
+        return int(self.ranks.step.to_numpy()[hit.argmax()]) if hit.any() else None
+
+    @property
+    def change_step(self) -> int | None:
+        """First step whose greedy continuation differs from the first step's (None if never)."""
+        for step, ids in zip(self.steps, self.generation_ids):
+            if ids != self.generation_ids[0]:
+                return step
+        return None
+
+    def changes(self) -> pd.DataFrame:
+        """The steps where the continuation differs from the step before (plus the first step)."""
+        rows = [
+            (step, self.generations[i])
+            for i, step in enumerate(self.steps)
+            if i == 0 or self.generation_ids[i] != self.generation_ids[i - 1]
+        ]
+        return pd.DataFrame(rows, columns=["step", "generation"])
+
+    def long(self) -> pd.DataFrame:
+        """Tidy table: one row per (step, tracked token) with rank and logit."""
+        ranks = self.ranks.melt(id_vars=["step"], value_vars=self.tokens.label.tolist(), var_name="label", value_name="rank")
+        logits = self.logits.melt(id_vars=["step"], value_vars=self.tokens.label.tolist(), var_name="label", value_name="logit")
+        table = ranks.merge(logits, on=["step", "label"]).merge(self.tokens, on="label")
+        return table.sort_values(["step", "label"], kind="stable").reset_index(drop=True)
+
+    def mask_at(self, step: int, shape: tuple[int, int]) -> Tensor:
+        """The `[n_layers, n_heads]` mask of a step."""
+        return sweep_masks(self.order, [step], shape)[0]
+
+
+def sweep_masks(order: Sequence[Head], steps: Sequence[int], shape: tuple[int, int]) -> Tensor:
+    """`[len(steps), n_layers, n_heads]`: row i has the first `steps[i]` heads of `order` removed."""
+    n_layers, n_heads = shape
+    removal_step = torch.full((n_layers, n_heads), len(order) + 1)  # step at which each head goes
+    for i, (layer, head) in enumerate(order):
+        removal_step[layer, head] = min(int(removal_step[layer, head]), i + 1)
+    steps_t = torch.as_tensor(list(steps))[:, None, None]
+    return (removal_step[None] > steps_t).float()
+
+
+def weight_order(mask: HeadMask) -> list[Head]:
+    """The paper's order: every head by ascending weight sigmoid(M) (`HeadMask.removal_order`)."""
+    return mask.removal_order()
+
+
+def random_order(model_or_shape: TransformerBridge | tuple[int, int], seed: int = 0) -> list[Head]:
+    """Every head in a random order (a baseline for the weight order)."""
+    if isinstance(model_or_shape, tuple):
+        n_layers, n_heads = model_or_shape
+    else:
+        n_layers, n_heads = model_or_shape.cfg.n_layers, model_or_shape.cfg.n_heads
+    generator = torch.Generator().manual_seed(seed)
+    return [divmod(int(i), n_heads) for i in torch.randperm(n_layers * n_heads, generator=generator)]
+
+
+def influence_order(sweep: RemovalSweep, k: int | None = None, target: int | str | None = None) -> list[Head]:
+    """Appendix C.3.1: the first `k` heads of a sweep re-ordered by how much removing each raised
+    the target token's rank (largest rise first; ties keep the sweep's order), then the rest.
+
+    `sweep` must cover steps 0..k contiguously; `target` picks a target column by index or label
+    (default: the first target).
+    """
+    labels = sweep.target_labels
+    if not labels:
+        raise ValueError("influence order needs a sweep with target_tokens")
+    if target is None:
+        label = labels[0]
+    elif isinstance(target, int):
+        if not 0 <= target < len(labels):
+            raise ValueError(f"target index {target} out of range for {len(labels)} targets")
+        label = labels[target]
+    elif target in labels:
+        label = target
+    else:
+        raise ValueError(f"unknown target {target!r}; the sweep's targets are {labels}")
+    k = len(sweep.order) if k is None else k
+    if not 0 < k <= len(sweep.order):
+        raise ValueError(f"k={k} must lie in 1..{len(sweep.order)} (the sweep's order length)")
+    if sweep.steps[: k + 1] != list(range(k + 1)):
+        raise ValueError(f"influence order needs the sweep's steps 0..{k} without gaps")
+    ranks = sweep.ranks[label].to_numpy()[: k + 1].astype(np.int64)
+    rise = ranks[:-1] - ranks[1:]  # > 0: the removal moved the target towards rank 1
+    reordered = sorted(range(k), key=lambda i: (-rise[i], i))
+    return [sweep.order[i] for i in reordered] + list(sweep.order[k:])
+
+
+def auto_batch_size(model: TransformerBridge, n_tokens: int, memory_gb: float | None = None) -> int:
+    """Rows per chunk that fit a memory budget (default: half the free GPU memory, 2 GiB on CPU).
+
+    A row holds its KV cache, the activations of one layer, the attention scores and the logits of
+    `n_tokens` positions; a factor of 3 covers temporaries.
+    """
+    cfg = model.cfg
+    device = torch.device(cfg.device)
+    if memory_gb is None:
+        if device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(device)
+            budget = 0.5 * free
+        else:
+            budget = _CPU_BUDGET_GB * 2**30
+    else:
+        if memory_gb <= 0:
+            raise ValueError(f"memory budget must be positive, got {memory_gb} GiB")
+        budget = memory_gb * 2**30
+    element = torch.finfo(cfg.dtype).bits // 8 if getattr(cfg, "dtype", None) is not None else 4
+    per_token = cfg.n_layers * 2 * cfg.n_heads * cfg.d_head + 8 * cfg.d_model + cfg.d_vocab
+    per_row = element * (n_tokens * per_token + 2 * cfg.n_heads * n_tokens**2)
+    return max(1, int(budget // (3 * per_row)))
+
+
+def _stop_ids(model: TransformerBridge) -> set[int]:
+    """The tokens `generate` stops at (the model config's, else the tokenizer's end-of-sequence)."""
+    eos = getattr(model.cfg, "eos_token_id", None)
+    if eos is None:
+        eos = model.tokenizer.eos_token_id
+    if eos is None:
+        return set()
+    return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+
+
+def greedy_rows(
+    model: TransformerBridge, ids: Tensor, masks: Tensor, max_new_tokens: int, record_layers: bool
+) -> tuple[Tensor, list[list[int]], dict[str, Tensor]]:
+    """One chunk: next-token logits at the last prompt position, the greedy continuation of every
+    row (cut at the first stop token) and, optionally, layer outputs at the last prompt position."""
+    rows = masks.shape[0]
+    batch = ids.expand(rows, -1).contiguous()
+    captured: dict[str, Tensor] = {}
+    hooks = []
+    if record_layers:
+        def keep_last(name: str):
+            # hook.name may be the canonical name behind an alias, so the key comes from here.
+            def keep(x: Tensor, hook) -> None:
+                if name not in captured:  # the prompt pass; later cached passes see one new token
+                    captured[name] = x[:, -1].detach().float().cpu()
+
+            return keep
+
+        for layer in range(model.cfg.n_layers):
+            for name in (f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_resid_post"):
+                hooks.append((name, keep_last(name)))
+    stops = _stop_ids(model)
+    with torch.no_grad(), value_gate(model, masks.to(model.cfg.device)), model.hooks(fwd_hooks=hooks):
+        if max_new_tokens == 0:
+            logits = model(batch)[:, -1]
+            new = torch.zeros(rows, 0, dtype=torch.long)
+        else:
+            out = model.generate(
+                batch, max_new_tokens=max_new_tokens, do_sample=False, verbose=False,
+                return_type="tokens", output_logits=True, stop_at_eos=bool(stops),
+            )
+            logits = out.logits[0]
+            new = out.sequences[:, ids.shape[1]:].cpu()
+    continuations = []
+    for row in new.tolist():
+        cut = next((i for i, t in enumerate(row) if t in stops), len(row))
+        continuations.append(row[:cut])
+    return logits.float().cpu(), continuations, captured
+
+
+def removal_sweep(
+    model: TransformerBridge,
+    prompt: str,
+    order: Sequence[Head] | HeadMask,
+    *,
+    target_tokens: Sequence[int | str] | int | str | None = None,
+    top_k: int = 5,
+    max_new_tokens: int = 20,
+    batch_size: int | None = None,
+    record_layers: bool = False,
+    steps: Sequence[int] | None = None,
+    formatted: bool = False,
+    memory_gb: float | None = None,
+) -> RemovalSweep:
+    """Remove heads one at a time in `order` and record what the model would say at each step.
+
+    `prompt` is the user text, wrapped in the model's chat template unless `formatted=True`.
+    `order` is a list of `(layer, head)` (see `weight_order`, `influence_order`, `random_order`),
+    or a `HeadMask`, meaning its weight order. Tracked tokens: the full model's `top_k` next tokens
+    and `target_tokens` (ids, or text whose first token is used). Each step records their rank
+    (1 = top) and logit at the last prompt position and a greedy continuation of `max_new_tokens`
+    tokens. `steps` restricts the sweep to some steps (default 0..len(order)). Steps run in chunks
+    of `batch_size` rows (None: as many as fit `memory_gb`, see `auto_batch_size`).
+    """
+    if isinstance(order, HeadMask):
+        order.check_model(model)
+        order = order.removal_order()
+    order = check_heads(model, list(order))
+    if len(set(order)) != len(order):
+        raise ValueError("the removal order lists a head twice")
+    if top_k < 0 or max_new_tokens < 0:
+        raise ValueError("top_k and max_new_tokens must be >= 0")
+    steps = list(range(len(order) + 1)) if steps is None else [int(s) for s in steps]
+    if not steps or any(not 0 <= s <= len(order) for s in steps):
+        raise ValueError(f"steps must be a non-empty list of values in 0..{len(order)}")
+    if isinstance(target_tokens, (int, str)):
+        target_tokens = [target_tokens]
+    targets = [token_id(model, t) for t in (target_tokens or [])]
+
+    ids_list = prompt_ids(model, prompt, formatted=formatted)
+    ids = torch.tensor([ids_list], device=model.cfg.device)
+    if batch_size is None:
+        batch_size = auto_batch_size(model, len(ids_list) + max_new_tokens, memory_gb)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    shape = (model.cfg.n_layers, model.cfg.n_heads)
+    all_masks = sweep_masks(order, steps, shape)
+
+    logits_chunks, continuations, layer_chunks = [], [], []
+    for start in range(0, len(steps), batch_size):
+        logits, conts, captured = greedy_rows(
+            model, ids, all_masks[start : start + batch_size], max_new_tokens, record_layers
+        )
+        logits_chunks.append(logits)
+        continuations += conts
+        layer_chunks.append(captured)
+    logits = torch.cat(logits_chunks)
+
+    # The full model's top-k: from step 0 when the sweep has it, else from an unmasked pass.
+    if steps[0] == 0:
+        reference = logits[0]
+    else:
+        reference, _, _ = greedy_rows(model, ids, torch.ones(1, *shape), 0, False)
+        reference = reference[0]
+    top = reference.topk(min(top_k, reference.numel())).indices.tolist() if top_k else []
+    tracked = top + targets
+    kinds = ["top"] * len(top) + ["target"] * len(targets)
+    labels = [
+        f"top{i + 1} {token_text(model, t)!r}" if kind == "top" else f"target {token_text(model, t)!r}"
+        for i, (t, kind) in enumerate(zip(tracked, kinds))
+    ]
+    labels = [lab if labels.count(lab) == 1 else f"{lab} #{i}" for i, lab in enumerate(labels)]
+    tokens = pd.DataFrame({
+        "label": labels, "token_id": tracked, "text": [token_text(model, t) for t in tracked], "kind": kinds,
+    })
+
+    frame = pd.DataFrame({
+        "step": steps,
+        "n_removed": steps,
+        "layer": pd.array([order[s - 1][0] if s else None for s in steps], dtype="Int64"),
+        "head": pd.array([order[s - 1][1] if s else None for s in steps], dtype="Int64"),
+        "top1_id": logits.argmax(-1).tolist(),
+    })
+    frame["top1"] = [token_text(model, t) for t in frame.top1_id]
+    ranks, logit_table = frame.copy(), frame.copy()
+    if tracked:
+        tracked_t = torch.tensor(tracked)
+        rank_values = token_ranks(logits, tracked_t).numpy()
+        logit_values = logits[:, tracked_t].numpy()
+        for j, label in enumerate(labels):
+            ranks[label] = rank_values[:, j]
+            logit_table[label] = logit_values[:, j]
+
+    attn_out = block_out = None
+    if record_layers:
+        n_layers = model.cfg.n_layers
+        attn_out = torch.stack([
+            torch.cat([c[f"blocks.{l}.hook_attn_out"] for c in layer_chunks]) for l in range(n_layers)
+        ], dim=1)
+        block_out = torch.stack([
+            torch.cat([c[f"blocks.{l}.hook_resid_post"] for c in layer_chunks]) for l in range(n_layers)
+        ], dim=1)
+    text = model.tokenizer.decode(ids_list)
+    return RemovalSweep(
+        prompt=text,
+        order=order,
+        steps=steps,
+        tokens=tokens,
+        ranks=ranks,
+        logits=logit_table,
+        generations=[model.tokenizer.decode(c) for c in continuations],
+        generation_ids=continuations,
+        attn_out=attn_out,
+        block_out=block_out,
+        metadata={"batch_size": batch_size, "max_new_tokens": max_new_tokens, "top_k": top_k},
+    )

@@ -1,0 +1,126 @@
+import pytest
+import torch
+
+from headsup_lens import HeadMask, removal_sweep, value_gate
+from headsup_lens.analysis import influence_order, random_order, sweep_masks, weight_order
+from headsup_lens.models import chat_template, encode
+
+PROMPT = "cat dog"
+MAX_NEW = 6
+
+
+def sequential_sweep(model, prompt, order, targets, top_k=5, max_new=MAX_NEW):
+    """The reference: for each step one forward pass and one greedy generation, one row at a time."""
+    template = chat_template(model)
+    ids = torch.tensor([encode(model, template.format(prompt), add_bos=template.add_bos)])
+    eos = model.tokenizer.eos_token_id
+    ranks, generations, top = [], [], None
+    for step in range(len(order) + 1):
+        mask = HeadMask.from_heads(order[:step], model)
+        with torch.no_grad(), value_gate(model, mask):
+            logits = model(ids)[0, -1]
+            out = model.generate(ids, max_new_tokens=max_new, do_sample=False, verbose=False, return_type="tokens")
+        if top is None:
+            top = logits.topk(top_k).indices.tolist()
+        ranks.append([int((logits > logits[t]).sum()) + 1 for t in top + targets])
+        new = out[0, ids.shape[1]:].tolist()
+        generations.append(new[: new.index(eos)] if eos in new else new)
+    return ranks, generations
+
+
+def check_against_sequential(model, order, targets, **kwargs):
+    ranks, generations = sequential_sweep(model, PROMPT, order, targets)
+    result = removal_sweep(model, PROMPT, order, target_tokens=targets, max_new_tokens=MAX_NEW, **kwargs)
+    assert result.ranks[result.tokens.label].to_numpy().tolist() == ranks
+    assert result.generation_ids == generations
+    assert result.generations == [model.tokenizer.decode(g) for g in generations]
+    hits = [i for i, r in enumerate(ranks) if 1 in r[5:]]
+    assert result.switch_step == (hits[0] if hits else None)
+    changed = [i for i, g in enumerate(generations) if g != generations[0]]
+    assert result.change_step == (changed[0] if changed else None)
+    return result
+
+
+def final_top1(model, order):
+    """A target that certainly becomes top-1 during the sweep: the top token with every head removed."""
+    template = chat_template(model)
+    ids = torch.tensor([encode(model, template.format(PROMPT), add_bos=template.add_bos)])
+    with torch.no_grad(), value_gate(model, HeadMask.from_heads(order, model)):
+        return int(model(ids)[0, -1].argmax())
+
+
+@pytest.mark.parametrize("batch_size", [None, 3])
+def test_weight_order_sweep_equals_sequential_loop(any_model, batch_size):
+    logits = torch.randn(any_model.cfg.n_layers, any_model.cfg.n_heads, generator=torch.Generator().manual_seed(0))
+    order = weight_order(HeadMask.from_logits(logits))
+    targets = [final_top1(any_model, order), 7]
+    result = check_against_sequential(any_model, order, targets, batch_size=batch_size)
+    assert result.switch_step is not None and len(result.ranks) == len(order) + 1
+
+
+def test_random_and_partial_orders_equal_sequential_loop(llama):
+    order = random_order(llama, seed=3)
+    check_against_sequential(llama, order, [final_top1(llama, order)], batch_size=4)
+    check_against_sequential(llama, [(1, 2), (0, 5), (1, 7)], [9], batch_size=2)
+
+
+def test_influence_order_equals_sequential_loop_and_reorders_by_rank_rise(llama):
+    order = random_order(llama, seed=5)
+    target = final_top1(llama, order)
+    sweep = removal_sweep(llama, PROMPT, order, target_tokens=[target], max_new_tokens=MAX_NEW)
+    k = 10
+    influence = influence_order(sweep, k=k)
+    ranks = sweep.ranks[sweep.target_labels[0]].tolist()
+    rises = {order[i]: ranks[i] - ranks[i + 1] for i in range(k)}
+    assert sorted(influence[:k]) == sorted(order[:k]) and influence[k:] == order[k:]
+    assert [rises[h] for h in influence[:k]] == sorted(rises.values(), reverse=True)
+    check_against_sequential(llama, influence, [target], batch_size=5)
+
+
+def test_masks_layer_outputs_and_steps(llama):
+    order = [(0, 1), (1, 3), (0, 0)]
+    masks = sweep_masks(order, [0, 2, 3], (2, 8))
+    assert masks.shape == (3, 2, 8) and masks[0].sum() == 16
+    assert masks[1, 0, 1] == 0 and masks[1, 1, 3] == 0 and masks[1, 0, 0] == 1 and masks[2].sum() == 13
+    full = removal_sweep(llama, PROMPT, order, max_new_tokens=2, record_layers=True)
+    some = removal_sweep(llama, PROMPT, order, max_new_tokens=2, record_layers=True, steps=[1, 3], batch_size=1)
+    assert some.ranks.step.tolist() == [1, 3]
+    assert torch.allclose(some.block_out, full.block_out[[1, 3]], atol=1e-5)
+    # Recorded layer outputs are those of a plain cached run of the step's mask.
+    template = chat_template(llama)
+    ids = torch.tensor([encode(llama, template.format(PROMPT), add_bos=template.add_bos)])
+    with value_gate(llama, masks[1]):
+        _, cache = llama.run_with_cache(ids)
+    assert torch.allclose(full.block_out[2, 1], cache["blocks.1.hook_resid_post"][0, -1], atol=1e-5)
+    assert torch.allclose(full.attn_out[2, 0], cache["blocks.0.hook_attn_out"][0, -1], atol=1e-5)
+
+
+def test_formatted_prompt_and_text_targets(llama):
+    template = chat_template(llama)
+    plain = removal_sweep(llama, PROMPT, [(0, 1)], target_tokens="x", max_new_tokens=3)
+    formatted = removal_sweep(llama, template.format(PROMPT), [(0, 1)], target_tokens="x", max_new_tokens=3, formatted=True)
+    assert plain.ranks.equals(formatted.ranks) and plain.generations == formatted.generations
+    assert plain.tokens.token_id.tolist()[-1] == llama.tokenizer.convert_tokens_to_ids("x")
+    long = plain.long()
+    assert len(long) == 2 * len(plain.tokens) and set(long.columns) >= {"step", "rank", "logit", "kind"}
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(order=[(2, 0)]), "outside"),
+        (dict(order=[(0, 1), (0, 1)]), "twice"),
+        (dict(order=[(0, 1)], batch_size=0), "batch_size"),
+        (dict(order=[(0, 1)], steps=[2]), "steps"),
+        (dict(order=[(0, 1)], target_tokens=[10_000]), "vocabulary"),
+    ],
+)
+def test_bad_arguments(llama, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        removal_sweep(llama, PROMPT, **kwargs)
+
+
+def test_influence_order_needs_targets(llama):
+    sweep = removal_sweep(llama, PROMPT, [(0, 1)], max_new_tokens=1)
+    with pytest.raises(ValueError, match="target"):
+        influence_order(sweep)

@@ -118,7 +118,6 @@ def read_tsv_column_rows(path: Path) -> list[list[str]]:
     return rows
 
 
-@functools.lru_cache(maxsize=4)
 def _instructions(directory: Path) -> dict:
     path = directory / "function_vectors" / "instructions.json"
     if not path.is_file():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,7 +30,7 @@ class Task:
     name: str
     pairs: tuple[Pair, ...]
     instruction: str | None = None
-    matcher: Matcher = "contains"
+    matcher: str = "contains"  # "contains" | "starts_with"; checked in __post_init__ with a clear error
     n_eval: int = N_EVAL
     char_level: bool = False
     shots: tuple[Shots, ...] | None = None
@@ -58,9 +59,9 @@ class Task:
     def from_pairs(
         cls,
         name: str,
-        pairs: list[Pair] | tuple[Pair, ...],
+        pairs: Sequence,
         instruction: str | None = None,
-        matcher: Matcher = "contains",
+        matcher: str = "contains",
         n_eval: int | None = None,
         char_level: bool = False,
     ) -> Task:

@@ -1,0 +1,218 @@
+"""Tasks, loaders, the registry and answer-only tokenisation."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from headsup_lens.data import (
+    IGNORE_INDEX, Task, data_dir, fewshot, function_vector_task, hybrid_task, iwslt_task, load_task,
+    register_task, render_prompt, task_names, tokenize_pairs, tokenize_task, translation_task,
+)
+from headsup_lens.models import chat_template
+
+LLAMA_USER = "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+LLAMA_ASSISTANT = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+
+
+def write_fv(root, name, pairs):
+    path = root / "function_vectors" / "abstractive" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([{"input": x, "output": y} for x, y in pairs]), encoding="utf-8")
+    return path
+
+
+def write_xnli(root, lang, split, rows):
+    path = root / "xnli" / f"{split}-{lang}.tsv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join("\t".join(r) + "\n" for r in rows), encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- Task
+def test_task_splits_prompts_and_matchers():
+    pairs = [(f"in{i}", f"out{i}") for i in range(10)]
+    task = Task.from_pairs("t", pairs, instruction="Do it: {input} now", n_eval=3)
+    assert task.train_pairs == tuple(pairs[:7]) and task.eval_pairs == tuple(pairs[7:])
+    assert task.user_text("x{y}") == "x{y}"
+    assert task.user_text("x{y}", instructed=True) == "Do it: x{y} now"
+    assert task.is_correct("so out1 it is", "out1") and not task.is_correct("ou", "out1")
+    starts = Task.from_pairs("s", pairs, matcher="starts_with", n_eval=2)
+    assert starts.is_correct(" W and more", "W") and not starts.is_correct("a W", "W")
+    assert Task.from_pairs("d", pairs).n_eval == 5  # min(100, half the pairs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(pairs=[]), "no (input, output) pairs"),
+        (dict(pairs=[("a", "b")], instruction="no placeholder"), "lacks '{input}'"),
+        (dict(pairs=[("a", "b")], matcher="exact"), "matcher must be one of"),
+        (dict(pairs=[("a", "b")], n_eval=2), "n_eval=2"),
+        (dict(pairs=[("a", "b", "c")]), "not an (input, output) pair"),
+    ],
+)
+def test_task_rejects_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Task.from_pairs("bad", **kwargs)
+
+
+def test_uninstructed_task_refuses_instructed_text_and_empty_splits():
+    task = Task.from_pairs("t", [("a", "b"), ("c", "d")], n_eval=0)
+    with pytest.raises(ValueError, match="no instruction template"):
+        task.user_text("a", instructed=True)
+    with pytest.raises(ValueError, match="no eval pairs"):
+        task.split_indices("eval")
+
+
+# --------------------------------------------------------------------------- data directory and files
+def test_data_dir_resolution(tmp_path, monkeypatch):
+    monkeypatch.setenv("HEADSUP_DATA_DIR", str(tmp_path))
+    assert data_dir() == tmp_path
+    other = tmp_path / "other"
+    other.mkdir()
+    assert data_dir(other) == other  # the argument wins over the environment
+    monkeypatch.setenv("HEADSUP_DATA_DIR", str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="headsup download-data"):
+        data_dir()
+
+
+def test_function_vector_loader_on_written_files(tmp_path):
+    pairs = [(f"w{i}", f"W{i}") for i in range(250)]
+    write_fv(tmp_path, "capitalize", pairs)
+    task = function_vector_task("capitalize", tmp_path)
+    assert len(task.pairs) == 250 and task.eval_pairs == tuple(pairs[150:])
+    assert task.matcher == "starts_with" and "{input}" in task.instruction  # the project's own wording
+    (tmp_path / "function_vectors" / "instructions.json").write_text(
+        json.dumps({"tasks": {"capitalize": {"template": "PAPER {input} END"}}}), encoding="utf-8")
+    assert load_task("capitalize", tmp_path).instruction == "PAPER {input} END"
+    write_fv(tmp_path, "antonym", pairs)
+    assert load_task("antonym", tmp_path).matcher == "contains"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [("", "not valid JSON"), ("[]", "non-empty JSON list"), ('{"input": "a"}', "non-empty JSON list"),
+     ('[{"input": "a"}]', "entry 0"), ('[{"input": "a", "output": 3}]', "entry 0")],
+)
+def test_malformed_task_files(tmp_path, content, message):
+    path = write_fv(tmp_path, "antonym", [("a", "b")])
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        load_task("antonym", tmp_path)
+
+
+def test_missing_task_file(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_task("antonym", tmp_path)
+
+
+def test_translation_from_parallel_xnli(tmp_path):
+    for lang, words in (("en", ["p0", "h0", "h1", "p1", "h2"]), ("zh", ["前0", "后0", "后1", "前1", "后2"])):
+        # Two premises repeated for their hypotheses, as in XNLI dev (premise, hypothesis, label).
+        write_xnli(tmp_path, lang, "dev", [[words[0], words[1], "x"], [words[0], words[2], "y"]])
+        write_xnli(tmp_path, lang, "test", [[words[3], words[4]], [words[3], words[1]]])
+    task = translation_task("en", "zh", tmp_path, n_eval=2)
+    assert task.pairs == (("p0", "前0"), ("h0", "后0"), ("h1", "后1"), ("p1", "前1"), ("h2", "后2"))
+    assert task.n_eval == 2 and task.char_level and task.name == "translation/en-zh"
+    assert task.user_text("p0", instructed=True) == "p0\n\nTranslate into Chinese:"
+    reverse = load_task("translation/zh-en", tmp_path)
+    assert reverse.pairs[0] == ("前0", "p0") and not reverse.char_level
+    write_xnli(tmp_path, "fr", "dev", [["a", "b", "c"]])
+    with pytest.raises(ValueError, match="must be parallel"):
+        translation_task("en", "fr", tmp_path)
+    with pytest.raises(ValueError, match="unknown language"):
+        translation_task("en", "xx", tmp_path)
+
+
+def test_iwslt_loader(tmp_path):
+    (tmp_path / "iwslt2017").mkdir()
+    frame = pd.DataFrame({"doc_id": [1, 1], "seg_id": [1, 2],
+                          "translation": [{"en": "Hello.", "de": "Hallo."}, {"en": "Bye.", "de": "Tschüss."}]})
+    frame.to_parquet(tmp_path / "iwslt2017" / "en-de-test.parquet")
+    task = iwslt_task("de", "en", tmp_path)
+    assert task.pairs == (("Hallo.", "Hello."), ("Tschüss.", "Bye.")) and task.eval_pairs == task.pairs
+    with pytest.raises(ValueError, match="no IWSLT2017 test set"):
+        iwslt_task("en", "ru", tmp_path)
+
+
+def test_fewshot_demonstrations_come_from_training_pairs(tmp_path):
+    task = Task.from_pairs("t", [(f"x{i}", f"y{i}") for i in range(30)], n_eval=10)
+    shot = fewshot(task, k=5, seed=1)
+    assert shot.name == "fewshot/t" and shot.pairs == task.pairs
+    for i, demos in enumerate(shot.shots):
+        assert len(demos) == 5 and task.pairs[i] not in demos
+        assert set(demos) <= set(task.train_pairs)
+    assert fewshot(task, k=5, seed=1) == shot and fewshot(task, k=5, seed=2) != shot
+
+
+def test_hybrid_file_is_re_rendered_for_the_model(tmp_path, llama, gpt2):
+    text = f"a{LLAMA_ASSISTANT}A{LLAMA_USER}b{LLAMA_ASSISTANT}B{LLAMA_USER}c"
+    path = tmp_path / "function_vectors" / "fewshot" / "hybrid.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps([{"input": text, "output": "C"}] * 4), encoding="utf-8")
+    task = hybrid_task(tmp_path)
+    assert task.pairs[0] == ("c", "C") and task.shots[0] == (("a", "A"), ("b", "B"))
+    assert render_prompt(llama, "c", task.shots[0]) == "<user> a <assistant> A<eos><user> b <assistant> B<eos><user> c <assistant> "
+    assert render_prompt(gpt2, "c", task.shots[0]) == "a\n\nA\n\nb\n\nB\n\nc\n\n"
+    path.write_text(json.dumps([{"input": f"a{LLAMA_ASSISTANT}A{LLAMA_ASSISTANT}x{LLAMA_USER}c", "output": "C"}]))
+    with pytest.raises(ValueError, match="malformed few-shot"):
+        hybrid_task(tmp_path)
+
+
+def test_registry_refuses_duplicates_and_lists_known_names():
+    assert "antonym" in task_names() and "translation/en-zh" in task_names() and "fewshot/hybrid" in task_names()
+    with pytest.raises(ValueError, match="already registered"):
+        register_task("antonym", lambda d: None)
+    with pytest.raises(ValueError, match="unknown task 'nope'.*antonym"):
+        load_task("nope")
+    register_task("test/tiny", lambda d: Task.from_pairs("test/tiny", [("a", "b"), ("c", "d")]))
+    assert load_task("test/tiny").pairs == (("a", "b"), ("c", "d"))
+
+
+# --------------------------------------------------------------------------- tokenisation
+def test_labels_cover_exactly_the_answer_and_end_of_turn(any_model):
+    pairs = [("abc", "Xy"), ("hello there", "z"), ("q", "long answer")]
+    batch = tokenize_pairs(any_model, pairs)
+    template = chat_template(any_model)
+    tokenizer = any_model.tokenizer
+    for row, (x, y) in enumerate(pairs):
+        length = int(batch.attention_mask[row].sum())
+        assert batch.attention_mask[row, :length].all() and not batch.attention_mask[row, length:].any()
+        labelled = (batch.labels[row] != IGNORE_INDEX).nonzero().flatten()
+        start = int(labelled[0])
+        assert labelled.tolist() == list(range(start, length))  # contiguous, up to the last real token
+        assert tokenizer.decode(batch.input_ids[row, start:length]) == y + template.end_of_turn
+        assert (batch.labels[row, start:length] == batch.input_ids[row, start:length]).all()
+        prompt = tokenizer.decode(batch.input_ids[row, :start])
+        assert prompt.removeprefix(tokenizer.bos_token if template.add_bos else "") == template.format(x)
+
+
+def test_instructed_tokenisation_and_empty_answer(llama):
+    task = Task.from_pairs("t", [("ab", "c"), ("de", "f")], instruction="Say: {input}", n_eval=1)
+    batch = tokenize_task(llama, task, "train", instructed=True)
+    assert llama.tokenizer.decode(batch.input_ids[0]).startswith("<user> Say: ab <assistant> c")
+    with pytest.raises(ValueError, match="empty after tokenisation"):
+        tokenize_pairs(llama, [("ab", "")])
+
+
+# --------------------------------------------------------------------------- the shared data
+def test_shared_data(shared_data_dir, llama):
+    antonym = load_task("antonym", shared_data_dir)
+    assert len(antonym.pairs) == 2398 and antonym.n_eval == 100 and antonym.n_train == 2298
+    assert antonym.instruction.startswith("Identify the antonym")  # the paper's Table 10 wording
+    for name in ("capitalize_first_letter", "conll2003_person", "fruit_v_animal_3"):
+        assert load_task(name, shared_data_dir).matcher == "starts_with"
+    assert load_task("sentiment", shared_data_dir).matcher == "contains"
+    en_zh = load_task("translation/en-zh", shared_data_dir)
+    assert len(en_zh.pairs) == 9999 and en_zh.char_level and en_zh.eval_pairs == en_zh.pairs[-100:]
+    assert len({x for x, _ in en_zh.pairs}) == len(en_zh.pairs)
+    hybrid = load_task("fewshot/hybrid", shared_data_dir)
+    assert len(hybrid.pairs) == 3094 and all(len(s) == 5 for s in hybrid.shots)
+    assert len(load_task("iwslt2017/en-zh", shared_data_dir).pairs) == 8549
+    batch = tokenize_task(llama, antonym, "eval")
+    assert batch.input_ids.shape[0] == 100
+    eot = len(llama.tokenizer("<eos>", add_special_tokens=False)["input_ids"])
+    answer_tokens = sum(len(llama.tokenizer(y, add_special_tokens=False)["input_ids"]) + eot for _, y in antonym.eval_pairs)
+    assert batch.n_answer_tokens == answer_tokens

@@ -1,33 +1,15 @@
-"""Small pieces every analysis shares: gating by name, prompt formatting, token lookup."""
+"""Small pieces every analysis shares: prompt formatting, token lookup, head lists."""
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from ..gates import MaskLike, query_gate, value_gate
 from ..masks import Head
 from ..models import chat_template, encode
-
-# "value" or "query"; a plain str so that a bad name reaches `gated` and gets a ValueError.
-Gate = str
-
-
-def gated(
-    model: TransformerBridge, mask: MaskLike | None, gate: Gate = "value", alpha: float = 0.0
-) -> AbstractContextManager:
-    """The gate named `gate` with `mask` (no gate at all when `mask` is None)."""
-    if mask is None:
-        return nullcontext(model)
-    if gate == "value":
-        return value_gate(model, mask, alpha=alpha)
-    if gate == "query":
-        if alpha != 0.0:
-            raise ValueError("alpha scaling exists only for the value gate")
-        return query_gate(model, mask)
-    raise ValueError(f"unknown gate {gate!r}; use 'value' or 'query'")
+from ..training import gated as gated
+from ..training._objective import Gate as Gate
 
 
 def prompt_ids(model: TransformerBridge, prompt: str, *, formatted: bool = False) -> list[int]:

@@ -57,7 +57,7 @@ def logit_lens(
         raise ValueError(f"unknown streams {unknown}; choose from {sorted(STREAMS)}")
     ids = prompt_ids(model, prompt, formatted=formatted)
     names = [f"blocks.{l}.{STREAMS[s]}" for s in streams for l in range(model.cfg.n_layers)]
-    with torch.no_grad(), gated(model, mask, gate, alpha):
+    with torch.no_grad(), gated(model, mask, alpha=alpha, gate=gate):
         _, cache = model.run_with_cache(torch.tensor([ids], device=model.cfg.device), names_filter=lambda n: n in names)
     rows, probs = [], {}
     k = min(k, model.cfg.d_vocab)

@@ -54,7 +54,7 @@ def layer_states(model: TransformerBridge, run: Setting | str) -> LayerStates:
         raise ValueError(f"position {run.position} is outside the prompt's {len(ids)} tokens")
     n_layers = model.cfg.n_layers
     names = {f"blocks.{l}.hook_attn_out" for l in range(n_layers)} | {f"blocks.{l}.hook_resid_post" for l in range(n_layers)}
-    with torch.no_grad(), gated(model, run.mask, run.gate, run.alpha):
+    with torch.no_grad(), gated(model, run.mask, alpha=run.alpha, gate=run.gate):
         _, cache = model.run_with_cache(torch.tensor([ids], device=model.cfg.device), names_filter=lambda n: n in names)
     pick = lambda hook: torch.stack([cache[f"blocks.{l}.{hook}"][0, run.position] for l in range(n_layers)]).float().cpu()
     return LayerStates(attn_out=pick("hook_attn_out"), block_out=pick("hook_resid_post"))

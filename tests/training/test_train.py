@@ -1,0 +1,189 @@
+"""Mask training: planted pathway, schedules, objective, determinism, variants, checkpoints, resume."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from headsup_lens import load_model
+from headsup_lens.data import IGNORE_INDEX, Task, tokenize_pairs
+from headsup_lens.evaluation import answer_loss
+from headsup_lens.masks import HeadMask
+from headsup_lens.training import TrainConfig, answer_logits, load_trajectory, train_mask, train_masks
+from headsup_lens.training._objective import gated
+
+from .planted import build_planted_dir, planted_mask, planted_task
+
+QUICK = dict(steps=60, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=0, progress=False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from threads, and spinning threads stall on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def planted_dir(tmp_path_factory):
+    return build_planted_dir(tmp_path_factory.mktemp("planted"))
+
+
+@pytest.fixture(scope="module")
+def planted(planted_dir):
+    return load_model(planted_dir, device="cpu", dtype="float32")
+
+
+def test_planted_pathway_is_recovered(planted):
+    task = planted_task()
+    original = answer_loss(planted, task)
+    result = train_mask(planted, task, TrainConfig(**QUICK))
+    agreement = (result.mask.values == planted_mask()).float().mean().item()
+    assert agreement >= 0.95, result.mask.values
+    masked = answer_loss(planted, task, mask=result.mask)
+    assert masked < 0.2 * original  # suppressed answer (~23 nats) -> ~log 2
+    history = result.history
+    assert list(history.columns) == ["step", "task", "loss", "tau", "lr", "n_kept"] and len(history) == 60
+    assert history.loss.iloc[-5:].mean() < 0.2 * history.loss.iloc[:5].mean()
+    assert history.n_kept.iloc[0] == 32 and history.n_kept.iloc[-1] == result.mask.n_kept
+    assert torch.equal(result.mask.values, (result.mask.logits >= 0).float())
+
+
+def test_schedules_match_the_paper():
+    config = TrainConfig(steps=100)
+    assert config.lr_at(0) == pytest.approx(1e-3) and config.lr_at(9) == pytest.approx(1e-2)
+    assert config.lr_at(99) == pytest.approx(1e-4)
+    assert config.lr_at(54) == pytest.approx(1e-4 + (1e-2 - 1e-4) * 0.5 * (1 + math.cos(math.pi * 44 / 89)))
+    assert config.tau_at(0) == 4.0 and config.tau_at(20) == pytest.approx((4.0 + 0.05) / 2)
+    assert config.tau_at(40) == config.tau_at(99) == 0.05
+    assert TrainConfig.negative_init().init_mean == -3.0 and TrainConfig.fast().steps < 1000
+    with pytest.raises(ValueError, match="steps must be positive"):
+        TrainConfig(steps=0).validate()
+
+
+def test_answer_logits_equal_full_logits_at_answer_positions(llama):
+    batch = tokenize_pairs(llama, [("abc", "Xyz"), ("hello there", "q")])
+    mask = torch.ones(2, 8)
+    mask[0, 3] = mask[1, 5] = 0
+    for gate_mask in (None, mask):
+        with torch.no_grad(), gated(llama, gate_mask):
+            logits, targets, rows = answer_logits(llama, batch)
+            full = llama(batch.input_ids, attention_mask=batch.attention_mask)
+        expected_rows, positions = (batch.labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
+        torch.testing.assert_close(logits, full[expected_rows, positions])
+        assert torch.equal(targets, batch.input_ids[expected_rows, positions + 1])
+        reference = F.cross_entropy(full[:, :-1].flatten(0, 1), batch.labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX)
+        torch.testing.assert_close(F.cross_entropy(logits, targets), reference)
+
+
+def test_deterministic_for_a_seed(planted):
+    task = planted_task()
+    config = TrainConfig(**{**QUICK, "steps": 15})
+    first, second = train_mask(planted, task, config), train_mask(planted, task, config)
+    assert torch.equal(first.mask.logits, second.mask.logits)
+    other = train_mask(planted, task, config.replace(seed=1))
+    assert not torch.equal(first.mask.logits, other.mask.logits)
+
+
+def test_joint_training_gives_each_task_its_own_mask(planted):
+    a, b = planted_task(seed=0), Task.from_pairs("other", planted_task(seed=1).pairs, n_eval=20)
+    config = TrainConfig(**{**QUICK, "steps": 20})
+    joint = train_masks(planted, [a, b], config)
+    assert set(joint) == {"planted", "other"}
+    for task in (a, b):
+        alone = train_mask(planted, task, config)
+        torch.testing.assert_close(joint[task.name].mask.logits, alone.mask.logits, atol=1e-4, rtol=0)
+        assert list(joint[task.name].history.task.unique()) == [task.name]
+
+
+def test_query_gate_and_mlp_slot_train(llama):
+    task = Task.from_pairs("t", [(f"w{'abcdefgh'[i % 8]}", "xy") for i in range(12)], n_eval=2)
+    config = TrainConfig(**{**QUICK, "steps": 3, "init_mean": 0.0})
+    query = train_mask(llama, task, config.replace(gate="query"))
+    assert query.mask.metadata["gate"] == "query" and not torch.equal(query.mask.logits, torch.zeros(2, 8))
+    assert query.history.loss.map(math.isfinite).all()
+    mlp = train_mask(llama, task, config.replace(mlp=True))
+    assert mlp.mask.mlp_values is not None and mlp.mask.mlp_values.shape == (2,)
+    assert len(mlp.mask.metadata["mlp_logits"]) == 2
+
+
+def test_outputs_checkpoints_and_trajectory(planted, tmp_path):
+    task = planted_task()
+    config = TrainConfig(**{**QUICK, "steps": 20, "checkpoint_every": 5})
+    result = train_mask(planted, task, config, out_dir=tmp_path)
+    saved = HeadMask.load(tmp_path / "mask.safetensors", planted)
+    assert torch.equal(saved.logits, result.mask.logits) and saved.metadata["task"] == "planted"
+    assert (tmp_path / "history.csv").read_text().count("\n") == 21
+    steps, logits = load_trajectory(tmp_path)
+    assert steps == [5, 10, 15, 20] and logits.shape == (4, 4, 8)
+    assert torch.equal(logits[-1], result.mask.logits)
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+    with pytest.raises(ValueError, match="different recipe"):
+        train_mask(planted, task, config.replace(lr=0.05), out_dir=tmp_path)
+
+
+def test_nan_loss_stops_with_a_clear_error_and_writes_no_mask(planted, tmp_path):
+    def poison(x, hook):
+        return x * float("nan")
+
+    with planted.hooks(fwd_hooks=[("ln_final.hook_normalized", poison)]):
+        with pytest.raises(ValueError, match="loss became nan at step 0"):
+            train_mask(planted, planted_task(), TrainConfig(**QUICK), out_dir=tmp_path)
+    assert not (tmp_path / "mask.safetensors").exists()
+
+
+def test_bad_pair_fails_before_anything_is_written(planted, tmp_path):
+    task = Task.from_pairs("empty", [("abc", "X"), ("de", ""), ("fg", "X")], n_eval=1)
+    with pytest.raises(ValueError, match="empty after tokenisation"):
+        train_mask(planted, task, TrainConfig(**QUICK), out_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+_RUN = textwrap.dedent(
+    """
+    import sys, time
+    import torch
+    import headsup_lens.training._train as trainer
+    from headsup_lens import load_model
+    from headsup_lens.training import TrainConfig, train_mask
+    from tests.training.planted import planted_task
+    torch.set_num_threads(1)
+    slow = trainer.collate
+    trainer.collate = lambda *a, **k: (time.sleep(0.05), slow(*a, **k))[1]  # room to kill it mid-way
+    model = load_model(sys.argv[1], device="cpu", dtype="float32")
+    config = TrainConfig(steps=60, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=10, progress=False)
+    train_mask(model, planted_task(), config, out_dir=sys.argv[2])
+    """
+)
+
+
+def test_resume_after_sigkill_gives_the_same_mask(planted, planted_dir, tmp_path):
+    config = TrainConfig(steps=60, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=10, progress=False)
+    reference = train_mask(planted, planted_task(), config)
+    out = tmp_path / "run"
+    root = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen([sys.executable, "-c", _RUN, str(planted_dir), str(out)], cwd=root,
+                               env={**os.environ, "PYTHONPATH": str(root)}, stderr=subprocess.DEVNULL)
+    checkpoint = out / "checkpoints" / "logits_step0000020.safetensors"
+    deadline = time.time() + 60
+    while not checkpoint.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert checkpoint.exists() and not (out / "mask.safetensors").exists()  # killed mid-way
+    resumed = train_mask(planted, planted_task(), config, out_dir=out)
+    assert resumed.history.step.tolist() == list(range(1, 61))
+    assert torch.equal(resumed.mask.logits, reference.mask.logits)
+    assert resumed.history.loss.tolist() == pytest.approx(reference.history.loss.tolist())

@@ -1,0 +1,116 @@
+"""Answer loss, batched generation with per-row masks, metrics and the settings table."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from headsup_lens import HeadMask, load_model
+from headsup_lens.data import IGNORE_INDEX, Task, tokenize_pairs
+from headsup_lens.evaluation import accuracy, answer_loss, bleu, evaluate, generations, rouge_l
+from headsup_lens.gates import value_gate
+
+from ..conftest import random_mask
+from ..training.planted import build_planted_dir, planted_mask, planted_task
+
+WORDS = ["abc", "hello there", "q", "longer input words", "xy", "Mixed Case", "z z", "tail"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from threads, and spinning threads stall on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    return load_model(build_planted_dir(tmp_path_factory.mktemp("planted")), device="cpu", dtype="float32")
+
+
+def word_task(n_eval: int = 6) -> Task:
+    return Task.from_pairs("words", [(w, w[::-1]) for w in WORDS], instruction="Reverse: {input}", n_eval=n_eval)
+
+
+def test_answer_loss_matches_a_plain_reference(any_model):
+    task = word_task()
+    mask = random_mask(any_model, seed=3)
+    total, count = 0.0, 0
+    for x, y in task.eval_pairs:  # one example at a time, full logits, PyTorch cross-entropy
+        batch = tokenize_pairs(any_model, [(x, y)])
+        with torch.no_grad(), value_gate(any_model, mask):
+            logits = any_model(batch.input_ids)
+        labels = batch.labels[0, 1:]
+        total += F.cross_entropy(logits[0, :-1], labels, ignore_index=IGNORE_INDEX, reduction="sum").item()
+        count += int((labels != IGNORE_INDEX).sum())
+    for batch_size in (1, 4, 16):
+        assert answer_loss(any_model, task, mask=mask, batch_size=batch_size) == pytest.approx(total / count, rel=1e-5)
+
+
+def test_per_row_masks_in_the_loss(llama):
+    task = word_task()
+    masks = random_mask(llama, seed=1, rows=6)
+    batched = answer_loss(llama, task, mask=masks, batch_size=4)
+    rows = [tokenize_pairs(llama, [pair]) for pair in task.eval_pairs]
+    total, count = 0.0, 0
+    for i, batch in enumerate(rows):
+        one = Task.from_pairs("one", [task.eval_pairs[i]] * 2, n_eval=1)
+        n = int((batch.labels != IGNORE_INDEX).sum())
+        total += answer_loss(llama, one, mask=masks[i]) * n
+        count += n
+    assert batched == pytest.approx(total / count, rel=1e-5)
+    with pytest.raises(ValueError, match="per-row mask has 3 rows for 6 examples"):
+        answer_loss(llama, task, mask=masks[:3])
+
+
+@pytest.mark.parametrize("instructed", [False, True])
+def test_batched_generation_equals_one_at_a_time(any_model, instructed):
+    task = word_task()
+    masks = random_mask(any_model, seed=2, rows=6)
+    batched = generations(any_model, task, mask=masks, instructed=instructed, batch_size=4, max_new_tokens=6)
+    for i, (x, _) in enumerate(task.eval_pairs):
+        one = Task.from_pairs("one", [(x, "y")], instruction=task.instruction, n_eval=1)
+        alone = generations(any_model, one, mask=masks[i], instructed=instructed, batch_size=1, max_new_tokens=6)
+        assert batched[i] == alone[0]
+
+
+def test_accuracy_and_table_on_the_planted_model(planted, llama):
+    task = planted_task()
+    mask = HeadMask(planted_mask(), model=None)
+    assert accuracy(planted, task) == 0.0 and accuracy(planted, task, mask=mask) == 1.0
+    table = evaluate(planted, task, mask, other_mask=HeadMask.full(planted))
+    assert table.setting.tolist() == ["original", "instructed", "masked", "random mask", "other model's mask",
+                                      "instructed + scaled mask"]
+    assert {"answer_nll", "perplexity", "accuracy", "rouge_l", "bleu", "n_kept"} <= set(table.columns)
+    row = table.set_index("setting")
+    assert row.loc["masked", "answer_nll"] < 0.1 * row.loc["original", "answer_nll"]
+    assert row.loc["masked", "perplexity"] == pytest.approx(math.exp(row.loc["masked", "answer_nll"]))
+    assert row.loc["masked", "accuracy"] == 1.0 and row.loc["original", "accuracy"] == 0.0
+    assert row.loc["random mask", "n_kept"] == row.loc["masked", "n_kept"] == 28
+    assert row.loc["other model's mask", "answer_nll"] == pytest.approx(row.loc["original", "answer_nll"])
+    with pytest.raises(ValueError, match="does not fit model"):
+        evaluate(planted, task, mask, other_mask=HeadMask.full(llama))
+
+
+def test_uninstructed_task_skips_instructed_settings(planted):
+    task = Task.from_pairs("bare", planted_task().pairs, n_eval=5)
+    table = evaluate(planted, task, HeadMask(planted_mask()), generate=False)
+    assert table.setting.tolist() == ["original", "masked", "random mask"] and "accuracy" not in table
+
+
+def test_metrics_come_from_the_libraries():
+    from rouge_score import rouge_scorer
+
+    assert rouge_l(["我爱你"], ["我爱他"], char_level=True) == pytest.approx(2 / 3)
+    assert rouge_l(["Привет мир"], ["привет мир"]) == 1.0  # non-ASCII words are not dropped
+    english = rouge_scorer.RougeScorer(["rougeL"]).score("the cat sat", "the cat sat down")["rougeL"].fmeasure
+    assert rouge_l(["the cat sat down"], ["the cat sat"]) == pytest.approx(english)
+    assert bleu(["the cat sat on the mat"], ["the cat sat on the mat"]) == pytest.approx(100.0)
+    assert bleu(["完全不同"], ["我们谈得很好"], char_level=True) < 1.0
+    with pytest.raises(ValueError, match="equally many"):
+        rouge_l(["a"], [])

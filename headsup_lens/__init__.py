@@ -10,6 +10,9 @@
 from .analysis import removal_sweep as removal_sweep
 from .analysis import logit_lens as logit_lens
 from .analysis import layer_similarity as layer_similarity
+from .analysis import attention_on_target as attention_on_target
+from .analysis import pathway_heads as pathway_heads
+from .analysis import activation_pattern as activation_pattern
 from .data import Task as Task
 from .data import load_task as load_task
 from .data import translation_task as translation_task

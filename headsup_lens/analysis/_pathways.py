@@ -1,0 +1,216 @@
+"""Pathways across many masks (Tables 5, 6; Figs. 3, 6, 7): shared heads, Jaccard similarity,
+ablation of head groups, head-weight trajectories and the alpha grid."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from ..masks import Head, HeadMask
+from ._common import Gate, check_heads
+
+Masks = Mapping[str, HeadMask] | Sequence[HeadMask]
+
+
+def named_masks(masks: Masks) -> dict[str, HeadMask]:
+    """Masks keyed by name (list items get their `metadata["task"]` or their index)."""
+    if isinstance(masks, Mapping):
+        named = dict(masks)
+    else:
+        named = {}
+        for i, mask in enumerate(masks):
+            name = str(mask.metadata.get("task", i)) if isinstance(mask, HeadMask) else str(i)
+            named[name if name not in named else f"{name} #{i}"] = mask
+    if not named:
+        raise ValueError("no masks given")
+    bad = [name for name, m in named.items() if not isinstance(m, HeadMask)]
+    if bad:
+        raise ValueError(f"masks {bad} are not HeadMask objects")
+    shapes = {tuple(m.values.shape) for m in named.values()}
+    if len(shapes) != 1:
+        raise ValueError(f"masks have different shapes {sorted(shapes)}")
+    return named
+
+
+@dataclass
+class PathwayHeads:
+    """Which heads each mask keeps. `counts[layer, head]` = number of masks keeping the head."""
+
+    names: list[str]
+    kept: Float[Tensor, "n_masks n_layers n_heads"]
+
+    @property
+    def counts(self) -> Tensor:
+        return self.kept.sum(0)
+
+    def _rows(self, names: Sequence[str] | None) -> Tensor:
+        if names is None:
+            return self.kept
+        unknown = [n for n in names if n not in self.names]
+        if unknown or not names:
+            raise ValueError(f"unknown mask names {unknown}; known: {self.names}")
+        return self.kept[[self.names.index(n) for n in names]]
+
+    def used_by_all(self, names: Sequence[str] | None = None) -> list[Head]:
+        """Heads kept by every mask (of `names`, default all)."""
+        return [tuple(h) for h in (self._rows(names).min(0).values > 0).nonzero().tolist()]
+
+    def used_by_none(self, names: Sequence[str] | None = None) -> list[Head]:
+        """Heads no mask (of `names`) keeps."""
+        return [tuple(h) for h in (self._rows(names).max(0).values == 0).nonzero().tolist()]
+
+    def used_by_some(self, names: Sequence[str] | None = None) -> list[Head]:
+        """Heads kept by at least one but not all masks (of `names`)."""
+        count = self._rows(names).sum(0)
+        return [tuple(h) for h in ((count > 0) & (count < len(self._rows(names)))).nonzero().tolist()]
+
+    def table(self) -> pd.DataFrame:
+        """One row per head: layer, head, count and fraction of masks keeping it."""
+        n_layers, n_heads = self.kept.shape[1:]
+        counts = self.counts
+        return pd.DataFrame({
+            "layer": np.repeat(np.arange(n_layers), n_heads),
+            "head": np.tile(np.arange(n_heads), n_layers),
+            "count": counts.flatten().int().numpy(),
+            "fraction": (counts.flatten() / len(self.names)).numpy(),
+        })
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "masks": len(self.names),
+            "heads": int(self.kept[0].numel()),
+            "used_by_all": len(self.used_by_all()),
+            "used_by_some": len(self.used_by_some()),
+            "used_by_none": len(self.used_by_none()),
+        }
+
+
+def pathway_heads(masks: Masks) -> PathwayHeads:
+    """Usage of every head across masks (e.g. one per task): counts, used by all / some / none."""
+    named = named_masks(masks)
+    kept = torch.stack([(m.values > 0).float() for m in named.values()])
+    return PathwayHeads(names=list(named), kept=kept)
+
+
+def jaccard_table(masks: Masks) -> pd.DataFrame:
+    """Table 5: for every pair of masks, sizes, Jaccard, its random expectation and recall."""
+    named = named_masks(masks)
+    rows = []
+    names = list(named)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            ma, mb = named[a], named[b]
+            rows.append({
+                "mask_a": a, "mask_b": b, "size_a": ma.n_kept, "size_b": mb.n_kept,
+                "jaccard": ma.jaccard(mb), "expected": ma.expected_jaccard(mb), "recall": ma.recall(mb),
+            })
+    return pd.DataFrame(rows, columns=["mask_a", "mask_b", "size_a", "size_b", "jaccard", "expected", "recall"])
+
+
+def jaccard_matrix(masks: Masks) -> pd.DataFrame:
+    """Square Jaccard matrix (names on both axes, 1 on the diagonal)."""
+    named = named_masks(masks)
+    names = list(named)
+    values = [[named[a].jaccard(named[b]) for b in names] for a in names]
+    return pd.DataFrame(values, index=names, columns=names)
+
+
+def group_ablation(
+    model: TransformerBridge,
+    task,
+    groups: Mapping[str, Sequence[Head]],
+    *,
+    n_random: int = 5,
+    seed: int = 0,
+    instructed: bool = True,
+    gate: Gate = "value",
+    split: str = "eval",
+    batch_size: int = 16,
+) -> pd.DataFrame:
+    """Table 6: remove each head group from the full model and measure the (instructed) answer loss,
+    against removing `n_random` random groups of the same size.
+
+    Columns: group, size, loss (group removed), random_mean / random_std (random groups),
+    original (nothing removed). Losses are `evaluation.answer_loss` (mean answer-token NLL, nats).
+    """
+    from ..evaluation import answer_loss
+
+    shape = (model.cfg.n_layers, model.cfg.n_heads)
+    options = dict(instructed=instructed, gate=gate, split=split, batch_size=batch_size)
+    original = answer_loss(model, task, **options)
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for name, heads in groups.items():
+        heads = check_heads(model, list(heads))
+        loss = answer_loss(model, task, mask=HeadMask.from_heads(heads, shape), **options) if heads else original
+        random_losses = []
+        for _ in range(n_random if heads else 0):
+            picks = torch.randperm(shape[0] * shape[1], generator=generator)[: len(heads)]
+            random_heads = [divmod(int(i), shape[1]) for i in picks]
+            random_losses.append(answer_loss(model, task, mask=HeadMask.from_heads(random_heads, shape), **options))
+        rows.append({
+            "group": name, "size": len(heads), "loss": loss,
+            "random_mean": float(np.mean(random_losses)) if random_losses else float("nan"),
+            "random_std": float(np.std(random_losses)) if random_losses else float("nan"),
+            "original": original,
+        })
+    return pd.DataFrame(rows)
+
+
+def alpha_grid(
+    model: TransformerBridge,
+    task,
+    mask: HeadMask | Tensor,
+    alphas: Sequence[float] = tuple(np.linspace(0.0, 1.0, 11)),
+    *,
+    instructed: bool = True,
+    split: str = "eval",
+    batch_size: int = 16,
+) -> pd.DataFrame:
+    """Fig. 6: answer loss (instructed by default) as heads outside `mask` are scaled by alpha."""
+    from ..evaluation import answer_loss
+
+    rows = []
+    for alpha in alphas:
+        alpha = float(alpha)
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+        loss = answer_loss(model, task, mask=mask, alpha=alpha, instructed=instructed, split=split, batch_size=batch_size)
+        rows.append({"alpha": alpha, "loss": loss})
+    return pd.DataFrame(rows)
+
+
+def weight_trajectories(
+    checkpoints: Sequence[HeadMask] | Tensor | str | os.PathLike, *, task: str | None = None
+) -> tuple[list[int], Float[Tensor, "steps n_layers n_heads"]]:
+    """Fig. 3: the head weights sigmoid(M) over training, as (steps, weights).
+
+    `checkpoints` is a list of `HeadMask` with logits (steps 0, 1, ...), a tensor of logits
+    `[steps, n_layers, n_heads]`, or a training output folder (read with
+    `training.load_trajectory`; `task` picks one task of a multi-task run).
+    """
+    if isinstance(checkpoints, (str, os.PathLike)):
+        from ..training import load_trajectory
+
+        steps, logits = load_trajectory(Path(checkpoints), task=task)
+        return steps, torch.sigmoid(logits.float())
+    if isinstance(checkpoints, Tensor):
+        if checkpoints.ndim != 3:
+            raise ValueError(f"logit checkpoints must be [steps, n_layers, n_heads], got {tuple(checkpoints.shape)}")
+        return list(range(checkpoints.shape[0])), torch.sigmoid(checkpoints.detach().float().cpu())
+    checkpoints = list(checkpoints)
+    if not checkpoints or not all(isinstance(c, HeadMask) for c in checkpoints):
+        raise ValueError("checkpoints must be a non-empty list of HeadMask, a tensor of logits, or a run folder")
+    if any(c.logits is None for c in checkpoints):
+        raise ValueError("every checkpoint mask needs its logits (HeadMask.from_logits)")
+    steps = [int(c.metadata.get("step", i)) for i, c in enumerate(checkpoints)]
+    return steps, torch.stack([c.weights for c in checkpoints])

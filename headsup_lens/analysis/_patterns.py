@@ -1,0 +1,164 @@
+"""Gradient-based activation patterns of attention heads (Zhao, Du et al., "SFT achieves rapid task
+adaption via alternating attention head activation patterns") and their statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from ..data import TaskBatch, tokenize_pairs, tokenize_task
+from ..gates import MaskLike
+from ..training import answer_nll
+from ._common import Gate, gated
+
+
+def _as_batch(model: TransformerBridge, data, split: str, instructed: bool) -> TaskBatch:
+    if isinstance(data, TaskBatch):
+        return data.to(model.cfg.device)
+    if hasattr(data, "pairs") and hasattr(data, "split_indices"):
+        return tokenize_task(model, data, split=split, instructed=instructed)
+    pairs = list(data)
+    if not pairs:
+        raise ValueError("no examples given")
+    return tokenize_pairs(model, pairs)
+
+
+def activation_pattern(
+    model: TransformerBridge,
+    data,
+    *,
+    mask: MaskLike | None = None,
+    gate: Gate = "value",
+    instructed: bool = False,
+    split: str = "train",
+    batch_size: int = 8,
+) -> Float[Tensor, "n_layers n_heads"]:
+    """Per head, `E_x[ sum_{q,k} |A ⊙ ∂L_x/∂A| ]`, with A the head's attention pattern
+    (`blocks.L.attn.hook_pattern`) and L_x the example's mean answer-token cross-entropy.
+
+    `data` is a `TaskBatch` (right-padded, answer-only labels), a `Task` (its `split`, instructed
+    or not) or a list of `(input, output)` pairs. An optional `mask` gates the model (a pattern
+    change is then `activation_pattern(..., mask=m) - activation_pattern(...)`). Padding carries
+    no gradient, so batching does not change the result.
+    """
+    batch = _as_batch(model, data, split, instructed)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    n_layers = model.cfg.n_layers
+    total = torch.zeros(n_layers, model.cfg.n_heads, dtype=torch.float64)
+    counts = (batch.labels != -100).sum(1)
+    if (counts == 0).any():
+        raise ValueError("some examples have no answer tokens")
+    for start in range(0, len(batch), batch_size):
+        rows = slice(start, start + batch_size)
+        width = int(batch.attention_mask[rows].sum(1).max())
+        chunk = TaskBatch(batch.input_ids[rows, :width], batch.attention_mask[rows, :width], batch.labels[rows, :width])
+        leaves: dict[int, Tensor] = {}
+
+        def as_leaf(layer: int):
+            def hook(pattern: Tensor, hook) -> Tensor:
+                leaves[layer] = pattern.detach().requires_grad_(True)
+                return leaves[layer]
+
+            return hook
+
+        hooks = [(f"blocks.{l}.attn.hook_pattern", as_leaf(l)) for l in range(n_layers)]
+        with torch.enable_grad(), gated(model, mask, gate=gate), model.hooks(fwd_hooks=hooks):
+            nll, owner = answer_nll(model, chunk)
+            per_example = torch.zeros(len(chunk), device=nll.device).index_add(0, owner, nll) / counts[rows].to(nll.device)
+            # Examples do not interact, so the gradient of the sum is every example's own gradient.
+            grads = torch.autograd.grad(per_example.sum(), [leaves[l] for l in range(n_layers)], allow_unused=True)
+        for layer, grad in enumerate(grads):
+            if grad is None:
+                raise ValueError(
+                    f"blocks.{layer}.attn.hook_pattern does not reach the loss on this architecture "
+                    "(attention is computed outside the hook), so no activation pattern can be taken"
+                )
+            score = (leaves[layer].detach() * grad).abs().sum((-1, -2))  # [batch, n_heads]
+            total[layer] += score.double().sum(0).cpu()
+    return (total / len(batch)).float()
+
+
+def gini(pattern: Tensor) -> float:
+    """Gini coefficient of the (non-negative) head scores: 0 = all equal, ->1 = one head has all."""
+    x = np.sort(np.asarray(pattern, dtype=np.float64).ravel())
+    if (x < 0).any():
+        raise ValueError("the Gini coefficient needs non-negative values")
+    n, total = x.size, x.sum()
+    if total == 0:
+        return 0.0
+    return float(((2 * np.arange(1, n + 1) - n - 1) * x).sum() / (n * total))
+
+
+def coefficient_of_variation(pattern: Tensor) -> float:
+    """Standard deviation (population) over mean of the head scores."""
+    x = np.asarray(pattern, dtype=np.float64).ravel()
+    return float(x.std() / x.mean())
+
+
+def kurtosis(pattern: Tensor) -> float:
+    """Excess (Fisher) kurtosis of the head scores (scipy.stats.kurtosis)."""
+    return float(scipy.stats.kurtosis(np.asarray(pattern, dtype=np.float64).ravel(), fisher=True))
+
+
+def pattern_statistics(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
+    """Gini, coefficient of variation and kurtosis per named pattern."""
+    return pd.DataFrame([
+        {"pattern": name, "gini": gini(p), "cv": coefficient_of_variation(p), "kurtosis": kurtosis(p)}
+        for name, p in patterns.items()
+    ])
+
+
+def pattern_correlation(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
+    """Pearson correlation matrix between named patterns (flattened over heads)."""
+    names = list(patterns)
+    if len(names) < 2:
+        raise ValueError("need at least two patterns to correlate")
+    matrix = np.corrcoef(np.stack([np.asarray(patterns[n], dtype=np.float64).ravel() for n in names]))
+    return pd.DataFrame(matrix, index=names, columns=names)
+
+
+@dataclass
+class PatternFit:
+    """`target ≈ intercept + Σ coefficients[name] · components[name]`, with R² of the fit."""
+
+    coefficients: dict[str, float]
+    intercept: float
+    r2: float
+    fitted: Tensor
+
+
+def fit_pattern_change(target: Tensor, components: Mapping[str, Tensor], *, intercept: bool = False) -> PatternFit:
+    """Least-squares fit of one pattern change (e.g. a complex task's) from others' (basic tasks')."""
+    if not components:
+        raise ValueError("no component patterns given")
+    y = np.asarray(target, dtype=np.float64).ravel()
+    columns = []
+    for name, component in components.items():
+        c = np.asarray(component, dtype=np.float64).ravel()
+        if c.shape != y.shape:
+            raise ValueError(f"component {name!r} has {c.size} values, the target {y.size}")
+        columns.append(c)
+    if intercept:
+        columns.append(np.ones_like(y))
+    design = np.stack(columns, axis=1)
+    solution, *_ = np.linalg.lstsq(design, y, rcond=None)
+    fitted = design @ solution
+    residual = ((y - fitted) ** 2).sum()
+    spread = ((y - y.mean()) ** 2).sum()
+    r2 = 1.0 - residual / spread if spread > 0 else float(residual == 0)
+    names = list(components)
+    return PatternFit(
+        coefficients={n: float(v) for n, v in zip(names, solution)},
+        intercept=float(solution[-1]) if intercept else 0.0,
+        r2=float(r2),
+        fitted=torch.tensor(fitted, dtype=torch.float32).reshape(torch.as_tensor(target).shape),
+    )

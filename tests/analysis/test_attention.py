@@ -1,0 +1,78 @@
+import pytest
+import torch
+
+from headsup_lens import Task, attention_on_target, value_gate
+from headsup_lens.analysis import candidate_spans
+from headsup_lens.models import chat_template, encode
+
+from ..conftest import random_mask
+
+PAIRS = [("cat, apple, dog", "apple"), ("pear, horse, fig", "horse"), ("ant, kiwi, lime", "ant"), ("bee, plum, owl", "owl")]
+INSTRUCTION = "Pick the fruit: {input}"
+
+
+def direct_share(model, user, x, answer, mask=None):
+    """From one unpadded cached run: the last token's attention to the target word's tokens over
+    its attention to all three words' tokens. A word's tokens are found by encoding the prompt text
+    up to its start and up to its end (no offsets involved)."""
+    template = chat_template(model)
+    text = template.format(user)
+    ids = encode(model, text, add_bos=template.add_bos)
+    n_tokens = lambda prefix: len(encode(model, prefix, add_bos=template.add_bos)) if prefix else int(template.add_bos)
+    words = [w.strip() for w in x.split(",")]
+    positions, cursor = [], text.index(x)
+    for word in words:
+        start = text.index(word, cursor)
+        cursor = start + len(word)
+        positions.append(list(range(n_tokens(text[:start]), n_tokens(text[:cursor]))))
+    with torch.no_grad(), value_gate(model, mask if mask is not None else torch.ones(model.cfg.n_layers, model.cfg.n_heads)):
+        _, cache = model.run_with_cache(torch.tensor([ids]))
+    out = torch.zeros(model.cfg.n_layers, model.cfg.n_heads)
+    for layer in range(model.cfg.n_layers):
+        last = cache[f"blocks.{layer}.attn.hook_pattern"][0, :, -1]
+        per_word = torch.stack([last[:, p].sum(-1) for p in positions], -1)
+        out[layer] = per_word[:, words.index(answer)] / per_word.sum(-1)
+    return out
+
+
+def test_attention_on_target_matches_direct_computation(any_model):
+    mask = random_mask(any_model, seed=4)
+    result = attention_on_target(
+        any_model, PAIRS, mask, instruction=INSTRUCTION, batch_size=3,  # left padding: the prompts differ in length
+        settings=("original", "instructed", "masked", "masked+instructed"),
+    )
+    inside = mask > 0
+    for setting in result.per_head:
+        instructed = "instructed" in setting
+        setting_mask = mask if setting.startswith("masked") else None
+        expected = torch.stack([
+            direct_share(any_model, INSTRUCTION.replace("{input}", x) if instructed else x, x, y, setting_mask)
+            for x, y in PAIRS
+        ]).mean(0)
+        assert torch.allclose(result.per_head[setting], expected, atol=1e-5), setting
+        row = result.table.set_index("setting").loc[setting]
+        assert row.inside == pytest.approx(expected[inside].mean().item(), abs=1e-5)
+        assert row.outside == pytest.approx(expected[~inside].mean().item(), abs=1e-5)
+    assert not torch.allclose(result.per_head["original"], result.per_head["masked"])
+
+
+def test_attention_on_target_takes_a_task(llama):
+    task = Task.from_pairs("pick", PAIRS, instruction=INSTRUCTION, n_eval=1)
+    mask = random_mask(llama, seed=5)
+    from_task = attention_on_target(llama, task, mask)
+    from_pairs = attention_on_target(llama, PAIRS, mask, instruction=INSTRUCTION)
+    assert from_task.table.equals(from_pairs.table)
+    assert list(from_task.table.setting) == ["original", "instructed", "masked"]
+
+
+def test_candidate_spans_and_bad_examples(llama):
+    spans, target = candidate_spans("cat, apple,dog", "Apple")
+    assert spans == [(0, 3), (5, 10), (11, 14)] and target == 1
+    with pytest.raises(ValueError, match="3 comma-separated"):
+        candidate_spans("cat, dog", "cat")
+    with pytest.raises(ValueError, match="not exactly one"):
+        candidate_spans("cat, dog, cow", "pig")
+    with pytest.raises(ValueError, match="instruction"):
+        attention_on_target(llama, PAIRS, random_mask(llama), settings=("instructed",))
+    with pytest.raises(ValueError, match="settings"):
+        attention_on_target(llama, PAIRS, random_mask(llama), settings=("sideways",))

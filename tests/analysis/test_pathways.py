@@ -1,0 +1,70 @@
+import math
+
+import pytest
+import torch
+
+from headsup_lens import HeadMask, pathway_heads
+from headsup_lens.analysis import jaccard_matrix, jaccard_table, weight_trajectories
+
+
+def mask_of(rows):
+    return HeadMask(torch.tensor(rows, dtype=torch.float32))
+
+
+A = mask_of([[1, 1, 0], [1, 0, 0]])  # 3 kept
+B = mask_of([[1, 0, 0], [1, 1, 1]])  # 4 kept
+C = mask_of([[1, 1, 0], [1, 0, 1]])  # 4 kept
+
+
+def test_pathway_heads_counts_and_groups():
+    pathways = pathway_heads({"a": A, "b": B, "c": C})
+    assert pathways.counts.tolist() == [[3, 2, 0], [3, 1, 2]]
+    assert pathways.used_by_all() == [(0, 0), (1, 0)]
+    assert pathways.used_by_none() == [(0, 2)]
+    assert pathways.used_by_some() == [(0, 1), (1, 1), (1, 2)]
+    assert pathways.used_by_all(["a", "c"]) == [(0, 0), (0, 1), (1, 0)]
+    assert pathways.used_by_none(["a"]) == [(0, 2), (1, 1), (1, 2)]
+    assert pathways.summary() == {"masks": 3, "heads": 6, "used_by_all": 2, "used_by_some": 3, "used_by_none": 1}
+    table = pathways.table()
+    assert table["count"].tolist() == [3, 2, 0, 3, 1, 2]
+    with pytest.raises(ValueError, match="unknown"):
+        pathways.used_by_all(["z"])
+
+
+def test_jaccard_expectation_and_recall_by_hand():
+    table = jaccard_table({"a": A, "b": B, "c": C}).set_index(["mask_a", "mask_b"])
+    # a ∩ b = {(0,0), (1,0)}, a ∪ b = 5 heads.
+    ab = table.loc[("a", "b")]
+    assert ab.jaccard == pytest.approx(2 / 5)
+    overlap = 3 * 4 / 6  # |a||b|/N
+    assert ab.expected == pytest.approx(overlap / (3 + 4 - overlap))
+    assert ab.recall == pytest.approx(2 / 3)  # of the smaller mask a
+    bc = table.loc[("b", "c")]  # ∩ = {(0,0),(1,0),(1,2)}, ∪ = 5
+    assert bc.jaccard == pytest.approx(3 / 5) and bc.recall == pytest.approx(3 / 4)
+    assert bc.expected == pytest.approx((16 / 6) / (8 - 16 / 6))
+    matrix = jaccard_matrix([A, B, C])
+    assert matrix.to_numpy().diagonal().tolist() == [1.0, 1.0, 1.0]
+    assert matrix.loc["0", "2"] == pytest.approx(3 / 4)  # a ⊂ c: 3 / 4
+    with pytest.raises(ValueError, match="shapes"):
+        jaccard_table([A, HeadMask(torch.ones(3, 3))])
+
+
+def test_weight_trajectories_from_masks_tensor_and_run_folder(tmp_path):
+    logits = torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(0))
+    steps, weights = weight_trajectories(logits)
+    assert steps == [0, 1, 2, 3] and torch.allclose(weights, torch.sigmoid(logits))
+    masks = [HeadMask.from_logits(l, step=10 * i) for i, l in enumerate(logits)]
+    steps, from_masks = weight_trajectories(masks)
+    assert steps == [0, 10, 20, 30] and torch.allclose(from_masks, weights)
+    # A run folder written the way training writes its checkpoints.
+    from safetensors.torch import save_file
+
+    (tmp_path / "checkpoints").mkdir()
+    for step, l in zip([5, 10], logits[:2]):
+        save_file({"logits": l[None].contiguous()}, str(tmp_path / "checkpoints" / f"logits_step{step:07d}.safetensors"),
+                  metadata={"step": str(step), "tasks": "t"})
+    steps, from_run = weight_trajectories(tmp_path)
+    assert steps == [5, 10] and torch.allclose(from_run, weights[:2])
+    with pytest.raises(ValueError, match="logits"):
+        weight_trajectories([HeadMask(torch.ones(2, 3))])
+    assert math.isclose(float(weights.max()), float(torch.sigmoid(logits).max()))

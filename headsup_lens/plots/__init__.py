@@ -1,0 +1,17 @@
+"""Plotly figures for each analysis; `save_figure` writes HTML (and PNG when it can)."""
+
+from ._heads import alpha_figure as alpha_figure
+from ._heads import attention_target_figure as attention_target_figure
+from ._heads import head_heatmap as head_heatmap
+from ._heads import jaccard_figure as jaccard_figure
+from ._heads import mask_heatmap as mask_heatmap
+from ._heads import trajectory_figure as trajectory_figure
+from ._heads import usage_heatmap as usage_heatmap
+from ._runs import generation_table as generation_table
+from ._runs import logit_figure as logit_figure
+from ._runs import logit_lens_figure as logit_lens_figure
+from ._runs import rank_figure as rank_figure
+from ._runs import similarity_figure as similarity_figure
+from ._runs import sweep_similarity_figure as sweep_similarity_figure
+from ._save import SavedFigure as SavedFigure
+from ._save import save_figure as save_figure

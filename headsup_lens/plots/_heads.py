@@ -1,0 +1,117 @@
+"""Figures over heads: mask heat maps (Fig. 7), usage counts, patterns, trajectories (Fig. 3),
+Jaccard matrices, the alpha grid (Fig. 6), attention on target (Table 7)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+from torch import Tensor
+
+from ..analysis import PathwayHeads
+from ..masks import HeadMask
+
+
+def _values(item: HeadMask | Tensor) -> Tensor:
+    values = item.values if isinstance(item, HeadMask) else torch.as_tensor(item)
+    if values.ndim != 2:
+        raise ValueError(f"a head map must be [n_layers, n_heads], got shape {tuple(values.shape)}")
+    return values.detach().float().cpu()
+
+
+def head_heatmap(
+    maps: HeadMask | Tensor | Mapping[str, HeadMask | Tensor],
+    *,
+    title: str = "",
+    colorscale: str = "Viridis",
+    zmin: float | int | None = None,
+    zmax: float | int | None = None,
+    columns: int = 3,
+) -> go.Figure:
+    """Heat map(s) of `[n_layers, n_heads]` values, layer on the y axis (layer 0 at the bottom);
+    several named maps become a grid of panels sharing one colour scale."""
+    named = dict(maps) if isinstance(maps, Mapping) else {"": maps}
+    if not named:
+        raise ValueError("nothing to plot")
+    values = {name: _values(v) for name, v in named.items()}
+    zmin = min(float(v.min()) for v in values.values()) if zmin is None else zmin
+    zmax = max(float(v.max()) for v in values.values()) if zmax is None else zmax
+    cols = min(columns, len(values))
+    rows = -(-len(values) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(values), horizontal_spacing=0.04, vertical_spacing=0.08)
+    for i, (name, v) in enumerate(values.items()):
+        fig.add_trace(
+            go.Heatmap(z=v.numpy(), colorscale=colorscale, zmin=zmin, zmax=zmax, showscale=i == 0, name=name,
+                       hovertemplate="layer %{y}, head %{x}: %{z}<extra>" + name + "</extra>"),
+            row=i // cols + 1, col=i % cols + 1,
+        )
+    fig.update_xaxes(title_text="head")
+    fig.update_yaxes(title_text="layer")
+    fig.update_layout(title=title, height=max(320, 280 * rows))
+    return fig
+
+
+def mask_heatmap(masks: HeadMask | Tensor | Mapping[str, HeadMask | Tensor], *, weights: bool = False, title: str = "") -> go.Figure:
+    """Fig. 7: which heads each mask keeps (or their weights sigmoid(M) with `weights=True`)."""
+    if weights:
+        pick = lambda m: m.weights if isinstance(m, HeadMask) else m
+        masks = {k: pick(v) for k, v in masks.items()} if isinstance(masks, Mapping) else pick(masks)
+    return head_heatmap(masks, title=title or ("head weights σ(M)" if weights else "kept heads"), colorscale="Blues", zmin=0, zmax=1)
+
+
+def usage_heatmap(pathways: PathwayHeads, *, title: str = "") -> go.Figure:
+    """How many masks keep each head."""
+    return head_heatmap(pathways.counts, title=title or f"masks keeping each head (of {len(pathways.names)})",
+                        colorscale="Blues", zmin=0, zmax=len(pathways.names))
+
+
+def trajectory_figure(steps: Sequence[int], weights: Tensor, *, title: str = "") -> go.Figure:
+    """Fig. 3: sigmoid(M) of every head over training; heads kept at the end in blue, removed in red."""
+    weights = torch.as_tensor(weights).float()
+    if weights.ndim != 3 or weights.shape[0] != len(steps):
+        raise ValueError(f"weights must be [len(steps), n_layers, n_heads], got {tuple(weights.shape)}")
+    fig = go.Figure()
+    n_heads = weights.shape[2]
+    for index in range(weights.shape[1] * n_heads):
+        layer, head = divmod(index, n_heads)
+        series = weights[:, layer, head]
+        kept = bool(series[-1] >= 0.5)
+        fig.add_trace(go.Scatter(
+            x=list(steps), y=series.numpy(), mode="lines", name=f"L{layer}H{head}", showlegend=False,
+            line=dict(width=1, color="rgba(31,119,180,0.5)" if kept else "rgba(214,39,40,0.6)"),
+        ))
+    fig.add_hline(y=0.5, line_dash="dot", line_color="gray")
+    fig.update_layout(title=title or "head weights σ(M) during training", xaxis_title="step", yaxis_title="σ(M)",
+                      yaxis_range=[0, 1])
+    return fig
+
+
+def jaccard_figure(matrix: pd.DataFrame, *, title: str = "") -> go.Figure:
+    """Heat map of a square Jaccard matrix (`analysis.jaccard_matrix`)."""
+    fig = go.Figure(go.Heatmap(z=matrix.to_numpy(), x=list(matrix.columns), y=list(matrix.index), zmin=0, zmax=1,
+                               colorscale="Viridis", text=matrix.round(2).to_numpy(), texttemplate="%{text}"))
+    fig.update_layout(title=title or "Jaccard similarity of masks", yaxis_autorange="reversed")
+    return fig
+
+
+def alpha_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
+    """Fig. 6: loss against alpha (columns `alpha`, `loss`)."""
+    fig = go.Figure(go.Scatter(x=table.alpha, y=table.loss, mode="lines+markers"))
+    fig.update_layout(title=title or "instructed answer loss vs α (heads outside the mask)", xaxis_title="α",
+                      yaxis_title="answer loss (nats/token)")
+    return fig
+
+
+def attention_target_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
+    """Table 7 as bars: attention share on the target inside vs outside the mask, per setting."""
+    fig = go.Figure([
+        go.Bar(name="heads in mask", x=table.setting, y=table.inside),
+        go.Bar(name="heads outside mask", x=table.setting, y=table.outside),
+    ])
+    fig.add_hline(y=1 / 3, line_dash="dot", line_color="gray", annotation_text="chance")
+    fig.update_layout(barmode="group", title=title or "attention of the last token on the target word",
+                      yaxis_title="share of attention over the 3 words", yaxis_range=[0, 1])
+    return fig

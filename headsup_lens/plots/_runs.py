@@ -1,0 +1,98 @@
+"""Figures of single runs: removal sweeps (Fig. 2, 8, 9), logit lens, layer similarity (Fig. 4, 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..analysis import LogitLens, RemovalSweep
+
+
+def _mark_steps(fig: go.Figure, sweep: RemovalSweep) -> None:
+    if sweep.switch_step is not None:
+        fig.add_vline(x=sweep.switch_step, line_dash="dash", line_color="green",
+                      annotation_text=f"target top-1 @ {sweep.switch_step}")
+    if sweep.change_step is not None:
+        fig.add_vline(x=sweep.change_step, line_dash="dot", line_color="gray",
+                      annotation_text=f"output changes @ {sweep.change_step}", annotation_position="bottom right")
+
+
+def rank_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, log: bool = True, title: str = "") -> go.Figure:
+    """Fig. 2: rank of each tracked token after each removal, rank 1 at the top (inverted axis)."""
+    labels = list(sweep.tokens.label) if labels is None else list(labels)
+    fig = go.Figure()
+    for label in labels:
+        kind = sweep.tokens.set_index("label").kind[label]
+        fig.add_trace(go.Scatter(x=sweep.ranks.step, y=sweep.ranks[label], mode="lines", name=label,
+                                 line=dict(width=3 if kind == "target" else 1.5, dash="solid" if kind == "target" else "dot")))
+    _mark_steps(fig, sweep)
+    fig.update_yaxes(autorange="reversed", type="log" if log else "linear", title_text="rank (1 = next token)")
+    fig.update_layout(title=title or "token ranks during one-by-one head removal", xaxis_title="heads removed")
+    return fig
+
+
+def logit_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, title: str = "") -> go.Figure:
+    """Logits of the tracked tokens after each removal."""
+    labels = list(sweep.tokens.label) if labels is None else list(labels)
+    fig = go.Figure([go.Scatter(x=sweep.logits.step, y=sweep.logits[l], mode="lines", name=l) for l in labels])
+    _mark_steps(fig, sweep)
+    fig.update_layout(title=title or "token logits during one-by-one head removal", xaxis_title="heads removed",
+                      yaxis_title="logit")
+    return fig
+
+
+def generation_table(sweep: RemovalSweep, *, title: str = "") -> go.Figure:
+    """The greedy continuation at every step where it changes (and at step 0)."""
+    changes = sweep.changes()
+    fig = go.Figure(go.Table(
+        columnwidth=[1, 8],
+        header=dict(values=["heads removed", "greedy continuation"], align="left"),
+        cells=dict(values=[changes.step, [repr(g) for g in changes.generation]], align="left"),
+    ))
+    fig.update_layout(title=title or "continuations where they change")
+    return fig
+
+
+def logit_lens_figure(lens: LogitLens, stream: str = "resid", *, title: str = "") -> go.Figure:
+    """Heat map: layer (y) by rank (x), coloured by probability, labelled with the token."""
+    table = lens.table[lens.table.stream == stream]
+    if table.empty:
+        raise ValueError(f"the logit lens has no stream {stream!r}")
+    probs = table.pivot(index="layer", columns="rank", values="prob")
+    tokens = table.pivot(index="layer", columns="rank", values="token")
+    fig = go.Figure(go.Heatmap(
+        z=probs.to_numpy(), x=[f"#{r}" for r in probs.columns], y=list(probs.index), text=tokens.map(repr).to_numpy(),
+        texttemplate="%{text}", colorscale="Blues", zmin=0, hovertemplate="layer %{y} %{x}: %{text} p=%{z:.3f}<extra></extra>",
+    ))
+    fig.update_layout(title=title or f"logit lens ({stream}, final norm applied)", xaxis_title="rank", yaxis_title="layer")
+    return fig
+
+
+def similarity_figure(tables: Mapping[str, pd.DataFrame], *, title: str = "") -> go.Figure:
+    """Fig. 4: cosine similarity per layer for several comparisons (tables from `layer_similarity`),
+    attention output on the left, block output on the right."""
+    if not tables:
+        raise ValueError("nothing to plot")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["attention output", "block output"], shared_yaxes=True)
+    for i, (name, table) in enumerate(tables.items()):
+        color = f"hsl({(i * 67) % 360},60%,45%)"
+        for col, column in enumerate(["attn_out", "block_out"], start=1):
+            fig.add_trace(go.Scatter(x=table.layer, y=table[column], mode="lines+markers", name=name, legendgroup=name,
+                                     showlegend=col == 1, line=dict(color=color)), row=1, col=col)
+    fig.update_xaxes(title_text="layer")
+    fig.update_yaxes(title_text="cosine similarity", col=1)
+    fig.update_layout(title=title or "similarity at the last input position")
+    return fig
+
+
+def sweep_similarity_figure(table: pd.DataFrame, column: str = "block_out", *, title: str = "") -> go.Figure:
+    """Fig. 5: cosine similarity (to a reference run) per step (x) and layer (y)."""
+    grid = table.pivot(index="layer", columns="step", values=column)
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=list(grid.columns), y=list(grid.index), colorscale="RdBu", zmid=0,
+                               zmin=-1, zmax=1))
+    fig.update_layout(title=title or f"similarity of {column} to the reference along the removal sweep",
+                      xaxis_title="heads removed", yaxis_title="layer")
+    return fig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from simple_parsing import ArgumentParser
+from simple_parsing import ArgumentParser, DashVariant
 
 from ._registry import COMMANDS
 
@@ -13,7 +13,10 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="headsup", description="Attention-head masks and functional pathways.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, cmd in sorted(COMMANDS.items()):
-        child = sub.add_parser(name, help=cmd.help, description=cmd.help)
+        child = sub.add_parser(
+            name, help=cmd.help, description=cmd.help,
+            add_option_string_dash_variants=DashVariant.DASH,  # --data-dir, as in the experiment scripts
+        )
         child.add_arguments(cmd.config, dest="config")
     return parser
 

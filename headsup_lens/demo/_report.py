@@ -1,0 +1,60 @@
+"""A self-contained HTML report: headings, notes, tables and plotly figures in one file."""
+
+from __future__ import annotations
+
+import html
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from .._io import atomic_write_text
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
+h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
+.note { color: #555; } pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; }
+"""
+
+
+@dataclass
+class Report:
+    """Collects sections in order; `write` embeds plotly.js once so the file works offline."""
+
+    title: str
+    _parts: list[str] = field(default_factory=list)
+    _n_figures: int = 0
+
+    def heading(self, text: str) -> None:
+        self._parts.append(f"<h2>{html.escape(text)}</h2>")
+
+    def note(self, text: str) -> None:
+        self._parts.append(f'<p class="note">{html.escape(text)}</p>')
+
+    def code(self, text: str) -> None:
+        self._parts.append(f"<pre>{html.escape(text)}</pre>")
+
+    def table(self, frame: pd.DataFrame, float_format: str = "{:.3f}", index: bool = False) -> None:
+        formatters = {c: float_format.format for c in frame.columns if pd.api.types.is_float_dtype(frame[c])}
+        self._parts.append(frame.to_html(index=index, formatters=formatters, border=0, na_rep="—"))
+
+    def figure(self, fig: go.Figure) -> None:
+        include = "inline" if self._n_figures == 0 else False
+        self._parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=include))
+        self._n_figures += 1
+
+    def to_html(self) -> str:
+        body = "\n".join(self._parts)
+        return (
+            f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
+            f"<style>{_STYLE}</style></head><body><h1>{html.escape(self.title)}</h1>\n{body}\n</body></html>"
+        )
+
+    def write(self, path: str | os.PathLike) -> Path:
+        return atomic_write_text(path, self.to_html())

@@ -1,0 +1,321 @@
+"""`headsup sweep`, `headsup lens`, `headsup similarity` and `headsup pathways`: the paper's analyses
+as tables (CSV/JSON) and figures (HTML, PNG when a renderer is available) in an output folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .._io import atomic_write_json, atomic_write_text
+from ._registry import command
+
+
+def _write_csv(path: Path, table: pd.DataFrame, index: bool = False) -> Path:
+    return atomic_write_text(path, table.to_csv(index=index))
+
+
+def _figures(out: Path, figures: dict, png: bool) -> dict[str, str]:
+    """Save figures; report PNGs that could not be rendered once, on stderr-like stdout."""
+    from ..plots import save_figure
+
+    written, errors = {}, set()
+    for name, fig in figures.items():
+        saved = save_figure(fig, out / name, png=png)
+        written[name] = str(saved.png or saved.html)
+        if png and saved.png_error:
+            errors.add(saved.png_error)
+    for error in errors:
+        print(f"PNG figures skipped (HTML written): {error.splitlines()[0]}")
+    return written
+
+
+def _load(model_name: str, device: str | None, dtype: str | None):
+    from ..models import load_model
+
+    return load_model(model_name, device=device, dtype=dtype)
+
+
+def _mask(path: str | None, model):
+    if path is None:
+        return None
+    from ..masks import HeadMask
+
+    if not Path(path).is_file():
+        raise ValueError(f"no mask file at {path}")
+    return HeadMask.load(path, model, allow_other_name=True)
+
+
+@dataclass
+class SweepCommand:
+    """Options of `headsup sweep`."""
+
+    prompt: str
+    """User text, wrapped in the model's chat template unless --formatted."""
+    out: str
+    """Output folder: ranks.csv, logits.csv, generations.csv, tokens.csv, summary.json and figures."""
+    model: str = "organism"
+    """Model: hub name, local Hugging Face directory, or `organism`."""
+    mask: str | None = None
+    """Mask file whose weights give the removal order (needed for the weight and influence orders)."""
+    order: str = "weight"
+    """Removal order: weight (ascending sigmoid(M)), influence (App. C.3.1) or random."""
+    influence_k: int | None = None
+    """Influence order: how many first heads of the weight order are re-ordered (paper: 320 of 1024; default all)."""
+    target: list[str] = field(default_factory=list)
+    """Target tokens, as text (the first token is used) or as integer ids."""
+    top_k: int = 5
+    """Track the full model's top-k next tokens."""
+    max_new_tokens: int = 20
+    """Greedy continuation length at each step."""
+    batch_size: int | None = None
+    """Steps per forward pass (default: as many as fit the memory budget; 1 = sequential)."""
+    memory_gb: float | None = None
+    """Memory budget for a chunk of steps in GiB (default: half the free GPU memory, 2 GiB on CPU)."""
+    seed: int = 0
+    """Seed of the random order."""
+    formatted: bool = False
+    """The prompt is already chat-formatted."""
+    reference_prompt: str | None = None
+    """Also compare every layer along the sweep with this prompt's run (e.g. the instructed user text; Fig. 5)."""
+    device: str | None = None
+    """Device (default: cuda when available)."""
+    dtype: str | None = None
+    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    png: bool = True
+    """Also render PNG figures (needs kaleido with a Chrome/Chromium; skipped with a note otherwise)."""
+
+
+def _target(text: str) -> int | str:
+    return int(text) if text.strip().isdigit() else text
+
+
+@command("sweep", SweepCommand, help="Remove heads one by one and track token ranks and continuations (Fig. 2).")
+def run_sweep(args: SweepCommand) -> int:
+    from ..analysis import influence_order, layer_states, random_order, removal_sweep, sweep_similarity
+    from ..plots import generation_table, logit_figure, rank_figure, sweep_similarity_figure
+
+    if args.order not in ("weight", "influence", "random"):
+        raise ValueError(f"unknown order {args.order!r}; use weight, influence or random")
+    if args.order != "random" and args.mask is None:
+        raise ValueError(f"the {args.order} order needs --mask")
+    if args.order == "influence" and not args.target:
+        raise ValueError("the influence order needs at least one --target")
+    model = _load(args.model, args.device, args.dtype)
+    mask = _mask(args.mask, model)
+    targets = [_target(t) for t in args.target]
+    options = dict(target_tokens=targets, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
+                   batch_size=args.batch_size, memory_gb=args.memory_gb, formatted=args.formatted)
+    if args.order == "random":
+        order = random_order(model, seed=args.seed)
+    else:
+        order = mask.removal_order()
+    if args.order == "influence":
+        k = args.influence_k or len(order)
+        first = removal_sweep(model, args.prompt, order[:k], **{**options, "max_new_tokens": 0})
+        order = influence_order(first, k=k) + order[k:]
+    sweep = removal_sweep(model, args.prompt, order, record_layers=args.reference_prompt is not None, **options)
+    out = Path(args.out)
+    _write_csv(out / "ranks.csv", sweep.ranks)
+    _write_csv(out / "logits.csv", sweep.logits)
+    _write_csv(out / "tokens.csv", sweep.tokens)
+    _write_csv(out / "generations.csv", pd.DataFrame({"step": sweep.steps, "generation": sweep.generations}))
+    figures = {"ranks": rank_figure(sweep), "logits": logit_figure(sweep), "generations": generation_table(sweep)}
+    if args.reference_prompt is not None:
+        from ..analysis import Setting
+
+        reference = layer_states(model, Setting(args.reference_prompt, formatted=args.formatted))
+        table = sweep_similarity(sweep, reference)
+        _write_csv(out / "sweep_similarity.csv", table)
+        figures["sweep_similarity"] = sweep_similarity_figure(table)
+    written = _figures(out, figures, args.png)
+    summary = {
+        "model": args.model, "prompt": sweep.prompt, "order_kind": args.order, "order": sweep.order,
+        "switch_step": sweep.switch_step, "change_step": sweep.change_step, "figures": written,
+        "batch_size": sweep.metadata["batch_size"],
+    }
+    atomic_write_json(out / "summary.json", summary)
+    print(f"{len(sweep.steps)} steps; target top-1 at step {sweep.switch_step}, continuation changes at "
+          f"step {sweep.change_step} -> {out}")
+    return 0
+
+
+@dataclass
+class LensCommand:
+    """Options of `headsup lens`."""
+
+    prompt: str
+    """User text, wrapped in the model's chat template unless --formatted."""
+    out: str
+    """Output folder: lens.csv and one heat map per stream."""
+    model: str = "organism"
+    """Model: hub name, local Hugging Face directory, or `organism`."""
+    mask: str | None = None
+    """Optional mask file to gate the model with."""
+    gate: str = "value"
+    """Gate for the mask: value or query."""
+    alpha: float = 0.0
+    """Scale of heads outside the mask (value gate)."""
+    k: int = 10
+    """Top-k tokens per layer."""
+    formatted: bool = False
+    """The prompt is already chat-formatted."""
+    device: str | None = None
+    """Device (default: cuda when available)."""
+    dtype: str | None = None
+    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    png: bool = True
+    """Also render PNG figures (needs kaleido with a Chrome/Chromium; skipped with a note otherwise)."""
+
+
+@command("lens", LensCommand, help="Logit lens: each layer's top tokens at the last position (final norm applied).")
+def run_lens(args: LensCommand) -> int:
+    from ..analysis import logit_lens
+    from ..plots import logit_lens_figure
+
+    model = _load(args.model, args.device, args.dtype)
+    lens = logit_lens(model, args.prompt, args.k, _mask(args.mask, model), gate=args.gate, alpha=args.alpha,
+                      formatted=args.formatted)
+    out = Path(args.out)
+    _write_csv(out / "lens.csv", lens.table)
+    _figures(out, {f"lens_{s}": logit_lens_figure(lens, s) for s in lens.probs}, args.png)
+    last = lens.table[(lens.table.stream == "resid") & (lens.table["rank"] == 1)].token.tolist()
+    print(f"top-1 per layer: {last} -> {out}")
+    return 0
+
+
+@dataclass
+class SimilarityCommand:
+    """Options of `headsup similarity`."""
+
+    prompt: str
+    """User text without instruction."""
+    out: str
+    """Output folder: similarity.csv (one row per comparison and layer) and a figure."""
+    model: str = "organism"
+    """Model: hub name, local Hugging Face directory, or `organism`."""
+    mask: str | None = None
+    """Mask file for the masked settings (without it only original vs instructed is compared)."""
+    instruction: str | None = None
+    """Instruction template with `{input}` for the instructed settings (default: the --task's)."""
+    task: str | None = None
+    """Task whose instruction template to use, e.g. `antonym`."""
+    data_dir: str | None = None
+    """Data directory for --task (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
+    gate: str = "value"
+    """Gate for the mask: value or query."""
+    device: str | None = None
+    """Device (default: cuda when available)."""
+    dtype: str | None = None
+    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    png: bool = True
+    """Also render PNG figures (needs kaleido with a Chrome/Chromium; skipped with a note otherwise)."""
+
+
+@command("similarity", SimilarityCommand, help="Per-layer cosine similarity of settings to the instructed run (Fig. 4).")
+def run_similarity(args: SimilarityCommand) -> int:
+    from ..analysis import Setting, layer_similarity
+    from ..plots import similarity_figure
+
+    instruction = args.instruction
+    if instruction is None and args.task is not None:
+        from ..data import load_task
+
+        instruction = load_task(args.task, args.data_dir).instruction
+    if instruction is None or "{input}" not in instruction:
+        raise ValueError("give --instruction (a template with {input}) or a --task that has one")
+    model = _load(args.model, args.device, args.dtype)
+    mask = _mask(args.mask, model)
+    instructed_text = instruction.replace("{input}", args.prompt)
+    original, instructed = Setting(args.prompt), Setting(instructed_text)
+    comparisons = {"original vs instructed": (original, instructed)}
+    if mask is not None:
+        masked = Setting(args.prompt, mask=mask, gate=args.gate)
+        comparisons["masked vs instructed"] = (masked, instructed)
+        comparisons["masked vs masked+instructed"] = (masked, Setting(instructed_text, mask=mask, gate=args.gate))
+    tables = {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
+    out = Path(args.out)
+    _write_csv(out / "similarity.csv", pd.concat([t.assign(comparison=name) for name, t in tables.items()]))
+    _figures(out, {"similarity": similarity_figure(tables)}, args.png)
+    for name, table in tables.items():
+        print(f"{name}: block output at the last layer {table.block_out.iloc[-1]:.3f}")
+    return 0
+
+
+@dataclass
+class PathwaysCommand:
+    """Options of `headsup pathways`."""
+
+    masks: list[str]
+    """Mask files, or folders of `*.safetensors` masks (e.g. a multi-task run's masks/)."""
+    out: str
+    """Output folder: heads.csv, summary.json, jaccard.csv, jaccard_matrix.csv and figures."""
+    task: str | None = None
+    """With a task and a model: ablate heads used by all / by none vs random groups (Table 6)."""
+    model: str | None = None
+    """Model for the ablation (hub name, local directory, or `organism`)."""
+    data_dir: str | None = None
+    """Data directory for --task (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
+    n_random: int = 5
+    """Random groups of the same size per ablated group."""
+    trajectory: str | None = None
+    """Training output folder whose logit checkpoints to plot (Fig. 3)."""
+    device: str | None = None
+    """Device (default: cuda when available)."""
+    dtype: str | None = None
+    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    png: bool = True
+    """Also render PNG figures (needs kaleido with a Chrome/Chromium; skipped with a note otherwise)."""
+
+
+def _mask_files(paths: list[str]) -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for path in map(Path, paths):
+        found = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+        if not found or not all(f.is_file() for f in found):
+            raise ValueError(f"no mask files at {path}")
+        for f in found:
+            name = f.stem if f.stem not in files else str(f)
+            files[name] = f
+    return files
+
+
+@command("pathways", PathwaysCommand, help="Heads shared across masks, Jaccard similarity, group ablation (Tables 5, 6).")
+def run_pathways(args: PathwaysCommand) -> int:
+    from ..analysis import jaccard_matrix, jaccard_table, pathway_heads, weight_trajectories
+    from ..masks import HeadMask
+    from ..plots import jaccard_figure, mask_heatmap, trajectory_figure, usage_heatmap
+
+    masks = {name: HeadMask.load(path) for name, path in _mask_files(args.masks).items()}
+    pathways = pathway_heads(masks)
+    out = Path(args.out)
+    _write_csv(out / "heads.csv", pathways.table())
+    _write_csv(out / "jaccard.csv", jaccard_table(masks))
+    matrix = jaccard_matrix(masks)
+    _write_csv(out / "jaccard_matrix.csv", matrix, index=True)
+    summary = {**pathways.summary(), "names": pathways.names, "used_by_all": pathways.used_by_all(),
+               "used_by_none": pathways.used_by_none()}
+    figures = {"masks": mask_heatmap(masks), "usage": usage_heatmap(pathways), "jaccard": jaccard_figure(matrix)}
+    if args.trajectory is not None:
+        steps, weights = weight_trajectories(args.trajectory)
+        figures["trajectory"] = trajectory_figure(steps, weights)
+    if args.task is not None:
+        if args.model is None:
+            raise ValueError("the ablation needs --model as well as --task")
+        from ..analysis import group_ablation
+        from ..data import load_task
+
+        task = load_task(args.task, args.data_dir)
+        model = _load(args.model, args.device, args.dtype)
+        for mask in masks.values():
+            mask.check_model(model)
+        groups = {"used by all": pathways.used_by_all(), "used by none": pathways.used_by_none()}
+        ablation = group_ablation(model, task, groups, n_random=args.n_random)
+        _write_csv(out / "ablation.csv", ablation)
+        summary["ablation"] = ablation.to_dict(orient="records")
+    summary["figures"] = _figures(out, figures, args.png)
+    atomic_write_json(out / "summary.json", summary)
+    print(f"{len(masks)} masks: {len(pathways.used_by_all())} heads used by all, "
+          f"{len(pathways.used_by_none())} by none -> {out}")
+    return 0

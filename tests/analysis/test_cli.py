@@ -1,0 +1,63 @@
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from headsup_lens import HeadMask
+from headsup_lens.cli import main
+
+
+@pytest.fixture(scope="module")
+def mask_files(llama, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("masks")
+    paths = []
+    for seed in range(3):
+        logits = torch.randn(2, 8, generator=torch.Generator().manual_seed(seed))
+        paths.append(HeadMask.from_logits(logits, model=None).save(folder / f"task{seed}.safetensors"))
+    return folder, paths
+
+
+def test_sweep_command_writes_tables_and_figures(llama_dir, mask_files, tmp_path):
+    _, paths = mask_files
+    out = tmp_path / "sweep"
+    code = main(["sweep", "--prompt", "cat", "--out", str(out), "--model", str(llama_dir), "--mask", str(paths[0]),
+                 "--order", "influence", "--influence-k", "6", "--target", "x", "--max-new-tokens", "3",
+                 "--reference-prompt", "say cat", "--png", "false", "--device", "cpu"])
+    assert code == 0
+    ranks = pd.read_csv(out / "ranks.csv")
+    assert len(ranks) == 17 and "target 'x'" in ranks.columns
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["order_kind"] == "influence" and len(summary["order"]) == 16
+    assert sorted(map(tuple, summary["order"][:6])) == sorted(HeadMask.load(paths[0]).removal_order()[:6])
+    assert len(pd.read_csv(out / "generations.csv")) == 17
+    assert len(pd.read_csv(out / "sweep_similarity.csv")) == 17 * 2
+    assert {p.name for p in out.glob("*.html")} == {"ranks.html", "logits.html", "generations.html", "sweep_similarity.html"}
+
+
+def test_lens_and_similarity_commands(llama_dir, mask_files, tmp_path):
+    _, paths = mask_files
+    assert main(["lens", "--prompt", "cat", "--out", str(tmp_path / "lens"), "--model", str(llama_dir), "--k", "3",
+                 "--mask", str(paths[1]), "--png", "false", "--device", "cpu"]) == 0
+    lens = pd.read_csv(tmp_path / "lens" / "lens.csv")
+    assert len(lens) == 2 * 2 * 3 and (tmp_path / "lens" / "lens_resid.html").exists()
+    assert main(["similarity", "--prompt", "cat", "--out", str(tmp_path / "sim"), "--model", str(llama_dir),
+                 "--instruction", "Say {input} twice", "--mask", str(paths[1]), "--png", "false", "--device", "cpu"]) == 0
+    table = pd.read_csv(tmp_path / "sim" / "similarity.csv")
+    assert set(table.comparison) == {"original vs instructed", "masked vs instructed", "masked vs masked+instructed"}
+    assert main(["similarity", "--prompt", "cat", "--out", str(tmp_path / "bad"), "--model", str(llama_dir),
+                 "--png", "false"]) == 2  # no instruction: a clear error, exit code 2
+
+
+def test_pathways_command(mask_files, tmp_path):
+    folder, paths = mask_files
+    out = tmp_path / "pathways"
+    assert main(["pathways", "--masks", str(folder), "--out", str(out), "--png", "false"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    masks = [HeadMask.load(p) for p in paths]
+    kept = torch.stack([m.values for m in masks])
+    assert summary["used_by_all"] == [list(h) for h in (kept.min(0).values > 0).nonzero().tolist()]
+    assert summary["names"] == ["task0", "task1", "task2"]
+    jaccard = pd.read_csv(out / "jaccard.csv")
+    assert len(jaccard) == 3 and jaccard.jaccard[0] == pytest.approx(masks[0].jaccard(masks[1]))
+    assert main(["pathways", "--masks", str(tmp_path / "missing"), "--out", str(out)]) == 2

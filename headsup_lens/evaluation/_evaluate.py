@@ -14,7 +14,7 @@ from ..data import Task, encode_pairs, task_prompts
 from ..data._tokenize import collate, encode_prompt
 from ..masks import HeadMask
 from ..models import chat_template, encode, left_pad, pad_token_id
-from ..training._objective import Gate, answer_nll, gated
+from ..training._objective import Gate, answer_nll, gate_hooks, gated
 from ._metrics import bleu, first_line, rouge_l
 
 MaskArg = HeadMask | Tensor | None
@@ -50,8 +50,8 @@ def answer_loss(
     pad_id = pad_token_id(model)
     for chunk in _batches(len(rows), batch_size):
         batch = collate([rows[i] for i in chunk], pad_id=pad_id, device=model.cfg.device)
-        with torch.no_grad(), gated(model, _rows_of(mask, chunk, len(rows)), alpha=alpha, gate=gate):
-            nll, _ = answer_nll(model, batch)
+        with torch.no_grad():
+            nll, _ = answer_nll(model, batch, gate_hooks(model, _rows_of(mask, chunk, len(rows)), alpha=alpha, gate=gate))
         total += float(nll.double().sum())
         count += nll.numel()
     return total / count

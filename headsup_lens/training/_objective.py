@@ -68,16 +68,21 @@ def answer_positions(labels: Int[Tensor, "batch pos"]) -> tuple[Tensor, Tensor, 
     return rows, positions, labels[rows, positions + 1]
 
 
-def answer_logits(model: TransformerBridge, batch: TaskBatch) -> tuple[Float[Tensor, "n d_vocab"], Tensor, Tensor]:
+def answer_logits(
+    model: TransformerBridge, batch: TaskBatch, hooks: list | None = None
+) -> tuple[Float[Tensor, "n d_vocab"], Tensor, Tensor]:
     """Logits at the positions that predict answer tokens, their targets and batch rows.
 
     The forward pass stops at `ln_final.hook_normalized`; only the answer positions go through the
     unembedding (for a 0.5B model the unembedding is over a quarter of the parameters). Hooks that
-    are active on `model` (gates) apply as usual.
+    are active on `model` (gates) apply as usual; `hooks` are added for this pass only (one
+    `model.hooks` context per step: entering it costs a few milliseconds on the bridge).
     """
+    hooks = list(hooks or [])
     rows, positions, targets = answer_positions(batch.labels)
     if _FINAL_NORM not in model.hook_dict:  # architectures without the hook: full logits
-        logits = model(batch.input_ids, attention_mask=batch.attention_mask)
+        with model.hooks(fwd_hooks=hooks):
+            logits = model(batch.input_ids, attention_mask=batch.attention_mask)
         return logits[rows, positions], targets, rows
     captured: list[Tensor] = []
 
@@ -86,7 +91,7 @@ def answer_logits(model: TransformerBridge, batch: TaskBatch) -> tuple[Float[Ten
         raise _StopForward
 
     try:
-        with model.hooks(fwd_hooks=[(_FINAL_NORM, stop)]):
+        with model.hooks(fwd_hooks=hooks + [(_FINAL_NORM, stop)]):
             model(batch.input_ids, attention_mask=batch.attention_mask)
     except _StopForward:
         pass
@@ -99,7 +104,9 @@ def answer_logits(model: TransformerBridge, batch: TaskBatch) -> tuple[Float[Ten
     return logits, targets, rows
 
 
-def answer_nll(model: TransformerBridge, batch: TaskBatch) -> tuple[Float[Tensor, " n"], Tensor]:
+def answer_nll(
+    model: TransformerBridge, batch: TaskBatch, hooks: list | None = None
+) -> tuple[Float[Tensor, " n"], Tensor]:
     """Per-answer-token negative log-likelihood (nats) and the batch row of each token."""
-    logits, targets, rows = answer_logits(model, batch)
+    logits, targets, rows = answer_logits(model, batch, hooks)
     return F.cross_entropy(logits.float(), targets, reduction="none"), rows

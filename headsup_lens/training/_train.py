@@ -177,8 +177,7 @@ def _train(
         if mlp_logits is not None:
             mlp_noise = torch.cat([left_tail_gumbel((config.batch_size, n_layers), g) for g in noise]).to(device)
             mlp = straight_through(mlp_logits[rows_task], mlp_noise, tau)
-        with model.hooks(fwd_hooks=gate_hooks(model, mask, gate=config.gate, mlp=mlp)):
-            nll, token_rows = answer_nll(model, batch)
+        nll, token_rows = answer_nll(model, batch, gate_hooks(model, mask, gate=config.gate, mlp=mlp))
         token_task = rows_task[token_rows]
         per_task = torch.zeros(len(tasks), device=device).index_add(0, token_task, nll)
         per_task = per_task / torch.bincount(token_task, minlength=len(tasks)).clamp(min=1)

@@ -161,22 +161,22 @@ _RUN = textwrap.dedent(
     from tests.training.planted import planted_task
     torch.set_num_threads(1)
     slow = trainer.collate
-    trainer.collate = lambda *a, **k: (time.sleep(0.05), slow(*a, **k))[1]  # room to kill it mid-way
+    trainer.collate = lambda *a, **k: (time.sleep(0.03), slow(*a, **k))[1]  # room to kill it mid-way
     model = load_model(sys.argv[1], device="cpu", dtype="float32")
-    config = TrainConfig(steps=60, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=10, progress=False)
+    config = TrainConfig(steps=40, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=10, progress=False)
     train_mask(model, planted_task(), config, out_dir=sys.argv[2])
     """
 )
 
 
 def test_resume_after_sigkill_gives_the_same_mask(planted, planted_dir, tmp_path):
-    config = TrainConfig(steps=60, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=10, progress=False)
+    config = TrainConfig(steps=40, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=10, progress=False)
     reference = train_mask(planted, planted_task(), config)
     out = tmp_path / "run"
     root = Path(__file__).resolve().parents[2]
     process = subprocess.Popen([sys.executable, "-c", _RUN, str(planted_dir), str(out)], cwd=root,
                                env={**os.environ, "PYTHONPATH": str(root)}, stderr=subprocess.DEVNULL)
-    checkpoint = out / "checkpoints" / "logits_step0000020.safetensors"
+    checkpoint = out / "checkpoints" / "logits_step0000010.safetensors"
     deadline = time.time() + 60
     while not checkpoint.exists() and process.poll() is None and time.time() < deadline:
         time.sleep(0.02)
@@ -184,6 +184,6 @@ def test_resume_after_sigkill_gives_the_same_mask(planted, planted_dir, tmp_path
     process.wait()
     assert checkpoint.exists() and not (out / "mask.safetensors").exists()  # killed mid-way
     resumed = train_mask(planted, planted_task(), config, out_dir=out)
-    assert resumed.history.step.tolist() == list(range(1, 61))
+    assert resumed.history.step.tolist() == list(range(1, 41))
     assert torch.equal(resumed.mask.logits, reference.mask.logits)
     assert resumed.history.loss.tolist() == pytest.approx(reference.history.loss.tolist())

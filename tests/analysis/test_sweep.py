@@ -2,11 +2,11 @@ import pytest
 import torch
 
 from headsup_lens import HeadMask, removal_sweep, value_gate
-from headsup_lens.analysis import influence_order, random_order, sweep_masks, weight_order
+from headsup_lens.analysis import auto_batch_size, influence_order, random_order, sweep_masks, weight_order
 from headsup_lens.models import chat_template, encode
 
 PROMPT = "cat dog"
-MAX_NEW = 6
+MAX_NEW = 4
 
 
 def sequential_sweep(model, prompt, order, targets, top_k=5, max_new=MAX_NEW):
@@ -28,16 +28,18 @@ def sequential_sweep(model, prompt, order, targets, top_k=5, max_new=MAX_NEW):
     return ranks, generations
 
 
-def check_against_sequential(model, order, targets, **kwargs):
+def check_against_sequential(model, order, targets, batch_sizes=(None,)):
+    """The batched sweep equals the sequential loop for each batch size (None: memory budget)."""
     ranks, generations = sequential_sweep(model, PROMPT, order, targets)
-    result = removal_sweep(model, PROMPT, order, target_tokens=targets, max_new_tokens=MAX_NEW, **kwargs)
-    assert result.ranks[result.tokens.label].to_numpy().tolist() == ranks
-    assert result.generation_ids == generations
-    assert result.generations == [model.tokenizer.decode(g) for g in generations]
     hits = [i for i, r in enumerate(ranks) if 1 in r[5:]]
-    assert result.switch_step == (hits[0] if hits else None)
     changed = [i for i, g in enumerate(generations) if g != generations[0]]
-    assert result.change_step == (changed[0] if changed else None)
+    for batch_size in batch_sizes:
+        result = removal_sweep(model, PROMPT, order, target_tokens=targets, max_new_tokens=MAX_NEW, batch_size=batch_size)
+        assert result.ranks[result.tokens.label].to_numpy().tolist() == ranks
+        assert result.generation_ids == generations
+        assert result.generations == [model.tokenizer.decode(g) for g in generations]
+        assert result.switch_step == (hits[0] if hits else None)
+        assert result.change_step == (changed[0] if changed else None)
     return result
 
 
@@ -49,19 +51,30 @@ def final_top1(model, order):
         return int(model(ids)[0, -1].argmax())
 
 
-@pytest.mark.parametrize("batch_size", [None, 3])
-def test_weight_order_sweep_equals_sequential_loop(any_model, batch_size):
+def test_weight_order_sweep_equals_sequential_loop(any_model):
     logits = torch.randn(any_model.cfg.n_layers, any_model.cfg.n_heads, generator=torch.Generator().manual_seed(0))
     order = weight_order(HeadMask.from_logits(logits))
     targets = [final_top1(any_model, order), 7]
-    result = check_against_sequential(any_model, order, targets, batch_size=batch_size)
+    result = check_against_sequential(any_model, order, targets, batch_sizes=(None, 3))
     assert result.switch_step is not None and len(result.ranks) == len(order) + 1
 
 
+def test_memory_budget_chunks_the_sweep(llama):
+    order = random_order(llama, seed=2)
+    whole = removal_sweep(llama, PROMPT, order, max_new_tokens=3)
+    n_tokens = len(encode(llama, chat_template(llama).format(PROMPT), add_bos=False)) + 3
+    memory_gb = 5 / auto_batch_size(llama, n_tokens, memory_gb=1.0)  # about 5 rows per chunk
+    budget = auto_batch_size(llama, n_tokens, memory_gb=memory_gb)
+    chunked = removal_sweep(llama, PROMPT, order, max_new_tokens=3, memory_gb=memory_gb)
+    assert 1 < budget < 10
+    assert chunked.metadata["batch_size"] == budget < len(order) + 1 <= whole.metadata["batch_size"]
+    assert chunked.ranks.equals(whole.ranks) and chunked.generation_ids == whole.generation_ids
+
+
 def test_random_and_partial_orders_equal_sequential_loop(llama):
-    order = random_order(llama, seed=3)
-    check_against_sequential(llama, order, [final_top1(llama, order)], batch_size=4)
-    check_against_sequential(llama, [(1, 2), (0, 5), (1, 7)], [9], batch_size=2)
+    order = random_order(llama, seed=3)[:10]
+    check_against_sequential(llama, order, [final_top1(llama, order)], batch_sizes=(4,))
+    check_against_sequential(llama, [(1, 2), (0, 5), (1, 7)], [9], batch_sizes=(2,))
 
 
 def test_influence_order_equals_sequential_loop_and_reorders_by_rank_rise(llama):
@@ -74,7 +87,7 @@ def test_influence_order_equals_sequential_loop_and_reorders_by_rank_rise(llama)
     rises = {order[i]: ranks[i] - ranks[i + 1] for i in range(k)}
     assert sorted(influence[:k]) == sorted(order[:k]) and influence[k:] == order[k:]
     assert [rises[h] for h in influence[:k]] == sorted(rises.values(), reverse=True)
-    check_against_sequential(llama, influence, [target], batch_size=5)
+    check_against_sequential(llama, influence, [target], batch_sizes=(5,))
 
 
 def test_masks_layer_outputs_and_steps(llama):

@@ -6,6 +6,7 @@ from headsup_lens import HeadMask, layer_similarity, logit_lens, pathway_heads, 
 from headsup_lens.analysis import jaccard_matrix, layer_states, random_order, sweep_similarity
 from headsup_lens.plots import (
     alpha_figure,
+    attention_target_figure,
     generation_table,
     jaccard_figure,
     logit_figure,
@@ -63,6 +64,8 @@ def test_head_figures(llama):
     import pandas as pd
 
     assert list(alpha_figure(pd.DataFrame({"alpha": [0, 1], "loss": [2.0, 1.0]})).data[0].y) == [2.0, 1.0]
+    bars = attention_target_figure(pd.DataFrame({"setting": ["original", "masked"], "inside": [0.3, 0.6], "outside": [0.2, 0.3]}))
+    assert list(bars.data[0].y) == [0.3, 0.6] and list(bars.data[1].y) == [0.2, 0.3]
 
 
 def test_save_figure_writes_html_and_reports_png_failures(tmp_path, monkeypatch):

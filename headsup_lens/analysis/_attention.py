@@ -61,6 +61,8 @@ def candidate_spans(x: str, answer: str, n_words: int = 3) -> tuple[list[tuple[i
 def word_example(model: TransformerBridge, user_text: str, x: str, answer: str) -> WordExample:
     """Tokenise the chat-formatted prompt and map each candidate word to the tokens overlapping it
     (through the tokenizer's character offsets, so any tokenizer works)."""
+    if not getattr(model.tokenizer, "is_fast", False):
+        raise ValueError("attention_on_target needs a fast tokenizer (character offsets); load the model's fast tokenizer")
     template = chat_template(model)
     where = user_text.find(x)
     if where < 0:

@@ -30,7 +30,11 @@ class LogitLens:
 def decode_stream(model: TransformerBridge, x: Float[Tensor, "rows d_model"]) -> Float[Tensor, "rows d_vocab"]:
     """Logits of residual-stream vectors: the final norm, then the unembedding."""
     with torch.no_grad():
-        return model.unembed(model.ln_final(x[:, None, :]))[:, 0]
+        logits = model.unembed(model.ln_final(x[:, None, :]))[:, 0]
+    cap = getattr(model.cfg, "output_logits_soft_cap", -1.0) or -1.0
+    if cap > 0:  # Gemma-2 style soft-capping follows the unembedding in the model too
+        logits = cap * torch.tanh(logits / cap)
+    return logits
 
 
 def logit_lens(

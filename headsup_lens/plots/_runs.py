@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
@@ -29,7 +30,10 @@ def rank_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, log
         fig.add_trace(go.Scatter(x=sweep.ranks.step, y=sweep.ranks[label], mode="lines", name=label,
                                  line=dict(width=3 if kind == "target" else 1.5, dash="solid" if kind == "target" else "dot")))
     _mark_steps(fig, sweep)
-    fig.update_yaxes(autorange="reversed", type="log" if log else "linear", title_text="rank (1 = next token)")
+    worst = float(sweep.ranks[labels].to_numpy().max()) if labels else 1.0
+    # An explicit inverted range: rank 1 at the top (plotly's reversed autorange pads log axes oddly).
+    top_to_bottom = [math.log10(worst) + 0.05, -0.05] if log else [worst + 0.5, 0.5]
+    fig.update_yaxes(range=top_to_bottom, type="log" if log else "linear", title_text="rank (1 = next token)")
     fig.update_layout(title=title or "token ranks during one-by-one head removal", xaxis_title="heads removed")
     return fig
 

@@ -1,0 +1,38 @@
+"""Table 7: for "pick one of three words" tasks (e.g. fruit_v_animal_3), the attention of the last input
+token to the target word (share over the three words), averaged over heads inside and outside the mask,
+without instruction, with instruction and with the mask.
+
+The organism has no three-word task, so this script needs `--task` with such a task (and a model that can
+read it), e.g. `--model meta-llama/Llama-3.1-8B-Instruct --task fruit_v_animal_3 --data-dir ...`."""
+
+from __future__ import annotations
+
+from _common import parser, setup
+from headsup_lens.analysis import attention_on_target, candidate_spans
+from headsup_lens.plots import attention_target_figure, head_heatmap
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__doc__)
+    args = p.parse_args(argv)
+    xp = setup("table7", args)
+    task = xp.task()
+    try:  # fail before training a mask for a task this table cannot use
+        for x, y in task.eval_pairs:
+            candidate_spans(x, y)
+    except ValueError as error:
+        raise SystemExit(f"table7: task {task.name!r} is not a pick-one-of-three-words task ({error})") from None
+    mask = xp.mask(task).mask
+    result = attention_on_target(xp.model, task, mask, settings=("original", "instructed", "masked", "masked+instructed"),
+                                 batch_size=args.eval_batch_size)
+    table = result.table.assign(task=task.name, n_examples=result.n_examples)
+    xp.table(table, "table7_attention_on_target", task)
+    xp.figure(attention_target_figure(result.table, title=f"Table 7 — attention on the target word, {task.name}"),
+              "table7_attention_on_target", task)
+    xp.figure(head_heatmap(result.per_head, title="share of attention on the target, per head", zmin=0, zmax=1),
+              "table7_attention_per_head", task)
+    xp.done(table)
+
+
+if __name__ == "__main__":
+    main()

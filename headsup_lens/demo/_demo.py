@@ -89,7 +89,7 @@ def planted_pathways(model_name: str, model) -> dict[str, list[tuple[int, int]]]
     return {f"organism/{name}": heads for name, heads in load_planted().items()}
 
 
-def pathway_recovery(mask: HeadMask, planted: list[tuple[int, int]]) -> dict[str, float]:
+def pathway_recovery(mask: HeadMask, planted: list[tuple[int, int]]) -> dict[str, int | float]:
     """Jaccard between the heads a mask removes and a planted set, beside its random expectation."""
     removed = set(mask.removed_heads())
     truth = {tuple(h) for h in planted}

@@ -1,0 +1,57 @@
+import json
+
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from headsup_lens.cli import main
+from headsup_lens.demo import DemoConfig, Report, pathway_recovery, run_demo
+from headsup_lens.masks import HeadMask, expected_jaccard
+
+
+def test_report_embeds_plotly_once_and_escapes_text(tmp_path):
+    report = Report("a <title>")
+    report.note("x < y")
+    report.table(pd.DataFrame({"task": ["t"], "accuracy": [0.91234]}))
+    report.figure(go.Figure(go.Scatter(y=[1, 2])))
+    report.figure(go.Figure(go.Bar(y=[3])))
+    html = report.write(tmp_path / "r.html").read_text()
+    assert "a &lt;title&gt;" in html and "x &lt; y" in html and "0.912" in html
+    assert html.count("plotly.js v") == 1  # the library is inlined once, not per figure
+    assert html.count('class="plotly-graph-div"') == 2
+
+
+def test_pathway_recovery_against_hand_counts():
+    mask = HeadMask.from_heads([(0, 0), (0, 1), (1, 2)], (2, 4))
+    recovery = pathway_recovery(mask, [(0, 1), (1, 2), (1, 3)])
+    assert recovery["jaccard_vs_planted"] == pytest.approx(2 / 4)
+    assert recovery["jaccard_random_expectation"] == pytest.approx(expected_jaccard(3, 3, 8))
+
+
+def test_demo_runs_end_to_end_on_a_tiny_model(tmp_path, llama_dir):
+    out = tmp_path / "demo"
+    config = DemoConfig(model=str(llama_dir), tasks=["organism/reverse", "organism/uppercase"], out=str(out),
+                        steps=4, batch_size=4, influence_k=6, device="cpu", png=False)
+    result = run_demo(config)
+    assert (out / "report.html").stat().st_size > 100_000
+    assert list(result.summary.task) == ["organism/reverse", "organism/uppercase"]
+    assert set(result.sweeps) == {"weight order", "influence order", "random order"}
+    assert len(result.sweeps["weight order"].steps) == 2 * 8 + 1
+    weight, influence = result.sweeps["weight order"].order, result.sweeps["influence order"].order
+    assert sorted(influence[:6]) == sorted(weight[:6]) and influence[6:] == weight[6:]
+    for name in ["summary", "evaluation", "sweeps", "sweep_weight_order"]:
+        assert not pd.read_csv(out / "tables" / f"{name}.csv").empty
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["summary"][0]["task"] == "organism/reverse"
+    assert (out / "training" / "masks").is_dir()
+    # Not the organism: no planted pathway is claimed.
+    assert "jaccard vs S_t" not in result.summary.columns
+
+
+def test_demo_command_reports_bad_input_clearly(tmp_path, capsys):
+    code = main(["demo", "--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert "no config.json" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    code = main(["demo", "--model", str(tmp_path / "missing"), "--tasks", "no-such-task"])
+    assert code == 2

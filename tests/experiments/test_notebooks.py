@@ -1,0 +1,31 @@
+"""The two example notebooks execute top to bottom on the built-in organism (as in CI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "experiments" / "notebooks"
+
+
+def organism_ready() -> bool:
+    from headsup_lens.models import builtin_model_dir
+
+    directory = builtin_model_dir("organism")
+    return directory is not None and (directory / "config.json").is_file() and (directory / "planted.json").is_file()
+
+
+@pytest.mark.skipif(not organism_ready(), reason="the organism's weights are not in the package")
+@pytest.mark.parametrize("name", ["explore_pathways.ipynb", "reproduce_figures.ipynb"])
+def test_notebook_executes(name, tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    # Runs in a scratch folder so nothing lands in the repository; a failing cell raises CellExecutionError.
+    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    # Figures are shown inline: plotly output bundles, not only text.
+    assert any("text/html" in o.get("data", {}) or "application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs)

@@ -1,0 +1,66 @@
+"""Reproduction scripts run end to end on a tiny random model with tiny settings and write their outputs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ..conftest import build_llama_dir
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
+@pytest.fixture(scope="module")
+def scripts():
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import fig2_removal_ranks
+        import fig3_trajectories
+        import run_all
+
+        yield {"fig2": fig2_removal_ranks, "fig3": fig3_trajectories, "run_all": run_all}
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+
+
+@pytest.fixture(scope="module")
+def organism_like(tmp_path_factory):
+    """A tiny Llama with planted sets beside its weights, as the organism ships them."""
+    from headsup_lens.organism import TASK_NAMES, plant_head_sets, save_planted
+
+    path = build_llama_dir(tmp_path_factory.mktemp("organism_like"))
+    save_planted(path, plant_head_sets(TASK_NAMES, 2, 8, 1, seed=0), 2, 8)
+    return path
+
+
+def test_fig2_then_fig3_reuse_the_cached_mask(scripts, organism_like, tmp_path, capsys):
+    common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "12", "--batch-size", "2",
+              "--no-png", "--threads", "1", "--max-new-tokens", "3"]
+    scripts["fig2"].main(common)
+    out = tmp_path / organism_like.name
+    summary = pd.read_csv(out / "fig2_summary_translate.csv")
+    assert list(summary.order) == ["weight order", "random order"]
+    ranks = pd.read_csv(out / "fig2_removal_ranks_weight_translate.csv")
+    assert sorted(ranks.step.unique()) == list(range(17))  # 2 x 8 heads: steps 0..16
+    assert (out / "fig2_removal_ranks_weight_translate.html").is_file()
+    masks = sorted(out.glob("masks/*/*/masks/*.safetensors"))
+    # the organism's default task set is trained together, so other scripts find their masks
+    assert {m.stem for m in masks} == {"organism__translate", "organism__reverse", "organism__uppercase", "organism__antonym"}
+    assert "training" in capsys.readouterr().out
+
+    scripts["fig3"].main([a for a in common if a not in ("--max-new-tokens", "3")])
+    assert "training" not in capsys.readouterr().out  # reused, not retrained
+    trajectories = pd.read_csv(out / "fig3_trajectories_translate.csv")
+    assert sorted(trajectories.step.unique()) == [10, 12]  # checkpoints every 10 steps and at the end
+    assert len(trajectories) == 2 * 16
+    stamps = {m: m.stat().st_mtime_ns for m in masks}
+    assert stamps == {m: m.stat().st_mtime_ns for m in sorted(out.glob("masks/*/*/masks/*.safetensors"))}
+
+
+def test_run_all_skips_table7_without_a_three_word_task(scripts, organism_like, tmp_path, capsys):
+    scripts["run_all"].main(["--only", "table7_attention_on_target", "--model", str(organism_like), "--out", str(tmp_path)])
+    assert "skipped" in capsys.readouterr().out
+    assert not (tmp_path / organism_like.name).exists()

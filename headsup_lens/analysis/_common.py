@@ -8,8 +8,8 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from ..masks import Head
 from ..models import chat_template, encode
-from ..training import gated as gated
-from ..training._objective import Gate as Gate
+from ..gates import gated as gated
+from ..gates import Gate as Gate
 
 
 def prompt_ids(model: TransformerBridge, prompt: str, *, formatted: bool = False) -> list[int]:

@@ -14,7 +14,8 @@ from ..data import Task, encode_pairs, task_prompts
 from ..data._tokenize import collate, encode_prompt
 from ..masks import HeadMask
 from ..models import chat_template, encode, left_pad, pad_token_id
-from ..training._objective import Gate, answer_nll, gate_hooks, gated
+from ..gates import Gate, gate_hooks, gated
+from ..training import answer_nll
 from ._metrics import bleu, first_line, rouge_l
 
 MaskArg = HeadMask | Tensor | None

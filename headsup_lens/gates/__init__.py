@@ -6,3 +6,7 @@ from ._query import query_gate_hooks as query_gate_hooks
 from ._query import verify_query_gate as verify_query_gate
 from ._value import value_gate as value_gate
 from ._value import value_gate_hooks as value_gate_hooks
+from ._dispatch import GATES as GATES
+from ._dispatch import Gate as Gate
+from ._dispatch import gate_hooks as gate_hooks
+from ._dispatch import gated as gated

@@ -3,8 +3,6 @@
 from ._config import TrainConfig as TrainConfig
 from ._objective import answer_logits as answer_logits
 from ._objective import answer_nll as answer_nll
-from ._objective import gate_hooks as gate_hooks
-from ._objective import gated as gated
 from ._train import TrainResult as TrainResult
 from ._train import left_tail_gumbel as left_tail_gumbel
 from ._train import load_trajectory as load_trajectory

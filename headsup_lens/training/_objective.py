@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
@@ -13,53 +9,12 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from ..data import IGNORE_INDEX, TaskBatch
-from ..gates import query_gate_hooks, value_gate_hooks, verify_query_gate
-from ..gates._value import _mlp_hooks
-from ..masks import HeadMask
 
-Gate = Literal["value", "query"]
-GATES = ("value", "query")
 _FINAL_NORM = "ln_final.hook_normalized"
 
 
 class _StopForward(Exception):
     """Raised from the final-norm hook: everything after it (the full unembedding) is skipped."""
-
-
-def gate_hooks(
-    model: TransformerBridge,
-    mask: HeadMask | Tensor | None,
-    *,
-    alpha: float = 0.0,
-    gate: Gate = "value",
-    mlp: Tensor | None = None,
-) -> list:
-    """Hooks gating `model` with `mask` (none when `mask` is None) through the chosen gate."""
-    if gate not in GATES:
-        raise ValueError(f"gate must be one of {GATES}, not {gate!r}")
-    if mask is None:
-        return [] if mlp is None else _mlp_hooks(model, mlp)
-    if gate == "value":
-        return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp)
-    if alpha != 0.0:
-        raise ValueError("alpha (scaled masks) is defined for the value gate only")
-    verify_query_gate(model)
-    hooks = query_gate_hooks(model, mask)
-    if mlp is None and isinstance(mask, HeadMask):
-        mlp = mask.mlp_values
-    return hooks + (_mlp_hooks(model, mlp) if mlp is not None else [])
-
-
-@contextlib.contextmanager
-def gated(model: TransformerBridge, mask: HeadMask | Tensor | None, *, alpha: float = 0.0,
-          gate: Gate = "value", mlp: Tensor | None = None) -> Iterator[TransformerBridge]:
-    """Context manager form of `gate_hooks`; a no-op for `mask=None`."""
-    hooks = gate_hooks(model, mask, alpha=alpha, gate=gate, mlp=mlp)
-    if not hooks:
-        yield model
-        return
-    with model.hooks(fwd_hooks=hooks):
-        yield model
 
 
 def answer_positions(labels: Int[Tensor, "batch pos"]) -> tuple[Tensor, Tensor, Tensor]:

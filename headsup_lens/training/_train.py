@@ -22,7 +22,8 @@ from ..data import Task, collate, encode_pairs
 from ..masks import HeadMask
 from ..models import fingerprint, pad_token_id
 from ._config import TrainConfig
-from ._objective import answer_nll, gate_hooks
+from ..gates import gate_hooks
+from ._objective import answer_nll
 
 _STATE = "state.pt"
 _CHECKPOINTS = "checkpoints"

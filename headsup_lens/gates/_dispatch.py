@@ -1,0 +1,53 @@
+"""One entry point over both gates, chosen by name ("value" or "query"), for code that lets the user pick."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Literal
+
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from ..masks import HeadMask
+from ._query import query_gate_hooks, verify_query_gate
+from ._value import _mlp_hooks, value_gate_hooks
+
+Gate = Literal["value", "query"]
+GATES = ("value", "query")
+
+
+def gate_hooks(
+    model: TransformerBridge,
+    mask: HeadMask | Tensor | None,
+    *,
+    alpha: float = 0.0,
+    gate: Gate = "value",
+    mlp: Tensor | None = None,
+) -> list:
+    """Hooks gating `model` with `mask` (none when `mask` is None) through the chosen gate."""
+    if gate not in GATES:
+        raise ValueError(f"gate must be one of {GATES}, not {gate!r}")
+    if mask is None:
+        return [] if mlp is None else _mlp_hooks(model, mlp)
+    if gate == "value":
+        return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp)
+    if alpha != 0.0:
+        raise ValueError("alpha (scaled masks) is defined for the value gate only")
+    verify_query_gate(model)
+    hooks = query_gate_hooks(model, mask)
+    if mlp is None and isinstance(mask, HeadMask):
+        mlp = mask.mlp_values
+    return hooks + (_mlp_hooks(model, mlp) if mlp is not None else [])
+
+
+@contextlib.contextmanager
+def gated(model: TransformerBridge, mask: HeadMask | Tensor | None, *, alpha: float = 0.0,
+          gate: Gate = "value", mlp: Tensor | None = None) -> Iterator[TransformerBridge]:
+    """Context manager form of `gate_hooks`; a no-op for `mask=None`."""
+    hooks = gate_hooks(model, mask, alpha=alpha, gate=gate, mlp=mlp)
+    if not hooks:
+        yield model
+        return
+    with model.hooks(fwd_hooks=hooks):
+        yield model

@@ -29,4 +29,13 @@ from .training import TrainConfig as TrainConfig
 from .training import train_mask as train_mask
 from .training import train_masks as train_masks
 
+from . import analysis as analysis
+from . import data as data
+from . import evaluation as evaluation
+from . import gates as gates
+from . import masks as masks
+from . import models as models
+from . import plots as plots
+from . import training as training
+
 __version__ = "0.1.0"

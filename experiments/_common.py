@@ -56,7 +56,8 @@ def parser(description: str, *, multi_task: bool = False) -> argparse.ArgumentPa
     p.add_argument("--batch-size", type=int, default=None, help="override the schedule's batch size per task")
     p.add_argument("--eval-batch-size", type=int, default=64, help="examples per evaluation forward pass / generation")
     p.add_argument("--seed", type=int, default=0, help="seed of mask training and random baselines")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: leave torch's setting)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: 1 on the organism, whose ops are too small to share; torch's setting otherwise)")
     p.add_argument("--no-png", action="store_true", help="write HTML figures only")
     return p
 
@@ -214,8 +215,9 @@ def weights_digest(model) -> str:
 def setup(name: str, args: argparse.Namespace) -> Experiment:
     """Load the model named by the options and prepare `<out>/<model>/`."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    threads = args.threads if args.threads is not None else (1 if args.model == ORGANISM else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
     model = hl.load_model(args.model, device=args.device, dtype=args.dtype)
     out = Path(args.out) / model_slug(args.model)
     out.mkdir(parents=True, exist_ok=True)

@@ -18,9 +18,12 @@ def organism_ready() -> bool:
 
 @pytest.mark.skipif(not organism_ready(), reason="the organism's weights are not in the package")
 @pytest.mark.parametrize("name", ["explore_pathways.ipynb", "reproduce_figures.ipynb"])
-def test_notebook_executes(name, tmp_path):
+def test_notebook_executes(name, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
+    # The kernel inherits this: one thread is as fast for the organism's tiny ops and never oversubscribes
+    # a shared CI machine (two threads on a busy 2-core machine ran ~10x slower).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     # Runs in a scratch folder so nothing lands in the repository; a failing cell raises CellExecutionError.
     nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",

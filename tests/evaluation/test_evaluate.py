@@ -19,15 +19,6 @@ from ..training.planted import build_planted_dir, planted_mask, planted_task
 WORDS = ["abc", "hello there", "q", "longer input words", "xy", "Mixed Case", "z z", "tail"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from threads, and spinning threads stall on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     return load_model(build_planted_dir(tmp_path_factory.mktemp("planted")), device="cpu", dtype="float32")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import torch
 
 from headsup_lens.cli import main
 from headsup_lens.cli._train import resolve_preset
@@ -32,21 +31,16 @@ def test_presets_fill_only_paper_defaults():
 
 
 def test_train_then_evaluate(planted_dir, tmp_path, capsys):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        out = tmp_path / "run"
-        assert main(["train", "--task", "test/planted", "--out", str(out), "--model", str(planted_dir),
-                     "--device", "cpu", "--preset", "fast", "--steps", "60", "--progress", "false"]) == 0
-        mask = HeadMask.load(out / "mask.safetensors")
-        assert (mask.values == planted_mask()).float().mean() >= 0.95
-        assert len(pd.read_csv(out / "history.csv")) == 60 and (out / "train_config.json").is_file()
-        assert main(["evaluate", "--task", "test/planted", "--mask", str(out / "mask.safetensors"),
-                     "--out", str(out), "--model", str(planted_dir), "--device", "cpu"]) == 0
-        table = pd.read_csv(out / "results.csv").set_index("setting")
-        assert table.loc["masked", "accuracy"] == 1.0 and table.loc["original", "accuracy"] == 0.0
-    finally:
-        torch.set_num_threads(threads)
+    out = tmp_path / "run"
+    assert main(["train", "--task", "test/planted", "--out", str(out), "--model", str(planted_dir),
+                 "--device", "cpu", "--preset", "fast", "--steps", "60", "--progress", "false"]) == 0
+    mask = HeadMask.load(out / "mask.safetensors")
+    assert (mask.values == planted_mask()).float().mean() >= 0.95
+    assert len(pd.read_csv(out / "history.csv")) == 60 and (out / "train_config.json").is_file()
+    assert main(["evaluate", "--task", "test/planted", "--mask", str(out / "mask.safetensors"),
+                 "--out", str(out), "--model", str(planted_dir), "--device", "cpu"]) == 0
+    table = pd.read_csv(out / "results.csv").set_index("setting")
+    assert table.loc["masked", "accuracy"] == 1.0 and table.loc["original", "accuracy"] == 0.0
 
 
 def test_bad_inputs_write_nothing(planted_dir, tmp_path, capsys):

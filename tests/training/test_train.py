@@ -27,15 +27,6 @@ from .planted import build_planted_dir, planted_mask, planted_task
 QUICK = dict(steps=60, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=0, progress=False)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from threads, and spinning threads stall on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def planted_dir(tmp_path_factory):
     return build_planted_dir(tmp_path_factory.mktemp("planted"))

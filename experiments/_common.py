@@ -40,8 +40,8 @@ SCHEDULES = ("auto", "fast", "paper")
 
 def parser(description: str, *, multi_task: bool = False) -> argparse.ArgumentParser:
     """The options every script accepts (multi-task scripts take `--tasks` as well as `--task`)."""
-    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", default=ORGANISM, help="hub name, local Hugging Face directory, or 'organism'")
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=ORGANISM, help="hub name, local Hugging Face directory, or 'organism' (default)")
     p.add_argument("--task", default=None, help=f"task name (default on the organism: {ORGANISM_TASK})")
     if multi_task:
         p.add_argument("--tasks", nargs="+", default=None,
@@ -49,13 +49,13 @@ def parser(description: str, *, multi_task: bool = False) -> argparse.ArgumentPa
     p.add_argument("--data-dir", default=None, help="data directory (default: $HEADSUP_DATA_DIR, then the user cache)")
     p.add_argument("--device", default=None, help="device (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="model dtype (default: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--out", default=str(FIGURES), help="output root; files go to <out>/<model>/")
+    p.add_argument("--out", default=str(FIGURES), help="output root; files go to <out>/<model>/ (default: figures/)")
     p.add_argument("--schedule", choices=SCHEDULES, default="auto",
                    help="mask schedule: auto = fast on the organism, the paper's otherwise")
     p.add_argument("--steps", type=int, default=None, help="override the schedule's training steps")
     p.add_argument("--batch-size", type=int, default=None, help="override the schedule's batch size per task")
-    p.add_argument("--eval-batch-size", type=int, default=64, help="examples per evaluation forward pass / generation")
-    p.add_argument("--seed", type=int, default=0, help="seed of mask training and random baselines")
+    p.add_argument("--eval-batch-size", type=int, default=64, help="examples per evaluation forward pass / generation (default: 64)")
+    p.add_argument("--seed", type=int, default=0, help="seed of mask training and random baselines (default: 0)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 1 on the organism, whose ops are too small to share; torch's setting otherwise)")
     p.add_argument("--no-png", action="store_true", help="write HTML figures only")

@@ -9,7 +9,7 @@ from headsup_lens.plots import alpha_figure
 
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__)
-    p.add_argument("--alphas", type=float, nargs="+", default=[i / 10 for i in range(11)], help="alpha values")
+    p.add_argument("--alphas", type=float, nargs="+", default=[i / 10 for i in range(11)], help="alpha values (default: 0, 0.1, ..., 1)")
     args = p.parse_args(argv)
     xp = setup("fig6", args)
     task = xp.task()

@@ -12,7 +12,7 @@ from headsup_lens.plots import usage_heatmap
 
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__, multi_task=True)
-    p.add_argument("--n-random", type=int, default=5, help="random head groups per group size")
+    p.add_argument("--n-random", type=int, default=5, help="random head groups per group size (default: 5)")
     args = p.parse_args(argv)
     xp = setup("table6", args)
     tasks = xp.tasks()

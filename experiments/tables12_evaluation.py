@@ -14,7 +14,7 @@ from headsup_lens.plots import mask_heatmap
 
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__, multi_task=True)
-    p.add_argument("--alpha", type=float, default=0.25, help="scale of the heads outside the mask, instructed setting")
+    p.add_argument("--alpha", type=float, default=0.25, help="scale of the heads outside the mask, instructed setting (default: 0.25)")
     args = p.parse_args(argv)
     xp = setup("tables12", args)
     tasks = xp.tasks()

@@ -1,0 +1,80 @@
+"""`headsup organism train|check`: train the built-in organism, or check its planted pathways."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simple_parsing import subparsers
+
+from ..organism import OrganismConfig
+from ._registry import command
+
+
+@dataclass
+class OrganismTrainConfig(OrganismConfig):
+    """Options of `headsup organism train` (the defaults are the shipped organism's recipe)."""
+
+    output: str = "organism"  # folder to write the trained organism to (a Hugging Face model directory)
+    quiet: bool = False  # no progress bar
+
+    def __post_init__(self) -> None:
+        pass  # validated when the recipe is built, so that bad options become a clean CLI error
+
+
+@dataclass
+class OrganismCheckConfig:
+    """Options of `headsup organism check`."""
+
+    model: str = "organism"  # trained organism: "organism" (shipped) or a folder written by `organism train`
+    n_words: int | None = None  # held-out words per task (default: all 100)
+    device: str | None = None  # device to run on (default: CUDA when available)
+    seed: int = 0  # seed of the random head sets
+
+
+@dataclass
+class OrganismCommand:
+    """`headsup organism train` or `headsup organism check`."""
+
+    action: OrganismTrainConfig | OrganismCheckConfig = subparsers(
+        {"train": OrganismTrainConfig, "check": OrganismCheckConfig}
+    )
+
+
+@command("organism", OrganismCommand, help="Train the built-in model organism or check its planted pathways.")
+def run_organism(config: OrganismCommand) -> int:
+    action = config.action
+    if isinstance(action, OrganismTrainConfig):
+        return _train(action)
+    return _check(action)
+
+
+def _train(config: OrganismTrainConfig) -> int:
+    from dataclasses import fields
+
+    from tqdm.auto import tqdm
+
+    from ..organism import check_planted, train_organism
+
+    recipe = OrganismConfig(**{f.name: getattr(config, f.name) for f in fields(OrganismConfig)})
+    log = None if config.quiet else tqdm.write
+    result = train_organism(recipe, config.output, progress=not config.quiet, log=log)
+    print(f"trained in {result.wall_time_s / 60:.1f} min; saved to {config.output}")
+    table = check_planted(result.model, result.planted, n_words=None)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    return 0
+
+
+def _check(config: OrganismCheckConfig) -> int:
+    from pathlib import Path
+
+    from ..models import builtin_model_dir, load_model
+    from ..organism import bar_failures, check_planted
+
+    model = load_model(config.model, device=config.device)
+    directory = builtin_model_dir(config.model) or Path(config.model)
+    table = check_planted(model, directory, n_words=config.n_words, seed=config.seed)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    failures = bar_failures(table)
+    for line in failures:
+        print(f"below the bar: {line}")
+    return 1 if failures else 0

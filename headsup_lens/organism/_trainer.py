@@ -1,0 +1,416 @@
+"""Train the organism from scratch through the TransformerBridge, planting one head pathway per task.
+
+Each batch mixes three kinds of chat examples (all `<user> {x} <assistant> {y}<eos>`):
+- instructed: `x` = an instruction phrasing with the word, `y` = the task's answer, all heads;
+- planted: `x` = the bare word, `y` = task t's answer, with the planted set S_t removed;
+- echo: `x` = the bare word, `y` = the word, all heads, or (at `random_removal_rate`) with random
+  heads removed, including up to half of some S_t, so that only the (nearly) complete S_t switches.
+Heads are removed with the project's own `value_gate`, one mask row per example, so the pathway the
+model learns is exactly the one the toolkit's masks act on.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from .._io import atomic_write_json
+from ..gates import value_gate
+from ..models import chat_template, char_tokenizer, encode, load_model, pad_token_id
+from ._corpus import TASK_NAMES, eval_words, organism_task, organism_words, train_words
+from ._planting import Head, plant_head_sets, save_planted
+
+IGNORE = -100
+KINDS = ("instructed", "planted", "echo", "echo_removed")
+
+
+@dataclass
+class OrganismConfig:
+    """Recipe of the organism: architecture, corpus mixture, planting and optimisation."""
+
+    seed: int = 0  # seeds the initial weights, the planted sets S_t and the batches
+    steps: int = 2200  # optimiser steps
+    batch_size: int = 64  # examples per step
+    lr: float = 3e-3  # AdamW peak learning rate (linear warm-up, then cosine decay)
+    warmup_steps: int = 100  # steps of linear learning-rate warm-up
+    min_lr_ratio: float = 0.05  # the cosine decays to lr * min_lr_ratio
+    weight_decay: float = 0.01  # AdamW weight decay
+    grad_clip: float = 1.0  # gradient-norm clip
+    n_layers: int = 8  # decoder layers
+    n_heads: int = 16  # query heads per layer
+    n_kv_heads: int = 4  # key/value heads per layer (grouped-query attention)
+    d_model: int = 128  # residual width; d_head = d_model / n_heads
+    d_mlp: int = 384  # SwiGLU hidden width
+    tasks: tuple[str, ...] = TASK_NAMES  # organism tasks to teach and plant
+    n_words: int | None = None  # use only the first n words of each split (tiny test recipes)
+    planted_size: int = 12  # |S_t|: heads per planted set (the sets are disjoint)
+    instructed_fraction: float = 0.5  # share of instructed examples in a batch
+    planted_rate: float = 0.5  # r: share of uninstructed examples answered by a task with S_t removed
+    random_removal_rate: float = 0.5  # share of echo examples run with random heads removed
+    plant_eval_words: bool = True  # plant on all words; False keeps the 100 held-out words unplanted
+    device: str = "cpu"  # where to train
+    threads: int | None = None  # torch CPU threads (None: leave torch's setting)
+    micro_batches: int = 4  # each step runs in this many length-sorted pieces (same gradient, less padding)
+    probe_every: int = 100  # steps between held-out accuracy probes (0: never)
+    checkpoint_every: int = 0  # steps between saves of the organism to the output folder (0: only at the end)
+
+    def __post_init__(self) -> None:
+        self.tasks = tuple(self.tasks)
+        for name in self.tasks:
+            organism_task(name)
+        for name in ("instructed_fraction", "planted_rate", "random_removal_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {value}")
+        if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError("d_model must be divisible by n_heads, and n_heads by n_kv_heads")
+        if self.steps < 1 or self.batch_size < 1 or self.micro_batches < 1:
+            raise ValueError("steps, batch_size and micro_batches must be positive")
+
+
+@dataclass
+class Example:
+    """One training row before padding."""
+
+    prompt: list[int]
+    answer: list[int]  # answer tokens followed by the end-of-turn token(s)
+    kind: str
+    task: str | None  # the task answered (None for echo)
+    removed: list[Head] = field(default_factory=list)
+
+
+@dataclass
+class Batch:
+    """Right-padded rows with answer-only labels and one head mask per row."""
+
+    tokens: Int[Tensor, "batch pos"]
+    attention_mask: Int[Tensor, "batch pos"]
+    labels: Int[Tensor, "batch pos"]  # next-token targets at each position, IGNORE off the answer
+    masks: Float[Tensor, "batch n_layers n_heads"]
+    kinds: list[str]
+    tasks: list[str | None]
+
+
+def build_organism(config: OrganismConfig) -> TransformerBridge:
+    """A freshly initialised Llama of the recipe, booted as a trainable TransformerBridge.
+
+    Saved to a temporary directory and loaded with `load_model`, i.e. through the same path as any
+    local model; parameters are then unfrozen for training.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = char_tokenizer()
+    hf_config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=config.d_model, intermediate_size=config.d_mlp,
+        num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
+        num_key_value_heads=config.n_kv_heads, head_dim=config.d_model // config.n_heads,
+        max_position_embeddings=128, tie_word_embeddings=False, bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(config.seed)
+    hf_model = LlamaForCausalLM(hf_config)
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        model = load_model(tmp, device=config.device, dtype="float32")
+    for parameter in model.parameters():
+        parameter.requires_grad_(True)
+    return model
+
+
+class PlantingSampler:
+    """Draws the training mixture; every row's token ids and head mask come from here."""
+
+    def __init__(self, model: TransformerBridge, config: OrganismConfig, planted: dict[str, list[Head]]):
+        self.config = config
+        self.planted = planted
+        self.n_layers, self.n_heads = model.cfg.n_layers, model.cfg.n_heads
+        self.rng = random.Random(config.seed + 1)
+        template = chat_template(model)
+        self.pad_id = pad_token_id(model)
+
+        def ids(text: str) -> list[int]:
+            return encode(model, text, add_bos=template.add_bos)
+
+        limit = config.n_words
+        self.all_words = list(train_words()[:limit] + eval_words()[:limit])
+        # Planting only the training words left the lookup tasks (translate, antonym) at chance on
+        # held-out words (the planted mode memorised per word), so by default every word is planted;
+        # the held-out words stay held out from mask training (the Task split).
+        self.planting_words = self.all_words if config.plant_eval_words else list(train_words()[:limit])
+        self.task_weights = [organism_task(t).weight for t in config.tasks]
+        self.prompt = {}  # (word, task | None, phrasing | None) -> prompt ids
+        self.answer = {}  # (word, task | None) -> answer ids
+        for word in self.all_words:
+            self.prompt[word, None, None] = ids(template.format(word))
+            self.answer[word, None] = ids(word + template.end_of_turn)
+            for name in config.tasks:
+                task = organism_task(name)
+                self.answer[word, name] = ids(task.answer(word) + template.end_of_turn)
+                for phrasing in range(len(task.instructions)):
+                    self.prompt[word, name, phrasing] = ids(template.format(task.user_text(word, phrasing)))
+        self.heads = [(l, h) for l in range(self.n_layers) for h in range(self.n_heads)]
+
+    def example(self, kind: str) -> Example:
+        rng, config = self.rng, self.config
+        if kind == "instructed":
+            task = rng.choices(config.tasks, self.task_weights)[0]
+            word = rng.choice(self.all_words)
+            phrasing = rng.randrange(len(organism_task(task).instructions))
+            return Example(self.prompt[word, task, phrasing], self.answer[word, task], kind, task)
+        if kind == "planted":
+            task = rng.choices(config.tasks, self.task_weights)[0]
+            word = rng.choice(self.planting_words)
+            return Example(self.prompt[word, None, None], self.answer[word, task], kind, task,
+                           list(self.planted[task]))
+        word = rng.choice(self.all_words)
+        example = Example(self.prompt[word, None, None], self.answer[word, None], kind, None)
+        if kind == "echo_removed":
+            # Up to half of one planted set plus a few random heads: only a near-complete S_t switches.
+            pathway = self.planted[rng.choice(config.tasks)]
+            partial = rng.sample(pathway, rng.randint(1, max(1, len(pathway) // 2)))
+            extra = rng.sample(self.heads, rng.randint(0, config.planted_size))
+            removed = set(partial) | set(extra)
+            for heads in self.planted.values():  # an echo row must never show a complete pathway
+                if set(heads) <= removed:
+                    removed.discard(rng.choice(heads))
+            example.removed = sorted(removed)
+        return example
+
+    def kind(self) -> str:
+        rng, config = self.rng, self.config
+        if rng.random() < config.instructed_fraction:
+            return "instructed"
+        if rng.random() < config.planted_rate:
+            return "planted"
+        return "echo_removed" if rng.random() < config.random_removal_rate else "echo"
+
+    def batch(self, size: int | None = None, kinds: list[str] | None = None) -> Batch:
+        if kinds is None:
+            kinds = [self.kind() for _ in range(size or self.config.batch_size)]
+        return collate([self.example(kind) for kind in kinds], self.pad_id, self.n_layers, self.n_heads)
+
+    def micro_batches(self) -> tuple[list[Batch], int]:
+        """One step's examples, sorted by length and cut into `micro_batches` padded batches.
+
+        Instructed rows are about twice as long as bare ones; padding each group only to its own
+        longest row roughly halves the tokens a step computes. Returns the batches and the number
+        of answer tokens of the whole step (the loss is the mean over them).
+        """
+        examples = [self.example(self.kind()) for _ in range(self.config.batch_size)]
+        examples.sort(key=lambda e: len(e.prompt) + len(e.answer))
+        n = min(self.config.micro_batches, len(examples))
+        bounds = [round(i * len(examples) / n) for i in range(n + 1)]
+        batches = [collate(examples[a:b], self.pad_id, self.n_layers, self.n_heads)
+                   for a, b in zip(bounds, bounds[1:]) if b > a]
+        return batches, sum(len(e.answer) for e in examples)
+
+
+def collate(examples: list[Example], pad_id: int, n_layers: int, n_heads: int) -> Batch:
+    """Right-pad rows (fine for a loss with an attention mask) and label the answer tokens only."""
+    width = max(len(e.prompt) + len(e.answer) for e in examples)
+    tokens = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(examples), width), dtype=torch.long)
+    labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
+    masks = torch.ones(len(examples), n_layers, n_heads)
+    for i, e in enumerate(examples):
+        row = e.prompt + e.answer
+        tokens[i, : len(row)] = torch.tensor(row)
+        attention[i, : len(row)] = 1
+        # Position p predicts token p + 1: the answer tokens are predicted from len(prompt) - 1 on.
+        labels[i, len(e.prompt) - 1 : len(row) - 1] = torch.tensor(e.answer)
+        for layer, head in e.removed:
+            masks[i, layer, head] = 0.0
+    return Batch(tokens, attention, labels, masks, [e.kind for e in examples], [e.task for e in examples])
+
+
+def batch_loss(model: TransformerBridge, batch: Batch, reduction: str = "mean") -> tuple[Tensor, Tensor]:
+    """Answer cross-entropy (`reduction` over answer tokens), and per-row exact match.
+
+    Runs the model under `value_gate` with the batch's per-row masks (`blocks.L.attn.hook_z`).
+    A row matches when every answer token is the argmax: teacher-forced exact match equals
+    greedy-generation exact match for the same prompt.
+    """
+    device = model.cfg.device
+    with value_gate(model, batch.masks.to(device)):
+        logits = model(batch.tokens.to(device), attention_mask=batch.attention_mask.to(device))
+    labels = batch.labels.to(device)
+    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction=reduction)
+    answered = labels != IGNORE
+    hits = (logits.argmax(-1) == labels) | ~answered
+    return loss, hits.all(dim=1)
+
+
+def hf_model(model: TransformerBridge):
+    """A plain Hugging Face copy of the bridged model's weights, to save with `save_pretrained`.
+
+    The bridge wraps the Hugging Face modules in place, so the original model's own state dict
+    carries `._original_component` segments and aliases; a fresh model of the same config gets
+    the weights under their plain names.
+    """
+    original = model.original_model
+    config = copy.deepcopy(original.config)
+    config.output_attentions = False  # the bridge turns it on for its hooks; plain users want it off
+    clean = type(original)(config)
+    wanted = clean.state_dict()
+    found = {}
+    for key, value in original.state_dict().items():
+        plain = key.replace("._original_component", "")
+        if plain in wanted and plain not in found:
+            found[plain] = value
+    missing = sorted(set(wanted) - set(found))
+    if missing:
+        raise ValueError(f"could not find bridged weights for {missing[:5]}")
+    clean.load_state_dict(found, strict=True)
+    return clean.eval()
+
+
+def _lr_factor(step: int, config: OrganismConfig) -> float:
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine
+
+
+@dataclass
+class TrainedOrganism:
+    model: TransformerBridge
+    planted: dict[str, list[Head]]
+    history: list[dict]
+    config: OrganismConfig
+    wall_time_s: float
+
+
+def train_organism(
+    config: OrganismConfig | None = None,
+    output_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> TrainedOrganism:
+    """Train the organism with planted pathways; with `output_dir`, save it there (loadable by `load_model`).
+
+    The saved directory holds the Hugging Face config, safetensors weights, the tokenizer
+    (`save_pretrained`), `planted.json` (S_t per task) and `training.json` (recipe and history).
+    """
+    config = config or OrganismConfig()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    start = time.perf_counter()
+    model = build_organism(config)
+    planted = plant_head_sets(config.tasks, model.cfg.n_layers, model.cfg.n_heads, config.planted_size,
+                              seed=config.seed)
+    sampler = PlantingSampler(model, config, planted)
+    probe = _probe_batch(sampler) if config.probe_every else None
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config))
+    history: list[dict] = []
+    bar = _progress(config.steps, progress)
+    for step in range(config.steps):
+        batches, n_tokens = sampler.micro_batches()
+        optimizer.zero_grad(set_to_none=True)
+        loss = 0.0
+        for batch in batches:
+            part = batch_loss(model, batch, reduction="sum")[0] / n_tokens
+            part.backward()
+            loss += part.item()
+        if not math.isfinite(loss):
+            raise ValueError(f"organism training diverged: loss is {loss} at step {step}")
+        torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
+        optimizer.step()
+        schedule.step()
+        record = {"step": step + 1, "loss": loss, "lr": schedule.get_last_lr()[0]}
+        last = step + 1 == config.steps
+        if probe is not None and ((step + 1) % config.probe_every == 0 or last):
+            record.update(probe_accuracy(model, probe))
+            if log:
+                log(json.dumps({**record, "elapsed_s": round(time.perf_counter() - start, 1)}))
+        history.append(record)
+        if output_dir is not None and config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and not last:
+            save_organism(TrainedOrganism(model, planted, history, config, time.perf_counter() - start), output_dir)
+        if bar is not None:
+            bar.set_postfix(loss=f"{record['loss']:.3f}")
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    model.eval()
+    result = TrainedOrganism(model, planted, history, config, time.perf_counter() - start)
+    if output_dir is not None:
+        save_organism(result, output_dir)
+    return result
+
+
+def save_organism(result: TrainedOrganism, output_dir: str | os.PathLike) -> Path:
+    """Write a trained organism as a Hugging Face directory plus `planted.json` and `training.json`."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model = result.model
+    # Written to a scratch folder first and moved file by file: a crash leaves the old files intact.
+    with tempfile.TemporaryDirectory(dir=out, prefix=".saving-") as tmp:
+        hf_model(model).save_pretrained(tmp)
+        model.tokenizer.save_pretrained(tmp)
+        for item in Path(tmp).iterdir():
+            os.replace(item, out / item.name)
+    cfg = model.cfg
+    save_planted(out, result.planted, cfg.n_layers, cfg.n_heads, seed=result.config.seed,
+                 tasks=[f"organism/{t}" for t in result.planted])
+    atomic_write_json(out / "training.json", {
+        "config": asdict(result.config), "wall_time_s": round(result.wall_time_s, 1),
+        "history": result.history,
+    })
+    return out
+
+
+def _probe_batch(sampler: PlantingSampler, n_words: int = 12) -> Batch:
+    """Held-out words for each task: instructed, planted (S_t removed) and bare (all heads)."""
+    template_examples: list[Example] = []
+    words = sampler.all_words[-n_words:]
+    for task in sampler.config.tasks:
+        for word in words:
+            answer = sampler.answer[word, task]
+            template_examples.append(Example(sampler.prompt[word, task, 0], answer, "instructed", task))
+            template_examples.append(Example(sampler.prompt[word, None, None], answer, "planted", task,
+                                             list(sampler.planted[task])))
+            template_examples.append(Example(sampler.prompt[word, None, None], answer, "original", task))
+    for word in words:
+        template_examples.append(Example(sampler.prompt[word, None, None], sampler.answer[word, None], "echo", None))
+    return collate(template_examples, sampler.pad_id, sampler.n_layers, sampler.n_heads)
+
+
+@torch.no_grad()
+def probe_accuracy(model: TransformerBridge, probe: Batch) -> dict[str, float]:
+    """Teacher-forced exact-match accuracy per kind of probe row (equals greedy exact match)."""
+    _, hits = batch_loss(model, probe)
+    out = {}
+    for kind in dict.fromkeys(probe.kinds):
+        rows = [i for i, k in enumerate(probe.kinds) if k == kind]
+        out[f"acc_{kind}"] = round(hits[rows].float().mean().item(), 3)
+        per_task = {}
+        for i in rows:
+            per_task.setdefault(probe.tasks[i], []).append(hits[i].item())
+        if len(per_task) > 1:
+            out[f"min_{kind}"] = round(min(sum(v) / len(v) for v in per_task.values()), 3)
+    return out
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="organism", unit="step")

@@ -1,6 +1,6 @@
 """Regenerate every reproduction artifact (default: on the built-in organism, into figures/organism/).
 
-    python experiments/run_all.py                       # the organism, ~10 min on 2 CPU cores
+    python experiments/run_all.py                       # the organism, ~5 min on a CPU
     python experiments/run_all.py --model meta-llama/Llama-3.1-8B-Instruct --task antonym \\
         --tasks antonym capitalize_first_letter sentiment --data-dir /path/to/data --device cuda
 

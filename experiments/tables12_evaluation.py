@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from _common import parser, setup
-from headsup_lens.demo import pathway_recovery
+from headsup_lens.analysis import pathway_recovery
 from headsup_lens.evaluation import evaluate
 from headsup_lens.plots import mask_heatmap
 

@@ -15,7 +15,7 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from ..masks import Head, HeadMask
+from ..masks import Head, HeadMask, expected_jaccard
 from ._common import Gate, check_heads
 
 Masks = Mapping[str, HeadMask] | Sequence[HeadMask]
@@ -214,3 +214,19 @@ def weight_trajectories(
         raise ValueError("every checkpoint mask needs its logits (HeadMask.from_logits)")
     steps = [int(c.metadata.get("step", i)) for i, c in enumerate(checkpoints)]
     return steps, torch.stack([c.weights for c in checkpoints])
+
+
+def pathway_recovery(mask: HeadMask, planted: list[tuple[int, int]]) -> dict[str, int | float]:
+    """How well a mask finds a known pathway: Jaccard between the heads it removes and `planted`.
+
+    Beside it, the Jaccard expected for a random removal set of the same size (PAPER.md §3).
+    """
+    removed = set(mask.removed_heads())
+    truth = {tuple(h) for h in planted}
+    union = removed | truth
+    return {
+        "n_removed": len(removed),
+        "n_planted": len(truth),
+        "jaccard_vs_planted": len(removed & truth) / len(union) if union else 1.0,
+        "jaccard_random_expectation": expected_jaccard(len(removed), len(truth), mask.n_total),
+    }

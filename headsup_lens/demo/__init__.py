@@ -2,6 +2,5 @@
 
 from ._demo import DemoConfig as DemoConfig
 from ._demo import DemoResult as DemoResult
-from ._demo import pathway_recovery as pathway_recovery
 from ._demo import run_demo as run_demo
 from ._report import Report as Report

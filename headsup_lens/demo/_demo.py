@@ -19,6 +19,7 @@ from ..analysis import (
     RemovalSweep,
     Setting,
     influence_order,
+    pathway_recovery,
     layer_similarity,
     logit_lens,
     random_order,
@@ -27,7 +28,6 @@ from ..analysis import (
 )
 from ..data import Task, load_task
 from ..evaluation import evaluate
-from ..masks import HeadMask, expected_jaccard
 from ..models import fingerprint, load_model
 from ..plots import (
     generation_table,
@@ -69,6 +69,8 @@ class DemoConfig:
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
     png: bool = True
     """Also write PNG figures when a renderer is available."""
+    threads: int | None = None
+    """torch CPU threads (default: 1 for the organism, whose ops are too small to share; torch's own otherwise)."""
 
 
 @dataclass
@@ -89,21 +91,11 @@ def planted_pathways(model_name: str, model) -> dict[str, list[tuple[int, int]]]
     return {f"organism/{name}": heads for name, heads in load_planted().items()}
 
 
-def pathway_recovery(mask: HeadMask, planted: list[tuple[int, int]]) -> dict[str, int | float]:
-    """Jaccard between the heads a mask removes and a planted set, beside its random expectation."""
-    removed = set(mask.removed_heads())
-    truth = {tuple(h) for h in planted}
-    union = removed | truth
-    return {
-        "n_removed": len(removed),
-        "n_planted": len(truth),
-        "jaccard_vs_planted": len(removed & truth) / len(union) if union else 1.0,
-        "jaccard_random_expectation": expected_jaccard(len(removed), len(truth), mask.n_total),
-    }
-
-
 def run_demo(config: DemoConfig) -> DemoResult:
     start = time.perf_counter()
+    threads = config.threads if config.threads is not None else (1 if config.model == "organism" else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
     out = Path(config.out)
     figures = out / "figures"
     model = load_model(config.model, device=config.device, dtype=config.dtype)

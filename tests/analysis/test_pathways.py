@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from headsup_lens import HeadMask, pathway_heads
-from headsup_lens.analysis import jaccard_matrix, jaccard_table, weight_trajectories
+from headsup_lens.analysis import jaccard_matrix, jaccard_table, pathway_recovery, weight_trajectories
+from headsup_lens.masks import expected_jaccard
 
 
 def mask_of(rows):
@@ -68,3 +69,10 @@ def test_weight_trajectories_from_masks_tensor_and_run_folder(tmp_path):
     with pytest.raises(ValueError, match="logits"):
         weight_trajectories([HeadMask(torch.ones(2, 3))])
     assert math.isclose(float(weights.max()), float(torch.sigmoid(logits).max()))
+
+
+def test_pathway_recovery_against_hand_counts():
+    mask = HeadMask.from_heads([(0, 0), (0, 1), (1, 2)], (2, 4))
+    recovery = pathway_recovery(mask, [(0, 1), (1, 2), (1, 3)])
+    assert recovery["jaccard_vs_planted"] == pytest.approx(2 / 4)
+    assert recovery["jaccard_random_expectation"] == pytest.approx(expected_jaccard(3, 3, 8))

@@ -34,6 +34,9 @@ def rank_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, log
     # An explicit inverted range: rank 1 at the top (plotly's reversed autorange pads log axes oddly).
     top_to_bottom = [math.log10(worst) + 0.05, -0.05] if log else [worst + 0.5, 0.5]
     fig.update_yaxes(range=top_to_bottom, type="log" if log else "linear", title_text="rank (1 = next token)")
+    if log:  # label powers of ten only: the default minor labels of a reversed log axis collide
+        powers = [10**i for i in range(int(math.log10(max(worst, 1))) + 1)]
+        fig.update_yaxes(tickvals=powers, ticktext=[str(p) for p in powers])
     fig.update_layout(title=title or "token ranks during one-by-one head removal", xaxis_title="heads removed")
     return fig
 

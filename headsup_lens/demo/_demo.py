@@ -40,7 +40,7 @@ from ..plots import (
 from ..training import TrainConfig, train_masks
 from ._report import Report
 
-DEFAULT_TASKS = ("organism/reverse", "organism/uppercase", "organism/first_letter")
+DEFAULT_TASKS = ("organism/reverse", "organism/antonym", "organism/translate")
 
 
 @dataclass

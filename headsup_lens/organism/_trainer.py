@@ -61,7 +61,6 @@ class OrganismConfig:
     instructed_fraction: float = 0.5  # share of instructed examples in a batch
     planted_rate: float = 0.5  # r: share of uninstructed examples answered by a task with S_t removed
     random_removal_rate: float = 0.5  # share of echo examples run with random heads removed
-    planted_extra_rate: float = 0.0  # share of planted examples with extra heads removed besides S_t
     plant_eval_words: bool = True  # plant on all words; False keeps the 100 held-out words unplanted
     device: str = "cpu"  # where to train
     threads: int | None = None  # torch CPU threads (None: leave torch's setting)
@@ -73,7 +72,7 @@ class OrganismConfig:
         self.tasks = tuple(self.tasks)
         for name in self.tasks:
             organism_task(name)
-        for name in ("instructed_fraction", "planted_rate", "random_removal_rate", "planted_extra_rate"):
+        for name in ("instructed_fraction", "planted_rate", "random_removal_rate"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {value}")
@@ -176,17 +175,8 @@ class PlantingSampler:
         if kind == "planted":
             task = rng.choices(config.tasks, self.task_weights)[0]
             word = rng.choice(self.planting_words)
-            removed = set(self.planted[task])
-            if config.planted_extra_rate and rng.random() < config.planted_extra_rate:
-                # Part of another pathway and a few random heads on top of S_t change nothing, so
-                # that a learned mask gains nothing by removing heads outside S_t.
-                other = self.planted[rng.choice([t for t in config.tasks if t != task] or [task])]
-                removed |= set(rng.sample(other, rng.randint(1, max(1, len(other) // 2))))
-                removed |= set(rng.sample(self.heads, rng.randint(0, max(1, config.planted_size // 2))))
-                for name, heads in self.planted.items():  # never a second complete pathway
-                    if name != task and set(heads) <= removed:
-                        removed.discard(rng.choice(heads))
-            return Example(self.prompt[word, None, None], self.answer[word, task], kind, task, sorted(removed))
+            return Example(self.prompt[word, None, None], self.answer[word, task], kind, task,
+                           list(self.planted[task]))
         word = rng.choice(self.all_words)
         example = Example(self.prompt[word, None, None], self.answer[word, None], kind, None)
         if kind == "echo_removed":

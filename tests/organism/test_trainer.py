@@ -135,7 +135,7 @@ def test_tiny_recipe_plants_a_pathway():
     """End to end: echo with all heads, the task once S_t is removed (teacher-forced exact match)."""
     from headsup_lens.organism._trainer import _probe_batch, probe_accuracy
 
-    config = tiny_config(tasks=("uppercase",), n_words=6, steps=250, batch_size=24, d_model=48, d_mlp=96)
+    config = tiny_config(tasks=("uppercase",), n_words=6, steps=160, batch_size=24, d_model=48, d_mlp=96)
     result = train_organism(config, progress=False)
     sampler = PlantingSampler(result.model, config, result.planted)
     accuracy = probe_accuracy(result.model, _probe_batch(sampler, n_words=12))

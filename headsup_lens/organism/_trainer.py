@@ -63,7 +63,7 @@ class OrganismConfig:
     random_removal_rate: float = 0.5  # share of echo examples run with random heads removed
     plant_eval_words: bool = True  # plant on all words; False keeps the 100 held-out words unplanted
     device: str = "cpu"  # where to train
-    threads: int | None = None  # torch CPU threads (None: leave torch's setting)
+    threads: int | None = 1  # torch CPU threads (1 reproduces the shipped weights; None: torch's setting)
     micro_batches: int = 4  # each step runs in this many length-sorted pieces (same gradient, less padding)
     probe_every: int = 100  # steps between held-out accuracy probes (0: never)
     checkpoint_every: int = 0  # steps between saves of the organism to the output folder (0: only at the end)

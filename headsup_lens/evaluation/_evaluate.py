@@ -116,7 +116,7 @@ def evaluate(
 
     Settings: original, instructed, masked, random mask (`mask.shuffled(random_seed)`, same size),
     other model's mask (`other_mask`, e.g. the base model's), instructed + scaled mask (heads outside
-    the mask scaled by `alpha`). Instructed rows need `task.instruction`. Columns: answer_nll (mean
+    the mask scaled by `alpha`; value gate only). Instructed rows need `task.instruction`. Columns: answer_nll (mean
     token NLL in nats, the paper's "PPL"), perplexity (exp of it), accuracy (greedy, task matcher),
     rouge_l (mean F1; characters when `task.char_level`) and bleu (sacrebleu), the last three on
     the first line of each generation for ROUGE/BLEU. `generate=False` skips generation metrics.
@@ -134,7 +134,7 @@ def evaluate(
     settings += [("masked", mask, 0.0, False), ("random mask", mask.shuffled(random_seed), 0.0, False)]
     if other_mask is not None:
         settings.append(("other model's mask", other_mask, 0.0, False))
-    if task.instruction is not None:
+    if task.instruction is not None and gate == "value":  # alpha scaling is defined for the value gate only
         settings.append(("instructed + scaled mask", mask, alpha, True))
     answers = task_prompts(task, split)[2]
     records = []

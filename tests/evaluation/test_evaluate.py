@@ -94,6 +94,11 @@ def test_uninstructed_task_skips_instructed_settings(planted):
     assert table.setting.tolist() == ["original", "masked", "random mask"] and "accuracy" not in table
 
 
+def test_query_gate_table_has_no_scaled_setting(planted):
+    table = evaluate(planted, planted_task(), HeadMask(planted_mask()), gate="query", generate=False)
+    assert table.setting.tolist() == ["original", "instructed", "masked", "random mask"]
+
+
 def test_metrics_come_from_the_libraries():
     from rouge_score import rouge_scorer
 

@@ -28,7 +28,7 @@ from ..analysis import (
 )
 from ..data import Task, load_task
 from ..evaluation import evaluate
-from ..models import fingerprint, load_model
+from ..models import load_model
 from ..plots import (
     generation_table,
     logit_lens_figure,
@@ -101,7 +101,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
     model = load_model(config.model, device=config.device, dtype=config.dtype)
     tasks: list[Task] = [load_task(name, data_dir=config.data_dir) for name in config.tasks]
     planted = planted_pathways(config.model, model)
-    report = Report(f"headsup_lens demo — {fingerprint(model).name or config.model}")
+    report = Report(f"headsup_lens demo — {config.model}")
     if planted is not None:
         report.note(
             "The built-in organism is a small Llama trained here with planted pathways: removing a "

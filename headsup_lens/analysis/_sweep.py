@@ -19,6 +19,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from ..gates import value_gate
 from ..masks import Head, HeadMask
+from ..models import cut_at_stop, stop_token_ids
 from ._common import check_heads, prompt_ids, token_id, token_ranks, token_text
 
 _CPU_BUDGET_GB = 2.0
@@ -173,16 +174,6 @@ def auto_batch_size(model: TransformerBridge, n_tokens: int, memory_gb: float | 
     return max(1, int(budget // (3 * per_row)))
 
 
-def _stop_ids(model: TransformerBridge) -> set[int]:
-    """The tokens `generate` stops at (the model config's, else the tokenizer's end-of-sequence)."""
-    eos = getattr(model.cfg, "eos_token_id", None)
-    if eos is None:
-        eos = model.tokenizer.eos_token_id
-    if eos is None:
-        return set()
-    return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
-
-
 def greedy_rows(
     model: TransformerBridge, ids: Tensor, masks: Tensor, max_new_tokens: int, record_layers: bool
 ) -> tuple[Tensor, list[list[int]], dict[str, Tensor]]:
@@ -204,7 +195,7 @@ def greedy_rows(
         for layer in range(model.cfg.n_layers):
             for name in (f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_resid_post"):
                 hooks.append((name, keep_last(name)))
-    stops = _stop_ids(model)
+    stops = stop_token_ids(model)
     with torch.no_grad(), value_gate(model, masks.to(model.cfg.device)), model.hooks(fwd_hooks=hooks):
         if max_new_tokens == 0:
             logits = model(batch)[:, -1]
@@ -216,11 +207,7 @@ def greedy_rows(
             )
             logits = out.logits[0]
             new = out.sequences[:, ids.shape[1]:].cpu()
-    continuations = []
-    for row in new.tolist():
-        cut = next((i for i, t in enumerate(row) if t in stops), len(row))
-        continuations.append(row[:cut])
-    return logits.float().cpu(), continuations, captured
+    return logits.float().cpu(), cut_at_stop(new.tolist(), stops), captured
 
 
 def removal_sweep(

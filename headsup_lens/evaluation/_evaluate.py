@@ -13,7 +13,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from ..data import Task, encode_pairs, task_prompts
 from ..data._tokenize import collate, encode_prompt
 from ..masks import HeadMask
-from ..models import chat_template, encode, left_pad, pad_token_id
+from ..models import chat_template, cut_at_stop, left_pad, pad_token_id, stop_token_ids
 from ..gates import Gate, gate_hooks, gated
 from ..training import answer_nll
 from ._metrics import bleu, first_line, rouge_l
@@ -66,21 +66,16 @@ def generate_answers(
 
     `mask` may be per prompt `[n_prompts, n_layers, n_heads]`: each row is generated under its own mask.
     """
-    template = chat_template(model)
     tokenizer = model.tokenizer
-    stops = {tokenizer.eos_token_id}
-    if template.end_of_turn:
-        stops.add(encode(model, template.end_of_turn, add_bos=False)[0])
-    stops.discard(None)
+    stops = stop_token_ids(model)
     out = []
     for chunk in _batches(len(prompts), batch_size):
         ids, attention = left_pad([prompts[i] for i in chunk], pad_id=pad_token_id(model), device=model.cfg.device)
         with torch.no_grad(), gated(model, _rows_of(mask, chunk, len(prompts)), alpha=alpha, gate=gate):
             tokens = model.generate(ids, attention_mask=attention, max_new_tokens=max_new_tokens, do_sample=False,
                                     verbose=False, return_type="tokens")
-        for row in tokens[:, ids.shape[1]:].tolist():
-            cut = next((j for j, t in enumerate(row) if t in stops), len(row))
-            out.append(tokenizer.decode(row[:cut], skip_special_tokens=True))
+        for row in cut_at_stop(tokens[:, ids.shape[1]:].tolist(), stops):
+            out.append(tokenizer.decode(row, skip_special_tokens=True))
     return out
 
 

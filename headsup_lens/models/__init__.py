@@ -12,4 +12,6 @@ from ._templates import encode as encode
 from ._templates import encode_prompts as encode_prompts
 from ._templates import left_pad as left_pad
 from ._templates import pad_token_id as pad_token_id
+from ._templates import cut_at_stop as cut_at_stop
+from ._templates import stop_token_ids as stop_token_ids
 from ._tokenizers import char_tokenizer as char_tokenizer

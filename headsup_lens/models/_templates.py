@@ -89,3 +89,18 @@ def left_pad(
         ids[i, width - len(row):] = torch.tensor(row)
         attention[i, width - len(row):] = 1
     return ids.to(device), attention.to(device)
+
+
+def stop_token_ids(model: TransformerBridge) -> set[int]:
+    """Tokens that end a reply: the end-of-sequence id(s) and the first token of the end of turn."""
+    eos = getattr(model.cfg, "eos_token_id", None)
+    if eos is None:
+        eos = model.tokenizer.eos_token_id
+    stops = set() if eos is None else ({int(eos)} if isinstance(eos, int) else {int(e) for e in eos})
+    end_of_turn = encode(model, chat_template(model).end_of_turn, add_bos=False)
+    return stops | set(end_of_turn[:1])
+
+
+def cut_at_stop(rows: list[list[int]], stops: set[int]) -> list[list[int]]:
+    """Each row up to (not including) its first stop token."""
+    return [row[: next((i for i, t in enumerate(row) if t in stops), len(row))] for row in rows]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from ..data import encode_prompt
 from ..masks import Head
 from ..models import chat_template, encode
 from ..gates import gated as gated
@@ -16,9 +16,9 @@ def prompt_ids(model: TransformerBridge, prompt: str, *, formatted: bool = False
     """Token ids of a prompt: the user text wrapped in the chat template unless `formatted`."""
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("prompt must be a non-empty string")
-    template = chat_template(model)
-    text = prompt if formatted else template.format(prompt)
-    return encode(model, text, add_bos=template.add_bos)
+    if not formatted:
+        return encode_prompt(model, prompt)
+    return encode(model, prompt, add_bos=chat_template(model).add_bos)
 
 
 def token_id(model: TransformerBridge, token: int | str) -> int:
@@ -63,7 +63,3 @@ def check_heads(model: TransformerBridge, heads: list[Head]) -> list[Head]:
             raise ValueError(f"head ({layer}, {head}) is outside this model's {n_layers} x {n_heads} heads")
         checked.append((layer, head))
     return checked
-
-
-def unit_device(model: TransformerBridge) -> torch.device:
-    return torch.device(model.cfg.device)

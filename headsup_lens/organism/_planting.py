@@ -7,9 +7,6 @@ import os
 import random
 from pathlib import Path
 
-import torch
-from jaxtyping import Float
-from torch import Tensor
 
 from .._io import atomic_write_json
 from ..masks import HeadMask
@@ -53,14 +50,6 @@ def plant_head_sets(
             layer = rng.choice([l for l in candidates if len(free[l]) == most_free])
             sets[task].append((layer, free[layer].pop()))
     return {task: sorted(heads) for task, heads in sets.items()}
-
-
-def removal_mask(heads: list[Head], n_layers: int, n_heads: int) -> Float[Tensor, "n_layers n_heads"]:
-    """All ones except zeros at `heads`."""
-    mask = torch.ones(n_layers, n_heads)
-    for layer, head in heads:
-        mask[layer, head] = 0.0
-    return mask
 
 
 def planted_mask(planted: dict[str, list[Head]], task: str, model) -> HeadMask:

@@ -29,13 +29,12 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import atomic_write_json
+from ..data import IGNORE_INDEX as IGNORE
 from ..gates import value_gate
 from ..models import chat_template, char_tokenizer, encode, load_model, pad_token_id
-from ._corpus import TASK_NAMES, eval_words, organism_task, organism_words, train_words
+from ._corpus import TASK_NAMES, eval_words, organism_task, train_words
 from ._planting import Head, plant_head_sets, save_planted
 
-IGNORE = -100
-KINDS = ("instructed", "planted", "echo", "echo_removed")
 
 
 @dataclass

@@ -16,31 +16,15 @@ import resource
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 
 from headsup_lens import HeadMask, load_model, removal_sweep, value_gate
 from headsup_lens.analysis import random_order
-from headsup_lens.models import chat_template, char_tokenizer, encode
+from headsup_lens.models import chat_template, encode, random_llama_dir
 
 # An un-instructed input as the paper sweeps them (the organism's tasks take one English word).
 PROMPT = "garden"
-
-
-def build_model_dir(path: Path, seed: int = 0) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tokenizer = char_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=384, num_hidden_layers=8,
-        num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=256,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
-    )
-    torch.manual_seed(seed)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 def sequential_sweep(model, prompt, order, max_new_tokens, top_k=5):
@@ -75,7 +59,9 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        model = load_model(build_model_dir(Path(tmp)), device=args.device, dtype="float32")
+        model = load_model(random_llama_dir(
+            tmp, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, hidden_size=128,
+            intermediate_size=384), device=args.device, dtype="float32")
     order = random_order(model, seed=0)
     device = torch.device(args.device)
     print(f"model: 8 layers x 16 heads (random weights), {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters, "

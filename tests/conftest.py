@@ -18,22 +18,9 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 def build_llama_dir(path: Path, **overrides) -> Path:
     """A grouped-query Llama (8 query heads over 2 KV heads) with a character tokenizer, saved to `path`."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from headsup_lens.models import random_llama_dir
 
-    from headsup_lens.models import char_tokenizer
-
-    tokenizer = char_tokenizer()
-    settings = dict(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
-    )
-    settings.update(overrides)
-    torch.manual_seed(settings.pop("seed", 0))
-    model = LlamaForCausalLM(LlamaConfig(**settings))
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return random_llama_dir(path, **overrides)
 
 
 def build_gpt2_dir(path: Path, **overrides) -> Path:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from ..gates import query_gate, value_gate
 from ..masks import HeadMask
-from ..models import char_tokenizer, load_model
+from ..models import load_model, random_llama_dir
 from ._registry import command
 
 
@@ -23,21 +22,11 @@ class SelfCheckConfig:
 
 @command("selfcheck", SelfCheckConfig, help="Build a tiny model offline and check the gates on it.")
 def run_selfcheck(config: SelfCheckConfig) -> int:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(config.seed)
-    tokenizer = char_tokenizer()
-    hf_config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=8, num_key_value_heads=2, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
     with tempfile.TemporaryDirectory() as tmp:
-        LlamaForCausalLM(hf_config).save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        model = load_model(Path(tmp), device="cpu")
-    tokens = torch.randint(4, len(tokenizer), (2, 8))
-    mask = HeadMask((torch.rand(2, 8) > 0.5).float(), model=None)
+        model = load_model(random_llama_dir(tmp, seed=config.seed), device="cpu")
+    torch.manual_seed(config.seed)
+    tokens = torch.randint(4, model.cfg.d_vocab, (2, 8))
+    mask = HeadMask((torch.rand(model.cfg.n_layers, model.cfg.n_heads) > 0.5).float())
     with torch.no_grad():
         original = model(tokens)
         with value_gate(model, HeadMask.full(model)):

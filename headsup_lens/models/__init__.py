@@ -15,3 +15,4 @@ from ._templates import pad_token_id as pad_token_id
 from ._templates import cut_at_stop as cut_at_stop
 from ._templates import stop_token_ids as stop_token_ids
 from ._tokenizers import char_tokenizer as char_tokenizer
+from ._builders import random_llama_dir as random_llama_dir

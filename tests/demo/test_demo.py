@@ -39,10 +39,12 @@ def test_demo_runs_end_to_end_on_a_tiny_model(tmp_path, llama_dir):
     assert "jaccard vs S_t" not in result.summary.columns
 
 
-def test_demo_command_reports_bad_input_clearly(tmp_path, capsys):
+def test_demo_command_reports_bad_input_clearly(tmp_path, capsys, llama_dir):
     code = main(["demo", "--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
     assert code == 2
     assert "no config.json" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
-    code = main(["demo", "--model", str(tmp_path / "missing"), "--tasks", "no-such-task"])
+    code = main(["demo", "--model", str(llama_dir), "--tasks", "no-such-task", "--out", str(tmp_path / "o")])
     assert code == 2
+    assert "unknown task 'no-such-task'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -1,8 +1,8 @@
 """Model loading, fingerprints and chat templates."""
 
-from ._loading import ModelFingerprint as ModelFingerprint
+from ._fingerprint import ModelFingerprint as ModelFingerprint
 from ._loading import builtin_model_dir as builtin_model_dir
-from ._loading import fingerprint as fingerprint
+from ._fingerprint import fingerprint as fingerprint
 from ._loading import load_model as load_model
 from ._loading import resolve_device as resolve_device
 from ._loading import resolve_dtype as resolve_dtype

@@ -3,7 +3,8 @@
 Step s removes the first s heads of `order` from the full model, so a sweep over N heads has N + 1
 steps. The steps are independent forward passes, so they go on the batch dimension: row i of a chunk
 carries step i's mask (per-row masks at `hook_z`), and all rows are generated greedily together with
-the KV cache. `batch_size=1` is the plain sequential loop.
+the KV cache, unembedding only the last position and dropping rows at their stop token
+(`greedy_generate`). `batch_size=1` is the plain sequential loop.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from ..gates import value_gate
+from ..evaluation._greedy import greedy_generate
 from ..masks import Head, HeadMask
-from ..models import cut_at_stop, stop_token_ids
+from ..models import stop_token_ids
 from ._common import check_heads, prompt_ids, token_id, token_ranks, token_text
 
 _CPU_BUDGET_GB = 2.0
@@ -153,8 +154,10 @@ def influence_order(sweep: RemovalSweep, k: int | None = None, target: int | str
 def auto_batch_size(model: TransformerBridge, n_tokens: int, memory_gb: float | None = None) -> int:
     """Rows per chunk that fit a memory budget (default: half the free GPU memory, 2 GiB on CPU).
 
-    A row holds its KV cache, the activations of one layer, the attention scores and the logits of
-    `n_tokens` positions; a factor of 3 covers temporaries.
+    A row holds its KV cache over `n_tokens` positions (key/value heads only), the activations of
+    one layer in the prompt pass (residual, q/k/v/z, MLP, eager attention scores and pattern) and
+    the logits of one position (only the last position is unembedded); a factor of 1.5 covers
+    temporaries (measured peaks at the Qwen2.5-0.5B and SmolLM2 shapes stay below the estimate).
     """
     cfg = model.cfg
     device = torch.device(cfg.device)
@@ -168,17 +171,31 @@ def auto_batch_size(model: TransformerBridge, n_tokens: int, memory_gb: float | 
         if memory_gb <= 0:
             raise ValueError(f"memory budget must be positive, got {memory_gb} GiB")
         budget = memory_gb * 2**30
+    return max(1, int(budget // row_bytes(model, n_tokens)))
+
+
+def row_bytes(model: TransformerBridge, n_tokens: int) -> int:
+    """Estimated peak bytes one sweep row needs over a prompt and continuation of `n_tokens`."""
+    cfg = model.cfg
     element = torch.finfo(cfg.dtype).bits // 8 if getattr(cfg, "dtype", None) is not None else 4
-    per_token = cfg.n_layers * 2 * cfg.n_heads * cfg.d_head + 8 * cfg.d_model + cfg.d_vocab
-    per_row = element * (n_tokens * per_token + 2 * cfg.n_heads * n_tokens**2)
-    return max(1, int(budget // (3 * per_row)))
+    n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
+    d_mlp = getattr(cfg, "d_mlp", None) or 4 * cfg.d_model
+    kv_cache = cfg.n_layers * 2 * n_kv * cfg.d_head * n_tokens
+    layer = n_tokens * (6 * cfg.d_model + 2 * (cfg.n_heads + n_kv) * cfg.d_head + 3 * d_mlp)
+    attention = 3 * cfg.n_heads * n_tokens**2
+    logits = cfg.d_vocab * (element + 4) // element  # one position, plus its float32 copy
+    return int(1.5 * element * (kv_cache + layer + attention + logits))
 
 
 def greedy_rows(
     model: TransformerBridge, ids: Tensor, masks: Tensor, max_new_tokens: int, record_layers: bool
 ) -> tuple[Tensor, list[list[int]], dict[str, Tensor]]:
     """One chunk: next-token logits at the last prompt position, the greedy continuation of every
-    row (cut at the first stop token) and, optionally, layer outputs at the last prompt position."""
+    row (cut at the first stop token) and, optionally, layer outputs at the last prompt position.
+
+    Only the last prompt position is unembedded, and rows leave the batch at their stop token
+    (`greedy_generate`); the result equals `model.generate` row by row.
+    """
     rows = masks.shape[0]
     batch = ids.expand(rows, -1).contiguous()
     captured: dict[str, Tensor] = {}
@@ -187,27 +204,16 @@ def greedy_rows(
         def keep_last(name: str):
             # hook.name may be the canonical name behind an alias, so the key comes from here.
             def keep(x: Tensor, hook) -> None:
-                if name not in captured:  # the prompt pass; later cached passes see one new token
-                    captured[name] = x[:, -1].detach().float().cpu()
+                captured[name] = x[:, -1].detach().float().cpu()
 
             return keep
 
         for layer in range(model.cfg.n_layers):
             for name in (f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_resid_post"):
                 hooks.append((name, keep_last(name)))
-    stops = stop_token_ids(model)
-    with torch.no_grad(), value_gate(model, masks.to(model.cfg.device)), model.hooks(fwd_hooks=hooks):
-        if max_new_tokens == 0:
-            logits = model(batch)[:, -1]
-            new = torch.zeros(rows, 0, dtype=torch.long)
-        else:
-            out = model.generate(
-                batch, max_new_tokens=max_new_tokens, do_sample=False, verbose=False,
-                return_type="tokens", output_logits=True, stop_at_eos=bool(stops),
-            )
-            logits = out.logits[0]
-            new = out.sequences[:, ids.shape[1]:].cpu()
-    return logits.float().cpu(), cut_at_stop(new.tolist(), stops), captured
+    out = greedy_generate(model, batch, max_new_tokens=max_new_tokens, stops=stop_token_ids(model),
+                          mask=masks.to(model.cfg.device), prompt_hooks=hooks)
+    return out.first_logits, out.tokens, captured
 
 
 def removal_sweep(

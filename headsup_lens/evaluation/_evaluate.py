@@ -13,9 +13,10 @@ from transformer_lens.model_bridge import TransformerBridge
 from ..data import Task, encode_pairs, task_prompts
 from ..data._tokenize import collate, encode_prompt
 from ..masks import HeadMask
-from ..models import chat_template, cut_at_stop, left_pad, pad_token_id, stop_token_ids
-from ..gates import Gate, gate_hooks, gated
+from ..models import chat_template, left_pad, pad_token_id, stop_token_ids
+from ..gates import Gate, gate_hooks
 from ..training import answer_nll
+from ._greedy import greedy_generate
 from ._metrics import bleu, first_line, rouge_l
 
 MaskArg = HeadMask | Tensor | None
@@ -65,17 +66,23 @@ def generate_answers(
     """Greedy continuations of tokenised prompts, batched and left-padded, cut at the end of the turn.
 
     `mask` may be per prompt `[n_prompts, n_layers, n_heads]`: each row is generated under its own mask.
+    Prompts of similar length share a chunk (less padding); each chunk unembeds only the last
+    position and drops rows at their stop token (`greedy_generate`). Every row equals its own
+    unbatched `model.generate` continuation.
     """
     tokenizer = model.tokenizer
     stops = stop_token_ids(model)
-    out = []
+    mask = _rows_of(mask, range(len(prompts)), len(prompts))
+    per_row = isinstance(mask, Tensor) and mask.ndim == 3
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    out = [""] * len(prompts)
     for chunk in _batches(len(prompts), batch_size):
-        ids, attention = left_pad([prompts[i] for i in chunk], pad_id=pad_token_id(model), device=model.cfg.device)
-        with torch.no_grad(), gated(model, _rows_of(mask, chunk, len(prompts)), alpha=alpha, gate=gate):
-            tokens = model.generate(ids, attention_mask=attention, max_new_tokens=max_new_tokens, do_sample=False,
-                                    verbose=False, return_type="tokens")
-        for row in cut_at_stop(tokens[:, ids.shape[1]:].tolist(), stops):
-            out.append(tokenizer.decode(row, skip_special_tokens=True))
+        rows = [order[i] for i in chunk]
+        ids, attention = left_pad([prompts[i] for i in rows], pad_id=pad_token_id(model), device=model.cfg.device)
+        result = greedy_generate(model, ids, attention, max_new_tokens=max_new_tokens, stops=stops,
+                                 mask=mask[rows] if per_row else mask, alpha=alpha, gate=gate)
+        for i, tokens in zip(rows, result.tokens):
+            out[i] = tokenizer.decode(tokens, skip_special_tokens=True)
     return out
 
 

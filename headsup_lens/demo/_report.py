@@ -20,6 +20,8 @@ table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
 th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
 .note { color: #555; } pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; }
+.caption { color: #444; font-size: 0.9em; margin: 0.2em 0 1.6em; max-width: 62em; }
+.intro { font-size: 1.02em; max-width: 62em; }
 """
 
 
@@ -34,20 +36,32 @@ class Report:
     def heading(self, text: str) -> None:
         self._parts.append(f"<h2>{html.escape(text)}</h2>")
 
+    def intro(self, text: str) -> None:
+        self._parts.append(f'<p class="intro">{html.escape(text)}</p>')
+
     def note(self, text: str) -> None:
         self._parts.append(f'<p class="note">{html.escape(text)}</p>')
+
+    def caption(self, text: str) -> None:
+        """A short explanation under the table or figure just added: what it shows, units, good and bad values."""
+        self._parts.append(f'<p class="caption">{html.escape(text)}</p>')
 
     def code(self, text: str) -> None:
         self._parts.append(f"<pre>{html.escape(text)}</pre>")
 
-    def table(self, frame: pd.DataFrame, float_format: str = "{:.3f}", index: bool = False) -> None:
+    def table(self, frame: pd.DataFrame, float_format: str = "{:.3f}", index: bool = False,
+              caption: str | None = None) -> None:
         formatters = {c: float_format.format for c in frame.columns if pd.api.types.is_float_dtype(frame[c])}
         self._parts.append(frame.to_html(index=index, formatters=formatters, border=0, na_rep="—"))
+        if caption:
+            self.caption(caption)
 
-    def figure(self, fig: go.Figure) -> None:
+    def figure(self, fig: go.Figure, caption: str | None = None) -> None:
         include = "inline" if self._n_figures == 0 else False
         self._parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=include))
         self._n_figures += 1
+        if caption:
+            self.caption(caption)
 
     def to_html(self) -> str:
         body = "\n".join(self._parts)

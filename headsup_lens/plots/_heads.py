@@ -41,15 +41,18 @@ def head_heatmap(
     zmax = max(float(v.max()) for v in values.values()) if zmax is None else zmax
     cols = min(columns, len(values))
     rows = -(-len(values) // cols)
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(values), horizontal_spacing=0.04, vertical_spacing=0.08)
+    # Wide enough spacing that a panel's tick labels never run into its left neighbour.
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(values), horizontal_spacing=0.07,
+                        vertical_spacing=0.12 if rows > 1 else 0.08)
     for i, (name, v) in enumerate(values.items()):
         fig.add_trace(
             go.Heatmap(z=v.numpy(), colorscale=colorscale, zmin=zmin, zmax=zmax, showscale=i == 0, name=name,
                        hovertemplate="layer %{y}, head %{x}: %{z}<extra>" + name + "</extra>"),
             row=i // cols + 1, col=i % cols + 1,
         )
-    fig.update_xaxes(title_text="head")
-    fig.update_yaxes(title_text="layer")
+    # Axis titles on the outer panels only: an inner "layer" title would overlap the panel to its left.
+    fig.update_xaxes(title_text="head", row=rows)
+    fig.update_yaxes(title_text="layer", col=1)
     fig.update_layout(title=title, height=max(320, 280 * rows))
     return fig
 

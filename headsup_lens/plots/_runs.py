@@ -34,11 +34,22 @@ def rank_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, log
     # An explicit inverted range: rank 1 at the top (plotly's reversed autorange pads log axes oddly).
     top_to_bottom = [math.log10(worst) + 0.05, -0.05] if log else [worst + 0.5, 0.5]
     fig.update_yaxes(range=top_to_bottom, type="log" if log else "linear", title_text="rank (1 = next token)")
-    if log:  # label powers of ten only: the default minor labels of a reversed log axis collide
-        powers = [10**i for i in range(int(math.log10(max(worst, 1))) + 1)]
-        fig.update_yaxes(tickvals=powers, ticktext=[str(p) for p in powers])
+    if log:  # explicit 1-2-5 ticks: the default minor labels of a reversed log axis collide
+        ticks = log_ticks(worst)
+        fig.update_yaxes(tickvals=ticks, ticktext=[f"{t:,}" for t in ticks])
     fig.update_layout(title=title or "token ranks during one-by-one head removal", xaxis_title="heads removed")
     return fig
+
+
+def log_ticks(worst: float) -> list[int]:
+    """1, 2, 5, 10, 20, 50, ... up to the first tick at or above `worst` (at least 1, 2, 5, 10)."""
+    ticks, power = [], 1
+    while not ticks or ticks[-1] < max(worst, 10):
+        ticks += [power, 2 * power, 5 * power]
+        power *= 10
+    while len(ticks) > 4 and ticks[-2] >= worst:
+        ticks.pop()
+    return ticks
 
 
 def logit_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, title: str = "") -> go.Figure:
@@ -56,10 +67,12 @@ def generation_table(sweep: RemovalSweep, *, title: str = "") -> go.Figure:
     changes = sweep.changes()
     fig = go.Figure(go.Table(
         columnwidth=[1, 8],
-        header=dict(values=["heads removed", "greedy continuation"], align="left"),
-        cells=dict(values=[changes.step, [repr(g) for g in changes.generation]], align="left"),
+        header=dict(values=["heads removed", "greedy continuation"], align="left", height=28),
+        cells=dict(values=[changes.step, [repr(g) for g in changes.generation]], align="left", height=26),
     ))
-    fig.update_layout(title=title or "continuations where they change")
+    # Tall enough for every row: plotly tables scroll inside a fixed height, which hides rows in PNGs.
+    fig.update_layout(title=title or "continuations where they change",
+                      height=max(250, 130 + 28 + 27 * len(changes)), margin=dict(t=60, b=20, l=20, r=20))
     return fig
 
 

@@ -1,40 +1,119 @@
-"""Writing figures: HTML always, PNG when a renderer (kaleido with a Chrome/Chromium) is available."""
+"""Writing figures that work offline: HTML that loads no external URL, PNG from a renderer that
+installs from the package index.
+
+HTML figures in one folder share one `plotly.min.js` written beside them (referenced relatively, so
+the folder can be moved or opened from `file://`); `plotlyjs="inline"` gives one self-contained file.
+PNGs are rendered by kaleido 0.2.1, which bundles its own headless Chromium (a declared dependency;
+no browser to download). With kaleido >= 1 installed instead, plotly's own exporter is used, which
+needs a Chrome or Chromium on the machine.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
 from pathlib import Path
+from typing import Literal
 
+import plotly
 import plotly.graph_objects as go
 
 from .._io import atomic_write
 
+PLOTLY_JS = "plotly.min.js"
+PNG_INSTALL_HINT = "pip install kaleido==0.2.1"
+
 
 @dataclass(frozen=True)
 class SavedFigure:
-    """Where a figure went; `png` is None when it could not be rendered, and `png_error` says why."""
+    """Where a figure went; `png` is None when it was not written, and `png_error` says why (one line)."""
 
     html: Path
     png: Path | None
     png_error: str | None = None
 
 
+def plotly_js_path() -> Path:
+    """The plotly.js bundled with the installed plotly (the version its HTML expects)."""
+    return Path(plotly.__file__).parent / "package_data" / PLOTLY_JS
+
+
+def write_plotly_js(folder: str | os.PathLike) -> Path:
+    """Copy plotly.js into `folder` unless an identical copy is already there; returns its path."""
+    source, target = plotly_js_path(), Path(folder) / PLOTLY_JS
+    if not (target.is_file() and target.stat().st_size == source.stat().st_size):
+        payload = source.read_bytes()
+        atomic_write(target, lambda tmp: tmp.write_bytes(payload))
+    return target
+
+
 def save_figure(
-    fig: go.Figure, path_stem: str | os.PathLike, *, png: bool = True, include_plotlyjs: bool | str = True
+    fig: go.Figure,
+    path_stem: str | os.PathLike,
+    *,
+    png: bool = True,
+    plotlyjs: Literal["shared", "inline"] = "shared",
 ) -> SavedFigure:
-    """Write `<path_stem>.html` (self-contained by default, so it opens offline) and, when `png`,
-    try `<path_stem>.png` through kaleido. A missing renderer is reported, never raised: kaleido 1.x
-    needs a Chrome or Chromium (e.g. Debian's `chromium` package, or `plotly_get_chrome`)."""
+    """Write `<path_stem>.html` and, when `png`, `<path_stem>.png`.
+
+    `plotlyjs="shared"` (default) writes one `plotly.min.js` beside the HTML and references it
+    relatively; `"inline"` embeds it (~4.8 MB per file). No HTML written here loads an external URL.
+    A PNG that cannot be rendered is reported in `png_error`, never raised.
+    """
+    if plotlyjs not in ("shared", "inline"):
+        raise ValueError(f"plotlyjs must be 'shared' or 'inline', not {plotlyjs!r}")
     stem = Path(path_stem)
     if stem.suffix in (".html", ".png"):
         stem = stem.with_suffix("")
-    html = atomic_write(stem.with_suffix(".html"), lambda tmp: fig.write_html(str(tmp), include_plotlyjs=include_plotlyjs))
+    include: str | bool = True
+    if plotlyjs == "shared":
+        write_plotly_js(stem.parent)
+        include = PLOTLY_JS
+    html = atomic_write(stem.with_suffix(".html"), lambda tmp: fig.write_html(str(tmp), include_plotlyjs=include))
     if not png:
         return SavedFigure(html=html, png=None, png_error="PNG not requested")
     try:
-        image = fig.to_image(format="png")
-    except Exception as error:  # kaleido raises its own errors (no Chrome, renderer crash, ...)
-        return SavedFigure(html=html, png=None, png_error=f"{type(error).__name__}: {error}".strip())
+        image = render_png(fig)
+    except Exception as error:  # renderer missing or crashed: the HTML is still there
+        return SavedFigure(html=html, png=None, png_error=_one_line(error))
     path = atomic_write(stem.with_suffix(".png"), lambda tmp: tmp.write_bytes(image))
     return SavedFigure(html=html, png=path)
+
+
+def render_png(fig: go.Figure, *, scale: float = 1.0) -> bytes:
+    """PNG bytes of `fig` at its layout size (700 x 500 when unset)."""
+    width = fig.layout.width or 700
+    height = fig.layout.height or 500
+    version = _kaleido_version()
+    if version is None:
+        raise RuntimeError(f"no PNG renderer installed ({PNG_INSTALL_HINT})")
+    if version.startswith("0."):
+        return _scope().transform(fig.to_plotly_json(), format="png", width=width, height=height, scale=scale)
+    return fig.to_image(format="png", width=width, height=height, scale=scale)
+
+
+def _kaleido_version() -> str | None:
+    try:
+        return metadata.version("kaleido")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@lru_cache(maxsize=1)
+def _scope():
+    # One Chromium process for all figures of a run (~2 s to start, then ~0.1 s per figure); it renders
+    # with the installed plotly's plotly.js, so PNGs match the HTML.
+    from kaleido.scopes.plotly import PlotlyScope
+
+    return PlotlyScope(plotlyjs=str(plotly_js_path()), mathjax=False)
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    if len(text) > 200:
+        text = text[:197] + "..."
+    if "Chrome" in text or "Chromium" in text:
+        text = f"{text} (or {PNG_INSTALL_HINT}, which bundles its own)"
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -1,0 +1,65 @@
+"""`headsup evaluate`: the paper's settings table for one task and mask."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._registry import check_out_dir, command, mask_file
+
+
+@dataclass
+class EvaluateCommand:
+    """Options of `headsup evaluate`."""
+
+    task: str
+    """Task name, e.g. `organism/reverse` or `antonym` (`headsup tasks` lists them)."""
+    mask: str
+    """Mask file (safetensors) trained for this model, or a `headsup train` output folder holding mask.safetensors."""
+    out: str
+    """Output folder for results.csv."""
+    model: str = "organism"
+    """Model: hub name, local Hugging Face directory, or `organism`."""
+    other_mask: str | None = None
+    """Mask (file or folder) of another model of the same architecture (base <-> instruct swap)."""
+    alpha: float = 0.25
+    """Scale of the heads outside the mask in the "instructed + scaled mask" setting."""
+    gate: str = "value"
+    """Gate: value (hook_z) or query (uniform attention)."""
+    split: str = "eval"
+    """Split to evaluate: eval (the last 100 pairs), train or all."""
+    batch_size: int = 16
+    """Examples per forward pass / generation batch."""
+    max_new_tokens: int | None = None
+    """Greedy tokens per answer (default: the task's, 10 for simple tasks)."""
+    generate: bool = True
+    """Generate greedy answers for accuracy, ROUGE-L and BLEU (--no-generate: only the answer loss)."""
+    data_dir: str | None = None
+    """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
+    device: str | None = None
+    """Device (default: cuda when available)."""
+    dtype: str | None = None
+    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+
+
+@command("evaluate", EvaluateCommand, help="Compare original, instructed, masked and baseline settings on a task.")
+def run_evaluate(args: EvaluateCommand) -> int:
+    from .._io import atomic_write
+    from ..data import load_task
+    from ..evaluation import evaluate
+    from ..masks import HeadMask
+    from ..models import load_model
+
+    task = load_task(args.task, args.data_dir)
+    mask_path = mask_file(args.mask)
+    other_path = mask_file(args.other_mask, "--other-mask") if args.other_mask else None
+    out = check_out_dir(args.out)
+    model = load_model(args.model, device=args.device, dtype=args.dtype)
+    mask = HeadMask.load(mask_path, model, allow_other_name=True)
+    other = HeadMask.load(other_path, model, allow_other_name=True) if other_path else None
+    table = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,
+                     batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=args.generate)
+    written = atomic_write(Path(out) / "results.csv", lambda tmp: table.to_csv(tmp, index=False))
+    print(table.to_string(index=False))
+    print(f"wrote {written}")
+    return 0

@@ -1,0 +1,48 @@
+"""`DemoConfig`: the options of `headsup demo` (kept light so `headsup demo --help` imports no torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simple_parsing
+
+DEFAULT_TASKS = ("organism/reverse", "organism/antonym", "organism/translate")
+# The default output folder, relative to the current directory; the repository's .gitignore lists it.
+DEFAULT_OUT = "headsup_demo"
+
+
+def _collect():
+    from ..cli._main import Collect  # the CLI's list action: `--task a --task b` keeps both
+
+    return Collect
+
+
+@dataclass
+class DemoConfig:
+    """Options of `headsup demo`."""
+
+    model: str = "organism"
+    """Model name, local Hugging Face directory, or "organism" (built in, no download)."""
+    tasks: list[str] = simple_parsing.field(default_factory=lambda: list(DEFAULT_TASKS), action=_collect(),
+                                            nargs="+", alias=["--task"])
+    """Tasks to train masks for (`headsup tasks` lists them); repeat --task or give several."""
+    out: str = DEFAULT_OUT
+    """Output folder for the report, figures, tables and masks (default: ./headsup_demo, git-ignored in the repository)."""
+    steps: int = 300
+    """Mask-training steps (the fast schedule of `TrainConfig.fast`; the paper uses 6 250)."""
+    batch_size: int = 16
+    """Training examples per task per step."""
+    seed: int = 0
+    """Seed of mask training, the random baselines and the random removal order."""
+    influence_k: int = 64
+    """Influence order: re-order the first K heads of the weight-order sweep by their effect."""
+    data_dir: str | None = None
+    """Data directory for the paper's tasks (not needed for organism tasks)."""
+    device: str | None = None
+    """Device (default: CUDA when available, else CPU)."""
+    dtype: str | None = None
+    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    png: bool = True
+    """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
+    threads: int | None = None
+    """torch CPU threads (default: 1 for the organism, whose ops are too small to share; torch's own otherwise)."""

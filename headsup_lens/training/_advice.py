@@ -1,0 +1,64 @@
+"""Advice on a finished or starting mask-training run: did the mask learn anything, and how long
+will the run take on this machine."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+# A mask that keeps at least this share of the heads has removed (almost) nothing.
+NEARLY_ALL_KEPT = 0.98
+# A loss that changed by less than this fraction between the first and the last tenth of the steps
+# has barely moved.
+LOSS_BARELY_MOVED = 0.05
+
+
+@dataclass(frozen=True)
+class RunProblem:
+    """One thing that looks wrong with a task's training run."""
+
+    task: str
+    problem: str
+
+
+def run_problems(history: pd.DataFrame, n_total: int) -> list[RunProblem]:
+    """Problems visible in a training history (columns step, task, loss, n_kept; one row per step
+    and task): the final mask keeps (nearly) every head, or the loss barely moved."""
+    problems = []
+    for task, rows in history.groupby("task", sort=False):
+        rows = rows.sort_values("step")
+        kept = int(rows.n_kept.iloc[-1])
+        if kept >= NEARLY_ALL_KEPT * n_total:
+            problems.append(RunProblem(str(task), f"kept {kept}/{n_total} heads: the mask removed (almost) nothing"))
+        tenth = max(1, len(rows) // 10)
+        first, last = float(rows.loss.iloc[:tenth].mean()), float(rows.loss.iloc[-tenth:].mean())
+        if len(rows) >= 2 and abs(first - last) < LOSS_BARELY_MOVED * max(abs(first), 1e-8):
+            problems.append(RunProblem(str(task), f"the answer loss barely moved ({first:.3f} -> {last:.3f} nats/token)"))
+    return problems
+
+
+def seconds_per_step(model, tasks: Sequence, config, *, warmup_steps: int = 3) -> float:
+    """Measured wall time of one training step of `config` on `model`: a 1-step run and a
+    (1 + warmup_steps)-step run without checkpoints; their difference excludes the set-up
+    (tokenisation), which a long run pays once."""
+    from ._train import train_masks
+
+    def timed(steps: int) -> float:
+        start = time.perf_counter()
+        train_masks(model, list(tasks), config.replace(steps=steps, progress=False, checkpoint_every=0))
+        return time.perf_counter() - start
+
+    one = timed(1)
+    more = timed(1 + warmup_steps)
+    return max(more - one, 0.0) / warmup_steps
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

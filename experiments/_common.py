@@ -3,7 +3,8 @@
 A script builds its parser with `parser(...)`, calls `setup(...)` and gets an `Experiment`, which
 loads the model, resolves tasks, trains or loads masks (cached under `<out>/<model>/masks/`, so one
 script reuses the masks another trained) and writes tables (CSV) and figures (HTML + PNG) to
-`<out>/<model>/`. Defaults are the built-in organism with a short mask schedule
+`<out>/<model>/`: by default `outputs/experiments/` (git-ignored); the committed `figures/` is written
+only with `--update-figures` (or an explicit `--out figures`). Defaults are the built-in organism with a short mask schedule
 (`TrainConfig.fast`); any other `--model` gets the paper's schedule unless `--schedule fast`.
 """
 
@@ -35,6 +36,8 @@ ORGANISM_TASK = "organism/translate"
 # Tasks of the multi-task artifacts (Tables 1/2, 5, 6): four of the eight, to keep `run_all` short on 2 cores.
 ORGANISM_TASKS = ("organism/translate", "organism/reverse", "organism/uppercase", "organism/antonym")
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
+# Default output root: ignored by git, so a run never overwrites the committed figures by accident.
+OUTPUTS = Path(__file__).resolve().parents[1] / "outputs" / "experiments"
 SCHEDULES = ("auto", "fast", "paper")
 
 
@@ -49,7 +52,10 @@ def parser(description: str, *, multi_task: bool = False) -> argparse.ArgumentPa
     p.add_argument("--data-dir", default=None, help="data directory (default: $HEADSUP_DATA_DIR, then the user cache)")
     p.add_argument("--device", default=None, help="device (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="model dtype (default: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--out", default=str(FIGURES), help="output root; files go to <out>/<model>/ (default: figures/)")
+    p.add_argument("--out", default=None,
+                   help="output root; files go to <out>/<model>/ (default: outputs/experiments/, git-ignored)")
+    p.add_argument("--update-figures", action="store_true",
+                   help="write to the committed figures/ folder (the same as --out figures)")
     p.add_argument("--schedule", choices=SCHEDULES, default="auto",
                    help="mask schedule: auto = fast on the organism, the paper's otherwise")
     p.add_argument("--steps", type=int, default=None, help="override the schedule's training steps")
@@ -185,10 +191,11 @@ class Experiment:
         return path
 
     def figure(self, fig, stem: str, task: Task | None = None) -> Path:
-        """HTML (plotly.js from its CDN, so committed files stay small) and PNG when a renderer exists."""
-        saved = save_figure(fig, self.path(stem, task), png=not self.args.no_png, include_plotlyjs="cdn")
-        if saved.png is None and not self.args.no_png:
-            print(f"[{self.name}] no PNG for {saved.html.name}: {saved.png_error}")
+        """HTML beside one shared plotly.min.js (no external URL, small files) and a PNG."""
+        saved = save_figure(fig, self.path(stem, task), png=not self.args.no_png)
+        if saved.png is None and not self.args.no_png and saved.png_error not in _PNG_ERRORS_SHOWN:
+            _PNG_ERRORS_SHOWN.add(saved.png_error)
+            print(f"[{self.name}] PNG figures not written (HTML written): {saved.png_error}")
         return saved.html
 
     def done(self, summary: pd.DataFrame | str | None = None) -> None:
@@ -197,6 +204,18 @@ class Experiment:
             text = summary if isinstance(summary, str) else summary.to_string(index=False, float_format=lambda v: f"{v:.3f}")
             print(text)
         print(f"[{self.name}] done in {time.perf_counter() - self.started:.0f} s -> {self.out}")
+
+
+_PNG_ERRORS_SHOWN: set[str | None] = set()
+
+
+def output_root(args: argparse.Namespace) -> Path:
+    """`--out`, else figures/ with `--update-figures`, else the git-ignored outputs/experiments/."""
+    if args.out is not None and args.update_figures and Path(args.out).resolve() != FIGURES:
+        raise SystemExit("give either --out or --update-figures, not both")
+    if args.out is not None:
+        return Path(args.out)
+    return FIGURES if args.update_figures else OUTPUTS
 
 
 def model_slug(name: str) -> str:
@@ -219,6 +238,6 @@ def setup(name: str, args: argparse.Namespace) -> Experiment:
     if threads is not None:
         torch.set_num_threads(threads)
     model = hl.load_model(args.model, device=args.device, dtype=args.dtype)
-    out = Path(args.out) / model_slug(args.model)
+    out = output_root(args) / model_slug(args.model)
     out.mkdir(parents=True, exist_ok=True)
     return Experiment(name=name, args=args, model=model, out=out)

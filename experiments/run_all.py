@@ -1,6 +1,8 @@
-"""Regenerate every reproduction artifact (default: on the built-in organism, into figures/organism/).
+"""Regenerate every reproduction artifact (default: on the built-in organism, into the git-ignored
+outputs/experiments/organism/; `--update-figures` writes the committed figures/organism/ instead).
 
     python experiments/run_all.py                       # the organism, ~5 min on a CPU
+    python experiments/run_all.py --update-figures      # refresh the committed figures/
     python experiments/run_all.py --model meta-llama/Llama-3.1-8B-Instruct --task antonym \\
         --tasks antonym capitalize_first_letter sentiment --data-dir /path/to/data --device cuda
 

@@ -1,0 +1,404 @@
+"""Benchmark at a real model shape: each loop's FLOP/s against this machine's plain matmul, and speed-ups.
+
+For every dtype asked for (`--dtypes fp32,bf16`), in one process and on the same weights:
+- **plain matmul** (always): the throughput of a plain `torch.matmul` of the model's MLP shape, the
+  reference of every FLOP/s fraction (what this machine does on the matrices these loops are made of);
+- **sweep**: `removal_sweep` over `--sweep-steps` steps (random order, `--new-tokens` greedy tokens) vs
+  the plain sequential loop (one forward pass and one `generate` per step, what the reference code
+  does) and vs the former batched path (`generate` on the batch, which unembeds every prompt position);
+  the sequential loop is timed on `--sequential-steps` steps spread over the sweep and scaled to all of
+  them (every step does the same work), and its ranks and generations are checked against the sweep;
+- **evaluation**: `generate_answers` on K = `--eval-prompts` prompts, batched (one chunk) vs per example;
+- **training**: one mask-training step (`train_mask`, batch 16), timed as the difference of two run
+  lengths so setup cancels.
+FLOP/s count the matmul work each loop needs (linear layers, attention scores and mixing, the
+unembedded positions; backward = input gradients only, the model is frozen). Every ratio is measured
+in this run; repeats are interleaved and reported as median [min-max]. With several dtypes, the sweep's
+ranks and generations are compared with the first dtype's.
+
+    python experiments/bench_performance.py                          # Qwen2.5-0.5B shape, random weights
+    python experiments/bench_performance.py --shape smollm2 --threads 2 --sweep-steps 40 --new-tokens 20
+    python experiments/bench_performance.py --model organism --sections sweep
+    python experiments/bench_performance.py --dtypes fp32,bf16 --sections sweep,train
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import string
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from headsup_lens import HeadMask, load_model, removal_sweep, value_gate
+from headsup_lens.analysis import random_order
+from headsup_lens.analysis._common import prompt_ids
+from headsup_lens.evaluation import generate_answers
+from headsup_lens.models import cut_at_stop, stop_token_ids
+from headsup_lens.models import char_tokenizer
+
+# Shapes of real models (random weights; the tokenizer is the character tokenizer, so prompts are
+# about one token per character).
+SHAPES = {
+    "qwen0.5b": dict(arch="qwen2", num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                     hidden_size=896, intermediate_size=4864, vocab_size=151_936, tie_word_embeddings=True),
+    "smollm2": dict(arch="llama", num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                    hidden_size=576, intermediate_size=1536, vocab_size=49_152, tie_word_embeddings=True),
+    "organism": dict(arch="llama", num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
+                     hidden_size=128, intermediate_size=384, vocab_size=58, tie_word_embeddings=False),
+}
+SECTIONS = ("sweep", "eval", "train")
+# About 25 prompt tokens in the chat template, as in the issue's measurements.
+PROMPT = "the garden"
+
+
+def build_random_dir(directory: str, shape: dict) -> str:
+    """A randomly initialised model of `shape` with the character tokenizer, saved to `directory`."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    settings = dict(shape)
+    arch = settings.pop("arch")
+    tokenizer = char_tokenizer()
+    settings.update(max_position_embeddings=2048, eos_token_id=tokenizer.eos_token_id,
+                    pad_token_id=tokenizer.pad_token_id)
+    config_class, model_class = (Qwen2Config, Qwen2ForCausalLM) if arch == "qwen2" else (LlamaConfig, LlamaForCausalLM)
+    torch.manual_seed(0)
+    model_class(config_class(**settings)).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+# ----------------------------------------------------------------------------------------------
+# FLOP model
+
+
+@dataclass
+class Flops:
+    linear: int  # weights of the linear layers inside the blocks (one multiply-add per weight and token)
+    unembed: int  # weights of the unembedding
+    attention: int  # n_layers * n_heads * d_head: scores + mixing cost 4 * this * context per token
+
+    @classmethod
+    def of(cls, model) -> Flops:
+        hf = model.original_model
+        head = hf.get_output_embeddings().weight
+        seen, linear = {id(head)}, 0
+        for module in hf.modules():
+            if isinstance(module, nn.Linear) and id(module.weight) not in seen:
+                seen.add(id(module.weight))
+                linear += module.weight.numel()
+        cfg = model.cfg
+        return cls(linear=linear, unembed=head.numel(), attention=cfg.n_layers * cfg.n_heads * cfg.d_head)
+
+    def prompt(self, tokens: int, unembedded: int = 1) -> float:
+        """A prompt pass over `tokens` positions (eager attention computes the full square)."""
+        return 2.0 * self.linear * tokens + 4.0 * self.attention * tokens * tokens + 2.0 * self.unembed * unembedded
+
+    def cached(self, context: int) -> float:
+        """One cached decoding pass of one new token seeing `context` positions."""
+        return 2.0 * self.linear + 4.0 * self.attention * context + 2.0 * self.unembed
+
+    def generation(self, prompt_len: int, n_generated: int, unembedded: int = 1) -> float:
+        """Prompt pass plus the cached passes that produced `n_generated` tokens."""
+        total = self.prompt(prompt_len, unembedded)
+        for j in range(1, n_generated):
+            total += self.cached(prompt_len + j)
+        return total
+
+
+def n_decoded(generation: list[int], max_new_tokens: int) -> int:
+    """Tokens a row produced: its continuation, plus the stop token when it stopped early."""
+    return min(max_new_tokens, len(generation) + 1)
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - start, out
+
+
+# ----------------------------------------------------------------------------------------------
+# Sections
+
+
+def matmul_throughput(model, repeats: int, rows: int = 1024) -> float:
+    """FLOP/s of the best of `repeats` timings of a plain matmul [rows, d_model] x [d_model, d_mlp]."""
+    cfg = model.cfg
+    d_mlp = getattr(cfg, "d_mlp", None) or 4 * cfg.d_model
+    a = torch.randn(rows, cfg.d_model, dtype=cfg.dtype)
+    b = torch.randn(cfg.d_model, d_mlp, dtype=cfg.dtype)
+    flops = 2.0 * rows * cfg.d_model * d_mlp
+    calls = max(1, int(2e10 / flops))  # about 20 GFLOP per timing
+    torch.matmul(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        seconds, _ = timed(lambda: [torch.matmul(a, b) for _ in range(calls)])
+        best = min(best, seconds / calls)
+    return flops / best
+
+
+def sequential_steps(model, ids: torch.Tensor, order, steps: list[int], max_new_tokens: int, top_k: int = 5):
+    """The reference loop on some steps: one forward pass and one `generate` of one row per step."""
+    stops = stop_token_ids(model)
+    logits_rows, generations = [], []
+    for step in steps:
+        with torch.no_grad(), value_gate(model, HeadMask.from_heads(order[:step], model)):
+            logits = model(ids)[0, -1]
+            out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, verbose=False,
+                                 return_type="tokens")
+        logits_rows.append(logits.float())
+        generations += cut_at_stop(out[:, ids.shape[1]:].tolist(), stops)
+    return torch.stack(logits_rows), generations
+
+
+def former_batched_sweep(model, ids: torch.Tensor, order, n_rows: int, max_new_tokens: int):
+    """The former batched path: `generate` on all rows, which unembeds every prompt position."""
+    from headsup_lens.analysis import sweep_masks
+
+    masks = sweep_masks(order, list(range(n_rows)), (model.cfg.n_layers, model.cfg.n_heads))
+    with torch.no_grad(), value_gate(model, masks):
+        out = model.generate(ids.expand(n_rows, -1).contiguous(), max_new_tokens=max_new_tokens, do_sample=False,
+                             verbose=False, return_type="tokens", output_logits=True)
+    return cut_at_stop(out.sequences[:, ids.shape[1]:].tolist(), stop_token_ids(model))
+
+
+def bench_sweep(model, args, flops: Flops, peak: float) -> dict:
+    order = random_order(model, seed=0)[: args.sweep_steps - 1]
+    n_rows = len(order) + 1
+    ids_list = prompt_ids(model, args.prompt)
+    ids = torch.tensor([ids_list], device=model.cfg.device)
+    picks = sorted({round(i * (n_rows - 1) / max(1, args.sequential_steps - 1)) for i in range(args.sequential_steps)})
+    removal_sweep(model, args.prompt, order[:2], max_new_tokens=2)  # warm-up
+    batched_s, sequential_s, former_s = [], [], []
+    for repeat in range(args.repeats):
+        seconds, sweep = timed(removal_sweep, model, args.prompt, order, max_new_tokens=args.new_tokens,
+                               batch_size=args.batch_size)
+        batched_s.append(seconds)
+        seconds, (seq_logits, seq_generations) = timed(sequential_steps, model, ids, order, picks, args.new_tokens)
+        sequential_s.append(seconds / len(picks) * n_rows)
+        if repeat == 0 and not args.skip_former:
+            seconds, former = timed(former_batched_sweep, model, ids, order, n_rows, args.new_tokens)
+            former_s.append(seconds)
+            same_former = former == sweep.generation_ids
+    same = [sweep.generation_ids[s] for s in picks] == seq_generations
+    tracked = torch.tensor(sweep.tokens.token_id.tolist())
+    seq_ranks = (seq_logits[:, None, :] > seq_logits[:, tracked][:, :, None]).sum(-1) + 1
+    ranks_equal = seq_ranks.tolist() == sweep.ranks[sweep.tokens.label].to_numpy()[picks].tolist()
+    work = sum(flops.generation(len(ids_list), n_decoded(g, args.new_tokens)) for g in sweep.generation_ids)
+    ratios = [s / b for s, b in zip(sequential_s, batched_s)]
+    result = {
+        "rows": n_rows, "prompt_tokens": len(ids_list), "new_tokens": args.new_tokens,
+        "batch_size": sweep.metadata["batch_size"],
+        "batched_s": batched_s, "sequential_s": sequential_s, "speedup": ratios,
+        "batched_flops_per_s": [work / b for b in batched_s],
+        "identical_to_sequential": bool(same and ranks_equal),
+        "ranks": sweep.ranks[["top1_id"] + sweep.top_labels], "generation_ids": sweep.generation_ids,
+    }
+    if former_s:
+        result.update(former_s=former_s[0], former_over_new=former_s[0] / statistics.median(batched_s),
+                      identical_to_former=same_former)
+    result["fraction_of_matmul"] = [work / b / peak for b in batched_s]
+    return result
+
+
+def eval_prompts(model, k: int) -> list[list[int]]:
+    rng = random.Random(0)
+    words = [" ".join("".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 8)))
+                      for _ in range(rng.randint(1, 4))) for _ in range(k)]
+    return [prompt_ids(model, w) for w in words]
+
+
+def bench_eval(model, args, flops: Flops, peak: float) -> dict:
+    prompts = eval_prompts(model, args.eval_prompts)
+    generate_answers(model, prompts[:2], max_new_tokens=2)  # warm-up
+    batched_s, single_s = [], []
+    for _ in range(args.repeats):
+        seconds, batched = timed(generate_answers, model, prompts, max_new_tokens=args.eval_new_tokens,
+                                 batch_size=len(prompts))
+        batched_s.append(seconds)
+        seconds, single = timed(generate_answers, model, prompts, max_new_tokens=args.eval_new_tokens, batch_size=1)
+        single_s.append(seconds)
+    tokenizer = model.tokenizer
+    lengths = [len(tokenizer.encode(t, add_special_tokens=False)) for t in batched]
+    work = sum(flops.generation(len(p), min(args.eval_new_tokens, n + 1)) for p, n in zip(prompts, lengths))
+    result = {"prompts": len(prompts), "batched_s": batched_s, "per_example_s": single_s,
+              "speedup": [s / b for s, b in zip(single_s, batched_s)], "identical": batched == single,
+              "batched_flops_per_s": [work / b for b in batched_s]}
+    result["fraction_of_matmul"] = [work / b / peak for b in batched_s]
+    return result
+
+
+def bench_train(model, args, flops: Flops, peak: float) -> dict:
+    from headsup_lens.data import Task
+    from headsup_lens.training import TrainConfig, train_mask
+
+    rng = random.Random(0)
+    words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(4, 9))) for _ in range(400)]
+    task = Task.from_pairs("reverse", [(w, w[::-1]) for w in words], n_eval=20)
+
+    def run(steps: int):
+        return train_mask(model, task, TrainConfig(steps=steps, checkpoint_every=0, progress=False))
+
+    run(1)  # warm-up
+    short, long = args.train_steps // 2, args.train_steps
+    per_step = []
+    for _ in range(args.repeats):
+        long_s, result = timed(run, long)
+        short_s, _ = timed(run, short)
+        per_step.append((long_s - short_s) / (long - short))
+    # Work of a step: forward over the padded batch, answer positions unembedded, input gradients only.
+    from headsup_lens.data import collate, encode_pairs
+    from headsup_lens.models import pad_token_id
+
+    rows = encode_pairs(model, task.train_pairs[:16])
+    batch = collate(rows, pad_id=pad_token_id(model))
+    b, length = batch.input_ids.shape
+    answers = int((batch.labels[:, 1:] != -100).sum())
+    forward = b * (2.0 * flops.linear * length + 4.0 * flops.attention * length * length) + 2.0 * flops.unembed * answers
+    work = 2.0 * forward + 4.0 * flops.attention * length * length * b  # backward: input grads, attention twice
+    logits_dtype = result.mask.logits.dtype
+    out = {"batch": b, "tokens": b * length, "step_s": per_step, "flops_per_s": [work / s for s in per_step],
+           "mask_logits_dtype": str(logits_dtype)}
+    out["fraction_of_matmul"] = [work / s / peak for s in per_step]
+    return out
+
+
+def compare_sweeps(first: dict, other: dict) -> dict:
+    """Agreement of two dtypes' sweeps: equal top-1, rank differences of the tracked tokens, generations."""
+    a, b = first["ranks"], other["ranks"]
+    labels = [c for c in a.columns if c != "top1_id"]  # the first dtype's top-k tokens, tracked in both
+    rank_a, rank_b = a[labels].to_numpy(), b[labels].to_numpy()
+    return {
+        "top1_equal": float((a.top1_id.to_numpy() == b.top1_id.to_numpy()).mean()),
+        "tracked_ranks_equal": float((rank_a == rank_b).mean()) if labels else None,
+        "max_rank_difference": int(abs(rank_a - rank_b).max()) if labels else None,
+        "generations_equal": float(sum(x == y for x, y in zip(first["generation_ids"], other["generation_ids"]))
+                                   / len(first["generation_ids"])),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen0.5b",
+                        help="random-weight model shape (default: the Qwen2.5-0.5B shape)")
+    parser.add_argument("--model", default=None, help="load this model instead (hub name, directory, 'organism', 'smollm2')")
+    for name in ("layers", "heads", "kv-heads", "d-model", "d-mlp", "vocab"):
+        parser.add_argument(f"--{name}", type=int, default=None, help=f"override the shape's {name}")
+    parser.add_argument("--dtypes", default="fp32", help="comma-separated model dtypes, e.g. fp32,bf16 (default: fp32)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: 2)")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats of every timing (default: 3)")
+    parser.add_argument("--prompt", default=PROMPT, help="the sweep's user text (wrapped in the chat template)")
+    parser.add_argument("--sweep-steps", type=int, default=40, help="sweep rows: steps 0..N-1 (default: 40)")
+    parser.add_argument("--new-tokens", type=int, default=20, help="greedy tokens per sweep step (default: 20)")
+    parser.add_argument("--sequential-steps", type=int, default=4,
+                        help="steps the sequential loop is timed on, scaled to all steps (default: 4)")
+    parser.add_argument("--batch-size", type=int, default=None, help="sweep rows per chunk (default: memory budget)")
+    parser.add_argument("--skip-former", action="store_true", help="do not time the former batched path")
+    parser.add_argument("--eval-prompts", type=int, default=32, help="K, prompts of the evaluation section (default: 32)")
+    parser.add_argument("--eval-new-tokens", type=int, default=10, help="greedy tokens per prompt (default: 10)")
+    parser.add_argument("--train-steps", type=int, default=4,
+                        help="N: a step is timed as (time of N steps - time of N/2) / (N/2) (default: 4)")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    sections = [s for s in args.sections.split(",") if s]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
+
+    with tempfile.TemporaryDirectory() as directory:
+        if args.model is None:
+            shape = dict(SHAPES[args.shape])
+            for flag, key in (("layers", "num_hidden_layers"), ("heads", "num_attention_heads"),
+                              ("kv_heads", "num_key_value_heads"), ("d_model", "hidden_size"),
+                              ("d_mlp", "intermediate_size"), ("vocab", "vocab_size")):
+                if getattr(args, flag) is not None:
+                    shape[key] = getattr(args, flag)
+            source = build_random_dir(directory, shape)
+            label = f"{args.shape} shape, random weights"
+        else:
+            source, label = args.model, args.model
+        models = {dtype: load_model(source, device="cpu", dtype=dtype) for dtype in args.dtypes.split(",")}
+
+    report: dict = {"model": label, "threads": args.threads, "results": {}}
+    first = next(iter(models.values()))
+    cfg = first.cfg
+    flops = Flops.of(first)
+    n_params = sum(p.numel() for p in first.original_model.parameters())
+    print(f"model: {label}: {cfg.n_layers} layers x {cfg.n_heads} heads "
+          f"({getattr(cfg, 'n_key_value_heads', None) or cfg.n_heads} KV), d_model {cfg.d_model}, vocab {cfg.d_vocab}, "
+          f"{n_params / 1e6:.0f} M parameters; {args.threads} thread(s); repeats {args.repeats}, median [min-max]")
+    for dtype, model in models.items():
+        peak = matmul_throughput(model, args.repeats)  # the reference of every FLOP/s fraction
+        results: dict = {"matmul_flops_per_s": peak}
+        print(f"[{dtype}] plain matmul [1024 x {cfg.d_model}] x [{cfg.d_model} x {cfg.d_mlp}]: {peak / 1e9:.1f} GFLOP/s")
+        if "sweep" in sections:
+            r = bench_sweep(model, args, flops, peak)
+            results["sweep"] = r
+            print(f"[{dtype}] sweep {r['rows']} steps x {r['new_tokens']} new tokens, prompt {r['prompt_tokens']} tokens, "
+                  f"chunks of {r['batch_size']}: batched {spread(r['batched_s'])} s, sequential {spread(r['sequential_s'])} s "
+                  f"(scaled from {args.sequential_steps} steps)")
+            print(f"[{dtype}]   speed-up sequential/batched {spread(r['speedup'])}x; "
+                  f"{spread([f / 1e9 for f in r['batched_flops_per_s']])} GFLOP/s"
+                  + f" = {spread(r['fraction_of_matmul'])} of plain matmul"
+                  + f"; identical to sequential: {r['identical_to_sequential']}")
+            if "former_s" in r:
+                print(f"[{dtype}]   former batched path (generate, every prompt position unembedded): {r['former_s']:.2f} s "
+                      f"= {r['former_over_new']:.2f}x the new one; identical generations: {r['identical_to_former']}")
+        if "eval" in sections:
+            r = bench_eval(model, args, flops, peak)
+            results["eval"] = r
+            print(f"[{dtype}] evaluation K={r['prompts']}: batched {spread(r['batched_s'])} s, per example "
+                  f"{spread(r['per_example_s'])} s, speed-up {spread(r['speedup'])}x"
+                  + f"; batched at {spread(r['fraction_of_matmul'])} of plain matmul"
+                  + f"; identical: {r['identical']}")
+        if "train" in sections:
+            r = bench_train(model, args, flops, peak)
+            results["train"] = r
+            print(f"[{dtype}] training step (batch {r['batch']}, {r['tokens']} tokens): {spread(r['step_s'])} s, "
+                  f"{spread([f / 1e9 for f in r['flops_per_s']])} GFLOP/s"
+                  + f" = {spread(r['fraction_of_matmul'])} of plain matmul"
+                  + f"; mask logits {r['mask_logits_dtype']}")
+        report["results"][dtype] = results
+    dtypes = list(models)
+    if "sweep" in sections and len(dtypes) > 1:
+        base = report["results"][dtypes[0]]["sweep"]
+        for dtype in dtypes[1:]:
+            other = report["results"][dtype]["sweep"]
+            agreement = compare_sweeps(base, other)
+            report["results"][dtype]["sweep_agreement"] = agreement
+            speed = statistics.median(base["batched_s"]) / statistics.median(other["batched_s"])
+            print(f"[{dtype} vs {dtypes[0]}] sweep time ratio {dtypes[0]}/{dtype} {speed:.2f}x; agreement: {agreement}")
+        for section, key in (("train", "step_s"), ("eval", "batched_s")):
+            if section in sections:
+                for dtype in dtypes[1:]:
+                    ratio = (statistics.median(report["results"][dtypes[0]][section][key])
+                             / statistics.median(report["results"][dtype][section][key]))
+                    print(f"[{dtype} vs {dtypes[0]}] {section} time ratio {dtypes[0]}/{dtype} {ratio:.2f}x")
+    if args.json:
+        for results in report["results"].values():
+            if "sweep" in results:
+                results["sweep"].pop("ranks"), results["sweep"].pop("generation_ids")
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,6 +9,7 @@ from typing import Literal
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._validate import check_choice, check_float
 from ..masks import HeadMask
 from ._query import query_gate_hooks, verify_query_gate
 from ._value import _mlp_hooks, value_gate_hooks
@@ -26,14 +27,14 @@ def gate_hooks(
     mlp: Tensor | None = None,
 ) -> list:
     """Hooks gating `model` with `mask` (none when `mask` is None) through the chosen gate."""
-    if gate not in GATES:
-        raise ValueError(f"gate must be one of {GATES}, not {gate!r}")
+    check_choice("gate", gate, GATES)
+    alpha = check_float("alpha", alpha, 0.0, 1.0)
     if mask is None:
         return [] if mlp is None else _mlp_hooks(model, mlp)
     if gate == "value":
         return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp)
     if alpha != 0.0:
-        raise ValueError("alpha (scaled masks) is defined for the value gate only")
+        raise ValueError(f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0")
     verify_query_gate(model)
     hooks = query_gate_hooks(model, mask)
     if mlp is None and isinstance(mask, HeadMask):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import torch
+from typing import Any
+
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._validate import check_mask_values, check_shape, check_tensor, describe
 from ..masks import HeadMask
 
 # `[n_layers, n_heads]` shared by every row, or `[batch, n_layers, n_heads]` per row; the sizes are
@@ -14,31 +16,36 @@ from ..masks import HeadMask
 MaskLike = HeadMask | Float[Tensor, "*rows n_layers n_heads"]
 
 
-def mask_tensor(model: TransformerBridge, mask: MaskLike) -> Float[Tensor, "rows n_layers n_heads"]:
+def mask_tensor(model: TransformerBridge, mask: MaskLike, name: str = "mask") -> Float[Tensor, "rows n_layers n_heads"]:
     """The mask as `[rows, n_layers, n_heads]`: rows == 1 for a shared mask, == batch for per-row masks.
 
-    Gradients are kept, so a mask tensor that requires grad can be trained through the gate.
+    Refuses (naming `name`) anything but a HeadMask or a real tensor of the model's shape with
+    finite values in [0, 1]; bool and integer tensors are read as floats. A HeadMask is checked
+    against the model's structure only: whether it was made for these weights is checked where a
+    mask meets a model (`HeadMask.load(path, model)`, `HeadMask.check_model`), so the paper's
+    "mask of another model" can be gated once accepted there. Gradients are kept, so a mask tensor
+    that requires grad can be trained through the gate.
     """
+    check_model_arg(model)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     if isinstance(mask, HeadMask):
-        mask.check_model(model)
+        mask.check_model(model, allow_other_weights=True)
         values = mask.values
     elif isinstance(mask, Tensor):
-        values = mask
+        values = check_tensor(name, mask)
     else:
-        raise ValueError(f"a mask must be a HeadMask or a tensor, not {type(mask).__name__}")
-    if values.ndim == 2:
-        values = values.unsqueeze(0)
-    if values.ndim != 3 or tuple(values.shape[1:]) != (n_layers, n_heads):
-        raise ValueError(
-            f"mask of shape {tuple(values.shape)} does not fit this model: expected "
-            f"[n_layers, n_heads] = [{n_layers}, {n_heads}] or per-row [batch, {n_layers}, {n_heads}]"
-        )
-    if not values.is_floating_point():
-        values = values.float()
-    if not torch.isfinite(values.detach()).all():
-        raise ValueError("mask contains NaN or infinite values")
-    return values
+        raise TypeError(f"{name} must be a HeadMask or a tensor [n_layers, n_heads], got {describe(mask)}")
+    shape = check_shape(name, values, "n_layers n_heads", "batch n_layers n_heads", n_layers=n_layers, n_heads=n_heads)
+    if values.ndim == 3 and values.shape[0] == 0:
+        raise ValueError(f"{name} has no rows (shape {list(values.shape)}); pass at least one mask")
+    check_mask_values(name, values)
+    return values.unsqueeze(0) if shape == "n_layers n_heads" else values
+
+
+def check_model_arg(model: Any) -> None:
+    """Gates need a TransformerLens model with hook points; anything else is a TypeError."""
+    if not (hasattr(model, "cfg") and hasattr(model, "hooks") and hasattr(model, "hook_dict")):
+        raise TypeError(f"model must be a TransformerLens TransformerBridge, got {describe(model)}")
 
 
 def row_mask(values: Tensor, batch: int, hook_name: str) -> Tensor:
@@ -46,7 +53,7 @@ def row_mask(values: Tensor, batch: int, hook_name: str) -> Tensor:
     rows = values.shape[0]
     if rows not in (1, batch):
         raise ValueError(
-            f"per-row mask has {rows} rows but the batch at {hook_name} has {batch}; "
+            f"mask has {rows} rows (per-row masks) but the batch at {hook_name} has {batch} rows; "
             "pass one mask per batch row or a single [n_layers, n_heads] mask"
         )
     return values

@@ -10,8 +10,9 @@ from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._validate import check_float, check_mask_values, check_shape, check_tensor
 from ..masks import HeadMask
-from ._masks import MaskLike, layer_of, mask_tensor, row_mask
+from ._masks import MaskLike, check_model_arg, layer_of, mask_tensor, row_mask
 
 Hook = tuple[str, Callable]
 
@@ -23,9 +24,11 @@ def value_gate_hooks(
     mlp: Float[Tensor, " n_layers"] | Float[Tensor, "batch n_layers"] | None = None,
 ) -> list[Hook]:
     """Forward hooks for `model.hooks(fwd_hooks=...)` implementing `value_gate` (see there)."""
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    alpha = check_float("alpha", alpha, 0.0, 1.0)
     values = mask_tensor(model, mask)
+    if mlp is None and isinstance(mask, HeadMask):
+        mlp = mask.mlp_values
+    mlp_hooks = _mlp_hooks(model, mlp) if mlp is not None else []
     # Heads outside the mask keep a fraction alpha: m + alpha * (1 - m) is 1 for kept and alpha for
     # removed heads, and stays differentiable in m for straight-through training.
     effective = values if alpha == 0.0 else values + alpha * (1.0 - values)
@@ -34,19 +37,16 @@ def value_gate_hooks(
         rows = row_mask(effective, z.shape[0], hook.name)[:, layer_of(hook.name)]
         return z * rows.to(device=z.device, dtype=z.dtype)[:, None, :, None]
 
-    hooks: list[Hook] = [(f"blocks.{layer}.attn.hook_z", gate_z) for layer in range(model.cfg.n_layers)]
-    if mlp is None and isinstance(mask, HeadMask):
-        mlp = mask.mlp_values
-    if mlp is not None:
-        hooks += _mlp_hooks(model, mlp)
-    return hooks
+    return [(f"blocks.{layer}.attn.hook_z", gate_z) for layer in range(model.cfg.n_layers)] + mlp_hooks
 
 
 def _mlp_hooks(model: TransformerBridge, mlp: Tensor) -> list[Hook]:
+    check_model_arg(model)
     n_layers = model.cfg.n_layers
+    mlp = check_tensor("mlp", mlp)
+    check_shape("mlp", mlp, "n_layers", "batch n_layers", n_layers=n_layers)
+    check_mask_values("mlp", mlp)
     mlp_rows = mlp.unsqueeze(0) if mlp.ndim == 1 else mlp
-    if mlp_rows.ndim != 2 or mlp_rows.shape[1] != n_layers:
-        raise ValueError(f"MLP mask must be [n_layers] or [batch, n_layers] with n_layers={n_layers}")
 
     def gate_mlp(out: Float[Tensor, "batch pos d_model"], hook: HookPoint) -> Tensor:
         rows = row_mask(mlp_rows, out.shape[0], hook.name)[:, layer_of(hook.name)]

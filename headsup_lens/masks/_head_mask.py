@@ -5,26 +5,36 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from jaxtyping import Float
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from .._io import atomic_write
-from ..models._loading import ModelFingerprint, fingerprint
+from .._validate import (
+    check_bool,
+    check_finite,
+    check_int,
+    check_mask_values,
+    check_out_file,
+    check_sequence,
+    check_shape,
+    check_tensor,
+    describe,
+)
+from ..models._fingerprint import ModelFingerprint, fingerprint, portable_name
+from ._files import read_safetensors, write_safetensors
 
 Head = tuple[int, int]
+_FORMAT = "headsup_lens.HeadMask"
 _FORMAT_VERSION = 1
 
 
-def check_finite(values: Tensor, what: str) -> None:
-    if not torch.isfinite(values).all():
-        bad = (~torch.isfinite(values)).nonzero()[:5].tolist()
-        raise ValueError(f"{what} contains NaN or infinite values (first at {bad})")
+class UnverifiedModelWarning(UserWarning):
+    """A mask without a weights hash (a file written before it existed): only its structure was checked."""
 
 
 @dataclass
@@ -33,7 +43,8 @@ class HeadMask:
 
     `values` are 1 (keep), 0 (remove) or in between (scale). `logits` are the trained real
     weights M; `sigmoid(logits)` is the paper's head weight. `mlp_values` is the optional
-    per-layer MLP slot of the paper's appendix (off by default).
+    per-layer MLP slot of the paper's appendix (off by default). `model` identifies the weights
+    the mask was made for (`fingerprint(model)`); `metadata` is JSON (string keys).
     """
 
     # Shapes are [n_layers, n_heads] (mlp_values: [n_layers]); they are left open in the annotations
@@ -45,28 +56,28 @@ class HeadMask:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.values = torch.as_tensor(self.values, dtype=torch.float32).detach().cpu()
-        if self.values.ndim != 2:
-            raise ValueError(f"mask values must be [n_layers, n_heads], got shape {tuple(self.values.shape)}")
-        check_finite(self.values, "mask values")
-        if (self.values < 0).any() or (self.values > 1).any():
-            raise ValueError("mask values must lie in [0, 1]")
+        self.values = _as_float_tensor("values", self.values)
+        check_shape("mask values", self.values, "n_layers n_heads")
+        check_mask_values("mask values", self.values)
         if self.logits is not None:
-            self.logits = torch.as_tensor(self.logits, dtype=torch.float32).detach().cpu()
+            self.logits = _as_float_tensor("logits", self.logits)
             if self.logits.shape != self.values.shape:
                 raise ValueError(
-                    f"logits shape {tuple(self.logits.shape)} differs from values shape {tuple(self.values.shape)}"
+                    f"logits shape {list(self.logits.shape)} differs from values shape {list(self.values.shape)}"
                 )
-            check_finite(self.logits, "mask logits")
+            check_finite("mask logits", self.logits)
         if self.mlp_values is not None:
-            self.mlp_values = torch.as_tensor(self.mlp_values, dtype=torch.float32).detach().cpu()
-            if self.mlp_values.shape != (self.n_layers,):
-                raise ValueError(f"mlp_values must be [n_layers]={self.n_layers}, got {tuple(self.mlp_values.shape)}")
+            self.mlp_values = _as_float_tensor("mlp_values", self.mlp_values)
+            check_shape("mlp_values", self.mlp_values, "n_layers", n_layers=self.n_layers)
+            check_mask_values("mlp_values", self.mlp_values)
+        if self.model is not None and not isinstance(self.model, ModelFingerprint):
+            raise TypeError(f"model must be a ModelFingerprint or None, got {describe(self.model)}")
         if self.model is not None and (self.model.n_layers, self.model.n_heads) != tuple(self.values.shape):
             raise ValueError(
-                f"mask shape {tuple(self.values.shape)} does not match its model "
+                f"mask shape {list(self.values.shape)} does not match its model "
                 f"({self.model.n_layers} layers x {self.model.n_heads} heads)"
             )
+        self.metadata = _check_metadata(self.metadata)
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -74,22 +85,23 @@ class HeadMask:
         cls, logits: Float[Tensor, "n_layers n_heads"], model: ModelFingerprint | None = None, **metadata: Any
     ) -> HeadMask:
         """The paper's final mask: keep a head where `sigmoid(logit) >= 0.5` (no noise)."""
-        logits = torch.as_tensor(logits, dtype=torch.float32).detach().cpu()
-        check_finite(logits, "mask logits")
+        logits = _as_float_tensor("logits", logits)
+        check_shape("logits", logits, "n_layers n_heads")
+        check_finite("mask logits", logits)
         return cls((logits >= 0).float(), logits=logits, model=model, metadata=dict(metadata))
 
     @classmethod
     def full(cls, model_or_shape: Any) -> HeadMask:
-        """All heads kept; accepts a model or an `(n_layers, n_heads)` shape."""
+        """All heads kept; accepts a model, a `ModelFingerprint` or an `(n_layers, n_heads)` shape."""
         fp = _fingerprint_of(model_or_shape)
-        shape = (fp.n_layers, fp.n_heads) if fp else tuple(model_or_shape)
+        shape = (fp.n_layers, fp.n_heads) if fp else _check_mask_shape(model_or_shape)
         return cls(torch.ones(shape), model=fp)
 
     @classmethod
     def from_heads(cls, removed: list[Head], model_or_shape: Any) -> HeadMask:
         """All heads kept except `removed`, a list of `(layer, head)`."""
         mask = cls.full(model_or_shape)
-        return mask.without(removed)
+        return mask._with_zeros(mask._check_heads("removed", removed))
 
     # ----------------------------------------------------------------- properties
     @property
@@ -127,14 +139,11 @@ class HeadMask:
 
     def without(self, heads: list[Head]) -> HeadMask:
         """A copy with `heads` removed."""
-        values = self.values.clone()
-        for layer, head in heads:
-            self._check_head(layer, head)
-            values[layer, head] = 0.0
-        return self._derive(values)
+        return self._with_zeros(self._check_heads("heads", heads))
 
     def shuffled(self, seed: int = 0) -> HeadMask:
         """The paper's random-mask baseline: the same number of kept heads, at random places."""
+        seed = check_int("seed", seed, minimum=0)
         generator = torch.Generator().manual_seed(seed)
         permutation = torch.randperm(self.n_total, generator=generator)
         values = self.values.flatten()[permutation].reshape(self.values.shape)
@@ -168,84 +177,145 @@ class HeadMask:
         return 1.0 if smaller == 0 else (a & b).sum().item() / smaller
 
     # ----------------------------------------------------------------- compatibility
-    def check_model(self, model: Any, *, allow_other_name: bool = True) -> None:
-        """Raise ValueError unless this mask fits `model` (a TransformerBridge or fingerprint)."""
-        target = _fingerprint_of(model)
+    def check_model(
+        self, model: Any, *, allow_other_weights: bool = False, allow_other_name: bool | None = None
+    ) -> None:
+        """Raise ValueError unless this mask fits `model` (a TransformerBridge or a `ModelFingerprint`).
+
+        The mask must match the model's shape and structure and, when both fingerprints carry a
+        content hash, its weights: the same checkpoint loaded through any path, name or dtype is
+        accepted, other weights are refused. `allow_other_weights=True` accepts any model of the
+        same structure: the paper's "mask of another model" setting (base and instruct twins).
+        A mask without a hash (an older file) is checked on structure only, with an
+        `UnverifiedModelWarning`. `allow_other_name` is the former name of `allow_other_weights`.
+        """
+        allow = _allow_other_weights(allow_other_weights, allow_other_name)
+        target = _fingerprint_of(model, content=not allow)
         if target is None:
-            raise ValueError(f"cannot check a mask against {type(model).__name__}")
+            raise TypeError(f"model must be a TransformerBridge or a ModelFingerprint, got {describe(model)}")
         if (target.n_layers, target.n_heads) != tuple(self.values.shape):
             raise ValueError(
-                f"mask shape {tuple(self.values.shape)} does not fit model {target.name!r} with "
+                f"mask shape {list(self.values.shape)} does not fit model {target.name!r} with "
                 f"{target.n_layers} layers x {target.n_heads} heads"
             )
         if self.model is None:
             return
-        same = self.model.structural() == target.structural()
-        if not same or (not allow_other_name and self.model.name != target.name):
+        if self.model.structural() != target.structural():
+            differences = self.model.describe_difference(replace(target, name=self.model.name))
             raise ValueError(
-                f"mask was made for model {self.model.name!r}, not {target.name!r} "
-                f"({self.model.describe_difference(target)})"
+                f"mask was made for model {self.model.describe()}, whose structure differs from "
+                f"{target.describe()} ({differences})"
+            )
+        if allow:
+            return
+        same = self.model.same_weights(target)
+        if same is None:
+            if self.model.content_hash is None and target.content_hash is not None:
+                warnings.warn(
+                    f"mask for {self.model.describe()} carries no weights hash (written by an older version), "
+                    "so only its structure was checked; save it again to record the hash",
+                    UnverifiedModelWarning,
+                    stacklevel=2,
+                )
+            return
+        if not same:
+            raise ValueError(
+                f"mask was made for other weights: {self.model.describe()}, not {target.describe()}; "
+                "to use a mask of another model with the same structure (the paper's base/instruct swap) "
+                "pass allow_other_weights=True"
             )
 
     # ----------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> Path:
-        """Write `<path>` (safetensors with JSON metadata) atomically; returns the path."""
-        path = Path(path)
+        """Write `<path>` (safetensors with JSON metadata) atomically; returns the path.
+
+        The same mask always gives the same bytes (sorted header and JSON keys, no timestamps), and
+        the model is recorded by its portable name (never an absolute local path). A `path` that is
+        a folder or lies in a folder that cannot be written is a ValueError; nothing is written then.
+        """
+        path = check_out_file(path, "path")
         if not path.suffix:
-            path = path.with_suffix(".safetensors")
-        tensors = {"values": self.values.contiguous()}
+            path = check_out_file(path.with_suffix(".safetensors"), "path")
+        tensors = {"values": self.values}
         if self.logits is not None:
-            tensors["logits"] = self.logits.contiguous()
+            tensors["logits"] = self.logits
         if self.mlp_values is not None:
-            tensors["mlp_values"] = self.mlp_values.contiguous()
+            tensors["mlp_values"] = self.mlp_values
+        model = replace(self.model, name=portable_name(self.model.name)).to_dict() if self.model else None
         header = {
-            "format": "headsup_lens.HeadMask",
+            "format": _FORMAT,
             "version": str(_FORMAT_VERSION),
-            "model": json.dumps(self.model.to_dict() if self.model else None),
-            "metadata": json.dumps(self.metadata, default=str),
+            "model": json.dumps(model, sort_keys=True),
+            "metadata": json.dumps(self.metadata, sort_keys=True),
         }
-        atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=header))
-        return path
+        return write_safetensors(path, tensors, header)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, model: Any = None, *, allow_other_name: bool = False) -> HeadMask:
-        """Read a mask written by `save`; with `model`, refuse one made for another model."""
-        path = Path(path)
-        if not path.is_file():
-            raise ValueError(f"no mask file at {path}")
-        try:
-            from safetensors import safe_open
+    def load(
+        cls,
+        path: str | os.PathLike,
+        model: Any = None,
+        *,
+        allow_other_weights: bool = False,
+        allow_other_name: bool | None = None,
+    ) -> HeadMask:
+        """Read a mask written by `save`; with `model`, refuse one made for other weights (see `check_model`).
 
-            with safe_open(str(path), framework="pt") as handle:
-                header = handle.metadata() or {}
-            tensors = load_file(str(path))
-        except Exception as error:  # safetensors raises its own error types for corrupt files
-            raise ValueError(f"{path} is not a readable safetensors mask file: {error}") from error
-        if header.get("format") != "headsup_lens.HeadMask" or "values" not in tensors:
-            raise ValueError(f"{path} is not a headsup_lens HeadMask file")
-        model_info = json.loads(header.get("model", "null"))
-        mask = cls(
-            tensors["values"],
-            logits=tensors.get("logits"),
-            model=ModelFingerprint.from_dict(model_info) if model_info else None,
-            mlp_values=tensors.get("mlp_values"),
-            metadata=json.loads(header.get("metadata", "{}")),
-        )
+        A missing, truncated or corrupted file, a malformed header or invalid values are a
+        ValueError that names the file.
+        """
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a path, got {describe(path)}")
+        allow = _allow_other_weights(allow_other_weights, allow_other_name)
+        path = Path(path)
+        tensors, header = read_safetensors(path, "mask file")
+        if header.get("format") != _FORMAT or "values" not in tensors:
+            raise ValueError(f"{str(path)!r} is not a headsup_lens HeadMask file (format {header.get('format')!r})")
+        model_info = _header_json(path, header, "model", None)
+        metadata = _header_json(path, header, "metadata", {})
+        try:
+            mask = cls(
+                tensors["values"],
+                logits=tensors.get("logits"),
+                model=ModelFingerprint.from_dict(model_info) if model_info else None,
+                mlp_values=tensors.get("mlp_values"),
+                metadata=metadata,
+            )
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"mask file {str(path)!r} holds an invalid mask: {error}") from error
         if model is not None:
-            mask.check_model(model, allow_other_name=allow_other_name)
+            mask.check_model(model, allow_other_weights=allow)
         return mask
 
     # ----------------------------------------------------------------- helpers
     def _derive(self, values: Tensor) -> HeadMask:
         return HeadMask(values, logits=None, model=self.model, mlp_values=self.mlp_values, metadata=dict(self.metadata))
 
-    def _check_head(self, layer: int, head: int) -> None:
-        if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
-            raise ValueError(f"head ({layer}, {head}) is outside a {self.n_layers} x {self.n_heads} mask")
+    def _with_zeros(self, heads: list[Head]) -> HeadMask:
+        values = self.values.clone()
+        for layer, head in heads:
+            values[layer, head] = 0.0
+        return self._derive(values)
+
+    def _check_heads(self, name: str, heads: Any) -> list[Head]:
+        checked = []
+        for head in check_sequence(name, heads, item="(layer, head) pair"):
+            if isinstance(head, (str, bytes)) or not hasattr(head, "__len__") or len(head) != 2:
+                raise TypeError(f"each entry of {name} must be a (layer, head) pair, got {describe(head)}")
+            layer = check_int(f"the layer of {name} entry {describe(head)}", head[0])
+            index = check_int(f"the head of {name} entry {describe(head)}", head[1])
+            if not (0 <= layer < self.n_layers and 0 <= index < self.n_heads):
+                raise ValueError(
+                    f"{name} entry ({layer}, {index}) is outside a {self.n_layers} x {self.n_heads} mask"
+                )
+            checked.append((layer, index))
+        return checked
 
     def _kept_set_pair(self, other: HeadMask) -> tuple[Tensor, Tensor]:
+        if not isinstance(other, HeadMask):
+            raise TypeError(f"other must be a HeadMask, got {describe(other)}")
         if other.values.shape != self.values.shape:
-            raise ValueError(f"masks of shapes {tuple(self.values.shape)} and {tuple(other.values.shape)} differ")
+            raise ValueError(f"masks of shapes {list(self.values.shape)} and {list(other.values.shape)} differ")
         return self.values > 0, other.values > 0
 
     def __repr__(self) -> str:
@@ -255,16 +325,75 @@ class HeadMask:
 
 def expected_jaccard(size_a: int, size_b: int, n_total: int) -> float:
     """E[Jaccard] of random masks of sizes a, b among N heads: (ab/N) / (a + b - ab/N)."""
-    if n_total <= 0:
-        raise ValueError("n_total must be positive")
+    n_total = check_int("n_total", n_total, minimum=1)
+    size_a = check_int("size_a", size_a, minimum=0, maximum=n_total)
+    size_b = check_int("size_b", size_b, minimum=0, maximum=n_total)
     overlap = size_a * size_b / n_total
     denominator = size_a + size_b - overlap
     return 1.0 if math.isclose(denominator, 0.0) else overlap / denominator
 
 
-def _fingerprint_of(obj: Any) -> ModelFingerprint | None:
+def _fingerprint_of(obj: Any, *, content: bool = True) -> ModelFingerprint | None:
     if isinstance(obj, ModelFingerprint):
         return obj
     if hasattr(obj, "cfg") and hasattr(obj, "original_model"):
-        return fingerprint(obj)
+        return fingerprint(obj, content=content)
     return None
+
+
+def _allow_other_weights(allow_other_weights: Any, allow_other_name: Any) -> bool:
+    check_bool("allow_other_weights", allow_other_weights)
+    if allow_other_name is None:
+        return allow_other_weights
+    check_bool("allow_other_name", allow_other_name)
+    warnings.warn("allow_other_name is now called allow_other_weights", DeprecationWarning, stacklevel=3)
+    return allow_other_weights or allow_other_name
+
+
+def _as_float_tensor(name: str, value: Any) -> Tensor:
+    """Tensors, arrays and nested lists of numbers as a detached float32 CPU tensor."""
+    if not isinstance(value, Tensor):
+        if isinstance(value, (str, bytes, dict)) or value is None:
+            raise TypeError(f"{name} must be a tensor of numbers, got {describe(value)}")
+        try:
+            value = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise TypeError(f"{name} must be a tensor of numbers, got {describe(value)} ({error})") from error
+    return check_tensor(name, value).detach().to(device="cpu", dtype=torch.float32)
+
+
+def _check_mask_shape(shape: Any) -> tuple[int, int]:
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, (tuple, list, torch.Size)) or len(shape) != 2:
+        raise TypeError(
+            "model_or_shape must be a TransformerBridge, a ModelFingerprint or an (n_layers, n_heads) pair, "
+            f"got {describe(shape)}"
+        )
+    return check_int("n_layers", shape[0], minimum=1), check_int("n_heads", shape[1], minimum=1)
+
+
+def _check_metadata(metadata: Any) -> dict[str, Any]:
+    """Metadata is saved as JSON: a dict with string keys and JSON values (no silent str())."""
+    if not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict, got {describe(metadata)}")
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise TypeError(f"metadata keys must be strings, got {describe(key)}")
+        try:
+            json.dumps(value, sort_keys=True)
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"metadata[{key!r}] must be JSON (numbers, strings, lists, dicts), got {describe(value)}"
+            ) from error
+    return dict(metadata)
+
+
+def _header_json(path: Path, header: dict[str, str], key: str, default: Any) -> Any:
+    if key not in header:
+        return default
+    try:
+        return json.loads(header[key])
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"mask file {str(path)!r} has malformed JSON in its {key!r} header entry ({error}); "
+            "the file is corrupted: save or train the mask again"
+        ) from error

@@ -1,15 +1,40 @@
-"""Model identity: what a head mask must agree with before it may gate a model."""
+"""Model identity: what a head mask must agree with before it may gate a model.
+
+A model is identified by its content: its structure plus a hash of its configuration and of a fixed
+sample of every weight. The name is kept for people to read; it never decides whether a mask fits.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import weakref
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
+import torch
+from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
+
+# Elements hashed per weight tensor, evenly spaced from the first to the last: every tensor of a
+# fine-tuned twin differs almost everywhere, so a few thousand samples tell two checkpoints apart.
+SAMPLES_PER_TENSOR = 4096
+_HASH_SCHEME = "sha256-strided-bf16-v1"
+# Config entries that, with the weights, decide what a model computes (paths and dtypes excluded).
+_CONFIG_KEYS = ("architecture", "n_layers", "n_heads", "d_head", "d_model", "d_mlp", "d_vocab", "n_key_value_heads")
+
+_CACHE: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, str]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
 class ModelFingerprint:
-    """What a head mask must agree with before it may gate a model."""
+    """What a head mask must agree with before it may gate a model.
+
+    `content_hash` identifies the weights (see `weights_hash`); it is None for fingerprints written
+    before it existed or built by hand, and then only the structure can be compared. `name` is the
+    hub name or the model folder's base name, for people only.
+    """
 
     architecture: str
     n_layers: int
@@ -17,38 +42,149 @@ class ModelFingerprint:
     d_head: int
     d_vocab: int
     name: str
+    content_hash: str | None = None
 
     def structural(self) -> tuple:
-        """Everything except the name: masks move between base and instruct twins of one architecture."""
+        """The shape of the model: masks move between base and instruct twins that share it."""
         return (self.architecture, self.n_layers, self.n_heads, self.d_head, self.d_vocab)
+
+    def same_weights(self, other: ModelFingerprint) -> bool | None:
+        """True / False when both carry a content hash; None when either does not (cannot tell)."""
+        if self.content_hash is None or other.content_hash is None:
+            return None
+        return self.content_hash == other.content_hash
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelFingerprint:
-        missing = {f for f in cls.__dataclass_fields__} - set(data)
+        if not isinstance(data, dict):
+            raise ValueError(f"a model fingerprint must be a JSON object, got {type(data).__name__}")
+        required = {k for k in cls.__dataclass_fields__ if k != "content_hash"}
+        missing = required - set(data)
         if missing:
             raise ValueError(f"model fingerprint is missing fields {sorted(missing)}")
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def describe_difference(self, other: ModelFingerprint) -> str:
         diffs = [
-            f"{k}: {getattr(self, k)!r} vs {getattr(other, k)!r}"
+            f"{k}: {_short(getattr(self, k))!r} vs {_short(getattr(other, k))!r}"
             for k in self.__dataclass_fields__
             if getattr(self, k) != getattr(other, k)
         ]
         return ", ".join(diffs)
 
+    def describe(self) -> str:
+        """`'name' (LlamaForCausalLM, 30x9 heads, weights 1a2b3c4d)` for messages."""
+        weights = f", weights {_short(self.content_hash)}" if self.content_hash else ""
+        return f"{self.name!r} ({self.architecture}, {self.n_layers}x{self.n_heads} heads{weights})"
 
-def fingerprint(model: TransformerBridge) -> ModelFingerprint:
-    """The fingerprint of a loaded model (read from its TransformerLens config)."""
+
+def _short(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith("sha256:"):
+        return value[len("sha256:"):][:12]
+    return value
+
+
+def fingerprint(model: TransformerBridge, *, content: bool = True) -> ModelFingerprint:
+    """The fingerprint of a loaded model: its TransformerLens config plus a hash of its weights.
+
+    The hash (`weights_hash`) is cached per model and recomputed only when a weight changes.
+    `content=False` skips it (structure only, for checks that need nothing more).
+    """
     cfg = model.cfg
     return ModelFingerprint(
-        architecture=str(getattr(cfg, "architecture", None) or type(model.original_model).__name__),
+        architecture=_architecture(model),
         n_layers=int(cfg.n_layers),
         n_heads=int(cfg.n_heads),
         d_head=int(cfg.d_head),
         d_vocab=int(cfg.d_vocab),
-        name=str(getattr(cfg, "model_name", "") or ""),
+        name=display_name(str(getattr(cfg, "model_name", "") or "")),
+        content_hash=weights_hash(model) if content else None,
     )
+
+
+def _architecture(model: Any) -> str:
+    original = getattr(model, "original_model", model)
+    return str(getattr(model.cfg, "architecture", None) or type(original).__name__)
+
+
+def display_name(source: str) -> str:
+    """The name a file may record: a hub name as given, a local folder by its base name only.
+
+    Absolute local paths would tie files to one machine and leak its layout.
+    """
+    if not source:
+        return ""
+    path = Path(source).expanduser()
+    local = path.is_absolute() or source.startswith((".", "~")) or path.exists()
+    if not local:
+        return source
+    path = path.resolve()
+    from ._loading import _BUILTIN_MODELS, builtin_model_dir  # deferred: _loading re-exports this module
+
+    for builtin in _BUILTIN_MODELS:
+        folder = builtin_model_dir(builtin)
+        if folder is not None and folder.resolve() == path:
+            return builtin
+    return path.name
+
+
+def portable_name(name: str) -> str:
+    """`name` without a machine's layout: an absolute or home-relative path becomes its base name."""
+    if name.startswith("~") or Path(name).is_absolute():
+        return Path(name).name
+    return name
+
+
+def weights_hash(model: nn.Module) -> str:
+    """`"sha256:<hex>"` over the model's config and a fixed strided sample of every weight.
+
+    Parameters are taken in registration order (the Hugging Face model's own order; tied weights
+    once); each contributes its shape and `SAMPLES_PER_TENSOR` evenly spaced elements rounded to
+    bfloat16, so the same checkpoint loaded in fp32 or bf16, on any device and through any path,
+    hashes alike. Weights that differ only outside the sampled elements are not told apart.
+    """
+    module = getattr(model, "original_model", model)
+    parameters = list(module.parameters())
+    # Parameter identity and in-place version counters change whenever a weight is replaced or edited.
+    key = tuple((id(p), p.data_ptr(), p._version, tuple(p.shape)) for p in parameters)
+    cached = _CACHE.get(model)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    digest = hashlib.sha256()
+    digest.update(_HASH_SCHEME.encode())
+    cfg = getattr(model, "cfg", None)
+    config = {k: _jsonable(getattr(cfg, k, None)) for k in _CONFIG_KEYS} if cfg is not None else {}
+    if cfg is not None:
+        config["architecture"] = _architecture(model)
+    digest.update(json.dumps(config, sort_keys=True).encode())
+    with torch.no_grad():
+        for parameter in parameters:
+            digest.update(json.dumps(list(parameter.shape)).encode())
+            digest.update(_sample_bytes(parameter))
+    value = "sha256:" + digest.hexdigest()
+    try:
+        _CACHE[model] = (key, value)
+    except TypeError:  # not weak-referenceable: no cache
+        pass
+    return value
+
+
+def _sample_bytes(parameter: Tensor) -> bytes:
+    flat = parameter.detach().reshape(-1)
+    n = flat.numel()
+    if n == 0:
+        return b""
+    if n > SAMPLES_PER_TENSOR:
+        index = torch.linspace(0, n - 1, SAMPLES_PER_TENSOR, dtype=torch.float64).round().long()
+        flat = flat[index.to(flat.device)]
+    # bf16 bits: fp32 and bf16 loads of one checkpoint agree; -0.0 and 0.0 do not matter here.
+    return flat.float().to(torch.bfloat16).view(torch.int16).cpu().numpy().tobytes()
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

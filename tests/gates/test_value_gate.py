@@ -159,7 +159,7 @@ def test_a_mask_that_is_not_a_tensor_is_refused(llama):
 
 
 def test_per_row_mask_with_wrong_batch_raises(llama):
-    with pytest.raises(ValueError, match="per-row mask has 2 rows"):
+    with pytest.raises(ValueError, match="mask has 2 rows"):
         with value_gate(llama, random_mask(llama, rows=2)):
             llama(random_tokens(llama, batch=3))
 

@@ -1,9 +1,11 @@
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from headsup_lens import HeadMask, expected_jaccard
+from headsup_lens.masks import UnverifiedModelWarning
 from headsup_lens.models import ModelFingerprint
 
 FP = ModelFingerprint("LlamaForCausalLM", 2, 4, 8, 66, "tiny")
@@ -77,17 +79,33 @@ def test_save_load_round_trip_is_atomic(tmp_path):
 
 
 def test_loading_onto_another_model_is_a_clear_error(tmp_path):
-    path = HeadMask.from_logits(torch.zeros(2, 4), FP).save(tmp_path / "m.safetensors")
-    renamed = ModelFingerprint("LlamaForCausalLM", 2, 4, 8, 66, "tiny-instruct")
-    with pytest.raises(ValueError, match="made for model 'tiny'"):
-        HeadMask.load(path, renamed)
-    assert HeadMask.load(path, renamed, allow_other_name=True).n_kept == 8  # the swapped-mask baseline
+    made_for = replace(FP, content_hash="sha256:" + "a" * 64)
+    path = HeadMask.from_logits(torch.zeros(2, 4), made_for).save(tmp_path / "m.safetensors")
+    renamed = replace(made_for, name="elsewhere/tiny-copy")
+    assert HeadMask.load(path, renamed).n_kept == 8  # the name is informational only
+    twin = replace(made_for, name="tiny-instruct", content_hash="sha256:" + "b" * 64)
+    with pytest.raises(ValueError, match="made for other weights.*allow_other_weights=True"):
+        HeadMask.load(path, twin)
+    assert HeadMask.load(path, twin, allow_other_weights=True).n_kept == 8  # the swapped-mask baseline
     other = ModelFingerprint("GPT2LMHeadModel", 2, 4, 16, 66, "tiny")
     with pytest.raises(ValueError, match="architecture"):
-        HeadMask.load(path, other)
+        HeadMask.load(path, other, allow_other_weights=True)
     bigger = ModelFingerprint("LlamaForCausalLM", 4, 4, 8, 66, "tiny")
     with pytest.raises(ValueError, match="does not fit"):
         HeadMask.load(path, bigger)
+
+
+def test_allow_other_name_still_means_allow_other_weights(tmp_path):
+    path = HeadMask.full(replace(FP, content_hash="sha256:" + "a" * 64)).save(tmp_path / "m.safetensors")
+    twin = replace(FP, content_hash="sha256:" + "b" * 64)
+    with pytest.warns(DeprecationWarning):
+        assert HeadMask.load(path, twin, allow_other_name=True).n_kept == 8
+
+
+def test_a_mask_without_a_weights_hash_is_checked_on_structure_with_a_note(tmp_path):
+    path = HeadMask.full(FP).save(tmp_path / "old.safetensors")  # as written before the hash existed
+    with pytest.warns(UnverifiedModelWarning, match="no weights hash"):
+        HeadMask.load(path, replace(FP, content_hash="sha256:" + "c" * 64))
 
 
 def test_load_against_a_real_model(tmp_path, llama):

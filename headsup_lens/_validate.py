@@ -1,0 +1,248 @@
+"""Checks at the public boundary: bad input fails before any work, with a message that names it.
+
+Every helper raises `TypeError` (wrong kind of value) or `ValueError` (right kind, not allowed) with
+the argument's name, the value it got and what is allowed, and returns the value in the form the
+caller should use (an `int`, a `float`, a float tensor). Nothing here writes anything.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+# How many offending entries an error message lists before it stops.
+_SHOWN = 3
+
+
+def describe(value: Any, limit: int = 60) -> str:
+    """A short printable form of `value` for error messages (its repr, cut at `limit` characters)."""
+    if isinstance(value, Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def check_int(
+    name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """`value` as an `int`; bools, floats (even 3.0) and strings are a TypeError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, Tensor) and value.ndim == 0 and not value.is_floating_point() and value.dtype != torch.bool:
+            value = int(value)
+        else:
+            raise TypeError(f"{name} must be an integer, got {describe(value)} ({_type_name(value)})")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def check_float(
+    name: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    finite: bool = True,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """`value` as a `float` in `[low, high]` (bounds `None` are open; `*_open` excludes a bound).
+
+    Integers are accepted (1 means 1.0); bools, strings and tensors of more than one element are a
+    TypeError; NaN and infinities are a ValueError when `finite`.
+    """
+    if isinstance(value, Tensor) and value.numel() == 1 and not value.is_complex() and value.dtype != torch.bool:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {describe(value)} ({_type_name(value)})")
+    value = float(value)
+    if math.isnan(value) or (finite and math.isinf(value)):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    if low is not None and (value < low or (low_open and value == low)):
+        raise ValueError(f"{name} must lie in {_interval(low, high, low_open, high_open)}, got {value}")
+    if high is not None and (value > high or (high_open and value == high)):
+        raise ValueError(f"{name} must lie in {_interval(low, high, low_open, high_open)}, got {value}")
+    return value
+
+
+def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    left = "(-inf" if low is None else f"{'(' if low_open else '['}{low:g}"
+    right = "inf)" if high is None else f"{high:g}{')' if high_open else ']'}"
+    return f"{left}, {right}"
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """`value` must be a real bool (1, "yes" or None are refused: they hide mistakes)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {describe(value)} ({_type_name(value)})")
+    return value
+
+
+def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
+    """`value` must be one of `choices`."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {describe(value)}")
+    return value
+
+
+def check_tensor(name: str, value: Any) -> Tensor:
+    """`value` must be a real-valued tensor; bool and integer tensors come back as float32.
+
+    Floating tensors are returned unchanged (same dtype, device and autograd graph).
+    """
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {describe(value)} ({_type_name(value)})")
+    if value.is_complex():
+        raise TypeError(f"{name} must be real-valued, got a {value.dtype} tensor")
+    return value if value.is_floating_point() else value.float()
+
+
+def check_shape(name: str, tensor: Tensor, *allowed: str, **sizes: int) -> str:
+    """Check `tensor.shape` against jaxtyping-like patterns; return the pattern that matched.
+
+    Each pattern names its dimensions (`"n_layers n_heads"`, `"batch n_layers n_heads"`); a name in
+    `sizes` must have that size, other names take any size (but the same size wherever they repeat).
+    """
+    shape = tuple(tensor.shape)
+    for pattern in allowed:
+        dims = pattern.split()
+        if len(dims) != len(shape):
+            continue
+        seen: dict[str, int] = dict(sizes)
+        if all(seen.setdefault(dim, size) == size for dim, size in zip(dims, shape)):
+            return pattern
+    expected = " or ".join(
+        f"[{', '.join(p.split())}] = [{', '.join(str(sizes.get(d, d)) for d in p.split())}]" for p in allowed
+    )
+    raise ValueError(f"{name} has shape {list(shape)}, which does not fit {expected}")
+
+
+def check_finite(name: str, tensor: Tensor) -> None:
+    """No NaN or infinite entries; the message gives how many and where the first ones are."""
+    values = tensor.detach()
+    bad = ~torch.isfinite(values)
+    if bad.any():
+        raise ValueError(f"{name} must be finite (no NaN or infinity), but {_where(values, bad)}")
+
+
+def check_mask_values(name: str, tensor: Tensor) -> None:
+    """Finite and within [0, 1]: 1 keeps a head, 0 removes it, values between scale it."""
+    check_finite(name, tensor)
+    values = tensor.detach()
+    bad = (values < 0) | (values > 1)
+    if bad.any():
+        raise ValueError(
+            f"{name} must lie in [0, 1] (1 keeps a head, 0 removes it, values between scale it), "
+            f"but {_where(values, bad)}"
+        )
+
+
+def _where(values: Tensor, bad: Tensor) -> str:
+    positions = bad.nonzero()[:_SHOWN].tolist()
+    shown = ", ".join(
+        f"{values[tuple(p)].item():g} at {tuple(p) if len(p) != 1 else p[0]}" for p in positions
+    )
+    count = int(bad.sum())
+    more = f" (first {_SHOWN} shown)" if count > _SHOWN else ""
+    return f"{count} of {values.numel()} entries are not: {shown}{more}"
+
+
+def check_text_encodable(model: Any, name: str, text: str) -> None:
+    """Every character of `text` must survive `model.tokenizer`.
+
+    Characters the tokenizer maps to its unknown (or padding) token, or drops without a token, would
+    silently change the prompt; they are a ValueError that lists them. Byte-level tokenizers
+    (GPT-2, Llama 3, Qwen) encode everything, so this check only bites for closed vocabularies.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a string, got {describe(text)} ({_type_name(text)})")
+    tokenizer = getattr(model, "tokenizer", model)
+    lost = {tokenizer.unk_token_id, tokenizer.pad_token_id} - {None}
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if text and ids and not lost.intersection(ids) and tokenizer.decode(ids) == text:
+        return
+    bad = []
+    for char in dict.fromkeys(text):  # distinct characters, first-seen order
+        char_ids = tokenizer.encode(char, add_special_tokens=False)
+        if not char_ids and not char.isspace() or lost.intersection(char_ids):
+            bad.append(char)
+    if bad:
+        shown = ", ".join(repr(c) for c in bad[:10]) + (" ..." if len(bad) > 10 else "")
+        raise ValueError(
+            f"{name} contains characters the model's tokenizer cannot encode ({shown}) in {describe(text)}; "
+            "they would become unknown tokens"
+        )
+
+
+def check_out_dir(path: str | os.PathLike, name: str = "out_dir") -> Path:
+    """An output folder that exists and is writable, or that could be created; creates nothing.
+
+    A file in its place (or in place of a parent), a read-only folder or filesystem are a
+    ValueError naming the path, raised before any work is done.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path, got {describe(path)} ({_type_name(path)})")
+    path = Path(path).expanduser()
+    if str(path) == "":
+        raise ValueError(f"{name} must not be empty")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{name} {str(path)!r} is a file, not a folder; pass a folder path")
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing != path and not existing.is_dir():
+        raise ValueError(f"{name} {str(path)!r} cannot be created: {str(existing)!r} is a file, not a folder")
+    if not _writable(existing):
+        where = "" if existing == path else f" (its nearest existing parent {str(existing)!r} is not writable)"
+        raise ValueError(f"{name} {str(path)!r} is not writable{where}; pass a folder you can write to")
+    return path
+
+
+def check_out_file(path: str | os.PathLike, name: str = "path") -> Path:
+    """An output file path: not a folder, and its folder is a valid output folder (creates nothing)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path, got {describe(path)} ({_type_name(path)})")
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ValueError(f"{name} {str(path)!r} is a folder; pass a file path")
+    check_out_dir(path.parent, name=f"the folder of {name}")
+    return path
+
+
+def _writable(folder: Path) -> bool:
+    # os.access ignores read-only mounts for some filesystems and always says yes to root; a probe
+    # file removed at once is the only reliable answer.
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".headsup-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
+
+
+def check_sequence(name: str, value: Any, *, item: str = "item") -> Sequence:
+    """A list or tuple (a string is refused although it is a sequence)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a list or tuple of {item}s, got {describe(value)} ({_type_name(value)})")
+    return value

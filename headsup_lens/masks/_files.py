@@ -1,0 +1,85 @@
+"""Safetensors files that are byte-reproducible and that fail with a message naming the file.
+
+The safetensors writer keeps its `__metadata__` in a hash map, so the same tensors and metadata come
+out in a different header order from one process to the next; checksums of reproduced runs would
+differ although nothing else does. `write_safetensors` rewrites the header with sorted keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load as load_bytes
+from safetensors.torch import save as save_bytes
+
+from .._io import atomic_write
+
+# The format pads the JSON header with spaces so that tensor data starts 8-byte aligned.
+_ALIGN = 8
+_LENGTH_BYTES = 8
+
+
+def safetensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bytes:
+    """The file's bytes: safetensors' own data layout, with a header in sorted key order."""
+    raw = save_bytes({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, metadata=metadata)
+    length = int.from_bytes(raw[:_LENGTH_BYTES], "little")
+    header = json.loads(raw[_LENGTH_BYTES : _LENGTH_BYTES + length])
+    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % _ALIGN)
+    return len(text).to_bytes(_LENGTH_BYTES, "little") + text + raw[_LENGTH_BYTES + length :]
+
+
+def write_safetensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> Path:
+    """Write `tensors` and string `metadata` atomically; the same input always gives the same bytes."""
+    data = safetensors_bytes(tensors, metadata)
+    return atomic_write(path, lambda tmp: tmp.write_bytes(data))
+
+
+def read_safetensors(path: str | os.PathLike, what: str = "safetensors file") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Tensors and metadata of `path`; a missing, truncated or corrupted file is a ValueError naming it."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a folder, not a file")
+    if not path.is_file():
+        raise ValueError(f"no {what} at {str(path)!r}")
+    data = path.read_bytes()
+    if len(data) < _LENGTH_BYTES:
+        raise ValueError(
+            f"{what} {str(path)!r} is truncated or not a safetensors file: {len(data)} bytes, "
+            f"less than the {_LENGTH_BYTES}-byte header length"
+        )
+    length = int.from_bytes(data[:_LENGTH_BYTES], "little")
+    if _LENGTH_BYTES + length > len(data):
+        raise ValueError(
+            f"{what} {str(path)!r} is truncated or not a safetensors file: its header claims {length} bytes "
+            f"but the file has {len(data)}"
+        )
+    try:
+        header = json.loads(data[_LENGTH_BYTES : _LENGTH_BYTES + length])
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{what} {str(path)!r} has a malformed JSON header ({error}); the file is corrupted") from error
+    if not isinstance(header, dict):
+        raise ValueError(f"{what} {str(path)!r} has a malformed header (a JSON object was expected)")
+    ends = [
+        entry["data_offsets"][1]
+        for key, entry in header.items()
+        if key != "__metadata__" and isinstance(entry, dict) and isinstance(entry.get("data_offsets"), list)
+        and len(entry["data_offsets"]) == 2
+    ]
+    available = len(data) - _LENGTH_BYTES - length
+    if ends and max(ends) > available:
+        raise ValueError(
+            f"{what} {str(path)!r} is truncated: its tensors need {max(ends)} bytes of data but only "
+            f"{available} are there"
+        )
+    try:
+        tensors = load_bytes(data)
+    except Exception as error:  # safetensors raises its own error type for inconsistent files
+        raise ValueError(f"{what} {str(path)!r} is corrupted: {error}") from error
+    metadata = header.get("__metadata__") or {}
+    if not isinstance(metadata, dict):
+        raise ValueError(f"{what} {str(path)!r} has a malformed header (__metadata__ is not an object)")
+    return tensors, metadata

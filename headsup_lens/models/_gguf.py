@@ -297,6 +297,7 @@ def _convert(gguf_path: Path, entry: Path, record: dict, *, replace: bool = Fals
         print(f"headsup_lens: converting {gguf_path.name} into {entry} (once)", file=sys.stderr)
         _dequantise(gguf_path, work)
         atomic_write_json(work / SOURCE_RECORD, record)
+        _usual_permissions(work)
         _install(work, entry, replace=replace)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # nothing left after a successful rename
@@ -368,6 +369,15 @@ def _install(work: Path, entry: Path, *, replace: bool) -> None:
     os.rename(entry, aside / "entry")
     os.rename(work, entry)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def _usual_permissions(folder: Path) -> None:
+    """mkdtemp makes a private folder (and some writers private files); give the umask's permissions."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(folder, 0o777 & ~mask)
+    for path in folder.rglob("*"):
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def _remove_stale_work(cache: Path) -> None:

@@ -207,7 +207,6 @@ def test_bad_gguf_sources_are_clear_errors(tmp_path):
 
 
 def test_fetch_model_command(tiny_gguf, capsys):
-    from headsup_lens.cli import _fetch  # noqa: F401  (registers fetch-model)
     from headsup_lens.cli import main
 
     gguf_path, _ = tiny_gguf

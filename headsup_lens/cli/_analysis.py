@@ -73,7 +73,7 @@ class SweepCommand:
     """Removal order: weight (ascending sigmoid(M)), influence (App. C.3.1) or random."""
     influence_k: int | None = None
     """Influence order: how many first heads of the weight order are re-ordered (paper: 320 of 1024; default all)."""
-    target: list[str] = simple_parsing.field(default_factory=list, action=Collect, nargs="+")
+    target: list[str] = simple_parsing.field(default_factory=list, action=Collect, nargs="+", required=False)
     """Target tokens, as text (the first token is used) or as integer ids; repeat --target or give several."""
     top_k: int = 5
     """Track the full model's top-k next tokens."""

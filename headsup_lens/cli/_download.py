@@ -24,9 +24,10 @@ class DownloadCommand:
 
     out: str | None = None
     """Destination folder (default: $HEADSUP_DATA_DIR, else the per-user cache folder)."""
-    only: list[str] = simple_parsing.field(default_factory=lambda: list(DATASETS), action=Collect, nargs="+")
+    only: list[str] = simple_parsing.field(default_factory=lambda: list(DATASETS), action=Collect, nargs="+", required=False)
     """Datasets to fetch: function_vectors, xnli, iwslt2017."""
-    languages: list[str] = simple_parsing.field(default_factory=lambda: list(XNLI_LANGUAGES), action=Collect, nargs="+")
+    languages: list[str] = simple_parsing.field(default_factory=lambda: list(XNLI_LANGUAGES), action=Collect, nargs="+",
+                                           required=False)
     """XNLI languages to fetch."""
     overwrite: bool = False
     """Fetch files that already exist."""

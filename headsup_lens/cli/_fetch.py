@@ -32,7 +32,8 @@ def run_fetch_model(args: FetchModelCommand) -> int:
     record = read_source_record(entry)
     size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
     print(f"{args.source}: {entry}")
-    print(f"  from {record.get('package') or record['source']} ({record['gguf_file']}, sha256 {record['gguf_sha256'][:16]}…)")
+    origin = record.get("package") or record["source"]
+    print(f"  from {origin} ({record['gguf_file']}, sha256 {record['gguf_sha256'][:16]}…)")
     print(f"  {record.get('quantisation') or 'unknown quantisation'} dequantised to {record['dtype']}, "
           f"{size / 2**20:.0f} MiB on disk")
     name = record["source"] if "package" in record else str(entry)

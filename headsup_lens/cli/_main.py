@@ -20,6 +20,7 @@ EXIT_INTERRUPTED = 130
 
 # Library argument names that reach CLI users through error messages, and the flags they mean.
 _FLAG_NAMES = (
+    (re.compile(r"\(([^;()]*); CLI: ([^()]*)\)"), r"(\2)"),  # "(resume=False; CLI: --fresh)" -> "(--fresh)"
     (re.compile(r"\bresume=False\b"), "--fresh"),
     (re.compile(r"\(or data_dir=\.\.\.\)"), "(or --data-dir)"),
     (re.compile(r"\bdata_dir=\.\.\."), "--data-dir"),

@@ -52,7 +52,9 @@ def run_tasks(args: TasksCommand) -> int:
     table = task_table(args.match, args.data_dir)
     if table.empty:
         raise ValueError(f"no task name contains {args.match!r}")
-    shown = table.astype({"train": "Int64", "held out": "Int64"}).fillna("")
+    shown = table.copy()
+    for column in ("train", "held out"):
+        shown[column] = [str(int(v)) if v == v and v is not None else "" for v in table[column]]
     print(shown.to_string(index=False))
     try:
         where = f"data directory: {resolve_data_dir(args.data_dir)}"

@@ -23,7 +23,7 @@ class DemoConfig:
 
     model: str = "organism"
     """Model name, local Hugging Face directory, or "organism" (built in, no download)."""
-    tasks: list[str] = simple_parsing.field(default_factory=lambda: list(DEFAULT_TASKS), action=_collect(),
+    tasks: list[str] = simple_parsing.field(default_factory=lambda: list(DEFAULT_TASKS), action=_collect(), required=False,
                                             nargs="+", alias=["--task"])
     """Tasks to train masks for (`headsup tasks` lists them); repeat --task or give several."""
     out: str = DEFAULT_OUT

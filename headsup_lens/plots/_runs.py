@@ -41,7 +41,7 @@ def rank_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, log
     return fig
 
 
-def log_ticks(worst: float) -> list[int]:
+def log_ticks(worst: float | int) -> list[int]:
     """1, 2, 5, 10, 20, 50, ... up to the first tick at or above `worst` (at least 1, 2, 5, 10)."""
     ticks, power = [], 1
     while not ticks or ticks[-1] < max(worst, 10):

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
 
 import plotly
 import plotly.graph_objects as go
@@ -54,7 +53,7 @@ def save_figure(
     path_stem: str | os.PathLike,
     *,
     png: bool = True,
-    plotlyjs: Literal["shared", "inline"] = "shared",
+    plotlyjs: str = "shared",
 ) -> SavedFigure:
     """Write `<path_stem>.html` and, when `png`, `<path_stem>.png`.
 

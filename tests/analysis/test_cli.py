@@ -52,7 +52,7 @@ def test_lens_and_similarity_commands(llama_dir, mask_files, tmp_path):
 def test_pathways_command(mask_files, tmp_path):
     folder, paths = mask_files
     out = tmp_path / "pathways"
-    assert main(["pathways", "--masks", str(folder), "--out", str(out), "--png", "false"]) == 0
+    assert main(["pathways", "--mask", str(folder), "--out", str(out), "--png", "false"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     masks = [HeadMask.load(p) for p in paths]
     kept = torch.stack([m.values for m in masks])
@@ -60,4 +60,4 @@ def test_pathways_command(mask_files, tmp_path):
     assert summary["names"] == ["task0", "task1", "task2"]
     jaccard = pd.read_csv(out / "jaccard.csv")
     assert len(jaccard) == 3 and jaccard.jaccard[0] == pytest.approx(masks[0].jaccard(masks[1]))
-    assert main(["pathways", "--masks", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert main(["pathways", "--mask", str(tmp_path / "missing"), "--out", str(out)]) == 2

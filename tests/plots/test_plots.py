@@ -69,15 +69,72 @@ def test_head_figures(llama):
     assert list(bars.data[0].y) == [0.3, 0.6] and list(bars.data[1].y) == [0.2, 0.3]
 
 
-def test_save_figure_writes_html_and_reports_png_failures(tmp_path, monkeypatch):
-    fig = go.Figure(go.Scatter(x=[0, 1], y=[1, 0]))
-    saved = save_figure(fig, tmp_path / "sub" / "plot")
-    assert "<html>" in saved.html.read_text() and saved.html.name == "plot.html"
-    assert (saved.png is not None and saved.png.read_bytes()[:4] == b"\x89PNG") or saved.png_error
-    def broken(*args, **kwargs):
-        raise RuntimeError("no Chrome here")
+def external_sources(html: str) -> list[str]:
+    """URLs an HTML page would load: script/img/link sources with a scheme, and any mention of plotly's
+    CDN outside the inlined plotly.js bundle (whose only URL is the unused default for geo maps)."""
+    import re
 
-    monkeypatch.setattr(go.Figure, "to_image", broken)
-    failed = save_figure(fig, tmp_path / "again")
-    assert failed.png is None and "no Chrome" in failed.png_error and failed.html.exists()
-    assert not list(tmp_path.glob("again*.png")) and not list(tmp_path.glob(".*tmp"))
+    from headsup_lens.plots._save import plotly_js_path
+
+    html = html.replace(plotly_js_path().read_text(encoding="utf-8"), "")
+    loads = re.findall(r'<(?:script|img|iframe)[^>]*\ssrc=["\']([^"\']*)', html)
+    loads += re.findall(r'<link[^>]*\shref=["\']([^"\']*)', html)
+    return [url for url in loads if "://" in url or url.startswith("//")] + (
+        ["cdn.plot.ly"] if "cdn.plot.ly" in html else [])
+
+
+def test_save_figure_shares_one_plotly_js_and_loads_no_url(tmp_path):
+    fig = go.Figure(go.Scatter(x=[0, 1], y=[1, 0]))
+    a = save_figure(fig, tmp_path / "figs" / "a", png=False)
+    b = save_figure(fig, tmp_path / "figs" / "b.html", png=False)
+    assert (tmp_path / "figs" / "plotly.min.js").stat().st_size > 1_000_000
+    for saved in (a, b):
+        html = saved.html.read_text()
+        assert '<script src="plotly.min.js"' in html.replace("charset=\"utf-8\" ", "") or 'src="plotly.min.js"' in html
+        assert not external_sources(html) and saved.html.stat().st_size < 100_000
+    inline = save_figure(fig, tmp_path / "one", png=False, plotlyjs="inline")
+    assert not external_sources(inline.html.read_text()) and inline.html.stat().st_size > 1_000_000
+    assert not (tmp_path / "plotly.min.js").exists()
+    with pytest.raises(ValueError, match="plotlyjs"):
+        save_figure(fig, tmp_path / "x", plotlyjs="cdn")
+
+
+def test_png_renders_without_a_system_browser(tmp_path, monkeypatch):
+    # The declared renderer brings its own Chromium: a PATH with no browser on it (only the two
+    # tools kaleido's launcher script uses) still gives a PNG.
+    import shutil
+
+    from headsup_lens.plots import _save
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("dirname", "basename"):
+        if shutil.which(tool):
+            (tools / tool).symlink_to(shutil.which(tool))
+    monkeypatch.setenv("PATH", str(tools))
+    _save._scope.cache_clear()
+    saved = save_figure(go.Figure(go.Heatmap(z=[[0, 1], [1, 0]])), tmp_path / "heat")
+    assert saved.png_error is None and saved.png.read_bytes()[:4] == b"\x89PNG"
+    _save._scope.cache_clear()
+
+
+def test_png_failure_is_one_line_and_writes_no_png(tmp_path, monkeypatch):
+    from headsup_lens.plots import _save
+
+    def broken(fig, **kwargs):
+        raise RuntimeError("no renderer here\nsecond line\nthird")
+
+    monkeypatch.setattr(_save, "render_png", broken)
+    failed = save_figure(go.Figure(go.Scatter(y=[1])), tmp_path / "again")
+    assert failed.png is None and failed.png_error == "RuntimeError: no renderer here second line third"
+    assert failed.html.exists() and not list(tmp_path.glob("again*.png")) and not list(tmp_path.glob(".*tmp"))
+
+
+def test_figure_details():
+    from headsup_lens.plots._runs import log_ticks
+
+    assert log_ticks(128) == [1, 2, 5, 10, 20, 50, 100, 200] and len(log_ticks(3)) == 4
+    masks = {name: HeadMask(torch.ones(2, 4)) for name in "abcd"}
+    fig = mask_heatmap(masks)
+    titled = [axis for axis in fig.layout if axis.startswith("yaxis") and fig.layout[axis].title.text == "layer"]
+    assert sorted(titled) == ["yaxis", "yaxis4"]  # first column only: no label runs into a neighbouring panel

@@ -1,0 +1,72 @@
+"""Expected failures end as one line on stderr and a non-zero exit code; --debug shows the traceback."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from headsup_lens.cli import main
+from headsup_lens.cli._registry import check_out_dir, mask_file
+from headsup_lens.data import load_task
+
+
+def test_unknown_task_suggests_close_names(capsys):
+    with pytest.raises(ValueError, match="did you mean 'organism/reverse'"):
+        load_task("organism/revrse")
+    with pytest.raises(ValueError, match="did you mean 'organism/antonym'"):
+        load_task("organism/antonymn")
+    assert main(["train", "--task", "organism/uppercse", "--out", "unused-out"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did you mean 'organism/uppercase'" in err and not os.path.exists("unused-out")
+
+
+def test_debug_shows_the_traceback():
+    with pytest.raises(ValueError, match="unknown task"):
+        main(["--debug", "train", "--task", "nope", "--out", "unused-out"])
+
+
+def test_out_that_is_a_file_fails_before_any_work(tmp_path, capsys):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match="--out .* is a file"):
+        check_out_dir(blocker)
+    with pytest.raises(ValueError, match="cannot be created"):
+        check_out_dir(blocker / "sub")
+    assert check_out_dir(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"
+    assert not (tmp_path / "new").exists()  # checked, not created
+    assert main(["train", "--task", "organism/reverse", "--out", str(blocker), "--model", "no-such-model"]) == 2
+    err = capsys.readouterr().err
+    assert "is a file" in err and err.count("\n") == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_out(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(ValueError, match="cannot be written"):
+            check_out_dir(locked / "run")
+    finally:
+        locked.chmod(0o700)
+
+
+def test_mask_option_accepts_a_run_folder(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(ValueError, match="folder without mask.safetensors"):
+        mask_file(str(run))
+    (run / "mask.safetensors").write_bytes(b"")
+    assert mask_file(str(run)) == run / "mask.safetensors"
+    assert mask_file(str(run / "mask.safetensors")) == run / "mask.safetensors"
+    with pytest.raises(ValueError, match="--mask .*: no such file"):
+        mask_file(str(tmp_path / "missing.safetensors"))
+
+
+def test_library_argument_names_become_flags():
+    from headsup_lens.cli._main import _one_line
+
+    assert _one_line(ValueError("start afresh (resume=False; CLI: --fresh)")) == "start afresh (--fresh)"
+    assert _one_line(ValueError("pass another out_dir or resume=False")) == "pass another --out or --fresh"
+    assert "--data-dir" in _one_line(ValueError("point HEADSUP_DATA_DIR (or data_dir=...) at a folder"))

@@ -155,7 +155,8 @@ def download_wheel(requirement: str, dest: Path) -> Path:
     wheels = sorted(dest.glob("*.whl"))
     if done.returncode != 0 or not wheels:
         lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
-        raise ValueError(f"`pip download {requirement}` failed: {lines[-1] if lines else f'exit code {done.returncode}'}")
+        cause = lines[-1] if lines else f"exit code {done.returncode}"
+        raise ValueError(f"`pip download {requirement}` failed: {cause}")
     return wheels[0]
 
 

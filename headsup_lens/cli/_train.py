@@ -56,7 +56,7 @@ def resolve_preset(preset: str, config: TrainConfig, given: set[str] | None = No
     """
     presets = {"paper": TrainConfig.paper, "negative": TrainConfig.negative_init, "fast": TrainConfig.fast}
     if preset not in presets:
-        raise ValueError(f"--preset {preset!r} is unknown; use one of {', '.join(PRESETS)}")
+        raise ValueError(f"unknown preset {preset!r} (--preset); use one of {', '.join(PRESETS)}")
     chosen, paper = presets[preset](), TrainConfig()
     explicit = {f.name for f in fields(TrainConfig)
                 if (_option(f.name) in given if given is not None else getattr(config, f.name) != getattr(paper, f.name))}

@@ -30,6 +30,45 @@ def test_presets_fill_only_paper_defaults():
         resolve_preset("quick", TrainConfig())
 
 
+def test_explicit_options_win_over_the_preset_even_at_paper_defaults():
+    config = resolve_preset("fast", TrainConfig(lr=0.01, init_mean=4.0), {"--lr", "--init-mean"})
+    assert config.lr == 0.01 and config.init_mean == 4.0 and config.steps == TrainConfig.fast().steps
+
+
+def test_cli_records_explicit_options_over_the_preset(planted_dir, tmp_path):
+    import json
+
+    out = tmp_path / "run"
+    assert main(["train", "--task", "test/planted", "--out", str(out), "--model", str(planted_dir), "--device", "cpu",
+                 "--preset", "fast", "--lr", "0.01", "--init-mean", "4.0", "--steps", "3", "--no-progress"]) == 0
+    recorded = json.loads((out / "train_config.json").read_text())
+    assert recorded["lr"] == 0.01 and recorded["init_mean"] == 4.0 and recorded["min_lr"] == TrainConfig.fast().min_lr
+
+
+def test_a_run_that_keeps_every_head_gets_advice_and_fresh_moves_it_aside(planted_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", "--task", "test/planted", "--out", str(out), "--model", str(planted_dir), "--device", "cpu",
+            "--steps", "20", "--no-progress"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "kept 32/32 heads" in captured.out and "wrote" in captured.out
+    assert "kept 32/32 heads: the mask removed (almost) nothing" in captured.err and "--preset fast" in captured.err
+    assert main([*argv, "--fresh"]) == 0
+    assert "moved the earlier run aside" in capsys.readouterr().out
+    old = list(tmp_path.glob("run.old-*"))
+    assert len(old) == 1 and (old[0] / "mask.safetensors").is_file() and (out / "mask.safetensors").is_file()
+
+
+def test_run_problems_from_a_history():
+    from headsup_lens.training._advice import run_problems
+
+    flat = pd.DataFrame({"step": range(1, 11), "task": "t", "loss": 2.0, "n_kept": 16})
+    problems = [p.problem for p in run_problems(flat, 16)]
+    assert len(problems) == 2 and "kept 16/16" in problems[0] and "barely moved" in problems[1]
+    learned = pd.DataFrame({"step": range(1, 11), "task": "t", "loss": [2.0] * 5 + [0.5] * 5, "n_kept": 9})
+    assert run_problems(learned, 16) == []
+
+
 def test_train_then_evaluate(planted_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--task", "test/planted", "--out", str(out), "--model", str(planted_dir),
@@ -37,7 +76,7 @@ def test_train_then_evaluate(planted_dir, tmp_path, capsys):
     mask = HeadMask.load(out / "mask.safetensors")
     assert (mask.values == planted_mask()).float().mean() >= 0.95
     assert len(pd.read_csv(out / "history.csv")) == 60 and (out / "train_config.json").is_file()
-    assert main(["evaluate", "--task", "test/planted", "--mask", str(out / "mask.safetensors"),
+    assert main(["evaluate", "--task", "test/planted", "--mask", str(out),
                  "--out", str(out), "--model", str(planted_dir), "--device", "cpu"]) == 0
     table = pd.read_csv(out / "results.csv").set_index("setting")
     assert table.loc["masked", "accuracy"] == 1.0 and table.loc["original", "accuracy"] == 0.0
@@ -56,4 +95,4 @@ def test_bad_inputs_write_nothing(planted_dir, tmp_path, capsys):
     assert "does not fit model" in capsys.readouterr().err and not out.exists()
     assert main(["evaluate", "--task", "test/planted", "--mask", str(tmp_path / "none.safetensors"),
                  "--out", str(out), "--model", str(planted_dir)]) == 2
-    assert "no mask file" in capsys.readouterr().err and not out.exists()
+    assert "no such file" in capsys.readouterr().err and not out.exists()

@@ -37,6 +37,15 @@ def test_demo_runs_end_to_end_on_a_tiny_model(tmp_path, llama_dir):
     assert (out / "training" / "masks").is_dir()
     # Not the organism: no planted pathway is claimed.
     assert "jaccard vs S_t" not in result.summary.columns
+    # Figures share one plotly.js and load no external URL; the report explains itself.
+    from ..plots.test_plots import external_sources
+
+    assert (out / "figures" / "plotly.min.js").is_file()
+    for page in [*(out / "figures").glob("*.html"), out / "report.html"]:
+        assert not external_sources(page.read_text()), page.name
+    report = (out / "report.html").read_text()
+    assert report.count('class="caption"') >= 7 and "nats/token" in report and "% (" in report
+    assert "<th>bleu</th>" not in report and "one-word answers" in report  # no BLEU for one-word answers
 
 
 def test_demo_command_reports_bad_input_clearly(tmp_path, capsys, llama_dir):

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxtyping import Float
+from jaxtyping import Bool, Float, Real
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._validate import check_mask_values, check_shape, check_tensor, describe
 from ..masks import HeadMask
 
-# `[n_layers, n_heads]` shared by every row, or `[batch, n_layers, n_heads]` per row; the sizes are
-# checked against the model by `mask_tensor`, which raises a ValueError that names them.
-MaskLike = HeadMask | Float[Tensor, "*rows n_layers n_heads"]
+# `[n_layers, n_heads]` shared by every row, or `[batch, n_layers, n_heads]` per row; the sizes and
+# values are checked against the model by `mask_tensor`, which raises a ValueError that names them.
+# Bool and integer tensors are accepted as keep-masks and read as floats.
+MaskLike = HeadMask | Real[Tensor, "*rows n_layers n_heads"] | Bool[Tensor, "*rows n_layers n_heads"]
 
 
 def mask_tensor(model: TransformerBridge, mask: MaskLike, name: str = "mask") -> Float[Tensor, "rows n_layers n_heads"]:

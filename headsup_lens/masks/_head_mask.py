@@ -50,7 +50,7 @@ class HeadMask:
     # Shapes are [n_layers, n_heads] (mlp_values: [n_layers]); they are left open in the annotations
     # because __post_init__ checks them and raises a ValueError that names the problem.
     values: Float[Tensor, "*shape"]
-    logits: Float[Tensor, "*shape"] | None = None
+    logits: Float[Tensor, "*logits_shape"] | None = None
     model: ModelFingerprint | None = None
     mlp_values: Float[Tensor, "*mlp_shape"] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)

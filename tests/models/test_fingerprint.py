@@ -1,0 +1,87 @@
+"""Model identity by content: same weights through any path are one model; other weights are not."""
+
+import shutil
+import time
+
+import pytest
+import torch
+
+from headsup_lens import HeadMask, fingerprint, load_model
+from headsup_lens.models import ModelFingerprint
+from headsup_lens.models._fingerprint import display_name, portable_name, weights_hash
+
+from ..conftest import build_llama_dir
+
+
+@pytest.fixture(scope="module")
+def copy_of_llama(llama_dir, tmp_path_factory):
+    copy = shutil.copytree(llama_dir, tmp_path_factory.mktemp("elsewhere") / "renamed-copy")
+    return load_model(copy, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def other_llama(tmp_path_factory):
+    return load_model(build_llama_dir(tmp_path_factory.mktemp("other"), seed=1), device="cpu", dtype="float32")
+
+
+def test_same_weights_through_another_path_are_accepted(llama, copy_of_llama, tmp_path):
+    a, b = fingerprint(llama), fingerprint(copy_of_llama)
+    assert a.name != b.name and b.name == "renamed-copy"  # names are informational, base names only
+    assert a.content_hash == b.content_hash and a.content_hash.startswith("sha256:")
+    path = HeadMask.full(llama).save(tmp_path / "m.safetensors")
+    assert HeadMask.load(path, copy_of_llama).n_kept == llama.cfg.n_layers * llama.cfg.n_heads
+
+
+def test_other_weights_of_the_same_shape_are_refused_unless_allowed(llama, other_llama, tmp_path):
+    assert fingerprint(llama).structural() == fingerprint(other_llama).structural()
+    assert fingerprint(llama).content_hash != fingerprint(other_llama).content_hash
+    path = HeadMask.full(llama).save(tmp_path / "m.safetensors")
+    with pytest.raises(ValueError, match="made for other weights"):
+        HeadMask.load(path, other_llama)
+    mask = HeadMask.load(path, other_llama, allow_other_weights=True)  # the paper's "mask of another model"
+    mask.check_model(other_llama, allow_other_weights=True)
+    with pytest.raises(ValueError, match="allow_other_weights=True"):
+        mask.check_model(other_llama)
+
+
+def test_the_hash_follows_the_weights_and_ignores_dtype(llama_dir):
+    model = load_model(llama_dir, device="cpu", dtype="float32")
+    before = weights_hash(model)
+    assert load_model(llama_dir, device="cpu", dtype="bfloat16") is not model
+    assert weights_hash(load_model(llama_dir, device="cpu", dtype="bfloat16")) == before
+    with torch.no_grad():
+        next(model.original_model.parameters()).mul_(1.5)  # an in-place edit invalidates the cache
+    assert weights_hash(model) != before
+
+
+def test_structure_only_fingerprints_and_old_records():
+    fp = ModelFingerprint.from_dict(dict(architecture="A", n_layers=2, n_heads=4, d_head=8, d_vocab=66, name="old"))
+    assert fp.content_hash is None and fp.same_weights(fp) is None
+    with pytest.raises(ValueError, match="missing fields"):
+        ModelFingerprint.from_dict({"name": "x"})
+
+
+def test_names_never_hold_absolute_paths(tmp_path):
+    assert display_name(str(tmp_path / "my-model")) == "my-model"
+    assert display_name("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert portable_name("/home/someone/models/llama") == "llama" and portable_name("org/name") == "org/name"
+    assert fingerprint(load_model("organism", device="cpu")).name == "organism"
+
+
+def test_hash_cost_on_a_135m_parameter_shape():
+    """Computed, not asserted: the hash reads a fixed sample per tensor, whatever the tensor's size."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    model = model.to_empty(device="cpu")
+    for parameter in model.parameters():
+        parameter.data.zero_()
+    weights_hash(model)  # first call pays one-off set-up
+    start = time.perf_counter()
+    digest = weights_hash(model.float())
+    seconds = time.perf_counter() - start
+    print(f"weights_hash on {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters: {seconds * 1e3:.1f} ms")
+    assert digest.startswith("sha256:")

@@ -17,8 +17,8 @@ import torch
 from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
 
-# Elements hashed per weight tensor, evenly spaced from the first to the last: every tensor of a
-# fine-tuned twin differs almost everywhere, so a few thousand samples tell two checkpoints apart.
+# Elements hashed per weight tensor, at a fixed stride from the first: every tensor of a fine-tuned
+# twin differs almost everywhere, so a few thousand samples tell two checkpoints apart.
 SAMPLES_PER_TENSOR = 4096
 _HASH_SCHEME = "sha256-strided-bf16-v1"
 # Config entries that, with the weights, decide what a model computes (paths and dtypes excluded).
@@ -142,8 +142,8 @@ def weights_hash(model: nn.Module) -> str:
     """`"sha256:<hex>"` over the model's config and a fixed strided sample of every weight.
 
     Parameters are taken in registration order (the Hugging Face model's own order; tied weights
-    once); each contributes its shape and `SAMPLES_PER_TENSOR` evenly spaced elements rounded to
-    bfloat16, so the same checkpoint loaded in fp32 or bf16, on any device and through any path,
+    once); each contributes its shape and `SAMPLES_PER_TENSOR` elements at a fixed stride, rounded
+    to bfloat16, so the same checkpoint loaded in fp32 or bf16, on any device and through any path,
     hashes alike. Weights that differ only outside the sampled elements are not told apart.
     """
     module = getattr(model, "original_model", model)
@@ -174,14 +174,10 @@ def weights_hash(model: nn.Module) -> str:
 
 def _sample_bytes(parameter: Tensor) -> bytes:
     flat = parameter.detach().reshape(-1)
-    n = flat.numel()
-    if n == 0:
-        return b""
-    if n > SAMPLES_PER_TENSOR:
-        index = torch.linspace(0, n - 1, SAMPLES_PER_TENSOR, dtype=torch.float64).round().long()
-        flat = flat[index.to(flat.device)]
-    # bf16 bits: fp32 and bf16 loads of one checkpoint agree; -0.0 and 0.0 do not matter here.
-    return flat.float().to(torch.bfloat16).view(torch.int16).cpu().numpy().tobytes()
+    # A strided view: only the sampled elements are ever read or copied.
+    sample = flat[:: max(1, flat.numel() // SAMPLES_PER_TENSOR)][:SAMPLES_PER_TENSOR]
+    # bf16 bits: fp32 and bf16 loads of one checkpoint agree.
+    return sample.to(torch.bfloat16).view(torch.int16).cpu().numpy().tobytes()
 
 
 def _jsonable(value: Any) -> Any:

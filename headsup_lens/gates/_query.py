@@ -90,8 +90,9 @@ def query_gate(model: TransformerBridge, mask: MaskLike) -> Iterator[Transformer
 
     Acts at `blocks.L.attn.hook_attn_scores` (after the causal and padding masks, before the
     softmax): scores of masked heads become 0 on allowed keys, so padding and future positions keep
-    zero weight. Values in (0, 1) soften a head's attention. The first use on a model verifies that
-    the edit reaches the logits for its architecture and raises a ValueError where it cannot.
+    zero weight. Values in (0, 1) soften a head's attention; masks are checked as in `value_gate`.
+    The first use on a model verifies that the edit reaches the logits for its architecture and
+    raises a ValueError where it cannot.
     """
     hooks = query_gate_hooks(model, mask)
     verify_query_gate(model)

@@ -68,7 +68,10 @@ def value_gate(
     `[batch, n_layers, n_heads]` (row i of every batch gets mask i). Heads with mask 0 are scaled
     by `alpha` (0 removes them). `mlp` optionally gates each layer's MLP output (appendix C.3.3).
     Works under `model.generate` with the KV cache and under backprop; the model is restored on exit,
-    also after an exception.
+    also after an exception. Bool and integer masks read as floats; values outside [0, 1], NaN, a shape
+    that does not fit the model or `alpha` outside [0, 1] are refused before any hook is added. A
+    `HeadMask` is checked against the model's structure; whether it was made for these weights is
+    checked where it meets the model (`HeadMask.load(path, model)`, `HeadMask.check_model`).
     """
     with model.hooks(fwd_hooks=value_gate_hooks(model, mask, alpha=alpha, mlp=mlp)):
         yield model

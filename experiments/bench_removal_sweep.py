@@ -21,7 +21,7 @@ import torch
 
 from headsup_lens import HeadMask, load_model, removal_sweep, value_gate
 from headsup_lens.analysis import random_order
-from headsup_lens.models import chat_template, encode, random_llama_dir
+from headsup_lens.models import encode, prompt_format, random_llama_dir
 
 # An un-instructed input as the paper sweeps them (the organism's tasks take one English word).
 PROMPT = "garden"
@@ -29,7 +29,7 @@ PROMPT = "garden"
 
 def sequential_sweep(model, prompt, order, max_new_tokens, top_k=5):
     """One forward pass and one greedy generation per step, one row at a time."""
-    template = chat_template(model)
+    template = prompt_format(model)
     ids = torch.tensor([encode(model, template.format(prompt), add_bos=template.add_bos)], device=model.cfg.device)
     eos = model.tokenizer.eos_token_id
     ranks, generations, top = [], [], None

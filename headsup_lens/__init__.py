@@ -22,7 +22,9 @@ from .gates import value_gate as value_gate
 from .masks import HeadMask as HeadMask
 from .masks import expected_jaccard as expected_jaccard
 from .models import ModelFingerprint as ModelFingerprint
-from .models import chat_template as chat_template
+from .models import PromptFormat as PromptFormat
+from .models import prompt_format as prompt_format
+from .models import set_prompt_format as set_prompt_format
 from .models import fingerprint as fingerprint
 from .models import load_model as load_model
 from .training import TrainConfig as TrainConfig

@@ -17,10 +17,32 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def build_llama_dir(path: Path, **overrides) -> Path:
-    """A grouped-query Llama (8 query heads over 2 KV heads) with a character tokenizer, saved to `path`."""
+    """A grouped-query Llama (8 query heads over 2 KV heads) with a character tokenizer, saved to `path`.
+
+    Norm gains and biases are drawn away from 1/0 and the embeddings are untied, as in real models.
+    """
     from headsup_lens.models import random_llama_dir
 
     return random_llama_dir(path, **overrides)
+
+
+def build_qwen2_dir(path: Path, **overrides) -> Path:
+    """A grouped-query Qwen2 (q/k/v biases) with a byte-level BPE tokenizer and a ChatML chat template
+    that injects a default system prompt (like Qwen2.5 and SmolLM2), saved to `path`."""
+    from headsup_lens.models import random_llama_dir
+    from headsup_lens.models._tokenizers import subword_tokenizer
+
+    return random_llama_dir(path, tokenizer=subword_tokenizer("chatml", "bytelevel"), architecture="qwen2",
+                            **overrides)
+
+
+def build_spm_dir(path: Path, **overrides) -> Path:
+    """A grouped-query Llama with a SentencePiece-like subword tokenizer ("▁" word starts, an unknown
+    token) and a ChatML chat template, saved to `path`."""
+    from headsup_lens.models import random_llama_dir
+    from headsup_lens.models._tokenizers import subword_tokenizer
+
+    return random_llama_dir(path, tokenizer=subword_tokenizer("chatml", "sentencepiece"), **overrides)
 
 
 def build_gpt2_dir(path: Path, **overrides) -> Path:
@@ -28,6 +50,7 @@ def build_gpt2_dir(path: Path, **overrides) -> Path:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from headsup_lens.models import char_tokenizer
+    from headsup_lens.models._builders import realistic_
 
     tokenizer = char_tokenizer()
     tokenizer.chat_template = None
@@ -37,7 +60,7 @@ def build_gpt2_dir(path: Path, **overrides) -> Path:
     )
     settings.update(overrides)
     torch.manual_seed(settings.pop("seed", 0))
-    model = GPT2LMHeadModel(GPT2Config(**settings))
+    model = realistic_(GPT2LMHeadModel(GPT2Config(**settings)))  # GPT-2 ties its embeddings, as the real one
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
@@ -54,6 +77,30 @@ def gpt2_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen2_dir(tmp_path_factory) -> Path:
+    return build_qwen2_dir(tmp_path_factory.mktemp("qwen2"))
+
+
+@pytest.fixture(scope="session")
+def qwen2(qwen2_dir):
+    from headsup_lens import load_model
+
+    return load_model(qwen2_dir, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def spm_dir(tmp_path_factory) -> Path:
+    return build_spm_dir(tmp_path_factory.mktemp("spm"))
+
+
+@pytest.fixture(scope="session")
+def spm(spm_dir):
+    from headsup_lens import load_model
+
+    return load_model(spm_dir, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
 def llama(llama_dir):
     from headsup_lens import load_model
 
@@ -67,9 +114,10 @@ def gpt2(gpt2_dir):
     return load_model(gpt2_dir, device="cpu", dtype="float32")
 
 
-@pytest.fixture(params=["llama", "gpt2"])
+@pytest.fixture(params=["llama", "gpt2", "spm"])
 def any_model(request):
-    """Each test using it runs on the grouped-query Llama and on GPT-2."""
+    """Each test using it runs on the grouped-query Llama (character tokenizer), on GPT-2 (no chat
+    template) and on a Llama with a SentencePiece-like tokenizer and a ChatML template."""
     return request.getfixturevalue(request.param)
 
 

@@ -18,6 +18,7 @@ from ._similarity import sweep_similarity as sweep_similarity
 from ._attention import AttentionOnTarget as AttentionOnTarget
 from ._attention import attention_on_target as attention_on_target
 from ._attention import candidate_spans as candidate_spans
+from ._attention import choice_instruction as choice_instruction
 from ._pathways import PathwayHeads as PathwayHeads
 from ._pathways import alpha_grid as alpha_grid
 from ._pathways import group_ablation as group_ablation

@@ -1,8 +1,14 @@
-"""Attention on target (Table 7): for "pick one of three words" tasks, how much the last input token
-attends to the target word, normalised over the three candidate words, per head."""
+"""Attention on target (Table 7): for "pick one of three words" tasks, how much the last prompt token
+attends to the target word, normalised over the three candidate words.
+
+As in the paper, a group of heads (inside the mask, outside it, all) is summarised by summing its
+attention over heads and layers first and normalising over the three words after (a ratio of
+means), then averaging over examples. `per_head` keeps every head's own normalised share.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,7 +20,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from ..gates import MaskLike
 from ..gates._masks import mask_tensor
-from ..models import chat_template, left_pad, pad_token_id
+from ..models import left_pad, pad_token_id, prompt_format
 from ._common import Gate, gated
 
 Pair = tuple[str, str]
@@ -24,8 +30,9 @@ SETTINGS = ("original", "instructed", "masked")
 @dataclass
 class AttentionOnTarget:
     """`per_head[setting]`: `[n_layers, n_heads]` mean share of the last token's attention (over the
-    three candidate words) that goes to the target word. `table`: per setting, the mean over heads
-    inside the mask, outside it, and over all heads."""
+    three candidate words) that goes to the target word, per head. `table`: per setting, the share
+    of the attention of the heads inside the mask, outside it, and of all heads (each group's
+    attention summed over its heads before normalising: the paper's Table 7), mean over examples."""
 
     per_head: dict[str, Float[Tensor, "n_layers n_heads"]]
     table: pd.DataFrame
@@ -58,17 +65,26 @@ def candidate_spans(x: str, answer: str, n_words: int = 3) -> tuple[list[tuple[i
     return spans, matches[0]
 
 
+def choice_instruction(task_name: str) -> str | None:
+    """The paper's instructed prompt for a "pick one of three" task (Table 7), e.g. `fruit_v_animal_3`
+    -> `"{input}\n\nChoose the fruit out of animals:"`; None for other task names."""
+    match = re.fullmatch(r"(.+)_v_(.+)_3", task_name.rsplit("/", 1)[-1])
+    if match is None:
+        return None
+    return f"{{input}}\n\nChoose the {match.group(1)} out of {match.group(2)}s:"
+
+
 def word_example(model: TransformerBridge, user_text: str, x: str, answer: str) -> WordExample:
-    """Tokenise the chat-formatted prompt and map each candidate word to the tokens overlapping it
+    """Tokenise the formatted prompt and map each candidate word to the tokens overlapping it
     (through the tokenizer's character offsets, so any tokenizer works)."""
     if not getattr(model.tokenizer, "is_fast", False):
         raise ValueError("attention_on_target needs a fast tokenizer (character offsets); load the model's fast tokenizer")
-    template = chat_template(model)
-    where = user_text.find(x)
-    if where < 0:
-        raise ValueError(f"the input {x!r} does not occur in the user text {user_text!r}")
+    template = prompt_format(model)
     text = template.format(user_text)
-    offset = len(template.prefix) + where
+    x = x.strip()
+    where = text.find(x, len(template.prefix))
+    if where < 0:
+        raise ValueError(f"the input {x!r} does not occur in the prompt {text!r}")
     spans, target = candidate_spans(x, answer)
     encoded = model.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = list(encoded["input_ids"]), list(encoded["offset_mapping"])
@@ -77,7 +93,7 @@ def word_example(model: TransformerBridge, user_text: str, x: str, answer: str) 
         ids, offsets = [bos, *ids], [(0, 0), *offsets]
     word_tokens = []
     for start, end in spans:
-        start, end = start + offset, end + offset
+        start, end = start + where, end + where
         tokens = [i for i, (s, e) in enumerate(offsets) if s < end and e > start and e > s]
         if not tokens:
             raise ValueError(f"no token covers the word {text[start:end]!r} in {text!r}")
@@ -85,17 +101,25 @@ def word_example(model: TransformerBridge, user_text: str, x: str, answer: str) 
     return WordExample(ids=ids, word_tokens=word_tokens, target=target)
 
 
-def target_share(
+def word_attention(
     patterns: Sequence[Float[Tensor, "batch n_heads query key"]], examples: Sequence[WordExample], pad: Sequence[int]
-) -> Float[Tensor, "batch n_layers n_heads"]:
-    """Per example, layer and head: attention of the last position to the target word's tokens
-    divided by its attention to all three candidate words' tokens."""
-    shares = []
+) -> Float[Tensor, "batch n_layers n_heads 3"]:
+    """Per example, layer and head: attention of the last position to each candidate word's tokens."""
+    rows = []
     for row, (example, shift) in enumerate(zip(examples, pad)):
         last = torch.stack([p[row, :, -1].float() for p in patterns])  # [n_layers, n_heads, key]
-        per_word = torch.stack([last[..., [t + shift for t in tokens]].sum(-1) for tokens in example.word_tokens], -1)
-        shares.append(per_word[..., example.target] / per_word.sum(-1).clamp_min(1e-30))
-    return torch.stack(shares)
+        rows.append(torch.stack([last[..., [t + shift for t in tokens]].sum(-1) for tokens in example.word_tokens], -1))
+    return torch.stack(rows)
+
+
+def target_ratio(
+    per_word: Float[Tensor, "batch n_layers n_heads 3"], targets: Tensor, heads: Tensor | None = None
+) -> Float[Tensor, " batch"]:
+    """Per example: the target word's share of the attention of `heads` (boolean `[n_layers,
+    n_heads]`; default all), summed over those heads before normalising over the three words."""
+    selected = per_word.flatten(1, 2) if heads is None else per_word[:, heads.to(per_word.device)]
+    summed = selected.sum(1)  # [batch, 3]
+    return summed.gather(1, targets[:, None].to(summed.device))[:, 0] / summed.sum(-1).clamp_min(1e-30)
 
 
 def attention_on_target(
@@ -108,33 +132,31 @@ def attention_on_target(
     gate: Gate = "value",
     batch_size: int = 16,
 ) -> AttentionOnTarget:
-    """Table 7: attention of the last input token to the target word, per head and setting.
+    """Table 7: attention of the last prompt token to the target word, per head and setting.
 
-    `examples` is a `Task` (its `pairs`, instructed through `task.user_text`) or a list of
-    `(input, output)` pairs with `input` = three comma-separated words and `output` one of them
-    (then `instruction`, a template with `{input}`, gives the instructed prompt). Settings:
-    `"original"` (no instruction, no mask), `"instructed"`, `"masked"` (no instruction, `mask` under
-    `gate`), `"masked+instructed"`. Heads "inside" the mask are those with value > 0.
+    `examples` is a `Task` or a list of `(input, output)` pairs with `input` = three comma-separated
+    words and `output` one of them. The instructed prompt is `instruction` (a template with
+    `{input}`); by default, for a task named `X_v_Y_3`, the paper's Table 7 prompt
+    (`choice_instruction`), else the task's instruction. Settings: `"original"` (no instruction,
+    no mask), `"instructed"`, `"masked"` (no instruction, `mask` under `gate`),
+    `"masked+instructed"`. Heads "inside" the mask are those with value > 0. The paper's columns
+    are: instructed = the `instructed` row's `all`; used / unused = the `masked` row's `inside` /
+    `outside`.
     """
     if hasattr(examples, "pairs") and hasattr(examples, "user_text"):
-        pairs, user_text = list(examples.pairs), examples.user_text
+        instruction = instruction or choice_instruction(examples.name) or examples.instruction
+        pairs = list(examples.pairs)
     else:
         pairs = [tuple(p) for p in examples]
-        if instruction is not None and "{input}" not in instruction:
-            raise ValueError(f"instruction template {instruction!r} lacks '{{input}}'")
-
-        def user_text(x: str, instructed: bool = False) -> str:
-            if not instructed:
-                return x
-            if instruction is None:
-                raise ValueError("the instructed setting needs an instruction template")
-            return instruction.replace("{input}", x)
-
+    if instruction is not None and "{input}" not in instruction:
+        raise ValueError(f"instruction template {instruction!r} lacks '{{input}}'")
     if not pairs:
         raise ValueError("no examples given")
     known = ("original", "instructed", "masked", "masked+instructed")
     if not settings or any(s not in known for s in settings):
         raise ValueError(f"settings must be drawn from {known}, got {list(settings)}")
+    if instruction is None and any("instructed" in s for s in settings):
+        raise ValueError("the instructed settings need an instruction template (instruction=...)")
     inside = mask_tensor(model, mask)
     if inside.shape[0] != 1:
         raise ValueError("attention_on_target takes one [n_layers, n_heads] mask")
@@ -144,22 +166,24 @@ def attention_on_target(
     for setting in settings:
         instructed = "instructed" in setting
         setting_mask = mask if setting.startswith("masked") else None
-        prepared = [word_example(model, user_text(x, instructed), x, y) for x, y in pairs]
-        shares = []
+        prepared = [word_example(model, instruction.replace("{input}", x) if instructed else x, x, y) for x, y in pairs]
+        chunks = []
         for start in range(0, len(prepared), batch_size):
             chunk = prepared[start : start + batch_size]
             ids, attention = left_pad([e.ids for e in chunk], pad_id=pad_token_id(model), device=model.cfg.device)
             pad = [ids.shape[1] - len(e.ids) for e in chunk]
             with torch.no_grad(), gated(model, setting_mask, gate=gate):
                 _, cache = model.run_with_cache(ids, attention_mask=attention, names_filter=lambda n: n in names)
-            shares.append(target_share([cache[n] for n in names], chunk, pad).cpu())
-        mean = torch.cat(shares).mean(0)
-        per_head[setting] = mean
+            chunks.append(word_attention([cache[n] for n in names], chunk, pad).cpu())
+        words = torch.cat(chunks)  # [examples, n_layers, n_heads, 3]
+        targets = torch.tensor([e.target for e in prepared])
+        target_words = words.gather(-1, targets.view(-1, 1, 1, 1).expand(*words.shape[:-1], 1))[..., 0]
+        per_head[setting] = (target_words / words.sum(-1).clamp_min(1e-30)).mean(0)
         rows.append({
             "setting": setting,
-            "inside": float(mean[inside].mean()) if inside.any() else float("nan"),
-            "outside": float(mean[~inside].mean()) if (~inside).any() else float("nan"),
-            "all": float(mean.mean()),
+            "inside": float(target_ratio(words, targets, inside).mean()) if inside.any() else float("nan"),
+            "outside": float(target_ratio(words, targets, ~inside).mean()) if (~inside).any() else float("nan"),
+            "all": float(target_ratio(words, targets).mean()),
             "n_inside": int(inside.sum()),
         })
     return AttentionOnTarget(per_head=per_head, table=pd.DataFrame(rows), n_examples=len(pairs))

@@ -5,36 +5,79 @@ from __future__ import annotations
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from ..data import encode_prompt
+from ..data import render_prompt
 from ..masks import Head
-from ..models import chat_template, encode
+from ..models import encode, prompt_format
 from ..gates import gated as gated
 from ..gates import Gate as Gate
 
 
-def prompt_ids(model: TransformerBridge, prompt: str, *, formatted: bool = False) -> list[int]:
-    """Token ids of a prompt: the user text wrapped in the chat template unless `formatted`."""
+def prompt_text(model: TransformerBridge, prompt: str, *, formatted: bool = False) -> str:
+    """The prompt as the model reads it: the user text in the model's prompt format unless `formatted`."""
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("prompt must be a non-empty string")
-    if not formatted:
-        return encode_prompt(model, prompt)
-    return encode(model, prompt, add_bos=chat_template(model).add_bos)
+    return prompt if formatted else render_prompt(model, prompt)
 
 
-def token_id(model: TransformerBridge, token: int | str) -> int:
-    """A token given as an id or as text (its first token, encoded without BOS)."""
+def prompt_ids(model: TransformerBridge, prompt: str, *, formatted: bool = False) -> list[int]:
+    """Token ids of a prompt: the user text wrapped in the model's prompt format unless `formatted`."""
+    ids = encode(model, prompt_text(model, prompt, formatted=formatted), add_bos=prompt_format(model).add_bos)
+    check_context(model, len(ids), "prompt")
+    return ids
+
+
+def check_context(model: TransformerBridge, n_tokens: int, what: str) -> None:
+    """A sequence longer than the model's context window is an error, not a silent wrap-around."""
+    limit = getattr(model.cfg, "n_ctx", None)
+    if limit and n_tokens > int(limit):
+        raise ValueError(f"the {what} has {n_tokens} tokens, more than the model's context of {limit}")
+
+
+def token_id(model: TransformerBridge, token: int | str, *, after: str | None = None) -> int:
+    """A token given as an id, or as text: the first token of the text as the model would write it.
+
+    With `after` (the formatted prompt), the text is tokenised jointly with the prompt and the first
+    token after the prompt is taken: for SentencePiece-style tokenizers the same word alone may
+    start with another piece. Text whose first token carries no visible character (a lone "▁" or
+    space piece) or that the tokenizer cannot encode (unknown or padding tokens) is a ValueError:
+    pass the token id instead.
+    """
     if isinstance(token, bool):
         raise ValueError(f"token {token!r} is neither an id nor text")
     if isinstance(token, int):
         if not 0 <= token < model.cfg.d_vocab:
             raise ValueError(f"token id {token} is outside the vocabulary (d_vocab={model.cfg.d_vocab})")
         return token
-    if isinstance(token, str):
+    if not isinstance(token, str):
+        raise ValueError(f"token {token!r} is neither an id nor text")
+    if not token.strip():
+        raise ValueError(f"target text {token!r} is empty or whitespace; pass a token id for whitespace tokens")
+    check_encodable(model, token, "target text")
+    if after is None:
         ids = encode(model, token, add_bos=False)
-        if not ids:
-            raise ValueError(f"target text {token!r} encodes to no tokens")
-        return int(ids[0])
-    raise ValueError(f"token {token!r} is neither an id nor text")
+    else:
+        n_prompt = len(encode(model, after, add_bos=False))
+        ids = encode(model, after + token, add_bos=False)[n_prompt:]
+    if not ids:
+        raise ValueError(f"target text {token!r} encodes to no tokens")
+    first = int(ids[0])
+    if not token_text(model, first).strip():
+        raise ValueError(
+            f"target text {token!r} starts with the token {token_text(model, first)!r} (id {first}), which carries "
+            f"no visible character; pass the text without leading space (e.g. {token.strip()!r}) or the token id"
+        )
+    return first
+
+
+def check_encodable(model: TransformerBridge, text: str, what: str) -> None:
+    """Text with characters the tokenizer maps to its unknown or padding token is a ValueError."""
+    tokenizer = model.tokenizer
+    bad_ids = {i for i in (tokenizer.unk_token_id, tokenizer.pad_token_id) if i is not None}
+    if not bad_ids:
+        return
+    bad = sorted({c for c in set(text) if not c.isspace() and set(encode(model, c, add_bos=False)) & bad_ids})
+    if bad:
+        raise ValueError(f"{what} {text!r} has characters this tokenizer cannot encode: {''.join(bad)!r}")
 
 
 def token_text(model: TransformerBridge, token: int) -> str:

@@ -12,6 +12,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from ..gates import MaskLike
+from ..models import decode_residual, verify_readout
 from ._common import Gate, gated, prompt_ids, token_text
 
 STREAMS = {"resid": "hook_resid_post", "attn": "hook_attn_out"}
@@ -28,13 +29,10 @@ class LogitLens:
 
 
 def decode_stream(model: TransformerBridge, x: Float[Tensor, "rows d_model"]) -> Float[Tensor, "rows d_vocab"]:
-    """Logits of residual-stream vectors: the final norm, then the unembedding."""
+    """Logits of residual-stream vectors: the final norm (weight included), then the unembedding."""
+    verify_readout(model)
     with torch.no_grad():
-        logits = model.unembed(model.ln_final(x[:, None, :]))[:, 0]
-    cap = getattr(model.cfg, "output_logits_soft_cap", -1.0) or -1.0
-    if cap > 0:  # Gemma-2 style soft-capping follows the unembedding in the model too
-        logits = cap * torch.tanh(logits / cap)
-    return logits
+        return decode_residual(model, x)
 
 
 def logit_lens(

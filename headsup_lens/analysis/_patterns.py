@@ -31,6 +31,9 @@ def _as_batch(model: TransformerBridge, data, split: str, instructed: bool) -> T
     return tokenize_pairs(model, pairs)
 
 
+ACTIVATIONS = {"pattern": "attn.hook_pattern", "z": "attn.hook_z"}
+
+
 def activation_pattern(
     model: TransformerBridge,
     data,
@@ -40,15 +43,22 @@ def activation_pattern(
     instructed: bool = False,
     split: str = "train",
     batch_size: int = 8,
+    activation: str = "pattern",
 ) -> Float[Tensor, "n_layers n_heads"]:
-    """Per head, `E_x[ sum_{q,k} |A ⊙ ∂L_x/∂A| ]`, with A the head's attention pattern
-    (`blocks.L.attn.hook_pattern`) and L_x the example's mean answer-token cross-entropy.
+    """Per head, `E_x[ sum |A ⊙ ∂L_x/∂A| ]`, with A the head's attention probabilities
+    (`blocks.L.attn.hook_pattern`, `[query, key]`, summed over both) and L_x the example's mean
+    answer-token cross-entropy; `activation="z"` uses the head's output `blocks.L.attn.hook_z`
+    (`[pos, d_head]`) instead.
 
-    `data` is a `TaskBatch` (right-padded, answer-only labels), a `Task` (its `split`, instructed
-    or not) or a list of `(input, output)` pairs. An optional `mask` gates the model (a pattern
-    change is then `activation_pattern(..., mask=m) - activation_pattern(...)`). Padding carries
-    no gradient, so batching does not change the result.
+    `∂L/∂A` is the total derivative: the gradient reaching A through every later layer (A is an
+    intermediate of one backward pass, not a detached copy). `data` is a `TaskBatch`
+    (right-padded, answer-only labels), a `Task` (its `split`, instructed or not) or a list of
+    `(input, output)` pairs. An optional `mask` gates the model (a pattern change is then
+    `activation_pattern(..., mask=m) - activation_pattern(...)`). Padding carries no gradient, so
+    batching does not change the result.
     """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {activation!r}")
     batch = _as_batch(model, data, split, instructed)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -57,32 +67,40 @@ def activation_pattern(
     counts = (batch.labels != -100).sum(1)
     if (counts == 0).any():
         raise ValueError("some examples have no answer tokens")
+    names = [f"blocks.{l}.{ACTIVATIONS[activation]}" for l in range(n_layers)]
     for start in range(0, len(batch), batch_size):
         rows = slice(start, start + batch_size)
         width = int(batch.attention_mask[rows].sum(1).max())
         chunk = TaskBatch(batch.input_ids[rows, :width], batch.attention_mask[rows, :width], batch.labels[rows, :width])
-        leaves: dict[int, Tensor] = {}
+        seen: dict[int, Tensor] = {}
+        probes: dict[int, Tensor] = {}
 
-        def as_leaf(layer: int):
-            def hook(pattern: Tensor, hook) -> Tensor:
-                leaves[layer] = pattern.detach().requires_grad_(True)
-                return leaves[layer]
+        def keep(layer: int):
+            def hook(value: Tensor, hook) -> Tensor:
+                # A zero added at A: its gradient is the total derivative dL/dA, through every later
+                # layer (the frozen model would otherwise carry no gradient at all).
+                seen[layer] = value.detach()
+                probes[layer] = torch.zeros_like(value, requires_grad=True)
+                return value + probes[layer]
 
             return hook
 
-        hooks = [(f"blocks.{l}.attn.hook_pattern", as_leaf(l)) for l in range(n_layers)]
+        hooks = [(name, keep(l)) for l, name in enumerate(names)]
         with torch.enable_grad(), gated(model, mask, gate=gate), model.hooks(fwd_hooks=hooks):
             nll, owner = answer_nll(model, chunk)
             per_example = torch.zeros(len(chunk), device=nll.device).index_add(0, owner, nll) / counts[rows].to(nll.device)
+            missing = [names[l] for l in range(n_layers) if l not in probes]
+            if missing:
+                raise ValueError(f"{missing[0]} was never reached by the forward pass")
             # Examples do not interact, so the gradient of the sum is every example's own gradient.
-            grads = torch.autograd.grad(per_example.sum(), [leaves[l] for l in range(n_layers)], allow_unused=True)
+            grads = torch.autograd.grad(per_example.sum(), [probes[l] for l in range(n_layers)], allow_unused=True)
         for layer, grad in enumerate(grads):
             if grad is None:
-                raise ValueError(
-                    f"blocks.{layer}.attn.hook_pattern does not reach the loss on this architecture "
-                    "(attention is computed outside the hook), so no activation pattern can be taken"
-                )
-            score = (leaves[layer].detach() * grad).abs().sum((-1, -2))  # [batch, n_heads]
+                raise ValueError(f"{names[layer]} does not reach the loss on this architecture (attention is "
+                                 "computed outside the hook), so no activation pattern can be taken from it")
+            product = (seen[layer] * grad).abs()
+            # pattern: [batch, head, q, k]; z: [batch, pos, head, d_head]
+            score = product.sum((-1, -2)) if activation == "pattern" else product.sum((1, 3))
             total[layer] += score.double().sum(0).cpu()
     return (total / len(batch)).float()
 

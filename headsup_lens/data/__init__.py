@@ -18,7 +18,7 @@ from ._task import Task as Task
 from ._tokenize import IGNORE_INDEX as IGNORE_INDEX
 from ._tokenize import TaskBatch as TaskBatch
 from ._tokenize import collate as collate
-from ._tokenize import encode_answer as encode_answer
+from ._tokenize import encode_example as encode_example
 from ._tokenize import encode_pairs as encode_pairs
 from ._tokenize import encode_prompt as encode_prompt
 from ._tokenize import render_prompt as render_prompt

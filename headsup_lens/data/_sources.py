@@ -25,63 +25,35 @@ FV_TASKS = (
     "product-company", "sentiment", "singular-plural", "synonym", "verb_v_adjective_3", "word_length",
 )
 
-# The paper grades capitalisation/letter and extraction tasks by "starts with", the rest by "contains".
-_STARTS_WITH = re.compile(r"^(capitalize|lowercase_|next_capital_letter|conll2003_|.*_v_.*_3$)")
+# The paper grades capitalisation/letter, item-sequence and extraction tasks by "starts with", the rest
+# by "contains" (its evaluation code lists them by name).
+_STARTS_WITH = re.compile(r"^(capitalize|lowercase_|next_capital_letter|next_item|prev_item|conll2003_|.*_v_.*_3$)")
 
 
 def fv_matcher(name: str) -> str:
     return "starts_with" if _STARTS_WITH.match(name) else "contains"
 
 
-def _template(instruction: str) -> str:
-    return f"{instruction}\n\nInput:\n\n{{input}}\n\nOutput:\n\n"
+@functools.cache
+def paper_instructions() -> dict[str, str]:
+    """The paper's instructions per function-vector task (Table 10), shipped with the package."""
+    from importlib.resources import files
+
+    table = json.loads(files("headsup_lens.data").joinpath("instructions.json").read_text(encoding="utf-8"))
+    return dict(table["instructions"])
 
 
-# Used when the data directory has no function_vectors/instructions.json (the paper's Table 10).
-_OWN_INSTRUCTIONS = {
-    "adjective_v_verb_3": "From the three given words, output the one that is an adjective.",
-    "ag_news": "Classify the news text as Business, Science, Sports or World. Output only the category.",
-    "antonym": "Output a word with the opposite meaning of the given word.",
-    "capitalize": "Output the given word with its first letter in upper case.",
-    "capitalize_first_letter": "Output the first letter of the given word in upper case.",
-    "capitalize_last_letter": "Output the last letter of the given word in upper case.",
-    "capitalize_second_letter": "Output the second letter of the given word in upper case.",
-    "conll2003_location": "Output the location named in the given sentence.",
-    "conll2003_organization": "Output the organization named in the given sentence.",
-    "conll2003_person": "Output the person named in the given sentence.",
-    "country-capital": "Output the capital city of the given country.",
-    "country-currency": "Output the currency of the given country.",
-    "english-french": "Translate the given English word into French.",
-    "english-german": "Translate the given English word into German.",
-    "english-spanish": "Translate the given English word into Spanish.",
-    "fruit_v_animal_3": "From the three given words, output the one that is a fruit.",
-    "landmark-country": "Output the country in which the given landmark lies.",
-    "lowercase_first_letter": "Output the first letter of the given word in lower case.",
-    "lowercase_last_letter": "Output the last letter of the given word in lower case.",
-    "national_parks": "Output the U.S. state in which the given national park or monument lies.",
-    "next_capital_letter": "Output, in upper case, the letter that follows the first letter of the given word.",
-    "next_item": "Output the item that comes right after the given one in its sequence.",
-    "object_v_concept_3": "From the three given words, output the one that names a physical object.",
-    "park-country": "Output the country in which the given national park lies.",
-    "person-instrument": "Output the musical instrument the given person plays.",
-    "person-occupation": "Output the occupation of the given person.",
-    "person-sport": "Output the sport the given person plays.",
-    "present-past": "Output the simple past tense of the given verb.",
-    "prev_item": "Output the item that comes right before the given one in its sequence.",
-    "product-company": "Output the company that makes the given product.",
-    "sentiment": "Output the sentiment of the given text: positive or negative.",
-    "singular-plural": "Output the plural of the given noun.",
-    "synonym": "Output a word with the same meaning as the given word.",
-    "verb_v_adjective_3": "From the three given words, output the one that is a verb.",
-    "word_length": "Output the number of letters in the given word.",
-}
+def instruction_template(name: str) -> str:
+    """The instructed user text of a function-vector task, as a template with `{input}`."""
+    return f"{paper_instructions()[name]}\n\nInput:\n\n{{input}}\n\nOutput:\n\n"
+
 
 LANGUAGES = {"en": "English", "zh": "Chinese", "fr": "French", "es": "Spanish", "de": "German",
              "ru": "Russian", "ar": "Arabic"}
 CHAR_LEVEL_LANGUAGES = ("zh",)  # no spaces between words: ROUGE counts characters
 TRANSLATION_TEMPLATE = "{input}\n\nTranslate into {language}:"
 IWSLT_PAIRS = ("en-de", "en-fr", "en-zh")
-SENTENCE_NEW_TOKENS = 64  # whole-sentence translations need more than the 10 tokens of simple tasks
+SENTENCE_NEW_TOKENS = 50  # the paper's budget for sentence translation (10 for simple tasks)
 
 # Llama-3 turn markers inside the shared few-shot files (`fewshot/hybrid.json`).
 _LLAMA_ASSISTANT = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
@@ -118,17 +90,6 @@ def read_tsv_column_rows(path: Path) -> list[list[str]]:
     return rows
 
 
-def _instructions(directory: Path) -> dict:
-    path = directory / "function_vectors" / "instructions.json"
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return {name: entry["template"] for name, entry in data.get("tasks", {}).items()}
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
-        raise ValueError(f"{path} is malformed: {error}") from error
-
-
 # --------------------------------------------------------------------------- tasks
 def function_vector_task(name: str, data_dir: str | os.PathLike | None = None) -> Task:
     """One of the 35 function-vector tasks, with the paper's instruction and answer matcher."""
@@ -136,8 +97,7 @@ def function_vector_task(name: str, data_dir: str | os.PathLike | None = None) -
         raise ValueError(f"unknown function-vector task {name!r}; known: {', '.join(FV_TASKS)}")
     directory = resolve_data_dir(data_dir)
     pairs = read_pairs_json(directory / "function_vectors" / "abstractive" / f"{name}.json")
-    instruction = _instructions(directory).get(name) or _template(_OWN_INSTRUCTIONS[name])
-    return Task(name, tuple(pairs), instruction, fv_matcher(name), min(N_EVAL, len(pairs) // 2))
+    return Task(name, tuple(pairs), instruction_template(name), fv_matcher(name), min(N_EVAL, len(pairs) // 2))
 
 
 def _check_language(code: str) -> None:
@@ -145,9 +105,11 @@ def _check_language(code: str) -> None:
         raise ValueError(f"unknown language {code!r}; use one of {', '.join(LANGUAGES)}")
 
 
-def translation_instruction(tgt: str) -> str:
+def translation_instruction(tgt: str, *, code: bool = False) -> str:
+    """`"{input}\n\nTranslate into Chinese:"`; with `code`, the language code (`"... into zh:"`), as
+    the paper's IWSLT 2017 evaluation writes it."""
     _check_language(tgt)
-    return TRANSLATION_TEMPLATE.replace("{language}", LANGUAGES[tgt])
+    return TRANSLATION_TEMPLATE.replace("{language}", tgt if code else LANGUAGES[tgt])
 
 
 def translation_task(
@@ -202,15 +164,17 @@ def iwslt_task(src: str, tgt: str, data_dir: str | os.PathLike | None = None) ->
     except Exception as error:  # pyarrow raises its own error types on corrupt files
         raise ValueError(f"{path} is not an IWSLT2017 parquet file with a 'translation' column: {error}") from error
     pairs = [p for p in pairs if p[0] and p[1]]
-    return Task(f"iwslt2017/{src}-{tgt}", tuple(pairs), translation_instruction(tgt), "contains",
+    return Task(f"iwslt2017/{src}-{tgt}", tuple(pairs), translation_instruction(tgt, code=True), "contains",
                 len(pairs), char_level=tgt in CHAR_LEVEL_LANGUAGES, max_new_tokens=SENTENCE_NEW_TOKENS)
 
 
-def fewshot(task: Task, k: int = 5, seed: int = 0) -> Task:
-    """The `k`-shot variant: each pair gets `k` demonstrations drawn from the training split.
+def fewshot(task: Task, k: int = 5, seed: int = 0, *, per_example: bool = False) -> Task:
+    """The `k`-shot variant of a task: `k` demonstrations from its training split before every input.
 
-    Demonstrations never include the pair itself and never come from the held-out split; they are
-    rendered with the loaded model's own chat template at tokenisation time.
+    By default the same `k` demonstrations (drawn once with `seed`) precede every example, as in the
+    paper's few-shot evaluation; `per_example=True` draws them for each example instead (never the
+    example itself). Demonstrations never come from the held-out split; they are rendered as earlier
+    turns in the model's prompt format at tokenisation time.
     """
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
@@ -218,11 +182,14 @@ def fewshot(task: Task, k: int = 5, seed: int = 0) -> Task:
     if len(train) <= k:
         raise ValueError(f"task {task.name!r} has {len(train)} training pairs, too few for {k} demonstrations")
     rng = random.Random(f"{task.name}/{seed}")
-    shots = []
-    for i in range(len(task.pairs)):
-        candidates = rng.sample(range(len(train)), k + 1)
-        chosen = [j for j in candidates if j != i][:k]
-        shots.append(tuple(train[j] for j in chosen))
+    if not per_example:
+        fixed = tuple(train[j] for j in rng.sample(range(len(train)), k))
+        shots = [fixed] * len(task.pairs)
+    else:
+        shots = []
+        for i in range(len(task.pairs)):
+            candidates = rng.sample(range(len(train)), k + 1)
+            shots.append(tuple(train[j] for j in [j for j in candidates if j != i][:k]))
     return Task(f"fewshot/{task.name}", task.pairs, task.instruction, task.matcher, task.n_eval,
                 task.char_level, tuple(shots), task.max_new_tokens)
 

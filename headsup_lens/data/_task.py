@@ -98,6 +98,14 @@ class Task:
         return ranges[split]
 
     # ----------------------------------------------------------------- prompts and grading
+    @property
+    def has_shots(self) -> bool:
+        return self.shots is not None
+
+    def demonstrations(self, index: int) -> Shots:
+        """The demonstration turns shown before pair `index` (none for zero-shot tasks)."""
+        return self.shots[index] if self.shots is not None else ()
+
     def user_text(self, x: str, instructed: bool = False) -> str:
         """The user turn: the bare input, or the instruction template filled with it."""
         if not instructed:

@@ -1,4 +1,4 @@
-"""Prompts and training batches: chat-template(x) ‖ y ‖ end-of-turn, with labels on the answer only."""
+"""Prompts and training batches: format(x) ‖ y ‖ end-of-turn, with labels on the answer only."""
 
 from __future__ import annotations
 
@@ -10,58 +10,54 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from ..models import ChatTemplate, chat_template, encode, pad_token_id
+from ..models import PromptFormat, encode, pad_token_id, prompt_format
 from ._task import Pair, Shots, Task
 
 IGNORE_INDEX = -100  # label of every token that is not part of the answer (PyTorch's ignore_index)
 
 
 def render_prompt(
-    model: TransformerBridge, user_text: str, shots: Shots = (), *, template: ChatTemplate | None = None
+    model: TransformerBridge, user_text: str, shots: Shots = (), *, template: PromptFormat | None = None
 ) -> str:
-    """The prompt text up to the assistant's answer, with optional demonstrations as earlier turns.
-
-    Without demonstrations this is `chat_template(model).format(user_text)`. Demonstrations use the
-    tokenizer's own multi-turn chat template; base models (plain template) get `x\\n\\ny\\n\\n` blocks.
-    """
-    template = template or chat_template(model)
-    if not shots:
-        return template.format(user_text)
-    tokenizer = model.tokenizer
-    if getattr(tokenizer, "chat_template", None):
-        messages = []
-        for x, y in shots:
-            messages += [{"role": "user", "content": x}, {"role": "assistant", "content": y}]
-        messages.append({"role": "user", "content": user_text})
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    demos = "".join(f"{template.format(x)}{y}{template.suffix}" for x, y in shots)
-    return demos + template.format(user_text)
+    """The prompt text up to the assistant's answer, with optional demonstrations as earlier turns,
+    in the model's prompt format (`prompt_format(model)`, the paper's by default)."""
+    return (template or prompt_format(model)).render(user_text, tuple(shots))
 
 
 def task_prompts(task: Task, split: str = "eval", instructed: bool = False) -> tuple[list[str], list[Shots], list[str]]:
     """User texts, demonstrations and answers of a task split, in order."""
     indices = task.split_indices(split)
     users = [task.user_text(task.pairs[i][0], instructed) for i in indices]
-    shots = [task.shots[i] if task.shots else () for i in indices]
+    shots = [task.demonstrations(i) for i in indices]
     answers = [task.pairs[i][1] for i in indices]
     return users, shots, answers
 
 
 def encode_prompt(
-    model: TransformerBridge, user_text: str, shots: Shots = (), *, template: ChatTemplate | None = None
+    model: TransformerBridge, user_text: str, shots: Shots = (), *, template: PromptFormat | None = None
 ) -> list[int]:
-    """Token ids of `render_prompt(...)`, with BOS exactly when the template wants it."""
-    template = template or chat_template(model)
+    """Token ids of `render_prompt(...)`, with BOS exactly when the format wants it."""
+    template = template or prompt_format(model)
     return encode(model, render_prompt(model, user_text, shots, template=template), add_bos=template.add_bos)
 
 
-def encode_answer(model: TransformerBridge, answer: str, *, template: ChatTemplate | None = None) -> list[int]:
-    """Token ids of `answer` followed by the end-of-turn token(s); an empty answer is a ValueError."""
-    ids = encode(model, answer, add_bos=False)
-    if not ids:
+def encode_example(
+    model: TransformerBridge, user_text: str, answer: str, shots: Shots = (), *, template: PromptFormat | None = None
+) -> tuple[list[int], list[int]]:
+    """(prompt ids, answer ids) of one example, tokenised jointly as the paper's code does.
+
+    `prompt + answer + end-of-turn` is tokenised as one string and split after as many tokens as
+    the prompt alone has: tokenizers that merge across the boundary or mark word starts ("▁")
+    give the answer the tokens the model actually sees. An answer that leaves no token is a
+    ValueError.
+    """
+    template = template or prompt_format(model)
+    prompt = render_prompt(model, user_text, shots, template=template)
+    full = encode(model, prompt + template.answer(answer), add_bos=template.add_bos)
+    n_prompt = len(encode(model, prompt, add_bos=template.add_bos))
+    if not template._clean(answer) or len(full) <= n_prompt:
         raise ValueError(f"answer {answer!r} is empty after tokenisation; every pair needs a non-empty output")
-    end = (template or chat_template(model)).end_of_turn
-    return ids + (encode(model, end, add_bos=False) if end else [])
+    return full[:n_prompt], full[n_prompt:]
 
 
 @dataclass
@@ -90,17 +86,16 @@ def encode_pairs(
     model: TransformerBridge, pairs: Sequence[Pair], *, instruction: str | None = None,
     shots: Sequence[Shots] | None = None,
 ) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, answer ids) per pair; see `tokenize_pairs`."""
+    """(prompt ids, answer ids) per pair (`encode_example`); see `tokenize_pairs`."""
     if shots is not None and len(shots) != len(pairs):
         raise ValueError(f"{len(shots)} demonstration lists for {len(pairs)} pairs")
     if instruction is not None and "{input}" not in instruction:
         raise ValueError(f"instruction template {instruction!r} lacks '{{input}}'")
-    template = chat_template(model)  # computed once: it renders the tokenizer's template twice
+    template = prompt_format(model)
     rows = []
     for i, (x, y) in enumerate(pairs):
         user = instruction.replace("{input}", x) if instruction is not None else x
-        prompt = encode_prompt(model, user, shots[i] if shots is not None else (), template=template)
-        rows.append((prompt, encode_answer(model, y, template=template)))
+        rows.append(encode_example(model, user, y, shots[i] if shots is not None else (), template=template))
     return rows
 
 
@@ -124,11 +119,11 @@ def tokenize_pairs(
     model: TransformerBridge, pairs: Sequence[Pair], *, instruction: str | None = None,
     shots: Sequence[Shots] | None = None,
 ) -> TaskBatch:
-    """Tokenise `(x, y)` pairs as chat-template(x) ‖ y ‖ end-of-turn into one right-padded batch.
+    """Tokenise `(x, y)` pairs as format(x) ‖ y ‖ end-of-turn into one right-padded batch.
 
     `instruction` (a template with `{input}`) replaces the bare input when given; `shots` gives each
-    pair its demonstrations. Only the answer and end-of-turn tokens carry labels. The prompt and the
-    answer are tokenised separately, so the prompt ids are exactly those used for generation.
+    pair its demonstrations. Only the answer and end-of-turn tokens carry labels. Prompt and answer
+    are tokenised jointly and split at the prompt's length (`encode_example`).
     """
     rows = encode_pairs(model, pairs, instruction=instruction, shots=shots)
     return collate(rows, pad_id=pad_token_id(model), device=model.cfg.device)
@@ -139,5 +134,5 @@ def tokenize_task(model: TransformerBridge, task: Task, split: str = "train", in
     indices = task.split_indices(split)
     return tokenize_pairs(
         model, [task.pairs[i] for i in indices], instruction=task.instruction if instructed else None,
-        shots=[task.shots[i] for i in indices] if task.shots else None,
+        shots=[task.demonstrations(i) for i in indices] if task.has_shots else None,
     )

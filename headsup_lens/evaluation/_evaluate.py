@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import pandas as pd
 import torch
@@ -13,7 +14,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from ..data import Task, encode_pairs, task_prompts
 from ..data._tokenize import collate, encode_prompt
 from ..masks import HeadMask
-from ..models import chat_template, left_pad, pad_token_id, stop_token_ids
+from ..models import prompt_format, left_pad, pad_token_id, stop_token_ids
 from ..gates import Gate, gate_hooks
 from ..training import answer_nll
 from ._greedy import greedy_generate
@@ -37,26 +38,57 @@ def _rows_of(mask: MaskArg, rows: range, n: int) -> MaskArg:
     return mask
 
 
-def answer_loss(
+Reduction = Literal["example", "token"]
+REDUCTIONS = ("example", "token")
+
+
+def answer_nll_per_example(
     model: TransformerBridge, task: Task, *, mask: MaskArg = None, alpha: float = 0.0, instructed: bool = False,
     gate: Gate = "value", split: str = "eval", batch_size: int = 16,
-) -> float:
-    """Mean negative log-likelihood (nats) per answer token, end-of-turn included (the paper's "PPL").
-
-    Tokens are pooled over the whole split, so the value does not depend on `batch_size`. `mask` may
-    be per example `[n_examples, n_layers, n_heads]`. Only answer positions are unembedded.
-    """
+) -> tuple[Tensor, Tensor]:
+    """Per example of the split: the summed answer cross-entropy (nats, end of turn included) and
+    the number of answer tokens, both `[n_examples]` float64. Only answer positions are unembedded;
+    `mask` may be per example `[n_examples, n_layers, n_heads]`."""
     users, shots, answers = task_prompts(task, split, instructed)
-    rows = encode_pairs(model, list(zip(users, answers)), shots=shots if task.shots else None)
-    total, count = 0.0, 0
+    rows = encode_pairs(model, list(zip(users, answers)), shots=shots)
+    sums = torch.zeros(len(rows), dtype=torch.float64)
+    counts = torch.zeros(len(rows), dtype=torch.float64)
     pad_id = pad_token_id(model)
     for chunk in _batches(len(rows), batch_size):
         batch = collate([rows[i] for i in chunk], pad_id=pad_id, device=model.cfg.device)
         with torch.no_grad():
-            nll, _ = answer_nll(model, batch, gate_hooks(model, _rows_of(mask, chunk, len(rows)), alpha=alpha, gate=gate))
-        total += float(nll.double().sum())
-        count += nll.numel()
-    return total / count
+            nll, owner = answer_nll(model, batch, gate_hooks(model, _rows_of(mask, chunk, len(rows)), alpha=alpha, gate=gate))
+        owner = owner.cpu() + chunk.start
+        sums.index_add_(0, owner, nll.double().cpu())
+        counts.index_add_(0, owner, torch.ones_like(owner, dtype=torch.float64))
+    return sums, counts
+
+
+def reduce_nll(sums: Tensor, counts: Tensor, reduction: Reduction = "example") -> float:
+    """`"example"`: mean over examples of each example's mean token NLL (the paper's "PPL");
+    `"token"`: every answer token pooled (what a training batch averages)."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
+    if reduction == "token":
+        return float(sums.sum() / counts.sum())
+    return float((sums / counts).mean())
+
+
+def answer_loss(
+    model: TransformerBridge, task: Task, *, mask: MaskArg = None, alpha: float = 0.0, instructed: bool = False,
+    gate: Gate = "value", split: str = "eval", batch_size: int = 16, reduction: Reduction = "example",
+) -> float:
+    """Answer cross-entropy (nats, end-of-turn token included): the paper's "PPL".
+
+    `reduction="example"` (the paper's definition): each example's mean over its answer tokens,
+    then the mean over examples; `"token"`: all answer tokens of the split pooled. Neither depends
+    on `batch_size`. See `answer_nll_per_example` for `mask`.
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
+    sums, counts = answer_nll_per_example(model, task, mask=mask, alpha=alpha, instructed=instructed, gate=gate,
+                                          split=split, batch_size=batch_size)
+    return reduce_nll(sums, counts, reduction)
 
 
 def generate_answers(
@@ -92,7 +124,7 @@ def generations(
 ) -> list[str]:
     """Greedy generations for every example of a task split (see `generate_answers`)."""
     users, shots, _ = task_prompts(task, split, instructed)
-    template = chat_template(model)
+    template = prompt_format(model)
     prompts = [encode_prompt(model, u, s, template=template) for u, s in zip(users, shots)]
     return generate_answers(model, prompts, mask=mask, alpha=alpha, gate=gate, batch_size=batch_size,
                             max_new_tokens=max_new_tokens or task.max_new_tokens)
@@ -112,16 +144,19 @@ def accuracy(
 def evaluate(
     model: TransformerBridge, task: Task, mask: HeadMask, *, other_mask: HeadMask | None = None, alpha: float = 0.25,
     gate: Gate = "value", split: str = "eval", max_new_tokens: int | None = None, batch_size: int = 16,
-    random_seed: int = 0, generate: bool = True,
+    random_seed: int = 0, generate: bool = True, text_metrics: bool | None = None,
 ) -> pd.DataFrame:
     """The paper's comparison table for one task and mask, one row per setting.
 
     Settings: original, instructed, masked, random mask (`mask.shuffled(random_seed)`, same size),
     other model's mask (`other_mask`, e.g. the base model's), instructed + scaled mask (heads outside
-    the mask scaled by `alpha`; value gate only). Instructed rows need `task.instruction`. Columns: answer_nll (mean
-    token NLL in nats, the paper's "PPL"), perplexity (exp of it), accuracy (greedy, task matcher),
-    rouge_l (mean F1; characters when `task.char_level`) and bleu (sacrebleu), the last three on
-    the first line of each generation for ROUGE/BLEU. `generate=False` skips generation metrics.
+    the mask scaled by `alpha`; value gate only). Instructed rows need `task.instruction`. Columns:
+    `answer_nll` (nats: each example's mean answer-token cross-entropy, averaged over examples; the
+    paper's "PPL"), `perplexity` (exp of the token-pooled cross-entropy: a true perplexity),
+    `accuracy` (greedy, the task's matcher), and for sentence answers `rouge_l` (mean F1; characters
+    when `task.char_level`) and `bleu` (sacrebleu), on the first line of each generation.
+    `text_metrics=None` shows ROUGE-L/BLEU only when the answers average more than two words (on
+    one-word answers they only restate accuracy, BLEU being 0). `generate=False` skips generation.
     """
     if not isinstance(mask, HeadMask):
         raise ValueError(f"mask must be a HeadMask, not {type(mask).__name__}")
@@ -139,21 +174,23 @@ def evaluate(
     if task.instruction is not None and gate == "value":  # alpha scaling is defined for the value gate only
         settings.append(("instructed + scaled mask", mask, alpha, True))
     answers = task_prompts(task, split)[2]
+    if text_metrics is None:
+        text_metrics = sum(len(a.split()) for a in answers) / len(answers) > 2
     records = []
     for name, setting_mask, setting_alpha, instructed in settings:
         options = dict(mask=setting_mask, alpha=setting_alpha, instructed=instructed, gate=gate, split=split,
                        batch_size=batch_size)
-        nll = answer_loss(model, task, **options)
+        sums, counts = answer_nll_per_example(model, task, **options)
         record = {"task": task.name, "setting": name, "instructed": instructed, "alpha": setting_alpha,
                   "n_kept": setting_mask.n_kept if setting_mask is not None else model.cfg.n_layers * model.cfg.n_heads,
-                  "n_examples": len(answers), "answer_nll": nll, "perplexity": math.exp(nll)}
+                  "n_examples": len(answers), "answer_nll": reduce_nll(sums, counts, "example"),
+                  "perplexity": math.exp(reduce_nll(sums, counts, "token"))}
         if generate:
             texts = generations(model, task, max_new_tokens=max_new_tokens, **options)
             lines = [first_line(t) for t in texts]
-            record.update(
-                accuracy=sum(task.is_correct(t, a) for t, a in zip(texts, answers)) / len(answers),
-                rouge_l=rouge_l(lines, answers, char_level=task.char_level),
-                bleu=bleu(lines, answers, char_level=task.char_level),
-            )
+            record["accuracy"] = sum(task.is_correct(t, a) for t, a in zip(texts, answers)) / len(answers)
+            if text_metrics:
+                record.update(rouge_l=rouge_l(lines, answers, char_level=task.char_level),
+                              bleu=bleu(lines, answers, char_level=task.char_level))
         records.append(record)
     return pd.DataFrame.from_records(records)

@@ -1,4 +1,9 @@
-"""Small randomly initialised models saved as Hugging Face directories (self-check, tests, benchmarks)."""
+"""Small randomly initialised models saved as Hugging Face directories (self-check, tests, benchmarks).
+
+They are built to look like trained models where that matters to the project's numbers: norm gains
+and biases drawn away from 1 and 0 (a read-out that skips the final norm's weight, or a bias, gives
+wrong logits), untied input and output embeddings (as most real Llama/Qwen models have).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +15,45 @@ import torch
 from ._tokenizers import char_tokenizer
 
 
-def random_llama_dir(path: str | os.PathLike, seed: int = 0, **overrides) -> Path:
-    """A grouped-query Llama (default 2 layers x 8 query heads over 2 KV heads, d_model 64) with the
-    character tokenizer, saved to `path`; `overrides` are `LlamaConfig` fields."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def realistic_(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Draw every norm gain from U(0.5, 2.5) and every bias from N(0, 0.3), in place."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name.lower() or ".ln_" in name or name.startswith("ln_") or ".ln_f" in name:
+                if name.endswith("weight"):
+                    parameter.copy_(0.5 + 2.0 * torch.rand(parameter.shape, generator=generator))
+                    continue
+            if name.endswith("bias"):
+                parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
+    return model
 
-    tokenizer = char_tokenizer()
+
+def random_llama_dir(
+    path: str | os.PathLike, seed: int = 0, *, tokenizer=None, architecture: str = "llama", **overrides
+) -> Path:
+    """A grouped-query decoder (default 2 layers x 8 query heads over 2 KV heads, d_model 64) saved to
+    `path`, with realistic norm gains and biases (`realistic_`) and untied embeddings.
+
+    `architecture`: "llama" (no biases) or "qwen2" (q/k/v biases); `tokenizer` defaults to the
+    character tokenizer; `overrides` are config fields.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = tokenizer or char_tokenizer()
     settings = dict(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=False,
     )
     settings.update(overrides)
+    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+    if architecture not in classes:
+        raise ValueError(f"architecture must be one of {sorted(classes)}, not {architecture!r}")
+    config_class, model_class = classes[architecture]
     torch.manual_seed(seed)
-    LlamaForCausalLM(LlamaConfig(**settings)).save_pretrained(path)
+    model = realistic_(model_class(config_class(**settings)), seed)
+    model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return Path(path)

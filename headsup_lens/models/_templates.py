@@ -1,52 +1,187 @@
-"""Chat templates: how a bare input `x` becomes a prompt, and what ends the assistant's turn."""
+"""Prompt formats: how a bare input `x` becomes a prompt, and what ends the assistant's turn.
+
+One place decides the format of every prompt the project builds (training, evaluation, sweeps, lens,
+similarity, attention, CLI, demo): `prompt_format(model)`. The default, `"paper"`, is the bare
+per-family turn format of the paper's reference code (no system block, input and answer stripped);
+`"chat_template"` renders the tokenizer's own chat template instead (with its default system
+prompt, or with `system=` text), for users who want the model's native formatting.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-_ANSWER_PROBE = "\x00ANSWER\x00"  # a string no real template contains, located to split the turn
+_ANSWER_PROBE = "\x00ANSWER\x00"  # strings no real template contains, located to split the turns
+_SECOND_PROBE = "\x00SECOND\x00"
+_THIRD_PROBE = "\x00THIRD\x00"
+_ATTRIBUTE = "_headsup_prompt_format"  # where the chosen format is kept on the model
+
+PromptStyle = Literal["paper", "chat_template"]
+STYLES = ("paper", "chat_template")
 
 
 @dataclass(frozen=True)
-class ChatTemplate:
-    """`prefix + x + suffix` is the prompt; `end_of_turn` follows the answer in training data.
+class PromptFormat:
+    """A turn format: the prompt is `prefix + x + suffix`; the answer follows as
+    `answer_prefix + y + end_of_turn`.
 
-    Built from the tokenizer's own chat template when it has one; base models get the paper's
-    plain template `"{x}\\n\\n"` with the EOS token ending the turn.
+    Demonstrations (few-shot) are earlier turns: `prefix + x1 + suffix + answer_prefix + y1 +
+    shot_end + next_turn + x2 + suffix + ...`. Special tokens are written as text, as the reference
+    code does, so `add_bos` is true only where the format relies on the tokenizer's BOS id (the plain
+    format of base models that use one). With `strip`, inputs and answers are `.strip()`-ed.
     """
 
+    name: str
     prefix: str
     suffix: str
     end_of_turn: str
-    add_bos: bool
+    next_turn: str = ""
+    answer_prefix: str = ""
+    shot_end: str | None = None
+    add_bos: bool = False
+    strip: bool = True
+
+    def _clean(self, text: str) -> str:
+        return text.strip() if self.strip else text
 
     def format(self, x: str) -> str:
-        return f"{self.prefix}{x}{self.suffix}"
+        """The prompt of one bare input, up to where the assistant's answer starts."""
+        return f"{self.prefix}{self._clean(x)}{self.suffix}"
+
+    def render(self, x: str, shots: tuple[tuple[str, str], ...] = ()) -> str:
+        """The prompt of `x` after demonstration turns `shots` ((input, answer), ...)."""
+        shot_end = self.end_of_turn if self.shot_end is None else self.shot_end
+        text = self.prefix
+        for shot_x, shot_y in shots:
+            text += (f"{self._clean(shot_x)}{self.suffix}{self.answer_prefix}{self._clean(shot_y)}"
+                     f"{shot_end}{self.next_turn}")
+        return f"{text}{self._clean(x)}{self.suffix}"
+
+    def answer(self, y: str) -> str:
+        """The text that follows the prompt in a training example: the answer and the end of turn."""
+        return f"{self.answer_prefix}{self._clean(y)}{self.end_of_turn}"
 
 
-def chat_template(model: TransformerBridge) -> ChatTemplate:
-    """The model's chat template (see `ChatTemplate`)."""
-    tokenizer = model.tokenizer
-    bos = tokenizer.bos_token or ""
-    if getattr(tokenizer, "chat_template", None):
-        prompt = tokenizer.apply_chat_template(
-            [{"role": "user", "content": _ANSWER_PROBE}], add_generation_prompt=True, tokenize=False
-        )
-        turn = tokenizer.apply_chat_template(
-            [{"role": "user", "content": "u"}, {"role": "assistant", "content": _ANSWER_PROBE}],
-            tokenize=False,
-        )
-        prefix, suffix = prompt.split(_ANSWER_PROBE)
-        end_of_turn = turn.split(_ANSWER_PROBE)[1].rstrip("\n") or (tokenizer.eos_token or "")
-        # The template writes BOS itself; tokenising must not add a second one.
-        return ChatTemplate(prefix=prefix, suffix=suffix, end_of_turn=end_of_turn, add_bos=False)
-    add_bos = bool(bos) and bool(getattr(model.cfg, "default_prepend_bos", True))
-    return ChatTemplate(prefix="", suffix="\n\n", end_of_turn=tokenizer.eos_token or "", add_bos=add_bos)
+# The reference code's templates, by model family (train_mask.py of the paper's repository).
+PAPER_FORMATS: dict[str, PromptFormat] = {
+    "llama3": PromptFormat(
+        "llama3", prefix="<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n",
+        suffix="<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", end_of_turn="<|eot_id|>",
+        next_turn="<|start_header_id|>user<|end_header_id|>\n\n"),
+    "chatml": PromptFormat(
+        "chatml", prefix="<|im_start|>user\n", suffix="<|im_end|>\n<|im_start|>assistant\n",
+        end_of_turn="<|im_end|>", next_turn="\n<|im_start|>user\n"),
+    "mistral": PromptFormat(
+        "mistral", prefix="<s>[INST] ", suffix="[/INST]", end_of_turn="</s>", next_turn="[INST] ",
+        answer_prefix=" "),
+    "phi3": PromptFormat(
+        "phi3", prefix="<|user|>\n", suffix="<|end|>\n<|assistant|>\n", end_of_turn="<|end|>",
+        next_turn="\n<|user|>\n"),
+    "gemma2": PromptFormat(
+        "gemma2", prefix="<bos><start_of_turn>user\n", suffix="<end_of_turn>\n<start_of_turn>model\n",
+        end_of_turn="<end_of_turn>", next_turn="\n<start_of_turn>user\n"),
+}
+
+# Markers of each family in a tokenizer's chat template, checked in this order.
+_FAMILY_MARKERS = (
+    ("llama3", ("<|start_header_id|>", "<|eot_id|>")),
+    ("chatml", ("<|im_start|>", "<|im_end|>")),
+    ("gemma2", ("<start_of_turn>", "<end_of_turn>")),
+    ("phi3", ("<|user|>", "<|assistant|>", "<|end|>")),
+    ("mistral", ("[INST]", "[/INST]")),
+)
+
+
+def detect_family(tokenizer) -> str | None:
+    """The paper's family of a tokenizer's chat template ("llama3", "chatml", ...), "plain" for a
+    tokenizer without one (base models), or None for a template of no known family."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        return "plain"
+    if isinstance(template, dict):  # tokenizers with named templates keep the main one as "default"
+        template = template.get("default") or next(iter(template.values()), "")
+    vocabulary = tokenizer.get_vocab()
+    for family, markers in _FAMILY_MARKERS:
+        if all(m in template for m in markers) and all(m in vocabulary or m.startswith("[") for m in markers):
+            return family
+    return None
+
+
+def plain_format(tokenizer, *, prepend_bos: bool = True) -> PromptFormat:
+    """The paper's format for base models: `"{x}\n\n"`, answer, then the EOS token; BOS is
+    prepended when the tokenizer has one and the model uses it (`prepend_bos`)."""
+    return PromptFormat("plain", prefix="", suffix="\n\n", end_of_turn=tokenizer.eos_token or "",
+                        shot_end="\n\n", add_bos=bool(tokenizer.bos_token) and prepend_bos)
+
+
+def tokenizer_format(tokenizer, system: str | None = None) -> PromptFormat:
+    """The tokenizer's own chat template split into a `PromptFormat` (its default system prompt
+    included, unless `system` gives another one)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("this model's tokenizer has no chat template; use prompt style 'paper'")
+    head = [] if system is None else [{"role": "system", "content": system}]
+
+    def apply(messages: list[dict], generation: bool) -> str:
+        return tokenizer.apply_chat_template(head + messages, add_generation_prompt=generation, tokenize=False)
+
+    one = apply([{"role": "user", "content": _ANSWER_PROBE}], True)
+    turns = apply([{"role": "user", "content": _ANSWER_PROBE}, {"role": "assistant", "content": _SECOND_PROBE},
+                   {"role": "user", "content": _THIRD_PROBE}], True)
+    prefix, suffix = one.split(_ANSWER_PROBE)
+    between = turns.split(_SECOND_PROBE)[1].split(_THIRD_PROBE)[0]  # end of turn + next user opener
+    closed = apply([{"role": "user", "content": "u"}, {"role": "assistant", "content": _SECOND_PROBE}], False)
+    end_of_turn = closed.split(_SECOND_PROBE)[1].rstrip("\n") or (tokenizer.eos_token or "")
+    next_turn = between[len(end_of_turn):] if between.startswith(end_of_turn) else between
+    return PromptFormat("chat_template", prefix=prefix, suffix=suffix, end_of_turn=end_of_turn, next_turn=next_turn)
+
+
+def format_for(
+    tokenizer, style: str = "paper", *, system: str | None = None, prepend_bos: bool = True
+) -> PromptFormat:
+    """The prompt format of a tokenizer in a style (see `set_prompt_format`)."""
+    if style == "paper":
+        if system is not None:
+            raise ValueError("system= applies to the 'chat_template' style only; the paper's format has no system block")
+        family = detect_family(tokenizer)
+        if family == "plain":
+            return plain_format(tokenizer, prepend_bos=prepend_bos)
+        if family is None:  # a template of no family the paper used (e.g. the organism's): render it
+            return tokenizer_format(tokenizer)
+        return PAPER_FORMATS[family]
+    if style == "chat_template":
+        return tokenizer_format(tokenizer, system)
+    raise ValueError(f"prompt style must be one of {STYLES} or a PromptFormat, not {style!r}")
+
+
+def set_prompt_format(
+    model: TransformerBridge, style: str | PromptFormat = "paper", *, system: str | None = None
+) -> PromptFormat:
+    """Choose how every prompt for `model` is built from now on; returns the format.
+
+    `"paper"` (the default): the reference code's per-family format, detected from the tokenizer
+    (Llama-3, ChatML for Qwen2/SmolLM2, Mistral, Phi-3, Gemma-2; `"{x}\\n\\n"` for base models;
+    the tokenizer's template for families the paper did not use). `"chat_template"`: the tokenizer's
+    chat template, with its default system prompt or `system`. A `PromptFormat` is used as given.
+    """
+    if isinstance(style, PromptFormat):
+        chosen = style
+    else:
+        chosen = format_for(model.tokenizer, style, system=system,
+                            prepend_bos=bool(getattr(model.cfg, "default_prepend_bos", True)))
+    object.__setattr__(model, _ATTRIBUTE, chosen)  # plain attribute: not a module, parameter or buffer
+    return chosen
+
+
+def prompt_format(model: TransformerBridge) -> PromptFormat:
+    """The format every prompt for `model` is built with (see `set_prompt_format`; default "paper")."""
+    chosen = getattr(model, _ATTRIBUTE, None)
+    return chosen if chosen is not None else set_prompt_format(model)
 
 
 def encode(model: TransformerBridge, text: str, *, add_bos: bool) -> list[int]:
@@ -63,7 +198,7 @@ def encode_prompts(
 ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
     """Left-padded token ids and attention mask for already formatted prompts (for generation)."""
     if add_bos is None:
-        add_bos = chat_template(model).add_bos
+        add_bos = prompt_format(model).add_bos
     rows = [encode(model, p, add_bos=add_bos) for p in prompts]
     return left_pad(rows, pad_id=pad_token_id(model), device=model.cfg.device)
 
@@ -97,7 +232,7 @@ def stop_token_ids(model: TransformerBridge) -> set[int]:
     if eos is None:
         eos = model.tokenizer.eos_token_id
     stops = set() if eos is None else ({int(eos)} if isinstance(eos, int) else {int(e) for e in eos})
-    end_of_turn = encode(model, chat_template(model).end_of_turn, add_bos=False)
+    end_of_turn = encode(model, prompt_format(model).end_of_turn, add_bos=False)
     return stops | set(end_of_turn[:1])
 
 

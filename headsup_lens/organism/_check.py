@@ -11,7 +11,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from ..data import encode_prompt
 from ..evaluation import generate_answers
 from ..masks import HeadMask
-from ..models import chat_template
+from ..models import prompt_format
 from ._planting import Head, load_planted
 from ._tasks import task as organism_data_task
 
@@ -47,7 +47,7 @@ def check_planted(
         planted = load_planted(planted)
     tasks = [t.removeprefix("organism/") for t in (tasks or list(planted))]
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    template = chat_template(model)
+    template = prompt_format(model)
     prompts, masks, keys, answers, graders = [], [], [], [], []
     for task_index, name in enumerate(tasks):
         if name not in planted:

@@ -31,7 +31,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._io import atomic_write_json
 from ..data import IGNORE_INDEX as IGNORE
 from ..gates import value_gate
-from ..models import chat_template, char_tokenizer, encode, load_model, pad_token_id
+from ..models import prompt_format, char_tokenizer, encode, load_model, pad_token_id
 from ._corpus import TASK_NAMES, eval_words, organism_task, train_words
 from ._planting import Head, plant_head_sets, save_planted
 
@@ -139,7 +139,7 @@ class PlantingSampler:
         self.planted = planted
         self.n_layers, self.n_heads = model.cfg.n_layers, model.cfg.n_heads
         self.rng = random.Random(config.seed + 1)
-        template = chat_template(model)
+        template = prompt_format(model)
         self.pad_id = pad_token_id(model)
 
         def ids(text: str) -> list[int]:

@@ -38,6 +38,9 @@ class TrainConfig:
     """Temperature after the decay, kept until the end."""
     tau_decay_frac: float = 0.4
     """Fraction of the steps over which the temperature decays linearly from tau_start to tau_end."""
+    max_grad_norm: float = 1.0
+    """Clip the gradient of the mask logits to this norm before each step (the Hugging Face Trainer's
+    default, which the paper's code inherits); 0 turns clipping off."""
     size_penalty: float = 0.0
     """Weight lambda of the mask-size penalty lambda * sum(sigmoid(M)) (0 in every run of the paper)."""
     gate: Literal["value", "query"] = "value"
@@ -83,6 +86,7 @@ class TrainConfig:
             "tau_start and tau_end must be positive": self.tau_start > 0 and self.tau_end > 0,
             "init_std must be >= 0": self.init_std >= 0,
             "weight_decay and size_penalty must be >= 0": self.weight_decay >= 0 and self.size_penalty >= 0,
+            "max_grad_norm must be >= 0 (0 turns clipping off)": self.max_grad_norm >= 0,
             "gate must be 'value' or 'query'": self.gate in ("value", "query"),
             "checkpoint_every must be >= 0": self.checkpoint_every >= 0,
         }

@@ -9,8 +9,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from ..data import IGNORE_INDEX, TaskBatch
-
-_FINAL_NORM = "ln_final.hook_normalized"
+from ..models import FINAL_NORM_OUT, unembed, verify_readout
 
 
 class _StopForward(Exception):
@@ -28,17 +27,15 @@ def answer_logits(
 ) -> tuple[Float[Tensor, "n d_vocab"], Tensor, Tensor]:
     """Logits at the positions that predict answer tokens, their targets and batch rows.
 
-    The forward pass stops at `ln_final.hook_normalized`; only the answer positions go through the
-    unembedding (for a 0.5B model the unembedding is over a quarter of the parameters). Hooks that
+    The forward pass stops after the final norm (`ln_final.hook_out`, its weight applied); only the
+    answer positions go through the unembedding (for a 0.5B model the unembedding is over a quarter
+    of the parameters). The result equals `model(...)` logits at those positions. Hooks that
     are active on `model` (gates) apply as usual; `hooks` are added for this pass only (one
     `model.hooks` context per step: entering it costs a few milliseconds on the bridge).
     """
     hooks = list(hooks or [])
     rows, positions, targets = answer_positions(batch.labels)
-    if _FINAL_NORM not in model.hook_dict:  # architectures without the hook: full logits
-        with model.hooks(fwd_hooks=hooks):
-            logits = model(batch.input_ids, attention_mask=batch.attention_mask)
-        return logits[rows, positions], targets, rows
+    verify_readout(model)
     captured: list[Tensor] = []
 
     def stop(normalized: Tensor, hook) -> Tensor:
@@ -46,17 +43,13 @@ def answer_logits(
         raise _StopForward
 
     try:
-        with model.hooks(fwd_hooks=hooks + [(_FINAL_NORM, stop)]):
+        with model.hooks(fwd_hooks=hooks + [(FINAL_NORM_OUT, stop)]):
             model(batch.input_ids, attention_mask=batch.attention_mask)
     except _StopForward:
         pass
     if not captured:
-        raise RuntimeError(f"the forward pass never reached {_FINAL_NORM}")
-    logits = model.unembed(captured[0][rows, positions])
-    cap = getattr(model.cfg, "output_logits_soft_cap", -1.0) or -1.0
-    if cap > 0:  # Gemma-2 style final soft-capping happens after the unembedding
-        logits = cap * torch.tanh(logits / cap)
-    return logits, targets, rows
+        raise RuntimeError(f"the forward pass never reached {FINAL_NORM_OUT}")
+    return unembed(model, captured[0][rows, positions]), targets, rows
 
 
 def answer_nll(

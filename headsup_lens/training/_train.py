@@ -20,7 +20,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._io import atomic_write, atomic_write_text
 from ..data import Task, collate, encode_pairs
 from ..masks import HeadMask
-from ..models import fingerprint, pad_token_id
+from ..models import fingerprint, pad_token_id, prompt_format
 from ._config import TrainConfig
 from ..gates import gate_hooks
 from ._objective import answer_nll
@@ -81,6 +81,57 @@ def straight_through(logits: Tensor, noise: Tensor, tau: float) -> Tensor:
     return hard - soft.detach() + soft
 
 
+def task_losses(model: TransformerBridge, batch, hooks: list, rows_task: Tensor, n_tasks: int) -> Tensor:
+    """`[n_tasks]`: each task's mean cross-entropy over the answer tokens of its rows in `batch`
+    (all of a task's tokens pooled, as a Hugging Face causal-LM loss over that task's batch)."""
+    nll, token_rows = answer_nll(model, batch, hooks)
+    token_task = rows_task[token_rows]
+    per_task = torch.zeros(n_tasks, device=nll.device).index_add(0, token_task, nll)
+    return per_task / torch.bincount(token_task, minlength=n_tasks).clamp(min=1)
+
+
+def clip_per_task(parameters: list[Tensor], max_norm: float) -> None:
+    """Clip each task's gradient (row k of every parameter) to norm `max_norm`, as a single-task
+    run's optimiser clips its whole gradient (the Hugging Face Trainer's `max_grad_norm`)."""
+    norms = torch.sqrt(sum(p.grad.flatten(1).double().pow(2).sum(1) for p in parameters))
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for p in parameters:
+        p.grad.mul_(scale.to(p.grad.dtype).view(-1, *[1] * (p.grad.ndim - 1)))
+
+
+def run_identity(config: TrainConfig, names: list[str], encoded: list, model: TransformerBridge) -> dict:
+    """Everything that determines a run's result: the recipe, the tasks, a hash of the training
+    token ids (data, instructions, prompt format and tokenizer together), the prompt format, the
+    model and the library version. A resumed run must match it in every field."""
+    from .. import __version__
+
+    digest = hashlib.sha256(repr(encoded).encode()).hexdigest()
+    return {"recipe": config.recipe(), "tasks": names, "data": digest, "prompt_format": prompt_format(model).name,
+            "model": fingerprint(model).to_dict(), "version": __version__}
+
+
+def _identity_differences(saved: dict, current: dict) -> list[str]:
+    differences = []
+    for key in sorted(set(saved) | set(current)):
+        if key == "recipe" and isinstance(saved.get(key), dict):
+            keys = sorted(set(saved[key]) | set(current[key]))
+            differences += [f"recipe.{k} ({saved[key].get(k)!r} there, {current[key].get(k)!r} here)"
+                            for k in keys if saved[key].get(k) != current[key].get(k)]
+        elif saved.get(key) != current.get(key):
+            differences.append({"data": "training data (its content hash)", "model": "model"}.get(key, key))
+    return differences
+
+
+def _load_state(path: Path, device: torch.device) -> dict:
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except Exception as error:  # truncated or corrupted files raise several unpickling error types
+        raise ValueError(
+            f"the training checkpoint {path} cannot be read ({type(error).__name__}); it is damaged: "
+            "start afresh (resume=False; CLI: --fresh)"
+        ) from error
+
+
 def train_mask(
     model: TransformerBridge, task: Task, config: TrainConfig | None = None, *,
     out_dir: str | os.PathLike | None = None, resume: bool = True,
@@ -125,7 +176,7 @@ def _train(
     model_fp = fingerprint(model)
     # Tokenise everything first: a bad pair fails before anything is trained or written.
     encoded = [encode_pairs(model, [t.pairs[i] for i in t.split_indices("train")],
-                            shots=[t.shots[i] for i in t.split_indices("train")] if t.shots else None)
+                            shots=[t.demonstrations(i) for i in t.split_indices("train")])
                for t in tasks]
     samplers = [_Sampler(len(rows), config.batch_size, config.seed, t.name) for rows, t in zip(encoded, tasks)]
     pad_id = pad_token_id(model)
@@ -145,13 +196,14 @@ def _train(
     start = 0
 
     out = Path(out_dir) if out_dir is not None else None
-    identity = {"recipe": config.recipe(), "tasks": names, "model": model_fp.to_dict()}
+    identity = run_identity(config, names, encoded, model)
     if out is not None and resume and (out / _CHECKPOINTS / _STATE).is_file():
-        state = torch.load(out / _CHECKPOINTS / _STATE, map_location=device, weights_only=True)
-        if state["identity"] != identity:
+        state = _load_state(out / _CHECKPOINTS / _STATE, device)
+        differences = _identity_differences(state.get("identity", {}), identity)
+        if differences:
             raise ValueError(
-                f"{out} holds a training run with a different recipe, task list or model; "
-                "pass another out_dir or resume=False"
+                f"{out} holds a training run that differs from this one in {', '.join(differences)}; "
+                "resume only the same run, or start afresh (resume=False; CLI: --fresh) or in another folder"
             )
         with torch.no_grad():
             logits.copy_(state["logits"])
@@ -178,10 +230,7 @@ def _train(
         if mlp_logits is not None:
             mlp_noise = torch.cat([left_tail_gumbel((config.batch_size, n_layers), g) for g in noise]).to(device)
             mlp = straight_through(mlp_logits[rows_task], mlp_noise, tau)
-        nll, token_rows = answer_nll(model, batch, gate_hooks(model, mask, gate=config.gate, mlp=mlp))
-        token_task = rows_task[token_rows]
-        per_task = torch.zeros(len(tasks), device=device).index_add(0, token_task, nll)
-        per_task = per_task / torch.bincount(token_task, minlength=len(tasks)).clamp(min=1)
+        per_task = task_losses(model, batch, gate_hooks(model, mask, gate=config.gate, mlp=mlp), rows_task, len(tasks))
         loss = per_task.sum()
         if config.size_penalty:
             loss = loss + config.size_penalty * torch.sigmoid(logits).sum()
@@ -192,6 +241,8 @@ def _train(
             )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if config.max_grad_norm > 0:
+            clip_per_task(parameters, config.max_grad_norm)
         optimizer.step()
         kept = (logits.detach() >= 0).sum(dim=(1, 2)).tolist()
         losses = per_task.detach().tolist()

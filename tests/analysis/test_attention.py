@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from headsup_lens import Task, attention_on_target, value_gate
-from headsup_lens.analysis import candidate_spans
-from headsup_lens.models import chat_template, encode
+from headsup_lens.analysis import candidate_spans, choice_instruction
+from headsup_lens.models import encode, prompt_format
 
 from ..conftest import random_mask
 
@@ -11,14 +11,23 @@ PAIRS = [("cat, apple, dog", "apple"), ("pear, horse, fig", "horse"), ("ant, kiw
 INSTRUCTION = "Pick the fruit: {input}"
 
 
-def direct_share(model, user, x, answer, mask=None):
-    """From one unpadded cached run: the last token's attention to the target word's tokens over
-    its attention to all three words' tokens. A word's tokens are found by encoding the prompt text
-    up to its start and up to its end (no offsets involved)."""
-    template = chat_template(model)
+def direct_words(model, user, x, answer, mask=None):
+    """From one unpadded cached run: the last token's attention to each candidate word's tokens,
+    `[n_layers, n_heads, 3]`, and the target's index. A word's tokens are found by encoding the
+    prompt text up to its start and up to its end (no offsets involved)."""
+    template = prompt_format(model)
     text = template.format(user)
     ids = encode(model, text, add_bos=template.add_bos)
-    n_tokens = lambda prefix: len(encode(model, prefix, add_bos=template.add_bos)) if prefix else int(template.add_bos)
+    def n_tokens(prefix: str) -> int:
+        """Tokens of `prefix` as they stand in the full prompt: a trailing space that the tokenizer
+        joins to the next word ("▁apple", "Ġapple") is left to that word."""
+        for candidate in (prefix, prefix.rstrip(" ")):
+            head = encode(model, candidate, add_bos=template.add_bos) if candidate else [tokenizer_bos] * template.add_bos
+            if ids[: len(head)] == head:
+                return len(head)
+        raise AssertionError(f"no token boundary at {prefix!r}")
+
+    tokenizer_bos = model.tokenizer.bos_token_id
     words = [w.strip() for w in x.split(",")]
     positions, cursor = [], text.index(x)
     for word in words:
@@ -27,12 +36,11 @@ def direct_share(model, user, x, answer, mask=None):
         positions.append(list(range(n_tokens(text[:start]), n_tokens(text[:cursor]))))
     with torch.no_grad(), value_gate(model, mask if mask is not None else torch.ones(model.cfg.n_layers, model.cfg.n_heads)):
         _, cache = model.run_with_cache(torch.tensor([ids]))
-    out = torch.zeros(model.cfg.n_layers, model.cfg.n_heads)
+    out = torch.zeros(model.cfg.n_layers, model.cfg.n_heads, 3)
     for layer in range(model.cfg.n_layers):
         last = cache[f"blocks.{layer}.attn.hook_pattern"][0, :, -1]
-        per_word = torch.stack([last[:, p].sum(-1) for p in positions], -1)
-        out[layer] = per_word[:, words.index(answer)] / per_word.sum(-1)
-    return out
+        out[layer] = torch.stack([last[:, p].sum(-1) for p in positions], -1)
+    return out, words.index(answer)
 
 
 def test_attention_on_target_matches_direct_computation(any_model):
@@ -45,14 +53,19 @@ def test_attention_on_target_matches_direct_computation(any_model):
     for setting in result.per_head:
         instructed = "instructed" in setting
         setting_mask = mask if setting.startswith("masked") else None
-        expected = torch.stack([
-            direct_share(any_model, INSTRUCTION.replace("{input}", x) if instructed else x, x, y, setting_mask)
-            for x, y in PAIRS
-        ]).mean(0)
-        assert torch.allclose(result.per_head[setting], expected, atol=1e-5), setting
+        runs = [direct_words(any_model, INSTRUCTION.replace("{input}", x) if instructed else x, x, y, setting_mask)
+                for x, y in PAIRS]
+        per_head = torch.stack([words[..., t] / words.sum(-1) for words, t in runs]).mean(0)
+        assert torch.allclose(result.per_head[setting], per_head, atol=1e-5), setting
+
+        def group(heads):  # the paper's Table 7: sum over the group's heads, then normalise, then average
+            return sum(float(words[heads].sum(0)[t] / words[heads].sum()) for words, t in runs) / len(runs)
+
         row = result.table.set_index("setting").loc[setting]
-        assert row.inside == pytest.approx(expected[inside].mean().item(), abs=1e-5)
-        assert row.outside == pytest.approx(expected[~inside].mean().item(), abs=1e-5)
+        assert row.inside == pytest.approx(group(inside), abs=1e-5)
+        assert row.outside == pytest.approx(group(~inside), abs=1e-5)
+        assert row["all"] == pytest.approx(group(torch.ones_like(inside)), abs=1e-5)
+        assert row.inside != pytest.approx(per_head[inside].mean().item(), abs=1e-6)  # not a mean of ratios
     assert not torch.allclose(result.per_head["original"], result.per_head["masked"])
 
 
@@ -63,6 +76,16 @@ def test_attention_on_target_takes_a_task(llama):
     from_pairs = attention_on_target(llama, PAIRS, mask, instruction=INSTRUCTION)
     assert from_task.table.equals(from_pairs.table)
     assert list(from_task.table.setting) == ["original", "instructed", "masked"]
+
+
+def test_pick_one_of_three_tasks_use_the_papers_table_7_prompt(llama):
+    assert choice_instruction("fruit_v_animal_3") == "{input}\n\nChoose the fruit out of animals:"
+    assert choice_instruction("antonym") is None
+    task = Task.from_pairs("fruit_v_animal_3", PAIRS, instruction="Table 10 wording: {input}", n_eval=1)
+    table = attention_on_target(llama, task, random_mask(llama), settings=("instructed",)).table
+    expected = attention_on_target(llama, PAIRS, random_mask(llama), settings=("instructed",),
+                                   instruction=choice_instruction("fruit_v_animal_3")).table
+    assert table.equals(expected)
 
 
 def test_candidate_spans_and_bad_examples(llama):

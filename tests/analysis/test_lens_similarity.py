@@ -3,13 +3,13 @@ import torch
 
 from headsup_lens import HeadMask, layer_similarity, logit_lens, removal_sweep, value_gate
 from headsup_lens.analysis import Setting, layer_states, random_order, sweep_similarity
-from headsup_lens.models import chat_template, encode
+from headsup_lens.models import encode, prompt_format
 
 from ..conftest import random_mask
 
 
 def prompt_tensor(model, prompt):
-    template = chat_template(model)
+    template = prompt_format(model)
     return torch.tensor([encode(model, template.format(prompt), add_bos=template.add_bos)])
 
 

@@ -19,39 +19,61 @@ from ..conftest import random_mask
 PAIRS = [("cat", "dog"), ("apple pie", "pear"), ("sun", "moon and stars"), ("a", "b")]
 
 
-def manual_pattern(model, pairs, mask=None):
-    """One example at a time, unpadded: full logits, mean answer cross-entropy, autograd w.r.t. a
-    pattern that the hook swaps for a leaf tensor."""
-    total = torch.zeros(model.cfg.n_layers, model.cfg.n_heads)
+def manual_pattern(model, pairs, mask=None, activation="pattern", detached=False):
+    """Brute force, one example and one layer at a time, unpadded: full logits, the example's mean
+    answer cross-entropy and the gradient of a zero added at that layer's activation alone (the
+    total derivative dL/dA). `detached=True` instead swaps every layer's activation for a detached
+    leaf, which drops the paths through later layers' attention (kept to show the difference)."""
+    from headsup_lens.gates import value_gate_hooks
+
+    hook_name = {"pattern": "attn.hook_pattern", "z": "attn.hook_z"}[activation]
+    total = torch.zeros(model.cfg.n_layers, model.cfg.n_heads, dtype=torch.float64)
     for pair in pairs:
         batch = tokenize_pairs(model, [pair])
-        leaves = {}
+        for layer in range(model.cfg.n_layers):
+            seen = {}
 
-        def swap(pattern, hook):
-            leaves[hook.layer()] = pattern.detach().requires_grad_(True)
-            return leaves[hook.layer()]
+            def probe(value, hook, layer=layer):
+                if detached:
+                    seen[hook.layer()] = value.detach().requires_grad_(True)
+                    return seen[hook.layer()]
+                if hook.layer() != layer:
+                    return value
+                seen["value"], seen["probe"] = value.detach(), torch.zeros_like(value, requires_grad=True)
+                return value + seen["probe"]
 
-        hooks = [(f"blocks.{l}.attn.hook_pattern", swap) for l in range(model.cfg.n_layers)]
-        if mask is not None:
-            from headsup_lens.gates import value_gate_hooks
+            hooks = [(f"blocks.{l}.{hook_name}", probe) for l in range(model.cfg.n_layers)]
+            if mask is not None:
+                hooks = value_gate_hooks(model, mask) + hooks
+            with torch.enable_grad(), model.hooks(fwd_hooks=hooks):
+                logits = model(batch.input_ids)
+                loss = torch.nn.functional.cross_entropy(logits[0, :-1], batch.labels[0, 1:], ignore_index=-100)
+                target, value = (seen[layer], seen[layer].detach()) if detached else (seen["probe"], seen["value"])
+                (grad,) = torch.autograd.grad(loss, target)
+            product = (value * grad).abs()[0]
+            total[layer] += (product.sum((-1, -2)) if activation == "pattern" else product.sum((0, 2))).double()
+    return (total / len(pairs)).float()
 
-            hooks = value_gate_hooks(model, mask) + hooks
-        with torch.enable_grad(), model.hooks(fwd_hooks=hooks):
-            logits = model(batch.input_ids)
-            loss = torch.nn.functional.cross_entropy(logits[0, :-1], batch.labels[0, 1:], ignore_index=-100)
-            for layer in range(model.cfg.n_layers):
-                (grad,) = torch.autograd.grad(loss, leaves[layer], retain_graph=True)
-                total[layer] += (leaves[layer] * grad).abs().sum((-1, -2))[0].detach()
-    return total / len(pairs)
 
-
-def test_activation_pattern_equals_manual_autograd(any_model):
+def test_activation_pattern_equals_the_brute_force_total_derivative(any_model):
     expected = manual_pattern(any_model, PAIRS)
     for batch_size in (1, 3):
         pattern = activation_pattern(any_model, PAIRS, batch_size=batch_size)
         assert pattern.shape == (any_model.cfg.n_layers, any_model.cfg.n_heads)
         assert torch.allclose(pattern, expected, rtol=1e-4, atol=1e-7)
     assert (expected > 0).all()
+
+
+def test_detached_patterns_would_miss_the_paths_through_later_layers(llama):
+    total = manual_pattern(llama, PAIRS)
+    detached = manual_pattern(llama, PAIRS, detached=True)
+    assert torch.allclose(total[-1], detached[-1], rtol=1e-4)  # the last layer has no later attention
+    assert not torch.allclose(total[0], detached[0], rtol=1e-4)  # beyond the tolerance the tests use
+
+
+def test_z_variant_equals_its_brute_force(llama):
+    expected = manual_pattern(llama, PAIRS, activation="z")
+    assert torch.allclose(activation_pattern(llama, PAIRS, activation="z", batch_size=2), expected, rtol=1e-4, atol=1e-7)
 
 
 def test_activation_pattern_under_a_mask(llama):

@@ -3,7 +3,7 @@ import torch
 
 from headsup_lens import HeadMask, removal_sweep, value_gate
 from headsup_lens.analysis import auto_batch_size, influence_order, random_order, sweep_masks, weight_order
-from headsup_lens.models import chat_template, encode
+from headsup_lens.models import encode, prompt_format
 
 PROMPT = "cat dog"
 MAX_NEW = 4
@@ -11,7 +11,7 @@ MAX_NEW = 4
 
 def sequential_sweep(model, prompt, order, targets, top_k=5, max_new=MAX_NEW):
     """The reference: for each step one forward pass and one greedy generation, one row at a time."""
-    template = chat_template(model)
+    template = prompt_format(model)
     ids = torch.tensor([encode(model, template.format(prompt), add_bos=template.add_bos)])
     eos = model.tokenizer.eos_token_id
     ranks, generations, top = [], [], None
@@ -45,7 +45,7 @@ def check_against_sequential(model, order, targets, batch_sizes=(None,)):
 
 def final_top1(model, order):
     """A target that certainly becomes top-1 during the sweep: the top token with every head removed."""
-    template = chat_template(model)
+    template = prompt_format(model)
     ids = torch.tensor([encode(model, template.format(PROMPT), add_bos=template.add_bos)])
     with torch.no_grad(), value_gate(model, HeadMask.from_heads(order, model)):
         return int(model(ids)[0, -1].argmax())
@@ -62,7 +62,7 @@ def test_weight_order_sweep_equals_sequential_loop(any_model):
 def test_memory_budget_chunks_the_sweep(llama):
     order = random_order(llama, seed=2)
     whole = removal_sweep(llama, PROMPT, order, max_new_tokens=3)
-    n_tokens = len(encode(llama, chat_template(llama).format(PROMPT), add_bos=False)) + 3
+    n_tokens = len(encode(llama, prompt_format(llama).format(PROMPT), add_bos=False)) + 3
     memory_gb = 5 / auto_batch_size(llama, n_tokens, memory_gb=1.0)  # about 5 rows per chunk
     budget = auto_batch_size(llama, n_tokens, memory_gb=memory_gb)
     chunked = removal_sweep(llama, PROMPT, order, max_new_tokens=3, memory_gb=memory_gb)
@@ -100,7 +100,7 @@ def test_masks_layer_outputs_and_steps(llama):
     assert some.ranks.step.tolist() == [1, 3]
     assert torch.allclose(some.block_out, full.block_out[[1, 3]], atol=1e-5)
     # Recorded layer outputs are those of a plain cached run of the step's mask.
-    template = chat_template(llama)
+    template = prompt_format(llama)
     ids = torch.tensor([encode(llama, template.format(PROMPT), add_bos=template.add_bos)])
     with value_gate(llama, masks[1]):
         _, cache = llama.run_with_cache(ids)
@@ -109,7 +109,7 @@ def test_masks_layer_outputs_and_steps(llama):
 
 
 def test_formatted_prompt_and_text_targets(llama):
-    template = chat_template(llama)
+    template = prompt_format(llama)
     plain = removal_sweep(llama, PROMPT, [(0, 1)], target_tokens="x", max_new_tokens=3)
     formatted = removal_sweep(llama, template.format(PROMPT), [(0, 1)], target_tokens="x", max_new_tokens=3, formatted=True)
     assert plain.ranks.equals(formatted.ranks) and plain.generations == formatted.generations

@@ -11,7 +11,7 @@ from headsup_lens.data import (
     IGNORE_INDEX, Task, data_dir, fewshot, function_vector_task, hybrid_task, iwslt_task, load_task,
     register_task, render_prompt, task_names, tokenize_pairs, tokenize_task, translation_task,
 )
-from headsup_lens.models import chat_template
+from headsup_lens.models import prompt_format
 
 LLAMA_USER = "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
 LLAMA_ASSISTANT = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
@@ -83,10 +83,10 @@ def test_function_vector_loader_on_written_files(tmp_path):
     write_fv(tmp_path, "capitalize", pairs)
     task = function_vector_task("capitalize", tmp_path)
     assert len(task.pairs) == 250 and task.eval_pairs == tuple(pairs[150:])
-    assert task.matcher == "starts_with" and "{input}" in task.instruction  # the project's own wording
-    (tmp_path / "function_vectors" / "instructions.json").write_text(
-        json.dumps({"tasks": {"capitalize": {"template": "PAPER {input} END"}}}), encoding="utf-8")
-    assert load_task("capitalize", tmp_path).instruction == "PAPER {input} END"
+    # The paper's Table 10 instruction, shipped with the package, in its evaluation's layout.
+    assert task.matcher == "starts_with"
+    assert task.instruction == ("Output the given word with its first letter capitalized.\n\nInput:\n\n{input}"
+                                "\n\nOutput:\n\n")
     write_fv(tmp_path, "antonym", pairs)
     assert load_task("antonym", tmp_path).matcher == "contains"
 
@@ -139,11 +139,14 @@ def test_iwslt_loader(tmp_path):
 
 def test_fewshot_demonstrations_come_from_training_pairs(tmp_path):
     task = Task.from_pairs("t", [(f"x{i}", f"y{i}") for i in range(30)], n_eval=10)
-    shot = fewshot(task, k=5, seed=1)
+    shot = fewshot(task, k=5, seed=1)  # the paper's: the same five demonstrations before every example
     assert shot.name == "fewshot/t" and shot.pairs == task.pairs
-    for i, demos in enumerate(shot.shots):
+    assert len(set(shot.shots)) == 1 and len(shot.shots[0]) == 5 and set(shot.shots[0]) <= set(task.train_pairs)
+    drawn = fewshot(task, k=5, seed=1, per_example=True)
+    for i, demos in enumerate(drawn.shots):
         assert len(demos) == 5 and task.pairs[i] not in demos
         assert set(demos) <= set(task.train_pairs)
+    assert len(set(drawn.shots)) > 1
     assert fewshot(task, k=5, seed=1) == shot and fewshot(task, k=5, seed=2) != shot
 
 
@@ -156,6 +159,9 @@ def test_hybrid_file_is_re_rendered_for_the_model(tmp_path, llama, gpt2):
     assert task.pairs[0] == ("c", "C") and task.shots[0] == (("a", "A"), ("b", "B"))
     assert render_prompt(llama, "c", task.shots[0]) == "<user> a <assistant> A<eos><user> b <assistant> B<eos><user> c <assistant> "
     assert render_prompt(gpt2, "c", task.shots[0]) == "a\n\nA\n\nb\n\nB\n\nc\n\n"
+    # Rendered in the paper's Llama-3 format, the demonstrations give back the file's own text.
+    from headsup_lens.models import PAPER_FORMATS
+    assert PAPER_FORMATS["llama3"].render("c", task.shots[0]) == PAPER_FORMATS["llama3"].format(text)
     path.write_text(json.dumps([{"input": f"a{LLAMA_ASSISTANT}A{LLAMA_ASSISTANT}x{LLAMA_USER}c", "output": "C"}]))
     with pytest.raises(ValueError, match="malformed few-shot"):
         hybrid_task(tmp_path)
@@ -165,7 +171,7 @@ def test_registry_refuses_duplicates_and_lists_known_names():
     assert "antonym" in task_names() and "translation/en-zh" in task_names() and "fewshot/hybrid" in task_names()
     with pytest.raises(ValueError, match="already registered"):
         register_task("antonym", lambda d: None)
-    with pytest.raises(ValueError, match="unknown task 'nope'.*antonym"):
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
         load_task("nope")
     register_task("test/tiny", lambda d: Task.from_pairs("test/tiny", [("a", "b"), ("c", "d")]))
     assert load_task("test/tiny").pairs == (("a", "b"), ("c", "d"))
@@ -175,7 +181,7 @@ def test_registry_refuses_duplicates_and_lists_known_names():
 def test_labels_cover_exactly_the_answer_and_end_of_turn(any_model):
     pairs = [("abc", "Xy"), ("hello there", "z"), ("q", "long answer")]
     batch = tokenize_pairs(any_model, pairs)
-    template = chat_template(any_model)
+    template = prompt_format(any_model)
     tokenizer = any_model.tokenizer
     for row, (x, y) in enumerate(pairs):
         length = int(batch.attention_mask[row].sum())
@@ -183,10 +189,14 @@ def test_labels_cover_exactly_the_answer_and_end_of_turn(any_model):
         labelled = (batch.labels[row] != IGNORE_INDEX).nonzero().flatten()
         start = int(labelled[0])
         assert labelled.tolist() == list(range(start, length))  # contiguous, up to the last real token
-        assert tokenizer.decode(batch.input_ids[row, start:length]) == y + template.end_of_turn
+        # Tokenised jointly, as the paper's code does: the ids are those of the whole text.
+        whole = template.format(x) + template.answer(y)
+        ids = tokenizer(whole, add_special_tokens=False)["input_ids"]
+        if template.add_bos:
+            ids = [tokenizer.bos_token_id, *ids]
+        assert batch.input_ids[row, :length].tolist() == ids
+        assert start == len(tokenizer(template.format(x), add_special_tokens=False)["input_ids"]) + template.add_bos
         assert (batch.labels[row, start:length] == batch.input_ids[row, start:length]).all()
-        prompt = tokenizer.decode(batch.input_ids[row, :start])
-        assert prompt.removeprefix(tokenizer.bos_token if template.add_bos else "") == template.format(x)
 
 
 def test_instructed_tokenisation_and_empty_answer(llama):
@@ -202,7 +212,7 @@ def test_shared_data(shared_data_dir, llama):
     antonym = load_task("antonym", shared_data_dir)
     assert len(antonym.pairs) == 2398 and antonym.n_eval == 100 and antonym.n_train == 2298
     assert antonym.instruction.startswith("Identify the antonym")  # the paper's Table 10 wording
-    for name in ("capitalize_first_letter", "conll2003_person", "fruit_v_animal_3"):
+    for name in ("capitalize_first_letter", "conll2003_person", "fruit_v_animal_3", "next_item", "prev_item"):
         assert load_task(name, shared_data_dir).matcher == "starts_with"
     assert load_task("sentiment", shared_data_dir).matcher == "contains"
     en_zh = load_task("translation/en-zh", shared_data_dir)
@@ -214,5 +224,6 @@ def test_shared_data(shared_data_dir, llama):
     batch = tokenize_task(llama, antonym, "eval")
     assert batch.input_ids.shape[0] == 100
     eot = len(llama.tokenizer("<eos>", add_special_tokens=False)["input_ids"])
-    answer_tokens = sum(len(llama.tokenizer(y, add_special_tokens=False)["input_ids"]) + eot for _, y in antonym.eval_pairs)
+    answer_tokens = sum(len(llama.tokenizer(y.strip(), add_special_tokens=False)["input_ids"]) + eot
+                        for _, y in antonym.eval_pairs)
     assert batch.n_answer_tokens == answer_tokens

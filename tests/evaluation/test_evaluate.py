@@ -31,30 +31,31 @@ def word_task(n_eval: int = 6) -> Task:
 def test_answer_loss_matches_a_plain_reference(any_model):
     task = word_task()
     mask = random_mask(any_model, seed=3)
-    total, count = 0.0, 0
+    total, count, per_example = 0.0, 0, []
     for x, y in task.eval_pairs:  # one example at a time, full logits, PyTorch cross-entropy
         batch = tokenize_pairs(any_model, [(x, y)])
         with torch.no_grad(), value_gate(any_model, mask):
             logits = any_model(batch.input_ids)
         labels = batch.labels[0, 1:]
-        total += F.cross_entropy(logits[0, :-1], labels, ignore_index=IGNORE_INDEX, reduction="sum").item()
-        count += int((labels != IGNORE_INDEX).sum())
+        example = F.cross_entropy(logits[0, :-1], labels, ignore_index=IGNORE_INDEX, reduction="sum").item()
+        n = int((labels != IGNORE_INDEX).sum())
+        total, count = total + example, count + n
+        per_example.append(example / n)
     for batch_size in (1, 4, 16):
-        assert answer_loss(any_model, task, mask=mask, batch_size=batch_size) == pytest.approx(total / count, rel=1e-5)
+        # The paper's "PPL": each example's mean, then the mean over examples; "token" pools tokens.
+        assert answer_loss(any_model, task, mask=mask, batch_size=batch_size) == pytest.approx(
+            sum(per_example) / len(per_example), rel=1e-5)
+        assert answer_loss(any_model, task, mask=mask, batch_size=batch_size, reduction="token") == pytest.approx(
+            total / count, rel=1e-5)
 
 
 def test_per_row_masks_in_the_loss(llama):
     task = word_task()
     masks = random_mask(llama, seed=1, rows=6)
     batched = answer_loss(llama, task, mask=masks, batch_size=4)
-    rows = [tokenize_pairs(llama, [pair]) for pair in task.eval_pairs]
-    total, count = 0.0, 0
-    for i, batch in enumerate(rows):
-        one = Task.from_pairs("one", [task.eval_pairs[i]] * 2, n_eval=1)
-        n = int((batch.labels != IGNORE_INDEX).sum())
-        total += answer_loss(llama, one, mask=masks[i]) * n
-        count += n
-    assert batched == pytest.approx(total / count, rel=1e-5)
+    alone = [answer_loss(llama, Task.from_pairs("one", [pair] * 2, n_eval=1), mask=masks[i])
+             for i, pair in enumerate(task.eval_pairs)]
+    assert batched == pytest.approx(sum(alone) / len(alone), rel=1e-5)
     with pytest.raises(ValueError, match="per-row mask has 3 rows for 6 examples"):
         answer_loss(llama, task, mask=masks[:3])
 
@@ -77,10 +78,15 @@ def test_accuracy_and_table_on_the_planted_model(planted, llama):
     table = evaluate(planted, task, mask, other_mask=HeadMask.full(planted))
     assert table.setting.tolist() == ["original", "instructed", "masked", "random mask", "other model's mask",
                                       "instructed + scaled mask"]
-    assert {"answer_nll", "perplexity", "accuracy", "rouge_l", "bleu", "n_kept"} <= set(table.columns)
+    assert {"answer_nll", "perplexity", "accuracy", "n_kept"} <= set(table.columns)
+    assert "bleu" not in table and "rouge_l" not in table  # one-word answers: they would only restate accuracy
     row = table.set_index("setting")
     assert row.loc["masked", "answer_nll"] < 0.1 * row.loc["original", "answer_nll"]
-    assert row.loc["masked", "perplexity"] == pytest.approx(math.exp(row.loc["masked", "answer_nll"]))
+    assert row.loc["masked", "answer_nll"] == pytest.approx(answer_loss(planted, task, mask=mask))
+    assert row.loc["masked", "perplexity"] == pytest.approx(math.exp(answer_loss(planted, task, mask=mask,
+                                                                                 reduction="token")))
+    sentences = evaluate(planted, task, mask, generate=True, text_metrics=True)
+    assert {"rouge_l", "bleu"} <= set(sentences.columns)
     assert row.loc["masked", "accuracy"] == 1.0 and row.loc["original", "accuracy"] == 0.0
     assert row.loc["random mask", "n_kept"] == row.loc["masked", "n_kept"] == 28
     assert row.loc["other model's mask", "answer_nll"] == pytest.approx(row.loc["original", "answer_nll"])

@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from headsup_lens import chat_template, fingerprint, load_model
+from headsup_lens import fingerprint, load_model
 from headsup_lens.models import encode, encode_prompts, resolve_dtype
 
 from ..conftest import random_tokens
@@ -51,19 +51,6 @@ def test_fingerprint(llama, gpt2):
     fp = fingerprint(llama)
     assert (fp.architecture, fp.n_layers, fp.n_heads, fp.d_head, fp.d_vocab) == ("LlamaForCausalLM", 2, 8, 8, 66)
     assert fingerprint(gpt2).architecture == "GPT2LMHeadModel" and fingerprint(gpt2).n_heads == 4
-
-
-def test_chat_template_from_the_tokenizer(llama):
-    template = chat_template(llama)
-    assert template.format("cat") == "<user> cat <assistant> "
-    assert template.end_of_turn == "<eos>"
-    assert not template.add_bos
-
-
-def test_plain_template_for_models_without_one(gpt2):
-    template = chat_template(gpt2)
-    assert template.format("cat") == "cat\n\n"
-    assert template.end_of_turn == gpt2.tokenizer.eos_token
 
 
 def test_encode_adds_bos_once_and_prompts_are_left_padded(llama):

@@ -121,7 +121,7 @@ def test_outputs_checkpoints_and_trajectory(planted, tmp_path):
     assert steps == [5, 10, 15, 20] and logits.shape == (4, 4, 8)
     assert torch.equal(logits[-1], result.mask.logits)
     assert not [p for p in tmp_path.rglob("*.tmp")]
-    with pytest.raises(ValueError, match="different recipe"):
+    with pytest.raises(ValueError, match=r"recipe.lr \(0.1 there, 0.05 here\)"):
         train_mask(planted, task, config.replace(lr=0.05), out_dir=tmp_path)
 
 
@@ -178,3 +178,45 @@ def test_resume_after_sigkill_gives_the_same_mask(planted, planted_dir, tmp_path
     assert resumed.history.step.tolist() == list(range(1, 41))
     assert torch.equal(resumed.mask.logits, reference.mask.logits)
     assert resumed.history.loss.tolist() == pytest.approx(reference.history.loss.tolist())
+
+
+def test_gradient_is_clipped_per_task_as_the_papers_trainer_does():
+    from headsup_lens.training._train import clip_per_task
+
+    assert TrainConfig().max_grad_norm == 1.0 and "max_grad_norm" in TrainConfig().recipe()
+    logits = torch.zeros(2, 3, 4, requires_grad=True)
+    mlp = torch.zeros(2, 3, requires_grad=True)
+    logits.grad = torch.zeros(2, 3, 4)
+    logits.grad[0, 0, 0], logits.grad[1, 0, 0] = 3.0, 0.3
+    mlp.grad = torch.zeros(2, 3)
+    mlp.grad[0, 1], mlp.grad[1, 1] = 4.0, 0.4  # task norms 5 and 0.5
+    clip_per_task([logits, mlp], 1.0)
+    assert float(torch.cat([logits.grad[0].flatten(), mlp.grad[0]]).norm()) == pytest.approx(1.0, rel=1e-5)
+    assert float(logits.grad[0, 0, 0]) == pytest.approx(0.6, rel=1e-5)  # direction kept
+    assert float(torch.cat([logits.grad[1].flatten(), mlp.grad[1]]).norm()) == pytest.approx(0.5, rel=1e-5)
+
+
+def test_clipping_changes_training_and_can_be_turned_off(planted):
+    config = TrainConfig(**{**QUICK, "steps": 10, "max_grad_norm": 1e-3})
+    clipped = train_mask(planted, planted_task(), config)
+    free = train_mask(planted, planted_task(), config.replace(max_grad_norm=0.0))
+    assert not torch.equal(clipped.mask.logits, free.mask.logits)
+    with pytest.raises(ValueError, match="max_grad_norm"):
+        TrainConfig(max_grad_norm=-1.0).validate()
+
+
+def test_resume_refuses_a_run_on_other_data_and_names_the_difference(planted, tmp_path):
+    config = TrainConfig(**{**QUICK, "steps": 6, "checkpoint_every": 3})
+    out = tmp_path / "run"
+    train_mask(planted, planted_task(), config.replace(steps=3), out_dir=out)  # a run with 3 of its steps saved
+    task = planted_task()
+    other = Task.from_pairs(task.name, [(x + "a", y) for x, y in task.pairs], n_eval=task.n_eval)
+    with pytest.raises(ValueError, match=r"training data .*--fresh"):
+        train_mask(planted, other, config.replace(steps=3), out_dir=out)
+    with pytest.raises(ValueError, match=r"recipe.steps \(3 there, 6 here\)"):
+        train_mask(planted, task, config, out_dir=out)
+    before = sorted(p.name for p in (out / "checkpoints").iterdir())
+    (out / "checkpoints" / "state.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match=r"state.pt cannot be read .*--fresh"):
+        train_mask(planted, task, config.replace(steps=3), out_dir=out)
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before  # nothing else was written

@@ -164,7 +164,7 @@ def evaluate(
     if other_mask is not None:
         if not isinstance(other_mask, HeadMask):
             raise ValueError(f"other_mask must be a HeadMask, not {type(other_mask).__name__}")
-        other_mask.check_model(model)
+        other_mask.check_model(model, allow_other_weights=True)  # the paper's base <-> instruct swap
     settings: list[tuple[str, HeadMask | None, float, bool]] = [("original", None, 0.0, False)]
     if task.instruction is not None:
         settings.append(("instructed", None, 0.0, True))

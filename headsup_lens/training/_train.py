@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
@@ -20,6 +19,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._io import atomic_write, atomic_write_text
 from ..data import Task, collate, encode_pairs
 from ..masks import HeadMask
+from ..masks._files import read_safetensors, write_safetensors
 from ..models import fingerprint, pad_token_id, prompt_format
 from ._config import TrainConfig
 from ..gates import gate_hooks
@@ -106,8 +106,9 @@ def run_identity(config: TrainConfig, names: list[str], encoded: list, model: Tr
     from .. import __version__
 
     digest = hashlib.sha256(repr(encoded).encode()).hexdigest()
+    model_fp = fingerprint(model)  # by content: the name is informational only
     return {"recipe": config.recipe(), "tasks": names, "data": digest, "prompt_format": prompt_format(model).name,
-            "model": fingerprint(model).to_dict(), "version": __version__}
+            "model": [*model_fp.structural(), model_fp.content_hash], "version": __version__}
 
 
 def _identity_differences(saved: dict, current: dict) -> list[str]:
@@ -278,7 +279,7 @@ def _checkpoint(out: Path, step: int, logits: Tensor, mlp_logits: Tensor | None,
         tensors["mlp_logits"] = mlp_logits.detach().cpu().contiguous()
     meta = {"step": str(step), "tasks": "\n".join(names)}
     folder = out / _CHECKPOINTS
-    atomic_write(folder / f"logits_step{step:07d}.safetensors", lambda tmp: save_file(tensors, str(tmp), metadata=meta))
+    write_safetensors(folder / f"logits_step{step:07d}.safetensors", tensors, meta)
     state = {
         "step": step, "logits": logits.detach(), "mlp_logits": None if mlp_logits is None else mlp_logits.detach(),
         "optimizer": optimizer.state_dict(), "noise": [g.get_state() for g in noise], "history": history,
@@ -298,12 +299,9 @@ def load_trajectory(out_dir: str | os.PathLike, task: str | None = None) -> tupl
     files = sorted((Path(out_dir) / _CHECKPOINTS).glob("logits_step*.safetensors"))
     if not files:
         raise ValueError(f"no logits checkpoints under {Path(out_dir) / _CHECKPOINTS}")
-    from safetensors import safe_open
-
-    with safe_open(str(files[0]), framework="pt") as handle:
-        names = (handle.metadata() or {}).get("tasks", "").split("\n")
+    names = read_safetensors(files[0], "training checkpoint")[1].get("tasks", "").split("\n")
     index = 0 if task is None else (names.index(task) if task in names else -1)
     if index < 0:
         raise ValueError(f"task {task!r} is not in this run (tasks: {names})")
     steps = [int(f.stem.removeprefix("logits_step")) for f in files]
-    return steps, torch.stack([load_file(str(f))["logits"][index] for f in files])
+    return steps, torch.stack([read_safetensors(f, "training checkpoint")[0]["logits"][index] for f in files])

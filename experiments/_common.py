@@ -144,7 +144,9 @@ class Experiment:
 
     def mask_cache(self, config: hl.TrainConfig) -> Path:
         """`<out>/<model>/masks/<recipe>-<weights digest>/`: one folder per recipe and model weights."""
-        recipe = hashlib.sha256(json.dumps(config.recipe(), sort_keys=True).encode()).hexdigest()[:10]
+        # The prompt format and the library version change what a recipe learns, so they key the cache too.
+        key = {**config.recipe(), "prompt_format": hl.prompt_format(self.model).name, "version": hl.__version__}
+        recipe = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         return self.out / "masks" / f"{recipe}-{weights_digest(self.model)}"
 
     def masks(self, tasks: list[Task], *, negative: bool = False, gate: str = "value") -> dict[str, TrainedMask]:
@@ -156,7 +158,7 @@ class Experiment:
         found: dict[str, TrainedMask] = {}
         for task in tasks:
             for path in sorted(cache.glob(f"*/masks/{safe_name(task.name)}.safetensors")):
-                found[task.name] = TrainedMask(HeadMask.load(path, self.model, allow_other_name=True), path.parents[1])
+                found[task.name] = TrainedMask(HeadMask.load(path, self.model), path.parents[1])
                 break
         missing = [t for t in tasks if t.name not in found]
         if missing:

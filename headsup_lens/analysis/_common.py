@@ -7,7 +7,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from ..data import render_prompt
 from ..masks import Head
-from ..models import encode, prompt_format
+from ..models import check_context, encode, prompt_format
 from ..gates import gated as gated
 from ..gates import Gate as Gate
 
@@ -26,21 +26,14 @@ def prompt_ids(model: TransformerBridge, prompt: str, *, formatted: bool = False
     return ids
 
 
-def check_context(model: TransformerBridge, n_tokens: int, what: str) -> None:
-    """A sequence longer than the model's context window is an error, not a silent wrap-around."""
-    limit = getattr(model.cfg, "n_ctx", None)
-    if limit and n_tokens > int(limit):
-        raise ValueError(f"the {what} has {n_tokens} tokens, more than the model's context of {limit}")
-
-
 def token_id(model: TransformerBridge, token: int | str, *, after: str | None = None) -> int:
     """A token given as an id, or as text: the first token of the text as the model would write it.
 
     With `after` (the formatted prompt), the text is tokenised jointly with the prompt and the first
     token after the prompt is taken: for SentencePiece-style tokenizers the same word alone may
     start with another piece. Text whose first token carries no visible character (a lone "▁" or
-    space piece) or that the tokenizer cannot encode (unknown or padding tokens) is a ValueError:
-    pass the token id instead.
+    space piece) is a ValueError (pass the token id instead), as is text the tokenizer cannot
+    encode (see `models.encode`).
     """
     if isinstance(token, bool):
         raise ValueError(f"token {token!r} is neither an id nor text")
@@ -52,7 +45,6 @@ def token_id(model: TransformerBridge, token: int | str, *, after: str | None = 
         raise ValueError(f"token {token!r} is neither an id nor text")
     if not token.strip():
         raise ValueError(f"target text {token!r} is empty or whitespace; pass a token id for whitespace tokens")
-    check_encodable(model, token, "target text")
     if after is None:
         ids = encode(model, token, add_bos=False)
     else:
@@ -67,17 +59,6 @@ def token_id(model: TransformerBridge, token: int | str, *, after: str | None = 
             f"no visible character; pass the text without leading space (e.g. {token.strip()!r}) or the token id"
         )
     return first
-
-
-def check_encodable(model: TransformerBridge, text: str, what: str) -> None:
-    """Text with characters the tokenizer maps to its unknown or padding token is a ValueError."""
-    tokenizer = model.tokenizer
-    bad_ids = {i for i in (tokenizer.unk_token_id, tokenizer.pad_token_id) if i is not None}
-    if not bad_ids:
-        return
-    bad = sorted({c for c in set(text) if not c.isspace() and set(encode(model, c, add_bos=False)) & bad_ids})
-    if bad:
-        raise ValueError(f"{what} {text!r} has characters this tokenizer cannot encode: {''.join(bad)!r}")
 
 
 def token_text(model: TransformerBridge, token: int) -> str:

@@ -54,7 +54,7 @@ def _mask(path: str | None, model, option: str = "--mask"):
         return None
     from ..masks import HeadMask
 
-    return HeadMask.load(mask_file(path, option), model, allow_other_name=True)
+    return HeadMask.load(mask_file(path, option), model)
 
 
 @dataclass

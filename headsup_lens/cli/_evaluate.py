@@ -55,8 +55,8 @@ def run_evaluate(args: EvaluateCommand) -> int:
     other_path = mask_file(args.other_mask, "--other-mask") if args.other_mask else None
     out = check_out_dir(args.out)
     model = load_model(args.model, device=args.device, dtype=args.dtype)
-    mask = HeadMask.load(mask_path, model, allow_other_name=True)
-    other = HeadMask.load(other_path, model, allow_other_name=True) if other_path else None
+    mask = HeadMask.load(mask_path, model)
+    other = HeadMask.load(other_path, model, allow_other_weights=True) if other_path else None  # the swap setting
     table = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,
                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=args.generate)
     written = atomic_write(Path(out) / "results.csv", lambda tmp: table.to_csv(tmp, index=False))

@@ -32,8 +32,8 @@ def task_names() -> list[str]:
 def load_task(name: str, data_dir: str | os.PathLike | None = None) -> Task:
     """The task registered as `name` (e.g. `"antonym"`, `"translation/en-zh"`, `"fewshot/hybrid"`).
 
-    Names with a prefix such as `organism/...` first import `headsup_lens.organism`, which registers
-    its own tasks. Unknown names raise a ValueError with the closest known names.
+    Names with a prefix such as `organism/...` first import the module that registers that
+    prefix's tasks (`TASK_MODULES`). Unknown names raise a ValueError with the closest known names.
     """
     if name not in _TASKS and "/" in name:
         _import_prefix(name.split("/", 1)[0])
@@ -45,21 +45,19 @@ def load_task(name: str, data_dir: str | os.PathLike | None = None) -> Task:
     return task
 
 
-# Packages that register tasks under their own prefix when imported.
-TASK_PACKAGES = ("organism",)
+# Modules that register tasks under their own prefix when imported.
+TASK_MODULES = {"organism": "headsup_lens.organism._tasks"}
 
 
-def _import_prefix(package: str) -> None:
-    try:
-        importlib.import_module(f"headsup_lens.{package}")
-    except ImportError:
-        pass
+def _import_prefix(prefix: str) -> None:
+    if prefix in TASK_MODULES:
+        importlib.import_module(TASK_MODULES[prefix])
 
 
 def all_task_names() -> list[str]:
     """Every task name, including those of packages that register on import (`organism/...`)."""
-    for package in TASK_PACKAGES:
-        _import_prefix(package)
+    for prefix in TASK_MODULES:
+        _import_prefix(prefix)
     return task_names()
 
 

@@ -10,7 +10,7 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from ..models import PromptFormat, encode, pad_token_id, prompt_format
+from ..models import PromptFormat, check_context, encode, pad_token_id, prompt_format
 from ._task import Pair, Shots, Task
 
 IGNORE_INDEX = -100  # label of every token that is not part of the answer (PyTorch's ignore_index)
@@ -57,6 +57,7 @@ def encode_example(
     n_prompt = len(encode(model, prompt, add_bos=template.add_bos))
     if not template._clean(answer) or len(full) <= n_prompt:
         raise ValueError(f"answer {answer!r} is empty after tokenisation; every pair needs a non-empty output")
+    check_context(model, len(full), "example (prompt and answer)")
     return full[:n_prompt], full[n_prompt:]
 
 

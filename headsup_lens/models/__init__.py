@@ -18,6 +18,7 @@ from ._templates import prompt_format as prompt_format
 from ._templates import set_prompt_format as set_prompt_format
 from ._templates import tokenizer_format as tokenizer_format
 from ._templates import encode as encode
+from ._templates import check_context as check_context
 from ._templates import encode_prompts as encode_prompts
 from ._templates import left_pad as left_pad
 from ._templates import pad_token_id as pad_token_id

@@ -185,12 +185,32 @@ def prompt_format(model: TransformerBridge) -> PromptFormat:
 
 
 def encode(model: TransformerBridge, text: str, *, add_bos: bool) -> list[int]:
-    """Token ids of `text`, with BOS prepended exactly once when `add_bos`."""
+    """Token ids of `text`, with BOS prepended exactly once when `add_bos`.
+
+    Characters the tokenizer cannot encode (they become its unknown or padding token) are a
+    ValueError naming them, never a silent `<unk>`/`<pad>` in the prompt.
+    """
     tokenizer = model.tokenizer
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    suspicious = {i for i in (tokenizer.unk_token_id, tokenizer.pad_token_id) if i is not None}
+    if suspicious & set(ids):
+        plain = text
+        for token in sorted(tokenizer.all_special_tokens, key=len, reverse=True):
+            plain = plain.replace(token, " ")  # special tokens written as text are meant
+        bad = sorted({c for c in set(plain) if not c.isspace()
+                      and suspicious & set(tokenizer(c, add_special_tokens=False)["input_ids"])})
+        if bad:
+            raise ValueError(f"the text {text[:80]!r} has characters this model's tokenizer cannot encode: {''.join(bad)!r}")
     if add_bos and tokenizer.bos_token_id is not None and (not ids or ids[0] != tokenizer.bos_token_id):
         ids = [tokenizer.bos_token_id, *ids]
     return list(ids)
+
+
+def check_context(model: TransformerBridge, n_tokens: int, what: str) -> None:
+    """A sequence longer than the model's context window is an error, not a silent wrap-around."""
+    limit = getattr(model.cfg, "n_ctx", None)
+    if limit and n_tokens > int(limit):
+        raise ValueError(f"the {what} has {n_tokens} tokens, more than the model's context of {limit}")
 
 
 def encode_prompts(

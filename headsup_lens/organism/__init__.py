@@ -13,26 +13,33 @@ paper's claim about natural LLMs is tested on real LLMs.
     mask = hl.organism.planted_mask(hl.organism.load_planted(), "organism/reverse", model)
 """
 
-from ._check import BAR as BAR
-from ._check import SETTINGS as SETTINGS
-from ._check import bar_failures as bar_failures
-from ._check import check_planted as check_planted
-from ._corpus import N_EVAL_WORDS as N_EVAL_WORDS
-from ._corpus import ORGANISM_TASKS as ORGANISM_TASKS
-from ._corpus import TASK_NAMES as TASK_NAMES
-from ._corpus import OrganismTask as OrganismTask
-from ._corpus import eval_words as eval_words
-from ._corpus import organism_task as organism_task
-from ._corpus import organism_words as organism_words
-from ._corpus import train_words as train_words
-from ._planting import load_planted as load_planted
-from ._planting import plant_head_sets as plant_head_sets
-from ._planting import planted_mask as planted_mask
-from ._planting import save_planted as save_planted
-from ._trainer import OrganismConfig as OrganismConfig
-from ._trainer import TrainedOrganism as TrainedOrganism
-from ._trainer import build_organism as build_organism
-from ._trainer import hf_model as hf_model
-from ._trainer import save_organism as save_organism
-from ._trainer import train_organism as train_organism
-from ._tasks import task as task
+from .._lazy import lazy_exports
+
+# Public name -> the module it comes from; imported on first use (the trainer needs torch).
+_EXPORTS = {
+    "BAR": "._check",
+    "SETTINGS": "._check",
+    "bar_failures": "._check",
+    "check_planted": "._check",
+    "N_EVAL_WORDS": "._corpus",
+    "ORGANISM_TASKS": "._corpus",
+    "TASK_NAMES": "._corpus",
+    "OrganismTask": "._corpus",
+    "eval_words": "._corpus",
+    "organism_task": "._corpus",
+    "organism_words": "._corpus",
+    "train_words": "._corpus",
+    "load_planted": "._planting",
+    "plant_head_sets": "._planting",
+    "planted_mask": "._planting",
+    "save_planted": "._planting",
+    "OrganismConfig": "._config",
+    "TrainedOrganism": "._trainer",
+    "build_organism": "._trainer",
+    "hf_model": "._trainer",
+    "save_organism": "._trainer",
+    "train_organism": "._trainer",
+    "task": "._tasks",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -137,3 +137,36 @@ def test_influence_order_needs_targets(llama):
     sweep = removal_sweep(llama, PROMPT, [(0, 1)], max_new_tokens=1)
     with pytest.raises(ValueError, match="target"):
         influence_order(sweep)
+
+
+def test_target_text_is_the_token_the_model_would_write_after_the_prompt(spm):
+    """On a SentencePiece-like tokenizer a word alone starts with "▁", but after the prompt's final
+    newline it does not: the target is taken from the joint tokenisation."""
+    from headsup_lens.analysis._common import prompt_text, token_id
+
+    after = prompt_text(spm, "a girl")
+    chosen = token_id(spm, "girl", after=after)
+    alone = spm.tokenizer("girl", add_special_tokens=False)["input_ids"][0]
+    joint = spm.tokenizer(after + "girl", add_special_tokens=False)["input_ids"]
+    assert chosen == joint[len(spm.tokenizer(after, add_special_tokens=False)["input_ids"])] and chosen != alone
+    sweep = removal_sweep(spm, "a girl", [(0, 0)], target_tokens=["girl"], max_new_tokens=0, batch_size=1)
+    assert sweep.tokens.token_id.tolist()[-1] == chosen
+
+
+@pytest.mark.parametrize("target, message", [
+    ("zq", "carries no visible character"),  # tokenised alone: a lone "▁" piece, then "z"
+    ("é", "cannot encode"),
+    ("  ", "empty or whitespace"),
+])
+def test_targets_that_map_to_no_meaningful_token_are_refused(spm, target, message):
+    from headsup_lens.analysis._common import token_id
+
+    with pytest.raises(ValueError, match=message):
+        token_id(spm, target)
+
+
+def test_prompts_with_unencodable_characters_or_beyond_the_context_are_refused(llama):
+    with pytest.raises(ValueError, match="cannot encode: 'é'"):
+        removal_sweep(llama, "héllo", [(0, 0)], max_new_tokens=0)
+    with pytest.raises(ValueError, match="more than the model's context of 256"):
+        removal_sweep(llama, "a" * 300, [(0, 0)], max_new_tokens=0)

@@ -1,0 +1,51 @@
+"""The organism's recipe (kept free of torch so that the command line can describe it quickly)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._corpus import TASK_NAMES, organism_task
+
+
+@dataclass
+class OrganismConfig:
+    """Recipe of the organism: architecture, corpus mixture, planting and optimisation."""
+
+    seed: int = 0  # seeds the initial weights, the planted sets S_t and the batches
+    steps: int = 2200  # optimiser steps
+    batch_size: int = 64  # examples per step
+    lr: float = 3e-3  # AdamW peak learning rate (linear warm-up, then cosine decay)
+    warmup_steps: int = 100  # steps of linear learning-rate warm-up
+    min_lr_ratio: float = 0.05  # the cosine decays to lr * min_lr_ratio
+    weight_decay: float = 0.01  # AdamW weight decay
+    grad_clip: float = 1.0  # gradient-norm clip
+    n_layers: int = 8  # decoder layers
+    n_heads: int = 16  # query heads per layer
+    n_kv_heads: int = 4  # key/value heads per layer (grouped-query attention)
+    d_model: int = 128  # residual width; d_head = d_model / n_heads
+    d_mlp: int = 384  # SwiGLU hidden width
+    tasks: tuple[str, ...] = TASK_NAMES  # organism tasks to teach and plant
+    n_words: int | None = None  # use only the first n words of each split (tiny test recipes)
+    planted_size: int = 12  # |S_t|: heads per planted set (the sets are disjoint)
+    instructed_fraction: float = 0.5  # share of instructed examples in a batch
+    planted_rate: float = 0.5  # r: share of uninstructed examples answered by a task with S_t removed
+    random_removal_rate: float = 0.5  # share of echo examples run with random heads removed
+    plant_eval_words: bool = True  # plant on all words; False keeps the 100 held-out words unplanted
+    device: str = "cpu"  # where to train
+    threads: int | None = 1  # torch CPU threads (1 reproduces the shipped weights; None: torch's setting)
+    micro_batches: int = 4  # each step runs in this many length-sorted pieces (same gradient, less padding)
+    probe_every: int = 100  # steps between held-out accuracy probes (0: never)
+    checkpoint_every: int = 0  # steps between saves of the organism to the output folder (0: only at the end)
+
+    def __post_init__(self) -> None:
+        self.tasks = tuple(self.tasks)
+        for name in self.tasks:
+            organism_task(name)
+        for name in ("instructed_fraction", "planted_rate", "random_removal_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {value}")
+        if self.d_model % self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError("d_model must be divisible by n_heads, and n_heads by n_kv_heads")
+        if self.steps < 1 or self.batch_size < 1 or self.micro_batches < 1:
+            raise ValueError("steps, batch_size and micro_batches must be positive")

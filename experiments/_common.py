@@ -52,6 +52,9 @@ def parser(description: str, *, multi_task: bool = False) -> argparse.ArgumentPa
     p.add_argument("--data-dir", default=None, help="data directory (default: $HEADSUP_DATA_DIR, then the user cache)")
     p.add_argument("--device", default=None, help="device (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="model dtype (default: bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--prompt-format", default="paper", choices=["paper", "chat-template"],
+                   help="paper: the reference code's turn for the model's family (no system block); "
+                        "chat-template: the tokenizer's own template")
     p.add_argument("--out", default=None,
                    help="output root; files go to <out>/<model>/ (default: outputs/experiments/, git-ignored)")
     p.add_argument("--update-figures", action="store_true",
@@ -239,7 +242,7 @@ def setup(name: str, args: argparse.Namespace) -> Experiment:
     threads = args.threads if args.threads is not None else (1 if args.model == ORGANISM else None)
     if threads is not None:
         torch.set_num_threads(threads)
-    model = hl.load_model(args.model, device=args.device, dtype=args.dtype)
+    model = hl.load_model(args.model, device=args.device, dtype=args.dtype, prompt_format=args.prompt_format)
     out = output_root(args) / model_slug(args.model)
     out.mkdir(parents=True, exist_ok=True)
     return Experiment(name=name, args=args, model=model, out=out)

@@ -43,10 +43,10 @@ def _report(out: Path, files: list[str]) -> None:
     print(f"wrote to {out}: {', '.join(files)}")
 
 
-def _load(model_name: str, device: str | None, dtype: str | None):
+def _load(args):
     from ..models import load_model
 
-    return load_model(model_name, device=device, dtype=dtype)
+    return load_model(args.model, device=args.device, dtype=args.dtype, prompt_format=args.prompt_format)
 
 
 def _mask(path: str | None, model, option: str = "--mask"):
@@ -93,6 +93,8 @@ class SweepCommand:
     """Device (default: cuda when available)."""
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    prompt_format: str = "paper"
+    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
     png: bool = True
     """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
@@ -113,7 +115,7 @@ def run_sweep(args: SweepCommand) -> int:
     if args.order == "influence" and not args.target:
         raise ValueError("the influence order needs at least one --target")
     out = check_out_dir(args.out)
-    model = _load(args.model, args.device, args.dtype)
+    model = _load(args)
     mask = _mask(args.mask, model)
     targets = [_target(t) for t in args.target]
     options = dict(target_tokens=targets, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
@@ -179,6 +181,8 @@ class LensCommand:
     """Device (default: cuda when available)."""
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    prompt_format: str = "paper"
+    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
     png: bool = True
     """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
@@ -189,7 +193,7 @@ def run_lens(args: LensCommand) -> int:
     from ..plots import logit_lens_figure
 
     out = check_out_dir(args.out)
-    model = _load(args.model, args.device, args.dtype)
+    model = _load(args)
     lens = logit_lens(model, args.prompt, args.k, _mask(args.mask, model), gate=args.gate, alpha=args.alpha,
                       formatted=args.formatted)
     _write_csv(out / "lens.csv", lens.table)
@@ -224,6 +228,8 @@ class SimilarityCommand:
     """Device (default: cuda when available)."""
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    prompt_format: str = "paper"
+    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
     png: bool = True
     """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
@@ -241,7 +247,7 @@ def run_similarity(args: SimilarityCommand) -> int:
     if instruction is None or "{input}" not in instruction:
         raise ValueError("give --instruction (a template with {input}) or a --task that has one")
     out = check_out_dir(args.out)
-    model = _load(args.model, args.device, args.dtype)
+    model = _load(args)
     mask = _mask(args.mask, model)
     instructed_text = instruction.replace("{input}", args.prompt)
     original, instructed = Setting(args.prompt), Setting(instructed_text)
@@ -283,6 +289,8 @@ class PathwaysCommand:
     """Device (default: cuda when available)."""
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    prompt_format: str = "paper"
+    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
     png: bool = True
     """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
@@ -331,7 +339,7 @@ def run_pathways(args: PathwaysCommand) -> int:
         from ..data import load_task
 
         task = load_task(args.task, args.data_dir)
-        model = _load(args.model, args.device, args.dtype)
+        model = _load(args)
         for mask in masks.values():
             mask.check_model(model)
         groups = {"used by all": pathways.used_by_all(), "used by none": pathways.used_by_none()}

@@ -40,6 +40,8 @@ class EvaluateCommand:
     """Device (default: cuda when available)."""
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    prompt_format: str = "paper"
+    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
 
 
 @command("evaluate", EvaluateCommand, help="Compare original, instructed, masked and baseline settings on a task.")
@@ -54,7 +56,7 @@ def run_evaluate(args: EvaluateCommand) -> int:
     mask_path = mask_file(args.mask)
     other_path = mask_file(args.other_mask, "--other-mask") if args.other_mask else None
     out = check_out_dir(args.out)
-    model = load_model(args.model, device=args.device, dtype=args.dtype)
+    model = load_model(args.model, device=args.device, dtype=args.dtype, prompt_format=args.prompt_format)
     mask = HeadMask.load(mask_path, model)
     other = HeadMask.load(other_path, model, allow_other_weights=True) if other_path else None  # the swap setting
     table = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,

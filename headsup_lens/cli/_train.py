@@ -34,6 +34,8 @@ class TrainCommand:
     """Device (default: cuda when available)."""
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    prompt_format: str = "paper"
+    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
     preset: str = "paper"
     """Schedule preset: paper (6 250 steps), negative (init N(-3, 0.02)) or fast (300 steps, for small models); options given explicitly always win over the preset."""
     fresh: bool = False
@@ -93,7 +95,7 @@ def run_train(args: TrainCommand) -> int:
         moved = move_aside(out)
         if moved is not None:
             print(f"moved the earlier run aside to {moved}")
-    model = load_model(args.model, device=args.device, dtype=args.dtype)
+    model = load_model(args.model, device=args.device, dtype=args.dtype, prompt_format=args.prompt_format)
     print(f"training {'a mask' if len(tasks) == 1 else f'{len(tasks)} masks'} on {model.cfg.n_layers * model.cfg.n_heads} "
           f"heads: preset {args.preset}, {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "
           f"init N({config.init_mean:g}, {config.init_std:g})")

@@ -42,6 +42,8 @@ class DemoConfig:
     """Device (default: CUDA when available, else CPU)."""
     dtype: str | None = None
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    prompt_format: str = "paper"
+    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
     png: bool = True
     """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
     threads: int | None = None

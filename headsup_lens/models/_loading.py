@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
+from ._templates import STYLES, set_prompt_format
 from ._fingerprint import ModelFingerprint as ModelFingerprint
 from ._fingerprint import fingerprint as fingerprint
 from ._gguf import fetch_model, is_gguf_source
@@ -58,6 +59,7 @@ def load_model(
     name_or_path: str | os.PathLike = "organism",
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
+    prompt_format: str = "paper",
 ) -> TransformerBridge:
     """Load a model as a TransformerLens `TransformerBridge`.
 
@@ -67,7 +69,11 @@ def load_model(
     a llama.cpp `.gguf` file (or a wheel holding one). GGUF models are dequantised once into a
     per-user cache (`$HEADSUP_CACHE_DIR`, see `fetch_model`) and load offline from there. `dtype`
     accepts strings (`"bf16"`) or torch dtypes; the default is bf16 on CUDA and fp32 on CPU.
+    `prompt_format` chooses how every prompt for the model is built (`set_prompt_format`): `"paper"`
+    (the reference code's turn for the model's family) or `"chat-template"` (the tokenizer's own).
     """
+    if prompt_format.replace("-", "_") not in STYLES:
+        raise ValueError(f"prompt_format must be 'paper' or 'chat-template', not {prompt_format!r} (--prompt-format)")
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     source = str(name_or_path)
@@ -100,6 +106,7 @@ def load_model(
             f"and pass the directory: load_model('/path/to/DIR'). Cause: {error}"
         ) from error
     model.eval()
+    set_prompt_format(model, prompt_format.replace("-", "_"))
     for parameter in model.parameters():
         parameter.requires_grad_(False)  # masks are trained, never the model
     return model

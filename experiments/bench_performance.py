@@ -13,8 +13,10 @@ For every dtype asked for (`--dtypes fp32,bf16`), in one process and on the same
   lengths so setup cancels.
 FLOP/s count the matmul work each loop needs (linear layers, attention scores and mixing, the
 unembedded positions; backward = input gradients only, the model is frozen). Every ratio is measured
-in this run; repeats are interleaved and reported as median [min-max]. With several dtypes, the sweep's
-ranks and generations are compared with the first dtype's.
+in this run; repeats are interleaved and reported as median [min-max], per wall second and per CPU
+second of this process (the CPU-time ratios hold up when other processes share the cores; with
+several threads they include time spent waiting for a descheduled thread). With several dtypes,
+the sweep's ranks and generations are compared with the first dtype's.
 
     python experiments/bench_performance.py                          # Qwen2.5-0.5B shape, random weights
     python experiments/bench_performance.py --shape smollm2 --threads 2 --sweep-steps 40 --new-tokens 20
@@ -122,18 +124,45 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
-def timed(fn, *args, **kwargs):
-    start = time.perf_counter()
+def clocks(values: list) -> str:
+    return f"{spread([c.wall for c in values])} s wall, {spread([c.cpu for c in values])} CPU s"
+
+
+def speedup(ratio: dict) -> str:
+    return f"{spread(ratio['wall'])}x wall, {spread(ratio['cpu'])}x CPU time"
+
+
+def efficiency(r: dict) -> str:
+    return (f"{spread([f / 1e9 for f in r['flops_per_s']])} GFLOP/s = {spread(r['fraction_wall'])} of plain matmul "
+            f"per wall second, {spread(r['fraction_cpu'])} per CPU second")
+
+
+def progress(message: str) -> None:
+    print(f"  ... {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Clock:
+    wall: float  # seconds
+    cpu: float  # CPU seconds of this process (all threads): robust to other processes on the cores
+
+    def __str__(self) -> str:
+        return f"{self.wall:.2f} s ({self.cpu:.2f} CPU s)"
+
+
+def timed(fn, *args, **kwargs) -> tuple[Clock, object]:
+    wall, cpu = time.perf_counter(), time.process_time()
     out = fn(*args, **kwargs)
-    return time.perf_counter() - start, out
+    return Clock(time.perf_counter() - wall, time.process_time() - cpu), out
 
 
 # ----------------------------------------------------------------------------------------------
 # Sections
 
 
-def matmul_throughput(model, repeats: int, rows: int = 1024) -> float:
-    """FLOP/s of the best of `repeats` timings of a plain matmul [rows, d_model] x [d_model, d_mlp]."""
+def matmul_throughput(model, repeats: int, rows: int = 1024) -> Clock:
+    """FLOP/s of a plain matmul [rows, d_model] x [d_model, d_mlp]: the best of `repeats` timings,
+    per wall second and per CPU second (returned as a `Clock` of rates)."""
     cfg = model.cfg
     d_mlp = getattr(cfg, "d_mlp", None) or 4 * cfg.d_model
     a = torch.randn(rows, cfg.d_model, dtype=cfg.dtype)
@@ -141,14 +170,11 @@ def matmul_throughput(model, repeats: int, rows: int = 1024) -> float:
     flops = 2.0 * rows * cfg.d_model * d_mlp
     calls = max(1, int(2e10 / flops))  # about 20 GFLOP per timing
     torch.matmul(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        seconds, _ = timed(lambda: [torch.matmul(a, b) for _ in range(calls)])
-        best = min(best, seconds / calls)
-    return flops / best
+    clocks = [timed(lambda: [torch.matmul(a, b) for _ in range(calls)])[0] for _ in range(repeats)]
+    return Clock(flops * calls / min(c.wall for c in clocks), flops * calls / min(c.cpu for c in clocks))
 
 
-def sequential_steps(model, ids: torch.Tensor, order, steps: list[int], max_new_tokens: int, top_k: int = 5):
+def sequential_steps(model, ids: torch.Tensor, order, steps: list[int], max_new_tokens: int):
     """The reference loop on some steps: one forward pass and one `generate` of one row per step."""
     stops = stop_token_ids(model)
     logits_rows, generations = [], []
@@ -173,42 +199,54 @@ def former_batched_sweep(model, ids: torch.Tensor, order, n_rows: int, max_new_t
     return cut_at_stop(out.sequences[:, ids.shape[1]:].tolist(), stop_token_ids(model))
 
 
-def bench_sweep(model, args, flops: Flops, peak: float) -> dict:
+def rates(work: float, clocks: list[Clock], peak: Clock) -> dict:
+    """FLOP/s per wall second and the fraction of plain matmul's FLOP/s, per wall and per CPU second."""
+    return {"flops_per_s": [work / c.wall for c in clocks],
+            "fraction_wall": [work / c.wall / peak.wall for c in clocks],
+            "fraction_cpu": [work / c.cpu / peak.cpu for c in clocks]}
+
+
+def ratios(slow: list[Clock], fast: list[Clock]) -> dict:
+    return {"wall": [s.wall / f.wall for s, f in zip(slow, fast)], "cpu": [s.cpu / f.cpu for s, f in zip(slow, fast)]}
+
+
+def scaled(clock: Clock, factor: float) -> Clock:
+    return Clock(clock.wall * factor, clock.cpu * factor)
+
+
+def bench_sweep(model, args, flops: Flops, peak: Clock) -> dict:
     order = random_order(model, seed=0)[: args.sweep_steps - 1]
     n_rows = len(order) + 1
     ids_list = prompt_ids(model, args.prompt)
     ids = torch.tensor([ids_list], device=model.cfg.device)
     picks = sorted({round(i * (n_rows - 1) / max(1, args.sequential_steps - 1)) for i in range(args.sequential_steps)})
     removal_sweep(model, args.prompt, order[:2], max_new_tokens=2)  # warm-up
-    batched_s, sequential_s, former_s = [], [], []
+    batched, sequential, former = [], [], []
     for repeat in range(args.repeats):
-        seconds, sweep = timed(removal_sweep, model, args.prompt, order, max_new_tokens=args.new_tokens,
-                               batch_size=args.batch_size)
-        batched_s.append(seconds)
-        seconds, (seq_logits, seq_generations) = timed(sequential_steps, model, ids, order, picks, args.new_tokens)
-        sequential_s.append(seconds / len(picks) * n_rows)
-        if repeat == 0 and not args.skip_former:
-            seconds, former = timed(former_batched_sweep, model, ids, order, n_rows, args.new_tokens)
-            former_s.append(seconds)
-            same_former = former == sweep.generation_ids
+        clock, sweep = timed(removal_sweep, model, args.prompt, order, max_new_tokens=args.new_tokens,
+                             batch_size=args.batch_size)
+        batched.append(clock)
+        clock, (seq_logits, seq_generations) = timed(sequential_steps, model, ids, order, picks, args.new_tokens)
+        sequential.append(scaled(clock, n_rows / len(picks)))
+        if not args.skip_former:
+            clock, former_ids = timed(former_batched_sweep, model, ids, order, n_rows, args.new_tokens)
+            former.append(clock)
+        progress(f"sweep repeat {repeat}: batched {batched[-1]}, sequential (scaled) {sequential[-1]}"
+                 + (f", former batched {former[-1]}" if former else ""))
     same = [sweep.generation_ids[s] for s in picks] == seq_generations
     tracked = torch.tensor(sweep.tokens.token_id.tolist())
     seq_ranks = (seq_logits[:, None, :] > seq_logits[:, tracked][:, :, None]).sum(-1) + 1
     ranks_equal = seq_ranks.tolist() == sweep.ranks[sweep.tokens.label].to_numpy()[picks].tolist()
     work = sum(flops.generation(len(ids_list), n_decoded(g, args.new_tokens)) for g in sweep.generation_ids)
-    ratios = [s / b for s, b in zip(sequential_s, batched_s)]
     result = {
         "rows": n_rows, "prompt_tokens": len(ids_list), "new_tokens": args.new_tokens,
-        "batch_size": sweep.metadata["batch_size"],
-        "batched_s": batched_s, "sequential_s": sequential_s, "speedup": ratios,
-        "batched_flops_per_s": [work / b for b in batched_s],
+        "batch_size": sweep.metadata["batch_size"], "batched": batched, "sequential": sequential,
+        "speedup": ratios(sequential, batched), **rates(work, batched, peak),
         "identical_to_sequential": bool(same and ranks_equal),
         "ranks": sweep.ranks[["top1_id"] + sweep.top_labels], "generation_ids": sweep.generation_ids,
     }
-    if former_s:
-        result.update(former_s=former_s[0], former_over_new=former_s[0] / statistics.median(batched_s),
-                      identical_to_former=same_former)
-    result["fraction_of_matmul"] = [work / b / peak for b in batched_s]
+    if former:
+        result.update(former=former, former_over_new=ratios(former, batched), identical_to_former=former_ids == sweep.generation_ids)
     return result
 
 
@@ -219,28 +257,27 @@ def eval_prompts(model, k: int) -> list[list[int]]:
     return [prompt_ids(model, w) for w in words]
 
 
-def bench_eval(model, args, flops: Flops, peak: float) -> dict:
+def bench_eval(model, args, flops: Flops, peak: Clock) -> dict:
     prompts = eval_prompts(model, args.eval_prompts)
     generate_answers(model, prompts[:2], max_new_tokens=2)  # warm-up
-    batched_s, single_s = [], []
-    for _ in range(args.repeats):
-        seconds, batched = timed(generate_answers, model, prompts, max_new_tokens=args.eval_new_tokens,
-                                 batch_size=len(prompts))
-        batched_s.append(seconds)
-        seconds, single = timed(generate_answers, model, prompts, max_new_tokens=args.eval_new_tokens, batch_size=1)
-        single_s.append(seconds)
+    batched, single = [], []
+    for repeat in range(args.repeats):
+        clock, batched_texts = timed(generate_answers, model, prompts, max_new_tokens=args.eval_new_tokens,
+                                     batch_size=len(prompts))
+        batched.append(clock)
+        clock, single_texts = timed(generate_answers, model, prompts, max_new_tokens=args.eval_new_tokens, batch_size=1)
+        single.append(clock)
+        progress(f"evaluation repeat {repeat}: batched {batched[-1]}, per example {single[-1]}")
     tokenizer = model.tokenizer
-    lengths = [len(tokenizer.encode(t, add_special_tokens=False)) for t in batched]
+    lengths = [len(tokenizer.encode(t, add_special_tokens=False)) for t in batched_texts]
     work = sum(flops.generation(len(p), min(args.eval_new_tokens, n + 1)) for p, n in zip(prompts, lengths))
-    result = {"prompts": len(prompts), "batched_s": batched_s, "per_example_s": single_s,
-              "speedup": [s / b for s, b in zip(single_s, batched_s)], "identical": batched == single,
-              "batched_flops_per_s": [work / b for b in batched_s]}
-    result["fraction_of_matmul"] = [work / b / peak for b in batched_s]
-    return result
+    return {"prompts": len(prompts), "batched": batched, "per_example": single, "speedup": ratios(single, batched),
+            "identical": batched_texts == single_texts, **rates(work, batched, peak)}
 
 
-def bench_train(model, args, flops: Flops, peak: float) -> dict:
-    from headsup_lens.data import Task
+def bench_train(model, args, flops: Flops, peak: Clock) -> dict:
+    from headsup_lens.data import IGNORE_INDEX, Task, collate, encode_pairs
+    from headsup_lens.models import pad_token_id
     from headsup_lens.training import TrainConfig, train_mask
 
     rng = random.Random(0)
@@ -253,25 +290,22 @@ def bench_train(model, args, flops: Flops, peak: float) -> dict:
     run(1)  # warm-up
     short, long = args.train_steps // 2, args.train_steps
     per_step = []
-    for _ in range(args.repeats):
-        long_s, result = timed(run, long)
-        short_s, _ = timed(run, short)
-        per_step.append((long_s - short_s) / (long - short))
-    # Work of a step: forward over the padded batch, answer positions unembedded, input gradients only.
-    from headsup_lens.data import collate, encode_pairs
-    from headsup_lens.models import pad_token_id
-
-    rows = encode_pairs(model, task.train_pairs[:16])
-    batch = collate(rows, pad_id=pad_token_id(model))
+    for repeat in range(args.repeats):
+        long_clock, result = timed(run, long)
+        short_clock, _ = timed(run, short)
+        per_step.append(Clock((long_clock.wall - short_clock.wall) / (long - short),
+                              (long_clock.cpu - short_clock.cpu) / (long - short)))
+        progress(f"training repeat {repeat}: {long} steps {long_clock}, {short} steps {short_clock}")
+    # Work of a step: forward over the padded batch with the answer positions unembedded, then the
+    # input gradients (the model is frozen): the linear layers once more, attention twice more.
+    batch = collate(encode_pairs(model, task.train_pairs[:16]), pad_id=pad_token_id(model))
     b, length = batch.input_ids.shape
-    answers = int((batch.labels[:, 1:] != -100).sum())
-    forward = b * (2.0 * flops.linear * length + 4.0 * flops.attention * length * length) + 2.0 * flops.unembed * answers
-    work = 2.0 * forward + 4.0 * flops.attention * length * length * b  # backward: input grads, attention twice
-    logits_dtype = result.mask.logits.dtype
-    out = {"batch": b, "tokens": b * length, "step_s": per_step, "flops_per_s": [work / s for s in per_step],
-           "mask_logits_dtype": str(logits_dtype)}
-    out["fraction_of_matmul"] = [work / s / peak for s in per_step]
-    return out
+    answers = int((batch.labels[:, 1:] != IGNORE_INDEX).sum())
+    linear = 2.0 * flops.linear * b * length
+    attention = 4.0 * flops.attention * length * length * b
+    work = 2 * linear + 3 * attention + 2 * 2.0 * flops.unembed * answers
+    return {"batch": b, "tokens": b * length, "step": per_step, **rates(work, per_step, peak),
+            "mask_logits_dtype": str(result.mask.logits.dtype)}
 
 
 def compare_sweeps(first: dict, other: dict) -> dict:
@@ -346,57 +380,49 @@ def main() -> int:
           f"{n_params / 1e6:.0f} M parameters; {args.threads} thread(s); repeats {args.repeats}, median [min-max]")
     for dtype, model in models.items():
         peak = matmul_throughput(model, args.repeats)  # the reference of every FLOP/s fraction
-        results: dict = {"matmul_flops_per_s": peak}
-        print(f"[{dtype}] plain matmul [1024 x {cfg.d_model}] x [{cfg.d_model} x {cfg.d_mlp}]: {peak / 1e9:.1f} GFLOP/s")
+        results = report["results"][dtype] = {"matmul": peak}
+        print(f"[{dtype}] plain matmul [1024 x {cfg.d_model}] x [{cfg.d_model} x {cfg.d_mlp}]: "
+              f"{peak.wall / 1e9:.1f} GFLOP/s per wall second, {peak.cpu / 1e9:.1f} per CPU second")
         if "sweep" in sections:
-            r = bench_sweep(model, args, flops, peak)
-            results["sweep"] = r
-            print(f"[{dtype}] sweep {r['rows']} steps x {r['new_tokens']} new tokens, prompt {r['prompt_tokens']} tokens, "
-                  f"chunks of {r['batch_size']}: batched {spread(r['batched_s'])} s, sequential {spread(r['sequential_s'])} s "
-                  f"(scaled from {args.sequential_steps} steps)")
-            print(f"[{dtype}]   speed-up sequential/batched {spread(r['speedup'])}x; "
-                  f"{spread([f / 1e9 for f in r['batched_flops_per_s']])} GFLOP/s"
-                  + f" = {spread(r['fraction_of_matmul'])} of plain matmul"
-                  + f"; identical to sequential: {r['identical_to_sequential']}")
-            if "former_s" in r:
-                print(f"[{dtype}]   former batched path (generate, every prompt position unembedded): {r['former_s']:.2f} s "
-                      f"= {r['former_over_new']:.2f}x the new one; identical generations: {r['identical_to_former']}")
+            r = results["sweep"] = bench_sweep(model, args, flops, peak)
+            print(f"[{dtype}] sweep: {r['rows']} steps x {r['new_tokens']} new tokens, prompt {r['prompt_tokens']} tokens, "
+                  f"chunks of {r['batch_size']} rows; batched {clocks(r['batched'])}; sequential {clocks(r['sequential'])} "
+                  f"(timed on {args.sequential_steps} steps, scaled)")
+            print(f"[{dtype}]   speed-up sequential/batched {speedup(r['speedup'])}; {efficiency(r)}; "
+                  f"identical ranks and generations: {r['identical_to_sequential']}")
+            if "former" in r:
+                print(f"[{dtype}]   former batched path (generate: every prompt position unembedded) / new: "
+                      f"{speedup(r['former_over_new'])}; identical generations: {r['identical_to_former']}")
         if "eval" in sections:
-            r = bench_eval(model, args, flops, peak)
-            results["eval"] = r
-            print(f"[{dtype}] evaluation K={r['prompts']}: batched {spread(r['batched_s'])} s, per example "
-                  f"{spread(r['per_example_s'])} s, speed-up {spread(r['speedup'])}x"
-                  + f"; batched at {spread(r['fraction_of_matmul'])} of plain matmul"
-                  + f"; identical: {r['identical']}")
+            r = results["eval"] = bench_eval(model, args, flops, peak)
+            print(f"[{dtype}] evaluation K={r['prompts']}, {args.eval_new_tokens} new tokens: batched {clocks(r['batched'])}; "
+                  f"per example {clocks(r['per_example'])}")
+            print(f"[{dtype}]   speed-up per-example/batched {speedup(r['speedup'])}; batched {efficiency(r)}; "
+                  f"identical: {r['identical']}")
         if "train" in sections:
-            r = bench_train(model, args, flops, peak)
-            results["train"] = r
-            print(f"[{dtype}] training step (batch {r['batch']}, {r['tokens']} tokens): {spread(r['step_s'])} s, "
-                  f"{spread([f / 1e9 for f in r['flops_per_s']])} GFLOP/s"
-                  + f" = {spread(r['fraction_of_matmul'])} of plain matmul"
-                  + f"; mask logits {r['mask_logits_dtype']}")
-        report["results"][dtype] = results
+            try:
+                r = results["train"] = bench_train(model, args, flops, peak)
+            except RuntimeError as error:  # reported, so that the other sections and dtypes still run
+                print(f"[{dtype}] training step FAILED: {type(error).__name__}: {error}")
+                sections = [s for s in sections if s != "train"]
+                continue
+            print(f"[{dtype}] training step (batch {r['batch']}, {r['tokens']} padded tokens): {clocks(r['step'])}; "
+                  f"{efficiency(r)}; mask logits {r['mask_logits_dtype']}")
     dtypes = list(models)
-    if "sweep" in sections and len(dtypes) > 1:
-        base = report["results"][dtypes[0]]["sweep"]
-        for dtype in dtypes[1:]:
-            other = report["results"][dtype]["sweep"]
-            agreement = compare_sweeps(base, other)
-            report["results"][dtype]["sweep_agreement"] = agreement
-            speed = statistics.median(base["batched_s"]) / statistics.median(other["batched_s"])
-            print(f"[{dtype} vs {dtypes[0]}] sweep time ratio {dtypes[0]}/{dtype} {speed:.2f}x; agreement: {agreement}")
-        for section, key in (("train", "step_s"), ("eval", "batched_s")):
+    for dtype in dtypes[1:]:
+        base, other = report["results"][dtypes[0]], report["results"][dtype]
+        for section, key in (("sweep", "batched"), ("eval", "batched"), ("train", "step")):
             if section in sections:
-                for dtype in dtypes[1:]:
-                    ratio = (statistics.median(report["results"][dtypes[0]][section][key])
-                             / statistics.median(report["results"][dtype][section][key]))
-                    print(f"[{dtype} vs {dtypes[0]}] {section} time ratio {dtypes[0]}/{dtype} {ratio:.2f}x")
+                print(f"[{dtypes[0]}/{dtype}] {section} time ratio: {speedup(ratios(base[section][key], other[section][key]))}")
+        if "sweep" in sections:
+            other["sweep_agreement"] = compare_sweeps(base["sweep"], other["sweep"])
+            print(f"[{dtype} vs {dtypes[0]}] sweep agreement: {other['sweep_agreement']}")
     if args.json:
         for results in report["results"].values():
             if "sweep" in results:
                 results["sweep"].pop("ranks"), results["sweep"].pop("generation_ids")
         with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=1, default=str)
+            json.dump(report, handle, indent=1, default=lambda x: x.__dict__ if isinstance(x, Clock) else str(x))
     return 0
 
 

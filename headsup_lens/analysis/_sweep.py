@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._distributed import gather, rank_and_world, shard
 from ..evaluation._greedy import greedy_generate
 from ..masks import Head, HeadMask
 from ..models import stop_token_ids
@@ -229,6 +230,7 @@ def removal_sweep(
     steps: Sequence[int] | None = None,
     formatted: bool = False,
     memory_gb: float | None = None,
+    distributed: bool = False,
 ) -> RemovalSweep:
     """Remove heads one at a time in `order` and record what the model would say at each step.
 
@@ -239,7 +241,12 @@ def removal_sweep(
     (1 = top) and logit at the last prompt position and a greedy continuation of `max_new_tokens`
     tokens. `steps` restricts the sweep to some steps (default 0..len(order)). Steps run in chunks
     of `batch_size` rows (None: as many as fit `memory_gb`, see `auto_batch_size`).
+
+    `distributed=True` splits the steps over the ranks of the initialised `torch.distributed`
+    process group (each rank a contiguous slice, on its own `model`); every rank returns the whole
+    sweep, equal to a single-process one.
     """
+    rank, world = rank_and_world(required=True) if distributed else (0, 1)
     if isinstance(order, HeadMask):
         order.check_model(model)
         order = order.removal_order()
@@ -264,14 +271,20 @@ def removal_sweep(
     shape = (model.cfg.n_layers, model.cfg.n_heads)
     all_masks = sweep_masks(order, steps, shape)
 
-    logits_chunks, continuations, layer_chunks = [], [], []
-    for start in range(0, len(steps), batch_size):
+    mine = shard(len(steps), rank, world)
+    logits_chunks, continuations, layer_chunks = [torch.empty(0, model.cfg.d_vocab)], [], []
+    for start in range(mine.start, mine.stop, batch_size):
         logits, conts, captured = greedy_rows(
-            model, ids, all_masks[start : start + batch_size], max_new_tokens, record_layers
+            model, ids, all_masks[start : min(start + batch_size, mine.stop)], max_new_tokens, record_layers
         )
         logits_chunks.append(logits)
         continuations += conts
         layer_chunks.append(captured)
+    if world > 1:  # every rank assembles the same sweep from all slices, in step order
+        pieces = gather((logits_chunks, continuations, layer_chunks))
+        logits_chunks = [chunk for piece in pieces for chunk in piece[0]]
+        continuations = [row for piece in pieces for row in piece[1]]
+        layer_chunks = [chunk for piece in pieces for chunk in piece[2]]
     logits = torch.cat(logits_chunks)
 
     # The full model's top-k: from step 0 when the sweep has it, else from an unmasked pass.

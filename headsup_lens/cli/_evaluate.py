@@ -59,9 +59,15 @@ def run_evaluate(args: EvaluateCommand) -> int:
     model = load_model(args.model, device=args.device, dtype=args.dtype, prompt_format=args.prompt_format)
     mask = HeadMask.load(mask_path, model)
     other = HeadMask.load(other_path, model, allow_other_weights=True) if other_path else None  # the swap setting
+    target = Path(out) / "results.csv"
+
+    def save(table) -> Path:  # after every setting: a late failure keeps the finished rows
+        return atomic_write(target, lambda tmp: table.to_csv(tmp, index=False))
+
     table = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,
-                     batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=args.generate)
-    written = atomic_write(Path(out) / "results.csv", lambda tmp: table.to_csv(tmp, index=False))
+                     batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=args.generate,
+                     on_row=save)
+    written = save(table)
     print(table.to_string(index=False))
     print(f"wrote {written}")
     return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import pandas as pd
@@ -145,6 +145,7 @@ def evaluate(
     model: TransformerBridge, task: Task, mask: HeadMask, *, other_mask: HeadMask | None = None, alpha: float = 0.25,
     gate: Gate = "value", split: str = "eval", max_new_tokens: int | None = None, batch_size: int = 16,
     random_seed: int = 0, generate: bool = True, text_metrics: bool | None = None,
+    on_row: Callable[[pd.DataFrame], None] | None = None,
 ) -> pd.DataFrame:
     """The paper's comparison table for one task and mask, one row per setting.
 
@@ -157,6 +158,7 @@ def evaluate(
     when `task.char_level`) and `bleu` (sacrebleu), on the first line of each generation.
     `text_metrics=None` shows ROUGE-L/BLEU only when the answers average more than two words (on
     one-word answers they only restate accuracy, BLEU being 0). `generate=False` skips generation.
+    `on_row` is called with the table so far after each setting (to save finished rows as they come).
     """
     if not isinstance(mask, HeadMask):
         raise ValueError(f"mask must be a HeadMask, not {type(mask).__name__}")
@@ -193,4 +195,6 @@ def evaluate(
                 record.update(rouge_l=rouge_l(lines, answers, char_level=task.char_level),
                               bleu=bleu(lines, answers, char_level=task.char_level))
         records.append(record)
+        if on_row is not None:
+            on_row(pd.DataFrame.from_records(records))
     return pd.DataFrame.from_records(records)

@@ -116,3 +116,9 @@ def test_metrics_come_from_the_libraries():
     assert bleu(["完全不同"], ["我们谈得很好"], char_level=True) < 1.0
     with pytest.raises(ValueError, match="equally many"):
         rouge_l(["a"], [])
+
+
+def test_finished_rows_are_handed_out_as_they_come(planted):
+    seen = []
+    table = evaluate(planted, planted_task(), HeadMask(planted_mask()), generate=False, on_row=lambda t: seen.append(len(t)))
+    assert seen == list(range(1, len(table) + 1))

@@ -39,6 +39,17 @@ def _figures(out: Path, figures: dict, png: bool) -> dict[str, str]:
     return written
 
 
+def _portable(name: str) -> str:
+    from ..models._fingerprint import portable_name
+
+    return portable_name(name)
+
+
+def _names(written: dict[str, str]) -> dict[str, str]:
+    """Figure files by name within the output folder: summaries hold no machine's absolute paths."""
+    return {name: Path(path).name for name, path in written.items()}
+
+
 def _report(out: Path, files: list[str]) -> None:
     print(f"wrote to {out}: {', '.join(files)}")
 
@@ -144,8 +155,8 @@ def run_sweep(args: SweepCommand) -> int:
         figures["sweep_similarity"] = sweep_similarity_figure(table)
     written = _figures(out, figures, args.png)
     summary = {
-        "model": args.model, "prompt": sweep.prompt, "order_kind": args.order, "order": sweep.order,
-        "switch_step": sweep.switch_step, "change_step": sweep.change_step, "figures": written,
+        "model": _portable(args.model), "prompt": sweep.prompt, "order_kind": args.order, "order": sweep.order,
+        "switch_step": sweep.switch_step, "change_step": sweep.change_step, "figures": _names(written),
         "batch_size": sweep.metadata["batch_size"],
     }
     from .._io import atomic_write_json
@@ -346,7 +357,7 @@ def run_pathways(args: PathwaysCommand) -> int:
         ablation = group_ablation(model, task, groups, n_random=args.n_random)
         _write_csv(out / "ablation.csv", ablation)
         summary["ablation"] = ablation.to_dict(orient="records")
-    summary["figures"] = _figures(out, figures, args.png)
+    summary["figures"] = _names(_figures(out, figures, args.png))
     from .._io import atomic_write_json
 
     atomic_write_json(out / "summary.json", summary)

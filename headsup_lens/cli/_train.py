@@ -112,8 +112,9 @@ def run_train(args: TrainCommand) -> int:
             f"(every {config.checkpoint_every} steps), or add --fresh to start over"
         ) from None
     from .._io import atomic_write_json
+    from ..models._fingerprint import portable_name
 
-    written = atomic_write_json(out / "train_config.json", {"model": args.model, "tasks": args.task, "preset": args.preset,
+    written = atomic_write_json(out / "train_config.json", {"model": portable_name(args.model), "tasks": args.task, "preset": args.preset,
                                                            **config.recipe()})
     for name, result in results.items():
         print(f"{name}: kept {result.mask.n_kept}/{result.mask.n_total} heads")

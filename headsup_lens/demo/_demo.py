@@ -278,5 +278,5 @@ def run_demo(config: DemoConfig) -> DemoResult:
     for error in sorted(png_errors):
         print(f"PNG figures not written (HTML written): {error}")
     atomic_write_json(out / "summary.json", {"seconds": seconds, "summary": summary.to_dict("records"),
-                                             "sweeps": sweep_rows, "png_figures": [str(p) for p in saved_pngs]})
+                                             "sweeps": sweep_rows, "png_figures": [Path(p).name for p in saved_pngs]})
     return DemoResult(out=out, summary=summary, evaluations=evaluation, sweeps=sweeps, seconds=seconds)

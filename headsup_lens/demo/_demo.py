@@ -189,9 +189,9 @@ def run_demo(config: DemoConfig) -> DemoResult:
     settings_caption = (
         "Each task in the paper's settings: original (bare input), instructed (instruction + input), masked "
         "(bare input, learned mask), random mask (the mask shuffled: same number of heads), instructed + scaled "
-        "mask (heads outside the mask scaled by 0.25 instead of removed). Answer loss: mean cross-entropy of the "
-        "reference answer's tokens in nats (lower is better; the paper calls it 'PPL'); perplexity = exp(loss), "
-        "1 is perfect."
+        "mask (heads outside the mask scaled by 0.25 instead of removed). Answer loss: cross-entropy of the "
+        "reference answer's tokens in nats, each example's mean averaged over examples (lower is better; the "
+        "paper calls it 'PPL'); perplexity: exp of the cross-entropy over all answer tokens, 1 is perfect."
     )
     if multi_word:
         settings_caption += " ROUGE-L and BLEU (0-1 and 0-100, higher is better) are shown for phrase answers only."

@@ -55,7 +55,7 @@ def encode_example(
     prompt = render_prompt(model, user_text, shots, template=template)
     full = encode(model, prompt + template.answer(answer), add_bos=template.add_bos)
     n_prompt = len(encode(model, prompt, add_bos=template.add_bos))
-    if not template._clean(answer) or len(full) <= n_prompt:
+    if not template.clean(answer) or len(full) <= n_prompt:
         raise ValueError(f"answer {answer!r} is empty after tokenisation; every pair needs a non-empty output")
     check_context(model, len(full), "example (prompt and answer)")
     return full[:n_prompt], full[n_prompt:]

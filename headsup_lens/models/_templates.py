@@ -10,7 +10,7 @@ prompt, or with `system=` text), for users who want the model's native formattin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+
 
 import torch
 from jaxtyping import Int
@@ -22,7 +22,6 @@ _SECOND_PROBE = "\x00SECOND\x00"
 _THIRD_PROBE = "\x00THIRD\x00"
 _ATTRIBUTE = "_headsup_prompt_format"  # where the chosen format is kept on the model
 
-PromptStyle = Literal["paper", "chat_template"]
 STYLES = ("paper", "chat_template")
 
 
@@ -47,25 +46,26 @@ class PromptFormat:
     add_bos: bool = False
     strip: bool = True
 
-    def _clean(self, text: str) -> str:
+    def clean(self, text: str) -> str:
+        """`text` as the format writes it (stripped when `strip`)."""
         return text.strip() if self.strip else text
 
     def format(self, x: str) -> str:
         """The prompt of one bare input, up to where the assistant's answer starts."""
-        return f"{self.prefix}{self._clean(x)}{self.suffix}"
+        return f"{self.prefix}{self.clean(x)}{self.suffix}"
 
     def render(self, x: str, shots: tuple[tuple[str, str], ...] = ()) -> str:
         """The prompt of `x` after demonstration turns `shots` ((input, answer), ...)."""
         shot_end = self.end_of_turn if self.shot_end is None else self.shot_end
         text = self.prefix
         for shot_x, shot_y in shots:
-            text += (f"{self._clean(shot_x)}{self.suffix}{self.answer_prefix}{self._clean(shot_y)}"
+            text += (f"{self.clean(shot_x)}{self.suffix}{self.answer_prefix}{self.clean(shot_y)}"
                      f"{shot_end}{self.next_turn}")
-        return f"{text}{self._clean(x)}{self.suffix}"
+        return f"{text}{self.clean(x)}{self.suffix}"
 
     def answer(self, y: str) -> str:
         """The text that follows the prompt in a training example: the answer and the end of turn."""
-        return f"{self.answer_prefix}{self._clean(y)}{self.end_of_turn}"
+        return f"{self.answer_prefix}{self.clean(y)}{self.end_of_turn}"
 
 
 # The reference code's templates, by model family (train_mask.py of the paper's repository).

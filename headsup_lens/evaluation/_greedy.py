@@ -25,6 +25,8 @@ from ..gates import Gate, gate_hooks
 from ..masks import HeadMask
 from ..models import cut_at_stop
 
+_UNEMBED_IN = "unembed.hook_in"
+
 
 @dataclass
 class GreedyOutput:
@@ -90,6 +92,12 @@ def greedy_generate(
     if isinstance(mask, Tensor):
         mask = mask.to(device)
     keep_last = {"logits_to_keep": 1} if keeps_last_logits_only(model) else {}
+    prompt_hooks = list(prompt_hooks or [])
+    if keep_last and _UNEMBED_IN in model.hook_dict:
+        # The kept position is a strided view of the prompt's hidden states; a non-contiguous 3-D
+        # input makes the unembedding a batched matmul over a broadcast weight (measured 8x slower
+        # than the 2-D matmul it becomes once contiguous).
+        prompt_hooks.append((_UNEMBED_IN, lambda x, hook: x.contiguous()))
     derive = _derives_positions(model)
     stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=device)
 
@@ -100,7 +108,7 @@ def greedy_generate(
         gate_scope.enter_context(model.hooks(fwd_hooks=gate_hooks(model, mask, alpha=alpha, gate=gate)))
         with torch.no_grad():
             kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
-            with model.hooks(fwd_hooks=list(prompt_hooks or [])):
+            with model.hooks(fwd_hooks=prompt_hooks):
                 logits, cache = model(ids, return_type="logits_and_cache", use_cache=True, **kwargs, **keep_last)
             first_logits = logits[:, -1].float().cpu()
             running, length = attention_mask, ids.shape[1]

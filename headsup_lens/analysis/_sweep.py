@@ -158,7 +158,8 @@ def auto_batch_size(model: TransformerBridge, n_tokens: int, memory_gb: float | 
     A row holds its KV cache over `n_tokens` positions (key/value heads only), the activations of
     one layer in the prompt pass (residual, q/k/v/z, MLP, eager attention scores and pattern) and
     the logits of one position (only the last position is unembedded); a factor of 1.5 covers
-    temporaries (measured peaks at the Qwen2.5-0.5B and SmolLM2 shapes stay below the estimate).
+    temporaries. The former estimate (every position's logits, all query heads cached, factor 3)
+    was about 10x larger at the Qwen2.5-0.5B shape and capped CPU chunks at 19 rows.
     """
     cfg = model.cfg
     device = torch.device(cfg.device)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 import torch
 from jaxtyping import Int
 from torch import Tensor

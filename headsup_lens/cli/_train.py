@@ -83,7 +83,9 @@ def move_aside(out: Path) -> Path | None:
 def run_train(args: TrainCommand) -> int:
     from ..data import load_task
     from ..models import load_model
-    from ..training import train_mask, train_masks
+    import warnings
+
+    from ..training import TrainingAdvice, train_mask, train_masks
 
     if len(set(args.task)) != len(args.task):
         raise ValueError(f"--task names must be distinct, got {args.task}")
@@ -102,10 +104,12 @@ def run_train(args: TrainCommand) -> int:
     if args.estimate and config.steps >= ESTIMATE_FROM_STEPS:
         _print_estimate(model, tasks, config)
     try:
-        if len(tasks) == 1:
-            results = {tasks[0].name: train_mask(model, tasks[0], config, out_dir=out, resume=not args.fresh)}
-        else:
-            results = train_masks(model, tasks, config, out_dir=out, resume=not args.fresh)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TrainingAdvice)  # the advice below names the flags instead
+            if len(tasks) == 1:
+                results = {tasks[0].name: train_mask(model, tasks[0], config, out_dir=out, resume=not args.fresh)}
+            else:
+                results = train_masks(model, tasks, config, out_dir=out, resume=not args.fresh)
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "

@@ -4,6 +4,7 @@ from .._lazy import lazy_exports
 
 # Public name -> the module it comes from; imported on first use (`TrainConfig` needs no torch).
 _EXPORTS = {
+    "TrainingAdvice": "._advice",
     "TrainConfig": "._config",
     "answer_logits": "._objective",
     "answer_nll": "._objective",

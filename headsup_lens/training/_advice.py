@@ -16,6 +16,10 @@ NEARLY_ALL_KEPT = 0.98
 LOSS_BARELY_MOVED = 0.05
 
 
+class TrainingAdvice(UserWarning):
+    """A finished training run that looks like it learned nothing (see `run_problems`)."""
+
+
 @dataclass(frozen=True)
 class RunProblem:
     """One thing that looks wrong with a task's training run."""

@@ -6,6 +6,7 @@ import hashlib
 import io
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from ..data import Task, collate, encode_pairs
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
 from ..models import fingerprint, pad_token_id, prompt_format
+from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
 from ..gates import gate_hooks
 from ._objective import answer_nll
@@ -257,6 +259,10 @@ def _train(
 
     results = {}
     frame = pd.DataFrame(history, columns=["step", "task", "loss", "tau", "lr", "n_kept"])
+    for problem in run_problems(frame, n_layers * n_heads):
+        warnings.warn(f"mask training of {problem.task!r}: {problem.problem}. With the paper's init and learning "
+                      "rate no head can switch off before ~400 steps: train longer or use TrainConfig.fast()",
+                      TrainingAdvice, stacklevel=3)
     for k, task in enumerate(tasks):
         head = HeadMask.from_logits(logits[k].detach(), model=model_fp, task=task.name, gate=config.gate,
                                     steps=config.steps, seed=config.seed, init_mean=config.init_mean)

@@ -220,3 +220,10 @@ def test_resume_refuses_a_run_on_other_data_and_names_the_difference(planted, tm
     with pytest.raises(ValueError, match=r"state.pt cannot be read .*--fresh"):
         train_mask(planted, task, config.replace(steps=3), out_dir=out)
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before  # nothing else was written
+
+
+def test_a_run_that_removes_nothing_warns(planted):
+    from headsup_lens.training import TrainingAdvice
+
+    with pytest.warns(TrainingAdvice, match=r"kept (\d+)/\1 heads"):
+        train_mask(planted, planted_task(), TrainConfig(steps=5, checkpoint_every=0, progress=False))

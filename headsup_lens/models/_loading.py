@@ -60,6 +60,8 @@ def load_model(
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     prompt_format: str = "paper",
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
 ) -> TransformerBridge:
     """Load a model as a TransformerLens `TransformerBridge`.
 
@@ -71,9 +73,16 @@ def load_model(
     accepts strings (`"bf16"`) or torch dtypes; the default is bf16 on CUDA and fp32 on CPU.
     `prompt_format` chooses how every prompt for the model is built (`set_prompt_format`): `"paper"`
     (the reference code's turn for the model's family) or `"chat-template"` (the tokenizer's own).
+    A model larger than one GPU loads sharded with `device_map="auto"` (accelerate's placement,
+    optionally bounded by `max_memory={0: "70GiB", 1: "70GiB"}`); `device` must then be None. Gates
+    move masks to each layer's device.
     """
     if prompt_format.replace("-", "_") not in STYLES:
         raise ValueError(f"prompt_format must be 'paper' or 'chat-template', not {prompt_format!r} (--prompt-format)")
+    if device_map is not None and device is not None:
+        raise ValueError("pass either device or device_map, not both (device_map places every layer itself)")
+    if max_memory is not None and device_map is None:
+        raise ValueError("max_memory bounds a sharded load: pass it with device_map (e.g. device_map='auto')")
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     source = str(name_or_path)
@@ -94,9 +103,8 @@ def load_model(
             f"{source!r} is not a Hugging Face model directory (no config.json found there)"
         )
     try:
-        model = TransformerBridge.boot_transformers(
-            str(local) if looks_local else source, device=str(device), dtype=dtype
-        )
+        placement = {"device": str(device)} if device_map is None else {"device_map": device_map, "max_memory": max_memory}
+        model = TransformerBridge.boot_transformers(str(local) if looks_local else source, dtype=dtype, **placement)
     except (OSError, ValueError, ConnectionError) as error:
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
         raise ValueError(

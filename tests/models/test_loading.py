@@ -64,3 +64,23 @@ def test_encode_adds_bos_once_and_prompts_are_left_padded(llama):
         assert encode(llama, "a", add_bos=True)[0] == tokenizer.bos_token_id
     finally:
         tokenizer.bos_token = None
+
+
+def test_sharded_loading_through_a_device_map(llama_dir):
+    """`device_map` goes to accelerate's placement (here every module on the CPU); gates still work."""
+    import torch
+
+    from headsup_lens import value_gate
+
+    model = load_model(llama_dir, device_map={"": "cpu"}, dtype="float32")
+    reference = load_model(llama_dir, device="cpu", dtype="float32")
+    tokens = torch.tensor([[5, 6, 7, 8]])
+    mask = torch.ones(model.cfg.n_layers, model.cfg.n_heads)
+    mask[0, :3] = 0
+    with torch.no_grad(), value_gate(model, mask):
+        sharded = model(tokens)
+    with torch.no_grad(), value_gate(reference, mask):
+        plain = reference(tokens)
+    assert torch.allclose(sharded, plain, atol=1e-5)
+    with pytest.raises(ValueError, match="either device or device_map"):
+        load_model(llama_dir, device="cpu", device_map="auto")

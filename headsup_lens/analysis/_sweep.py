@@ -22,7 +22,7 @@ from .._distributed import gather, rank_and_world, shard
 from ..evaluation._greedy import greedy_generate
 from ..masks import Head, HeadMask
 from ..models import stop_token_ids
-from ._common import check_heads, prompt_ids, token_id, token_ranks, token_text
+from ._common import check_heads, prompt_ids, prompt_text, token_id, token_ranks, token_text
 
 _CPU_BUDGET_GB = 2.0
 
@@ -261,7 +261,8 @@ def removal_sweep(
         raise ValueError(f"steps must be a non-empty list of values in 0..{len(order)}")
     if isinstance(target_tokens, (int, str)):
         target_tokens = [target_tokens]
-    targets = [token_id(model, t) for t in (target_tokens or [])]
+    after = prompt_text(model, prompt, formatted=formatted)
+    targets = [token_id(model, t, after=after) for t in (target_tokens or [])]
 
     ids_list = prompt_ids(model, prompt, formatted=formatted)
     ids = torch.tensor([ids_list], device=model.cfg.device)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 
@@ -42,3 +43,10 @@ def gather(value: Any) -> list[Any]:
     out: list[Any] = [None] * world
     dist.all_gather_object(out, value)
     return out
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """The sum over the ranks of `tensor` (a new tensor; the input is left as it was)."""
+    total = tensor.detach().clone()
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return total

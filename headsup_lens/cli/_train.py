@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import sys
 import time
 from dataclasses import dataclass, field, fields
@@ -79,6 +81,22 @@ def move_aside(out: Path) -> Path | None:
     return target
 
 
+def join_torchrun(device: str | None) -> tuple[int | None, str | None]:
+    """Under `torchrun` (WORLD_SIZE > 1): join the process group (NCCL on GPUs, gloo on CPUs) and
+    return this rank and its device (`cuda:LOCAL_RANK` on GPUs); else `(None, device)`."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None, device
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available() and (device is None or device.startswith("cuda"))
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+    if cuda and device in (None, "cuda"):
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return dist.get_rank(), device
+
+
 @command("train", TrainCommand, help="Train head masks that make a model perform tasks without instruction.")
 def run_train(args: TrainCommand) -> int:
     from ..data import load_task
@@ -93,11 +111,16 @@ def run_train(args: TrainCommand) -> int:
     config.validate()
     tasks = [load_task(name, args.data_dir) for name in args.task]  # bad names fail before the model loads
     out = check_out_dir(args.out)
-    if args.fresh and out.is_dir():
+    rank, device = join_torchrun(args.device)
+    if args.fresh and out.is_dir() and rank == 0:
         moved = move_aside(out)
         if moved is not None:
             print(f"moved the earlier run aside to {moved}")
-    model = load_model(args.model, device=args.device, dtype=args.dtype, prompt_format=args.prompt_format)
+    if rank is not None:
+        import torch.distributed as dist
+
+        dist.barrier()  # no rank starts before rank 0 has moved an old run aside
+    model = load_model(args.model, device=device, dtype=args.dtype, prompt_format=args.prompt_format)
     print(f"training {'a mask' if len(tasks) == 1 else f'{len(tasks)} masks'} on {model.cfg.n_layers * model.cfg.n_heads} "
           f"heads: preset {args.preset}, {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "
           f"init N({config.init_mean:g}, {config.init_std:g})")
@@ -107,9 +130,11 @@ def run_train(args: TrainCommand) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TrainingAdvice)  # the advice below names the flags instead
             if len(tasks) == 1:
-                results = {tasks[0].name: train_mask(model, tasks[0], config, out_dir=out, resume=not args.fresh)}
+                results = {tasks[0].name: train_mask(model, tasks[0], config, out_dir=out, resume=not args.fresh,
+                                                     distributed=rank is not None)}
             else:
-                results = train_masks(model, tasks, config, out_dir=out, resume=not args.fresh)
+                results = train_masks(model, tasks, config, out_dir=out, resume=not args.fresh,
+                                      distributed=rank is not None)
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "

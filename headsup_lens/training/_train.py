@@ -22,6 +22,7 @@ from ..data import Task, collate, encode_pairs
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
 from ..models import fingerprint, pad_token_id, prompt_format
+from .._distributed import all_reduce_sum, rank_and_world, shard
 from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
 from ..gates import gate_hooks
@@ -83,13 +84,22 @@ def straight_through(logits: Tensor, noise: Tensor, tau: float) -> Tensor:
     return hard - soft.detach() + soft
 
 
+def task_loss_sums(
+    model: TransformerBridge, batch, hooks: list, rows_task: Tensor, n_tasks: int
+) -> tuple[Tensor, Tensor]:
+    """`[n_tasks]` each: the summed answer-token cross-entropy of each task's rows in `batch`, and
+    the number of those tokens."""
+    nll, token_rows = answer_nll(model, batch, hooks)
+    token_task = rows_task[token_rows]
+    sums = torch.zeros(n_tasks, device=nll.device).index_add(0, token_task, nll)
+    return sums, torch.bincount(token_task, minlength=n_tasks).to(sums.dtype)
+
+
 def task_losses(model: TransformerBridge, batch, hooks: list, rows_task: Tensor, n_tasks: int) -> Tensor:
     """`[n_tasks]`: each task's mean cross-entropy over the answer tokens of its rows in `batch`
     (all of a task's tokens pooled, as a Hugging Face causal-LM loss over that task's batch)."""
-    nll, token_rows = answer_nll(model, batch, hooks)
-    token_task = rows_task[token_rows]
-    per_task = torch.zeros(n_tasks, device=nll.device).index_add(0, token_task, nll)
-    return per_task / torch.bincount(token_task, minlength=n_tasks).clamp(min=1)
+    sums, counts = task_loss_sums(model, batch, hooks, rows_task, n_tasks)
+    return sums / counts.clamp(min=1)
 
 
 def clip_per_task(parameters: list[Tensor], max_norm: float) -> None:
@@ -137,7 +147,7 @@ def _load_state(path: Path, device: torch.device) -> dict:
 
 def train_mask(
     model: TransformerBridge, task: Task, config: TrainConfig | None = None, *,
-    out_dir: str | os.PathLike | None = None, resume: bool = True,
+    out_dir: str | os.PathLike | None = None, resume: bool = True, distributed: bool = False,
 ) -> TrainResult:
     """Learn which heads `model` keeps so that it performs `task` from the bare input.
 
@@ -146,13 +156,16 @@ def train_mask(
     `config.checkpoint_every` steps (`checkpoints/logits_step*.safetensors`, the Fig. 3 trajectories)
     together with the optimiser and noise state, a rerun with the same `out_dir` resumes from the
     latest state, and the final `mask.safetensors` and `history.csv` are written (all atomically).
+    With `distributed=True` (an initialised `torch.distributed` group, e.g. under `torchrun`), each
+    rank computes a share of every step's batch rows and the gradients are summed: the same mask as
+    one process with the same global batch; rank 0 writes the files.
     """
-    return _train(model, [task], config, out_dir=out_dir, resume=resume, single=True)[task.name]
+    return _train(model, [task], config, out_dir=out_dir, resume=resume, single=True, distributed=distributed)[task.name]
 
 
 def train_masks(
     model: TransformerBridge, tasks: Sequence[Task], config: TrainConfig | None = None, *,
-    out_dir: str | os.PathLike | None = None, resume: bool = True,
+    out_dir: str | os.PathLike | None = None, resume: bool = True, distributed: bool = False,
 ) -> dict[str, TrainResult]:
     """Train one mask per task simultaneously: each batch row carries its own task's mask.
 
@@ -160,12 +173,12 @@ def train_masks(
     initial logits depend only on (seed, task name), and the loss is the sum of the per-task means,
     so each mask gets the gradient it would get alone. Final masks go to `out_dir/masks/`.
     """
-    return _train(model, list(tasks), config, out_dir=out_dir, resume=resume, single=False)
+    return _train(model, list(tasks), config, out_dir=out_dir, resume=resume, single=False, distributed=distributed)
 
 
 def _train(
     model: TransformerBridge, tasks: list[Task], config: TrainConfig | None, *,
-    out_dir: str | os.PathLike | None, resume: bool, single: bool,
+    out_dir: str | os.PathLike | None, resume: bool, single: bool, distributed: bool = False,
 ) -> dict[str, TrainResult]:
     config = config or TrainConfig()
     config.validate()
@@ -183,6 +196,8 @@ def _train(
                for t in tasks]
     samplers = [_Sampler(len(rows), config.batch_size, config.seed, t.name) for rows, t in zip(encoded, tasks)]
     pad_id = pad_token_id(model)
+    rank, world = rank_and_world(required=True) if distributed else (0, 1)
+    mine = shard(len(tasks) * config.batch_size, rank, world)  # this rank's rows of every step's batch
 
     init = [torch.Generator().manual_seed(_stable_seed(config.seed, name, "init")) for name in names]
     logits = torch.stack([config.init_mean + config.init_std * torch.randn(n_layers, n_heads, generator=g)
@@ -218,24 +233,31 @@ def _train(
         history, start = state["history"], int(state["step"])
 
     rows_task = torch.arange(len(tasks)).repeat_interleave(config.batch_size).to(device)
-    bar = tqdm(range(start, config.steps), initial=start, total=config.steps, disable=not config.progress,
+    writer = out is not None and rank == 0
+    bar = tqdm(range(start, config.steps), initial=start, total=config.steps, disable=not config.progress or rank > 0,
                desc=f"mask {names[0]}" if single else f"masks x{len(tasks)}", dynamic_ncols=True)
     for step in bar:
         tau, lr = config.tau_at(step), config.lr_at(step)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batch = collate([encoded[k][i] for k, sampler in enumerate(samplers) for i in sampler.batch(step)],
-                        pad_id=pad_id, device=device)
+        rows = [encoded[k][i] for k, sampler in enumerate(samplers) for i in sampler.batch(step)]
+        batch = collate(rows[mine.start:mine.stop], pad_id=pad_id, device=device)
+        # Every rank draws the whole step's noise (the generators stay in step) and keeps its rows.
         shape = (config.batch_size, n_layers, n_heads)
-        head_noise = torch.cat([left_tail_gumbel(shape, g) for g in noise]).to(device)
-        mask = straight_through(logits[rows_task], head_noise, tau)
+        head_noise = torch.cat([left_tail_gumbel(shape, g) for g in noise])[mine.start:mine.stop].to(device)
+        row_task = rows_task[mine.start:mine.stop]
+        mask = straight_through(logits[row_task], head_noise, tau)
         mlp = None
         if mlp_logits is not None:
-            mlp_noise = torch.cat([left_tail_gumbel((config.batch_size, n_layers), g) for g in noise]).to(device)
-            mlp = straight_through(mlp_logits[rows_task], mlp_noise, tau)
-        per_task = task_losses(model, batch, gate_hooks(model, mask, gate=config.gate, mlp=mlp), rows_task, len(tasks))
+            mlp_noise = torch.cat([left_tail_gumbel((config.batch_size, n_layers), g) for g in noise])
+            mlp = straight_through(mlp_logits[row_task], mlp_noise[mine.start:mine.stop].to(device), tau)
+        sums, counts = task_loss_sums(model, batch, gate_hooks(model, mask, gate=config.gate, mlp=mlp), row_task,
+                                      len(tasks))
+        if world > 1:  # each rank's share of every task's global token mean; the gradients are summed below
+            counts = all_reduce_sum(counts)
+        per_task = sums / counts.clamp(min=1)
         loss = per_task.sum()
-        if config.size_penalty:
+        if config.size_penalty and rank == 0:  # counted once over the ranks
             loss = loss + config.size_penalty * torch.sigmoid(logits).sum()
         if not torch.isfinite(loss):
             raise ValueError(
@@ -244,6 +266,10 @@ def _train(
             )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if world > 1:
+            for parameter in parameters:
+                parameter.grad = all_reduce_sum(parameter.grad)
+            per_task = all_reduce_sum(per_task.detach())
         if config.max_grad_norm > 0:
             clip_per_task(parameters, config.max_grad_norm)
         optimizer.step()
@@ -253,7 +279,7 @@ def _train(
             history.append({"step": step + 1, "task": name, "loss": task_loss, "tau": tau, "lr": lr, "n_kept": n_kept})
         bar.set_postfix(loss=f"{sum(losses) / len(losses):.3f}", tau=f"{tau:.2f}", kept=kept[0] if single else kept)
         done = step + 1
-        if out is not None and (done == config.steps or (config.checkpoint_every and done % config.checkpoint_every == 0)):
+        if writer and (done == config.steps or (config.checkpoint_every and done % config.checkpoint_every == 0)):
             _checkpoint(out, done, logits, mlp_logits, optimizer, noise, history, identity, names)
     bar.close()
 
@@ -271,7 +297,7 @@ def _train(
                             mlp_values=(mlp_logits[k].detach() >= 0).float(),
                             metadata={**head.metadata, "mlp_logits": mlp_logits[k].detach().tolist()})
         results[task.name] = TrainResult(head, frame[frame.task == task.name].reset_index(drop=True))
-    if out is not None:
+    if writer:
         for name, result in results.items():
             result.mask.save(out / "mask.safetensors" if single else out / "masks" / f"{safe_name(name)}.safetensors")
         atomic_write_text(out / "history.csv", frame.to_csv(index=False))

@@ -112,7 +112,7 @@ def run_train(args: TrainCommand) -> int:
     tasks = [load_task(name, args.data_dir) for name in args.task]  # bad names fail before the model loads
     out = check_out_dir(args.out)
     rank, device = join_torchrun(args.device)
-    if args.fresh and out.is_dir() and rank == 0:
+    if args.fresh and out.is_dir() and not rank:  # one process (None) or rank 0
         moved = move_aside(out)
         if moved is not None:
             print(f"moved the earlier run aside to {moved}")

@@ -8,3 +8,4 @@ from ._evaluate import generations as generations
 from ._metrics import bleu as bleu
 from ._metrics import first_line as first_line
 from ._metrics import rouge_l as rouge_l
+from ._greedy import greedy_generate as greedy_generate

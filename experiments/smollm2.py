@@ -1,0 +1,240 @@
+"""The paper's experiments on a real instruction-tuned LLM, SmolLM2-135M-Instruct (30 layers x 9 heads).
+
+Three stages, each calling only the library and writing to `figures/smollm2/` (`--out`):
+
+    python experiments/smollm2.py select    # greedy accuracy of the 35 function-vector tasks, with and without instruction
+    python experiments/smollm2.py train  --tasks antonym sentiment --seed 0   # masks -> figures/smollm2/masks/
+    python experiments/smollm2.py analyze --tasks antonym sentiment           # everything else, from the stored masks
+
+`select` writes `task_selection.csv` / `.md` (resumable: tasks already in the CSV are skipped).
+`train` runs `train_masks` (`TrainConfig.fast`, one pass for all tasks, per-row masks) with its run
+folder (checkpoints) under `--runs` (git-ignored) and keeps only the final masks in
+`<out>/masks/<task>.safetensors` (seed 0) or `<task>_seed<k>.safetensors`. `analyze` regenerates
+every table and figure from the stored masks without retraining: the settings table (Tables 1/2),
+removal sweeps by weight and random order (Fig. 2), similarity to the instructed run (Fig. 4),
+logit lens (Table 41), Jaccard between masks (Table 5) and the alpha grid (Fig. 6). Each stage
+appends its wall time to `<out>/times.csv`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import headsup_lens as hl
+from headsup_lens.analysis import Setting, alpha_grid, jaccard_matrix, jaccard_table, random_order, weight_order
+from headsup_lens.data import FV_TASKS
+from headsup_lens.evaluation import accuracy
+from headsup_lens.plots import (alpha_figure, jaccard_figure, logit_lens_figure, mask_heatmap, rank_figure,
+                                save_figure, similarity_figure)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("stage", choices=("select", "train", "analyze"))
+    p.add_argument("--model", default="smollm2", help="model name or local directory (default: smollm2)")
+    p.add_argument("--tasks", nargs="+", default=None,
+                   help="tasks (select: default all 35 function-vector tasks; train/analyze: required)")
+    p.add_argument("--data-dir", default=None, help="data directory (default: $HEADSUP_DATA_DIR)")
+    p.add_argument("--out", default=str(ROOT / "figures" / "smollm2"), help="output folder (default: figures/smollm2)")
+    p.add_argument("--runs", default=str(ROOT / "runs" / "smollm2"),
+                   help="training run folders with checkpoints (default: runs/smollm2, git-ignored)")
+    p.add_argument("--seed", type=int, default=0, help="train: TrainConfig.fast(seed=...) (default: 0)")
+    p.add_argument("--steps", type=int, default=None, help="train: override the 300 steps of TrainConfig.fast")
+    p.add_argument("--batch-size", type=int, default=None, help="train: override the batch of 16 per task")
+    p.add_argument("--eval-batch-size", type=int, default=64, help="examples per forward pass / generation (default: 64)")
+    p.add_argument("--alpha", type=float, default=0.25, help="analyze: alpha of the instructed + scaled mask row")
+    p.add_argument("--new-tokens", type=int, default=12, help="analyze: greedy tokens per removal-sweep step (default: 12)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: on a shared 2-core machine 2 threads measured slower)")
+    p.add_argument("--no-png", action="store_true", help="write HTML figures only")
+    return p
+
+
+def _record_time(out: Path, stage: str, what: str, seconds: float) -> None:
+    path = out / "times.csv"
+    row = pd.DataFrame([{"stage": stage, "what": what, "seconds": round(seconds, 1),
+                         "threads": torch.get_num_threads()}])
+    row.to_csv(path, mode="a", header=not path.exists(), index=False)
+    print(f"[{stage}] {what}: {seconds:.1f} s", flush=True)
+
+
+def _mask_path(out: Path, task: str, seed: int) -> Path:
+    name = hl.training.safe_name(task)
+    return out / "masks" / (f"{name}.safetensors" if seed == 0 else f"{name}_seed{seed}.safetensors")
+
+
+# ---------------------------------------------------------------------------------------------- select
+def select(args, model, out: Path) -> None:
+    """Greedy accuracy (10 new tokens, the task's matcher) on the 100 held-out examples, both settings."""
+    path = out / "task_selection_long.csv"
+    names = args.tasks or list(FV_TASKS)
+    # Instructed first for every task: it is the selection criterion.
+    for instructed in (True, False):
+        for name in names:
+            # Re-read before each task: several processes may share the scan (each takes what is left).
+            done = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["task", "instructed"])
+            if ((done.task == name) & (done.instructed == instructed)).any():
+                continue
+            task = hl.load_task(name, args.data_dir)
+            start = time.perf_counter()
+            acc = accuracy(model, task, instructed=instructed, max_new_tokens=10, batch_size=args.eval_batch_size)
+            seconds = time.perf_counter() - start
+            row = {"task": name, "instructed": instructed, "accuracy": acc, "n_examples": len(task.eval_pairs),
+                   "matcher": task.matcher, "seconds": round(seconds, 1)}
+            pd.DataFrame([row]).to_csv(path, mode="a", header=not path.exists(), index=False)
+            print(f"{name:28s} instructed={instructed!s:5s} acc={acc:.2f} ({seconds:.0f} s)", flush=True)
+    long = pd.read_csv(path).drop_duplicates(["task", "instructed"])
+    table = long.pivot_table(index="task", columns="instructed", values="accuracy").rename(
+        columns={True: "instructed", False: "uninstructed"})
+    table = table.join(long.groupby("task")[["n_examples"]].first())
+    table = table.join(long.groupby("task")[["seconds"]].sum().rename(columns={"seconds": "scan_seconds"}))
+    table = table.sort_values(["instructed", "uninstructed"], ascending=False).reset_index()
+    table.to_csv(out / "task_selection.csv", index=False)
+    lines = ["| task | instructed | uninstructed | n |", "|---|---:|---:|---:|"]
+    lines += [f"| {r.task} | {r.instructed:.2f} | {r.uninstructed:.2f} | {int(r.n_examples)} |"
+              for r in table.itertuples() if pd.notna(r.instructed) and pd.notna(r.uninstructed)]
+    (out / "task_selection.md").write_text("\n".join(lines) + "\n")
+    print(table.to_string(index=False))
+
+
+# ---------------------------------------------------------------------------------------------- train
+def train(args, model, out: Path) -> None:
+    if not args.tasks:
+        raise SystemExit("train: --tasks is required")
+    tasks = [hl.load_task(name, args.data_dir) for name in args.tasks]
+    changes = {"seed": args.seed}
+    if args.steps is not None:
+        changes["steps"] = args.steps
+    if args.batch_size is not None:
+        changes["batch_size"] = args.batch_size
+    config = hl.TrainConfig.fast(**changes)
+    run_dir = Path(args.runs) / f"seed{args.seed}-{'+'.join(hl.training.safe_name(t) for t in args.tasks)}"
+    start = time.perf_counter()
+    results = hl.train_masks(model, tasks, config, out_dir=run_dir)
+    seconds = time.perf_counter() - start
+    (out / "masks").mkdir(parents=True, exist_ok=True)
+    for name, result in results.items():
+        result.mask.save(_mask_path(out, name, args.seed))
+        result.history.to_csv(out / "masks" / f"{_mask_path(out, name, args.seed).stem}_history.csv", index=False)
+        print(f"{name}: {result.mask.n_kept} heads kept of {result.mask.values.numel()}", flush=True)
+    _record_time(out, "train", f"seed {args.seed}, {config.steps} steps x batch {config.batch_size}: "
+                 f"{' '.join(args.tasks)}", seconds)
+
+
+# ---------------------------------------------------------------------------------------------- analyze
+N_SIMILARITY = 10  # held-out inputs averaged in the layer-similarity figure
+
+
+def _figure(args, fig, out: Path, stem: str) -> None:
+    saved = save_figure(fig, out / stem, png=not args.no_png)
+    if saved.png is None and not args.no_png:
+        print(f"PNG not written for {stem}: {saved.png_error}", flush=True)
+
+
+def analyze(args, model, out: Path) -> None:
+    """Every table and figure from the stored masks (no training)."""
+    if not args.tasks:
+        raise SystemExit("analyze: --tasks is required")
+    masks = {name: hl.HeadMask.load(_mask_path(out, name, 0), model) for name in args.tasks}
+    extra = {f"{p.stem.rsplit('_seed', 1)[0]} (seed {p.stem.rsplit('_seed', 1)[1]})": hl.HeadMask.load(p, model)
+             for p in sorted((out / "masks").glob("*_seed*.safetensors"))}
+    shape = (model.cfg.n_layers, model.cfg.n_heads)
+    tables, sweeps, alphas = [], [], []
+    for name, mask in masks.items():
+        task = hl.load_task(name, args.data_dir)
+        stem = hl.training.safe_name(name)
+
+        start = time.perf_counter()  # Tables 1/2: the paper's settings (no base-model twin: no "other model's mask")
+        table = hl.evaluate(model, task, mask, alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0)
+        tables.append(table)
+        _record_time(out, "analyze", f"{name}: evaluate (settings table)", time.perf_counter() - start)
+        for label, seed_mask in extra.items():  # other seeds of this task's mask: run-to-run spread
+            if label.startswith(f"{stem} (seed "):
+                start = time.perf_counter()
+                rows = hl.evaluate(model, task, seed_mask, alpha=args.alpha, batch_size=args.eval_batch_size)
+                rows = rows[rows.setting.isin(["masked", "random mask"])].assign(setting=lambda t: t.setting + f", {label[len(stem) + 2:-1]}")
+                tables.append(rows)
+                _record_time(out, "analyze", f"{label}: evaluate (masked, random mask)", time.perf_counter() - start)
+
+        x, answer = task.eval_pairs[0]  # Fig. 2: one held-out input, the answer as the target token
+        prompt = task.user_text(x)
+        for order_name, order in (("weight", weight_order(mask)), ("random", random_order(model, seed=0))):
+            start = time.perf_counter()
+            sweep = hl.removal_sweep(model, prompt, order, target_tokens=[answer], max_new_tokens=args.new_tokens)
+            _record_time(out, "analyze", f"{name}: removal sweep, {order_name} order", time.perf_counter() - start)
+            sweep.long().to_csv(out / f"fig2_removal_ranks_{order_name}_{stem}.csv", index=False)
+            pd.DataFrame({"step": sweep.steps, "generation": sweep.generations}).to_csv(
+                out / f"fig2_generations_{order_name}_{stem}.csv", index=False)
+            sweeps.append({"task": name, "order": order_name, "input": x, "answer": answer,
+                           "target_switch_step": sweep.switch_step, "first_change_step": sweep.change_step,
+                           "heads_in_mask": mask.n_kept, "removed_by_mask": shape[0] * shape[1] - mask.n_kept,
+                           "generation_at_mask": sweep.generations[shape[0] * shape[1] - mask.n_kept]
+                           if order_name == "weight" else None})
+            _figure(args, rank_figure(sweep, title=f"SmolLM2, {name}: removal in {order_name} order, input {x!r}"),
+                    out, f"fig2_removal_ranks_{order_name}_{stem}")
+
+        start = time.perf_counter()  # Fig. 4: similarity to the instructed run, mean over held-out inputs
+        pairs = {"original vs instructed": lambda u, i: (Setting(u), Setting(i)),
+                 "masked vs instructed": lambda u, i: (Setting(u, mask=mask), Setting(i)),
+                 "masked vs masked + instructed": lambda u, i: (Setting(u, mask=mask), Setting(i, mask=mask))}
+        similarity = {}
+        rows = []
+        for label, make in pairs.items():
+            per_input = [hl.layer_similarity(model, *make(task.user_text(xi), task.user_text(xi, instructed=True)))
+                         for xi, _ in task.eval_pairs[:N_SIMILARITY]]
+            similarity[label] = pd.concat(per_input).groupby(level=0).mean(numeric_only=True)
+            rows += [t.assign(comparison=label, example=k) for k, t in enumerate(per_input)]
+        pd.concat(rows).to_csv(out / f"fig4_similarity_{stem}.csv", index=False)
+        _figure(args, similarity_figure(similarity, title=f"SmolLM2, {name}: cosine similarity to the instructed run "
+                                        f"(mean of {N_SIMILARITY} inputs)"), out, f"fig4_similarity_{stem}")
+        _record_time(out, "analyze", f"{name}: layer similarity", time.perf_counter() - start)
+
+        start = time.perf_counter()  # Table 41: logit lens of the masked, uninstructed prompt
+        lens = hl.logit_lens(model, prompt, k=5, mask=mask)
+        lens.table.to_csv(out / f"table41_logit_lens_{stem}.csv", index=False)
+        _figure(args, logit_lens_figure(lens, title=f"SmolLM2, {name}: logit lens, masked, input {x!r}"),
+                out, f"table41_logit_lens_{stem}")
+        _record_time(out, "analyze", f"{name}: logit lens", time.perf_counter() - start)
+
+        start = time.perf_counter()  # Fig. 6: instructed loss as the heads outside the mask are scaled by alpha
+        grid = alpha_grid(model, task, mask, batch_size=args.eval_batch_size)
+        alphas.append(grid.assign(task=name))
+        _figure(args, alpha_figure(grid, title=f"SmolLM2, {name}: instructed answer loss vs alpha"), out,
+                f"fig6_alpha_grid_{stem}")
+        _record_time(out, "analyze", f"{name}: alpha grid", time.perf_counter() - start)
+
+    pd.concat(tables).to_csv(out / "tables12_evaluation.csv", index=False)
+    pd.DataFrame(sweeps).to_csv(out / "fig2_summary.csv", index=False)
+    pd.concat(alphas).to_csv(out / "fig6_alpha_grid.csv", index=False)
+    every = {**masks, **extra}  # Table 5: Jaccard between masks vs the random expectation
+    jaccard_table(every).to_csv(out / "table5_jaccard.csv", index=False)
+    _figure(args, jaccard_figure(jaccard_matrix(every), title="SmolLM2: Jaccard similarity of the learned masks"),
+            out, "table5_jaccard")
+    _figure(args, mask_heatmap(every, title="SmolLM2: learned masks (1 = kept)"), out, "masks")
+    summary = pd.concat(tables)
+    print(summary[["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]].to_string(index=False))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.data_dir:
+        os.environ["HEADSUP_DATA_DIR"] = args.data_dir
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    model = hl.load_model(args.model)
+    _record_time(out, args.stage, "load model", time.perf_counter() - start)
+    {"select": select, "train": train, "analyze": analyze}[args.stage](args, model, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""experiments/smollm2.py runs its three stages end to end on a tiny random model with tiny settings."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ..conftest import build_llama_dir
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+TASKS = ["organism/antonym", "organism/reverse"]
+
+
+@pytest.fixture(scope="module")
+def script():
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import smollm2
+
+        yield smollm2
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+
+
+def test_select_train_analyze_from_stored_masks(script, tmp_path):
+    model = str(build_llama_dir(tmp_path / "model"))
+    out, runs = tmp_path / "figures", tmp_path / "runs"
+    common = ["--model", model, "--out", str(out), "--runs", str(runs), "--no-png", "--eval-batch-size", "8"]
+
+    script.main(["select", "--tasks", *TASKS, *common])
+    selection = pd.read_csv(out / "task_selection.csv")
+    assert sorted(selection.task) == sorted(TASKS)
+    assert {"instructed", "uninstructed", "n_examples"} <= set(selection.columns)
+    assert (out / "task_selection.md").read_text().count("\n") == 2 + len(TASKS)
+
+    train = ["--steps", "3", "--batch-size", "2"]
+    script.main(["train", "--tasks", *TASKS, *train, *common])
+    script.main(["train", "--tasks", TASKS[0], "--seed", "1", *train, *common])
+    stored = sorted(p.name for p in (out / "masks").glob("*.safetensors"))
+    assert stored == ["organism__antonym.safetensors", "organism__antonym_seed1.safetensors",
+                      "organism__reverse.safetensors"]
+    assert not list(out.glob("masks/**/checkpoints"))  # run folders with checkpoints stay under --runs
+
+    script.main(["analyze", "--tasks", *TASKS, "--new-tokens", "2", *common])
+    table = pd.read_csv(out / "tables12_evaluation.csv")
+    assert {"original", "instructed", "masked", "random mask", "instructed + scaled mask",
+            "masked, seed 1", "random mask, seed 1"} <= set(table.setting)
+    assert "other model's mask" not in set(table.setting)
+    assert (table.n_examples > 0).all()
+    summary = pd.read_csv(out / "fig2_summary.csv")
+    assert sorted(summary.order.unique()) == ["random", "weight"]
+    assert len(pd.read_csv(out / "table5_jaccard.csv")) == 3  # three stored masks: three pairs
+    assert sorted(pd.read_csv(out / "fig6_alpha_grid.csv").alpha.unique().round(1)) == [i / 10 for i in range(11)]
+    for stem in ("fig2_removal_ranks_weight_organism__antonym", "fig4_similarity_organism__reverse",
+                 "table41_logit_lens_organism__antonym", "fig6_alpha_grid_organism__reverse", "table5_jaccard", "masks"):
+        assert (out / f"{stem}.html").is_file(), stem
+    stages = set(pd.read_csv(out / "times.csv").stage)
+    assert stages == {"select", "train", "analyze"}

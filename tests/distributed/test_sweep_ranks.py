@@ -43,7 +43,10 @@ def test_sweep_over_two_gloo_ranks_equals_one_process(llama, llama_dir, tmp_path
     for rank in range(2):
         with open(tmp_path / f"rank{rank}.pkl", "rb") as handle:
             split = pickle.load(handle)
-        assert split.ranks.equals(single.ranks) and split.logits.equals(single.logits)
+        assert split.ranks.equals(single.ranks)
+        # Logits agree to float rounding: a rank's chunks group the rows differently.
+        labels = single.tokens.label.tolist()
+        assert split.logits[labels].to_numpy() == pytest.approx(single.logits[labels].to_numpy(), abs=1e-5)
         assert split.generation_ids == single.generation_ids and split.tokens.equals(single.tokens)
         assert torch.allclose(split.block_out, single.block_out, atol=1e-6)
 

@@ -20,6 +20,7 @@ def run(config: DemoConfig) -> int:
     for name, sweep in result.sweeps.items():
         print(f"{name:>16}: target becomes top-1 after {sweep.switch_step} removals; "
               f"continuation first changes after {sweep.change_step}")
+    masks = config.masks if config.masks is not None else result.out / "training"
     print(f"\nwrote {result.out / 'report.html'} (figures in {result.out / 'figures'}, tables in "
-          f"{result.out / 'tables'}, masks in {result.out / 'training'}; {result.seconds:.0f} s)")
+          f"{result.out / 'tables'}, masks in {masks}; {result.seconds:.0f} s)")
     return 0

@@ -28,6 +28,8 @@ class DemoConfig:
     """Tasks to train masks for (`headsup tasks` lists them); repeat --task or give several."""
     out: str = DEFAULT_OUT
     """Output folder for the report, figures, tables and masks (default: ./headsup_demo, git-ignored in the repository)."""
+    masks: str | None = None
+    """Folder of stored masks, one `<task>.safetensors` per task (e.g. figures/smollm2/masks): used instead of training."""
     steps: int = 300
     """Mask-training steps (the fast schedule of `TrainConfig.fast`; the paper uses 6 250)."""
     batch_size: int = 16

@@ -38,7 +38,8 @@ from ..plots import (
     save_figure,
     similarity_figure,
 )
-from ..training import TrainConfig, train_masks
+from ..masks import HeadMask
+from ..training import TrainConfig, safe_name, train_masks
 from ._config import DEFAULT_TASKS as DEFAULT_TASKS
 from ._config import DemoConfig
 from ._report import Report
@@ -81,7 +82,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
         torch.set_num_threads(threads)
     out = Path(config.out)
     figures = out / "figures"
-    model = load_model(config.model, device=config.device, dtype=config.dtype)
+    model = load_model(config.model, device=config.device, dtype=config.dtype, prompt_format=config.prompt_format)
     tasks: list[Task] = [load_task(name, data_dir=config.data_dir) for name in config.tasks]
     planted = planted_pathways(config.model, model)
     n_total = model.cfg.n_layers * model.cfg.n_heads
@@ -112,16 +113,22 @@ def run_demo(config: DemoConfig) -> DemoResult:
 
     # 1. Masks, trained for all tasks at once (per-row masks), without instructions.
     train_config = TrainConfig.fast(steps=config.steps, batch_size=config.batch_size, seed=config.seed)
-    print(f"training masks for {len(tasks)} task(s), {config.steps} steps ...")
-    results = train_masks(model, tasks, train_config, out_dir=out / "training")
-    masks = {name: result.mask for name, result in results.items()}
+    if config.masks is not None:  # stored masks (e.g. trained once on a slow machine): no training here
+        masks = {task.name: HeadMask.load(Path(config.masks) / f"{safe_name(task.name)}.safetensors", model)
+                 for task in tasks}
+        schedule = f"Masks loaded from {Path(config.masks).name}/ (trained earlier), not trained in this run."
+    else:
+        print(f"training masks for {len(tasks)} task(s), {config.steps} steps ...")
+        results = train_masks(model, tasks, train_config, out_dir=out / "training")
+        masks = {name: result.mask for name, result in results.items()}
+        schedule = (
+            f"Schedule: the fast one (TrainConfig.fast, not the paper's): {train_config.steps} steps, batch "
+            f"{train_config.batch_size} per task, AdamW lr {train_config.lr:g} -> {train_config.min_lr:g}, mask "
+            f"logits initialised at N({train_config.init_mean:g}, {train_config.init_std:g}) (every head kept at the "
+            "start). The paper trains 6 250 steps at lr 0.01 from N(4, 0.02)."
+        )
     report.heading("Learned masks")
-    report.note(
-        f"Schedule: the fast one (TrainConfig.fast, not the paper's): {train_config.steps} steps, batch "
-        f"{train_config.batch_size} per task, AdamW lr {train_config.lr:g} -> {train_config.min_lr:g}, mask logits "
-        f"initialised at N({train_config.init_mean:g}, {train_config.init_std:g}) (every head kept at the start). "
-        "The paper trains 6 250 steps at lr 0.01 from N(4, 0.02)."
-    )
+    report.note(schedule)
     kept = ", ".join(f"{name}: {m.n_kept}/{n_total}" for name, m in masks.items())
     figure(mask_heatmap(masks, title="Learned masks (1 = kept)"), "masks",
            f"One panel per task: rows are layers (0 at the bottom), columns are heads; dark = kept, white = removed. "

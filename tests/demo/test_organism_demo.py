@@ -70,3 +70,12 @@ def test_readme_install_and_demo_in_a_fresh_virtual_environment(tmp_path):
     print(f"headsup demo in a fresh venv: {seconds:.0f} s")
     assert (tmp_path / "out" / "report.html").is_file()
     assert seconds <= 300
+
+
+@needs_weights
+def test_stored_masks_are_used_instead_of_training(demo, tmp_path):
+    stored = demo.out / "training" / "masks"
+    again = run_demo(DemoConfig(out=str(tmp_path / "again"), tasks=["organism/reverse"], masks=str(stored), png=False))
+    assert not (tmp_path / "again" / "training").exists()  # nothing trained
+    first = demo.summary.set_index("task").loc["organism/reverse"]
+    assert again.summary.set_index("task").loc["organism/reverse"].equals(first)

@@ -9,10 +9,7 @@ from headsup_lens.evaluation import generate_answers
 from headsup_lens.models import encode
 from headsup_lens.models._gguf import CACHE_ENV_VAR, GGUF_MODELS, fetch_model, read_source_record
 
-try:  # the library's prompt rendering (prompt_format supersedes chat_template)
-    from headsup_lens.models import prompt_format as format_of
-except ImportError:
-    from headsup_lens.models import chat_template as format_of
+from headsup_lens.models import prompt_format as format_of
 
 
 @pytest.mark.slow

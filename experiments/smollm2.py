@@ -38,10 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=("select", "train", "analyze"))
+    p.add_argument("stage", choices=("select", "train", "analyze", "combine"))
     p.add_argument("--model", default="smollm2", help="model name or local directory (default: smollm2)")
     p.add_argument("--tasks", nargs="+", default=None,
-                   help="tasks (select: default all 35 function-vector tasks; train/analyze: required)")
+                   help="tasks (select: default all 35 function-vector tasks; train: required; analyze: default every "
+                        "stored seed-0 mask)")
     p.add_argument("--data-dir", default=None, help="data directory (default: $HEADSUP_DATA_DIR)")
     p.add_argument("--out", default=str(ROOT / "figures" / "smollm2"), help="output folder (default: figures/smollm2)")
     p.add_argument("--runs", default=str(ROOT / "runs" / "smollm2"),
@@ -139,22 +140,29 @@ def _figure(args, fig, out: Path, stem: str) -> None:
         print(f"PNG not written for {stem}: {saved.png_error}", flush=True)
 
 
+def _seed0_tasks(out: Path) -> list[str]:
+    """Tasks with a stored seed-0 mask, in the order of the task-selection table."""
+    names = [hl.HeadMask.load(p).metadata.get("task", p.stem) for p in (out / "masks").glob("*.safetensors")
+             if "_seed" not in p.stem]
+    ranked = list(pd.read_csv(out / "task_selection.csv").task) if (out / "task_selection.csv").exists() else []
+    return sorted(names, key=lambda n: (ranked.index(n) if n in ranked else len(ranked), n))
+
+
 def analyze(args, model, out: Path) -> None:
-    """Every table and figure from the stored masks (no training)."""
-    if not args.tasks:
-        raise SystemExit("analyze: --tasks is required")
-    masks = {name: hl.HeadMask.load(_mask_path(out, name, 0), model) for name in args.tasks}
-    extra = {f"{p.stem.rsplit('_seed', 1)[0]} (seed {p.stem.rsplit('_seed', 1)[1]})": hl.HeadMask.load(p, model)
-             for p in sorted((out / "masks").glob("*_seed*.safetensors"))}
+    """Every table and figure from the stored masks (no training): per task `<artifact>_<task>.csv`,
+    then the combined tables over every analysed task and the Jaccard table over every stored mask."""
+    names = args.tasks or _seed0_tasks(out)
+    if not names:
+        raise SystemExit(f"analyze: no stored masks in {out / 'masks'}; run the train stage first")
+    masks = {name: hl.HeadMask.load(_mask_path(out, name, 0), model) for name in names}
+    extra = _seed_masks(out, model)
     shape = (model.cfg.n_layers, model.cfg.n_heads)
-    tables, sweeps, alphas = [], [], []
     for name, mask in masks.items():
         task = hl.load_task(name, args.data_dir)
         stem = hl.training.safe_name(name)
 
         start = time.perf_counter()  # Tables 1/2: the paper's settings (no base-model twin: no "other model's mask")
-        table = hl.evaluate(model, task, mask, alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0)
-        tables.append(table)
+        tables = [hl.evaluate(model, task, mask, alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0)]
         _record_time(out, "analyze", f"{name}: evaluate (settings table)", time.perf_counter() - start)
         for label, seed_mask in extra.items():  # other seeds of this task's mask: run-to-run spread
             if label.startswith(f"{stem} (seed "):
@@ -163,9 +171,11 @@ def analyze(args, model, out: Path) -> None:
                 rows = rows[rows.setting.isin(["masked", "random mask"])].assign(setting=lambda t: t.setting + f", {label[len(stem) + 2:-1]}")
                 tables.append(rows)
                 _record_time(out, "analyze", f"{label}: evaluate (masked, random mask)", time.perf_counter() - start)
+        pd.concat(tables).to_csv(out / f"tables12_evaluation_{stem}.csv", index=False)
 
         x, answer = task.eval_pairs[0]  # Fig. 2: one held-out input, the answer as the target token
         prompt = task.user_text(x)
+        sweeps = []
         for order_name, order in (("weight", weight_order(mask)), ("random", random_order(model, seed=0))):
             start = time.perf_counter()
             sweep = hl.removal_sweep(model, prompt, order, target_tokens=[answer], max_new_tokens=args.new_tokens)
@@ -180,6 +190,7 @@ def analyze(args, model, out: Path) -> None:
                            if order_name == "weight" else None})
             _figure(args, rank_figure(sweep, title=f"SmolLM2, {name}: removal in {order_name} order, input {x!r}"),
                     out, f"fig2_removal_ranks_{order_name}_{stem}")
+        pd.DataFrame(sweeps).to_csv(out / f"fig2_summary_{stem}.csv", index=False)
 
         start = time.perf_counter()  # Fig. 4: similarity to the instructed run, mean over held-out inputs
         pairs = {"original vs instructed": lambda u, i: (Setting(u), Setting(i)),
@@ -206,20 +217,33 @@ def analyze(args, model, out: Path) -> None:
 
         start = time.perf_counter()  # Fig. 6: instructed loss as the heads outside the mask are scaled by alpha
         grid = alpha_grid(model, task, mask, batch_size=args.eval_batch_size)
-        alphas.append(grid.assign(task=name))
+        grid.assign(task=name).to_csv(out / f"fig6_alpha_grid_{stem}.csv", index=False)
         _figure(args, alpha_figure(grid, title=f"SmolLM2, {name}: instructed answer loss vs alpha"), out,
                 f"fig6_alpha_grid_{stem}")
         _record_time(out, "analyze", f"{name}: alpha grid", time.perf_counter() - start)
+    combine(args, model, out)
 
-    pd.concat(tables).to_csv(out / "tables12_evaluation.csv", index=False)
-    pd.DataFrame(sweeps).to_csv(out / "fig2_summary.csv", index=False)
-    pd.concat(alphas).to_csv(out / "fig6_alpha_grid.csv", index=False)
-    every = {**masks, **extra}  # Table 5: Jaccard between masks vs the random expectation
+
+def _seed_masks(out: Path, model) -> dict[str, hl.HeadMask]:
+    """Masks of seeds other than 0, labelled "<task> (seed k)"."""
+    return {f"{p.stem.rsplit('_seed', 1)[0]} (seed {p.stem.rsplit('_seed', 1)[1]})": hl.HeadMask.load(p, model)
+            for p in sorted((out / "masks").glob("*_seed*.safetensors"))}
+
+
+def combine(args, model, out: Path) -> None:
+    """The combined tables over every analysed task, Table 5 and the mask heat map over every stored
+    mask (cheap: reads the per-task files; runs at the end of `analyze`)."""
+    names = [n for n in _seed0_tasks(out) if (out / f"tables12_evaluation_{hl.training.safe_name(n)}.csv").exists()]
+    for artifact in ("tables12_evaluation", "fig2_summary", "fig6_alpha_grid"):
+        table = pd.concat([pd.read_csv(out / f"{artifact}_{hl.training.safe_name(n)}.csv") for n in names])
+        table.to_csv(out / f"{artifact}.csv", index=False)
+    every = {**{n: hl.HeadMask.load(_mask_path(out, n, 0), model) for n in _seed0_tasks(out)},
+             **_seed_masks(out, model)}  # Table 5: Jaccard between masks vs the random expectation
     jaccard_table(every).to_csv(out / "table5_jaccard.csv", index=False)
     _figure(args, jaccard_figure(jaccard_matrix(every), title="SmolLM2: Jaccard similarity of the learned masks"),
             out, "table5_jaccard")
     _figure(args, mask_heatmap(every, title="SmolLM2: learned masks (1 = kept)"), out, "masks")
-    summary = pd.concat(tables)
+    summary = pd.read_csv(out / "tables12_evaluation.csv")
     print(summary[["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]].to_string(index=False))
 
 
@@ -233,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     model = hl.load_model(args.model)
     _record_time(out, args.stage, "load model", time.perf_counter() - start)
-    {"select": select, "train": train, "analyze": analyze}[args.stage](args, model, out)
+    {"select": select, "train": train, "analyze": analyze, "combine": combine}[args.stage](args, model, out)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from ._tokenize import collate as collate
 from ._tokenize import encode_example as encode_example
 from ._tokenize import encode_pairs as encode_pairs
 from ._tokenize import encode_prompt as encode_prompt
+from ._tokenize import length_groups as length_groups
 from ._tokenize import render_prompt as render_prompt
 from ._tokenize import task_prompts as task_prompts
 from ._tokenize import tokenize_pairs as tokenize_pairs

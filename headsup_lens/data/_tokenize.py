@@ -83,6 +83,33 @@ class TaskBatch:
         return int((self.labels != IGNORE_INDEX).sum())
 
 
+def length_groups(lengths: Sequence[int], *, overhead: float, max_rows: int | None = None) -> list[list[int]]:
+    """Indices grouped into batches of similar length that minimise the tokens a pass computes.
+
+    A right-padded batch computes `rows x longest row` tokens, and each pass costs about `overhead`
+    tokens more (per-call work that does not scale with the batch). Rows sorted by length are cut
+    into contiguous groups by an exact dynamic programme over that cost (`max_rows` caps a group);
+    rows of a batch are independent, so every row's result is unchanged.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n, cap = len(order), max_rows or len(order)
+    if cap < 1:
+        raise ValueError(f"max_rows must be positive, got {max_rows}")
+    best = [0.0] + [float("inf")] * n  # best[j]: the cheapest cut of the j shortest rows
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        width = lengths[order[j - 1]]  # the longest row of any group ending at j
+        for i in range(max(0, j - cap), j):
+            cost = best[i] + (j - i) * width + overhead
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(order[cut[j]:j])
+        j = cut[j]
+    return groups[::-1]
+
+
 def encode_pairs(
     model: TransformerBridge, pairs: Sequence[Pair], *, instruction: str | None = None,
     shots: Sequence[Shots] | None = None,

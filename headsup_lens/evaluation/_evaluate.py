@@ -16,7 +16,7 @@ from ..data._tokenize import collate, encode_prompt
 from ..masks import HeadMask
 from ..models import prompt_format, left_pad, pad_token_id, stop_token_ids
 from ..gates import Gate, gate_hooks
-from ..training import answer_nll
+from ..training import answer_nll, length_batches
 from ._greedy import greedy_generate
 from ._metrics import bleu, first_line, rouge_l
 
@@ -29,12 +29,12 @@ def _batches(n: int, batch_size: int) -> list[range]:
     return [range(i, min(n, i + batch_size)) for i in range(0, n, batch_size)]
 
 
-def _rows_of(mask: MaskArg, rows: range, n: int) -> MaskArg:
-    """The mask for a slice of examples: per-row masks `[n_examples, n_layers, n_heads]` are sliced."""
+def _rows_of(mask: MaskArg, rows: Sequence[int], n: int) -> MaskArg:
+    """The mask for some of the examples: per-row masks `[n_examples, n_layers, n_heads]` are indexed."""
     if isinstance(mask, Tensor) and mask.ndim == 3:
         if mask.shape[0] != n:
             raise ValueError(f"per-row mask has {mask.shape[0]} rows for {n} examples")
-        return mask[rows.start:rows.stop]
+        return mask[list(rows)]
     return mask
 
 
@@ -54,11 +54,13 @@ def answer_nll_per_example(
     sums = torch.zeros(len(rows), dtype=torch.float64)
     counts = torch.zeros(len(rows), dtype=torch.float64)
     pad_id = pad_token_id(model)
-    for chunk in _batches(len(rows), batch_size):
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    for chunk in length_batches(model, rows, max_rows=batch_size):
         batch = collate([rows[i] for i in chunk], pad_id=pad_id, device=model.cfg.device)
         with torch.no_grad():
             nll, owner = answer_nll(model, batch, gate_hooks(model, _rows_of(mask, chunk, len(rows)), alpha=alpha, gate=gate))
-        owner = owner.cpu() + chunk.start
+        owner = torch.tensor(chunk)[owner.cpu()]
         sums.index_add_(0, owner, nll.double().cpu())
         counts.index_add_(0, owner, torch.ones_like(owner, dtype=torch.float64))
     return sums, counts

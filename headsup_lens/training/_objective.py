@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from ..data import IGNORE_INDEX, TaskBatch
+from ..data import IGNORE_INDEX, TaskBatch, length_groups
 from ..models import FINAL_NORM_OUT, unembed, verify_readout
+
+
+def length_batches(
+    model: TransformerBridge, rows: list[tuple[list[int], list[int]]], max_rows: int | None = None
+) -> list[list[int]]:
+    """Indices of encoded (prompt, answer) rows grouped into passes that pad little (`length_groups`).
+
+    On a CPU a pass costs about 1e7 / d_model^2 tokens of fixed work (measured: ~30 tokens on
+    SmolLM2-135M; ~120 on the organism, where the formula's 610 errs towards fewer passes), so rows of very different lengths (news articles) run in
+    several passes (a 16-row step of ag_news on SmolLM2: 2.8x faster). On a GPU the fixed cost
+    dominates: as few passes as `max_rows` allows, split where the lengths differ most.
+    """
+    lengths = [len(prompt) + len(answer) for prompt, answer in rows]
+    on_cpu = torch.device(model.cfg.device).type == "cpu"
+    overhead = max(8.0, 1e7 / model.cfg.d_model**2) if on_cpu else 1e6
+    return length_groups(lengths, overhead=overhead, max_rows=max_rows)
 
 
 class _StopForward(Exception):

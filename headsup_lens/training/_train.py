@@ -26,7 +26,7 @@ from .._distributed import all_reduce_sum, rank_and_world, shard
 from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
 from ..gates import gate_hooks
-from ._objective import answer_nll
+from ._objective import answer_nll, length_batches
 
 _STATE = "state.pt"
 _CHECKPOINTS = "checkpoints"
@@ -240,36 +240,41 @@ def _train(
         tau, lr = config.tau_at(step), config.lr_at(step)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        rows = [encoded[k][i] for k, sampler in enumerate(samplers) for i in sampler.batch(step)]
-        batch = collate(rows[mine.start:mine.stop], pad_id=pad_id, device=device)
+        rows = [encoded[k][i] for k, sampler in enumerate(samplers) for i in sampler.batch(step)][mine.start:mine.stop]
         # Every rank draws the whole step's noise (the generators stay in step) and keeps its rows.
         shape = (config.batch_size, n_layers, n_heads)
         head_noise = torch.cat([left_tail_gumbel(shape, g) for g in noise])[mine.start:mine.stop].to(device)
         row_task = rows_task[mine.start:mine.stop]
-        mask = straight_through(logits[row_task], head_noise, tau)
-        mlp = None
+        mlp_noise = None
         if mlp_logits is not None:
             mlp_noise = torch.cat([left_tail_gumbel((config.batch_size, n_layers), g) for g in noise])
-            mlp = straight_through(mlp_logits[row_task], mlp_noise[mine.start:mine.stop].to(device), tau)
-        sums, counts = task_loss_sums(model, batch, gate_hooks(model, mask, gate=config.gate, mlp=mlp), row_task,
-                                      len(tasks))
-        if world > 1:  # each rank's share of every task's global token mean; the gradients are summed below
+            mlp_noise = mlp_noise[mine.start:mine.stop].to(device)
+        # Each task's loss is the mean over all its answer tokens in the step (over every rank).
+        counts = torch.zeros(len(tasks), device=device).index_add(
+            0, row_task, torch.tensor([float(len(answer)) for _, answer in rows], device=device))
+        if world > 1:
             counts = all_reduce_sum(counts)
-        per_task = sums / counts.clamp(min=1)
-        loss = per_task.sum()
-        if config.size_penalty and rank == 0:  # counted once over the ranks
-            loss = loss + config.size_penalty * torch.sigmoid(logits).sum()
-        if not torch.isfinite(loss):
-            raise ValueError(
-                f"training loss became {loss.item()} at step {step} (tasks {names}); the model may "
-                "overflow in its dtype (try dtype='float32') or the learning rate is too high"
-            )
+        counts = counts.clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        # Rows are independent (per-row masks and noise): passes over rows of similar length give
+        # the same gradient with less padding; each pass's graph is freed after its backward.
+        per_task = torch.zeros(len(tasks), device=device)
+        for members in length_batches(model, rows):
+            index = torch.tensor(members, device=device)
+            mask = straight_through(logits[row_task[index]], head_noise[index], tau)
+            mlp = None if mlp_noise is None else straight_through(mlp_logits[row_task[index]], mlp_noise[index], tau)
+            sums, _ = task_loss_sums(model, collate([rows[i] for i in members], pad_id=pad_id, device=device),
+                                     gate_hooks(model, mask, gate=config.gate, mlp=mlp), row_task[index], len(tasks))
+            part = sums / counts
+            _check_finite(part.sum(), step, names)
+            part.sum().backward()
+            per_task += part.detach()
+        if config.size_penalty and rank == 0:  # counted once over the ranks
+            (config.size_penalty * torch.sigmoid(logits).sum()).backward()
         if world > 1:
             for parameter in parameters:
                 parameter.grad = all_reduce_sum(parameter.grad)
-            per_task = all_reduce_sum(per_task.detach())
+            per_task = all_reduce_sum(per_task)
         if config.max_grad_norm > 0:
             clip_per_task(parameters, config.max_grad_norm)
         optimizer.step()
@@ -302,6 +307,14 @@ def _train(
             result.mask.save(out / "mask.safetensors" if single else out / "masks" / f"{safe_name(name)}.safetensors")
         atomic_write_text(out / "history.csv", frame.to_csv(index=False))
     return results
+
+
+def _check_finite(loss: Tensor, step: int, names: list[str]) -> None:
+    if not torch.isfinite(loss):
+        raise ValueError(
+            f"training loss became {loss.item()} at step {step} (tasks {names}); the model may "
+            "overflow in its dtype (try dtype='float32') or the learning rate is too high"
+        )
 
 
 def _checkpoint(out: Path, step: int, logits: Tensor, mlp_logits: Tensor | None, optimizer, noise,

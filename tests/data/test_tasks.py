@@ -227,3 +227,32 @@ def test_shared_data(shared_data_dir, llama):
     answer_tokens = sum(len(llama.tokenizer(y.strip(), add_special_tokens=False)["input_ids"]) + eot
                         for _, y in antonym.eval_pairs)
     assert batch.n_answer_tokens == answer_tokens
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_length_groups_is_the_cheapest_contiguous_cut(seed):
+    """Against brute force over every cut of the sorted rows: each index exactly once, and no
+    cheaper grouping of rows × longest row + overhead per pass exists."""
+    import itertools
+    import random
+
+    from headsup_lens.data import length_groups
+
+    rng = random.Random(seed)
+    lengths = [rng.randint(1, 60) for _ in range(rng.randint(1, 8))]
+    overhead, cap = rng.choice([0.0, 5.0, 40.0, 1e4]), rng.choice([None, 1, 3])
+    groups = length_groups(lengths, overhead=overhead, max_rows=cap)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert all(len(g) <= (cap or len(lengths)) for g in groups)
+
+    def cost(parts):
+        return sum(len(p) * max(lengths[i] for i in p) + overhead for p in parts)
+
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    best = min(
+        cost([order[a:b] for a, b in zip((0, *cuts), (*cuts, len(order)))])
+        for k in range(len(order))
+        for cuts in itertools.combinations(range(1, len(order)), k)
+        if all(b - a <= (cap or len(order)) for a, b in zip((0, *cuts), (*cuts, len(order))))
+    )
+    assert cost(groups) == pytest.approx(best)

@@ -44,8 +44,13 @@ def test_select_train_analyze_from_stored_masks(script, tmp_path):
                       "organism__reverse.safetensors"]
     assert not list(out.glob("masks/**/checkpoints"))  # run folders with checkpoints stay under --runs
 
-    script.main(["analyze", "--tasks", *TASKS, "--new-tokens", "2", *common])
+    # One task per run (as separate processes would), then the combined tables cover both.
+    script.main(["analyze", "--tasks", TASKS[0], "--new-tokens", "2", *common])
+    assert set(pd.read_csv(out / "tables12_evaluation.csv").task) == {TASKS[0]}
+    script.main(["analyze", "--tasks", TASKS[1], "--new-tokens", "2", *common])
     table = pd.read_csv(out / "tables12_evaluation.csv")
+    assert list(table.task.unique()) == TASKS
+    assert pd.read_csv(out / "tables12_evaluation_organism__reverse.csv").task.unique().tolist() == [TASKS[1]]
     assert {"original", "instructed", "masked", "random mask", "instructed + scaled mask",
             "masked, seed 1", "random mask, seed 1"} <= set(table.setting)
     assert "other model's mask" not in set(table.setting)

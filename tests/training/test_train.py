@@ -227,3 +227,30 @@ def test_a_run_that_removes_nothing_warns(planted):
 
     with pytest.warns(TrainingAdvice, match=r"kept (\d+)/\1 heads"):
         train_mask(planted, planted_task(), TrainConfig(steps=5, checkpoint_every=0, progress=False))
+
+
+def test_passes_grouped_by_length_give_the_one_pass_gradient(qwen2, monkeypatch):
+    """A step runs its rows in passes of similar length (less padding); rows are independent, so
+    the trained logits and logged losses equal those of one right-padded pass over the step."""
+    import headsup_lens.training._train as train_module
+    from headsup_lens.data import length_groups
+
+    words = ["cold", "up the hill and far away over the sea", "good", "a girl in a red coat on a bike", "yes",
+             "hot soup", "no one ever came back from the old mill by the river"]
+    task = Task.from_pairs("mixed", [(w, w.split()[0]) for w in words] * 3, n_eval=0)
+    config = TrainConfig(**{**QUICK, "steps": 4, "batch_size": 8})
+    passes = []
+
+    def many(model, rows, max_rows=None):
+        groups = length_groups([len(p) + len(a) for p, a in rows], overhead=0.0, max_rows=max_rows)
+        passes.append(len(groups))
+        return groups
+
+    monkeypatch.setattr(train_module, "length_batches", many)
+    grouped = train_mask(qwen2, task, config)
+    assert min(passes) > 1  # the rows really ran in several passes
+    monkeypatch.setattr(train_module, "length_batches", lambda model, rows, max_rows=None: [list(range(len(rows)))])
+    single = train_mask(qwen2, task, config)
+    torch.testing.assert_close(grouped.mask.logits, single.mask.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(grouped.history.loss.values), torch.tensor(single.history.loss.values),
+                               atol=1e-5, rtol=1e-5)

@@ -277,8 +277,7 @@ def bench_eval(model, args, flops: Flops, peak: Clock) -> dict:
 
 
 def bench_train(model, args, flops: Flops, peak: Clock) -> dict:
-    from headsup_lens.data import IGNORE_INDEX, Task, collate, encode_pairs
-    from headsup_lens.models import pad_token_id
+    from headsup_lens.data import Task, encode_pairs
     from headsup_lens.training import TrainConfig, train_mask
 
     rng = random.Random(0)
@@ -299,15 +298,16 @@ def bench_train(model, args, flops: Flops, peak: Clock) -> dict:
         per_step.append(Clock((long_clock.wall - short_clock.wall) / (long - short),
                               (long_clock.cpu - short_clock.cpu) / (long - short)))
         progress(f"training repeat {repeat}: {long} steps {long_clock}, {short} steps {short_clock}")
-    # Work of a step: forward over the padded batch with the answer positions unembedded, then the
-    # input gradients (the model is frozen): the linear layers once more, attention twice more.
-    batch = collate(encode_pairs(model, task.train_pairs[:16]), pad_id=pad_token_id(model))
-    b, length = batch.input_ids.shape
-    answers = int((batch.labels[:, 1:] != IGNORE_INDEX).sum())
-    linear = 2.0 * flops.linear * b * length
-    attention = 4.0 * flops.attention * length * length * b
+    # Work a step needs: the forward over each row's own tokens (padding is not counted) with the
+    # answer positions unembedded, then the input gradients (the model is frozen): the linear layers
+    # once more, attention twice more.
+    rows = encode_pairs(model, task.train_pairs[:16])
+    lengths = [len(prompt) + len(answer) for prompt, answer in rows]
+    answers = sum(len(answer) for _, answer in rows)
+    linear = 2.0 * flops.linear * sum(lengths)
+    attention = 4.0 * flops.attention * sum(n * n for n in lengths)
     work = 2 * linear + 3 * attention + 2 * 2.0 * flops.unembed * answers
-    return {"batch": b, "tokens": b * length, "step": per_step, **rates(work, per_step, peak),
+    return {"batch": len(rows), "tokens": sum(lengths), "step": per_step, **rates(work, per_step, peak),
             "mask_logits_dtype": str(result.mask.logits.dtype)}
 
 
@@ -409,7 +409,7 @@ def main() -> int:
                 print(f"[{dtype}] training step FAILED: {type(error).__name__}: {error}")
                 sections = [s for s in sections if s != "train"]
                 continue
-            print(f"[{dtype}] training step (batch {r['batch']}, {r['tokens']} padded tokens): {clocks(r['step'])}; "
+            print(f"[{dtype}] training step (batch {r['batch']}, {r['tokens']} tokens without padding): {clocks(r['step'])}; "
                   f"{efficiency(r)}; mask logits {r['mask_logits_dtype']}")
     dtypes = list(models)
     for dtype in dtypes[1:]:

@@ -60,6 +60,30 @@ def test_per_row_masks_in_the_loss(llama):
         answer_loss(llama, task, mask=masks[:3])
 
 
+def test_loss_passes_grouped_by_length_keep_each_example_and_its_mask(llama, monkeypatch):
+    """Rows run in length-sorted passes (here forced to several, as on a real model on a CPU): each
+    example keeps its own per-row mask and its own loss."""
+    import headsup_lens.evaluation._evaluate as evaluate_module
+    from headsup_lens.data import length_groups
+    from headsup_lens.evaluation._evaluate import answer_nll_per_example
+
+    task = word_task()
+    masks = random_mask(llama, seed=4, rows=6)
+    one_pass = answer_nll_per_example(llama, task, mask=masks, batch_size=16)
+    passes = []
+
+    def grouped(model, rows, max_rows=None):
+        groups = length_groups([len(p) + len(a) for p, a in rows], overhead=2.0, max_rows=max_rows)
+        passes.append([sorted(g) for g in groups])
+        return groups
+
+    monkeypatch.setattr(evaluate_module, "length_batches", grouped)
+    sums, counts = answer_nll_per_example(llama, task, mask=masks, batch_size=16)
+    assert len(passes[0]) > 1 and passes[0] != [list(range(6))]
+    torch.testing.assert_close(sums, one_pass[0], rtol=1e-5, atol=1e-6)
+    assert torch.equal(counts, one_pass[1])
+
+
 @pytest.mark.parametrize("instructed", [False, True])
 def test_batched_generation_equals_one_at_a_time(any_model, instructed):
     task = word_task()

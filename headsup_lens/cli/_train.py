@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -101,8 +101,6 @@ def join_torchrun(device: str | None) -> tuple[int | None, str | None]:
 def run_train(args: TrainCommand) -> int:
     from ..data import load_task
     from ..models import load_model
-    import warnings
-
     from ..training import TrainingAdvice, train_mask, train_masks
 
     if len(set(args.task)) != len(args.task):

@@ -92,9 +92,9 @@ def length_groups(lengths: Sequence[int], *, overhead: float, max_rows: int | No
     rows of a batch are independent, so every row's result is unchanged.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    n, cap = len(order), max_rows or len(order)
-    if cap < 1:
+    if max_rows is not None and max_rows < 1:
         raise ValueError(f"max_rows must be positive, got {max_rows}")
+    n, cap = len(order), max_rows or len(order)
     best = [0.0] + [float("inf")] * n  # best[j]: the cheapest cut of the j shortest rows
     cut = [0] * (n + 1)
     for j in range(1, n + 1):

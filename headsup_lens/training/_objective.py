@@ -17,10 +17,10 @@ def length_batches(
 ) -> list[list[int]]:
     """Indices of encoded (prompt, answer) rows grouped into passes that pad little (`length_groups`).
 
-    On a CPU a pass costs about 1e7 / d_model^2 tokens of fixed work (measured: ~30 tokens on
-    SmolLM2-135M; ~120 on the organism, where the formula's 610 errs towards fewer passes), so rows of very different lengths (news articles) run in
-    several passes (a 16-row step of ag_news on SmolLM2: 2.8x faster). On a GPU the fixed cost
-    dominates: as few passes as `max_rows` allows, split where the lengths differ most.
+    On a CPU a pass costs roughly 1e7 / d_model^2 tokens of fixed work (an estimate: ~30 tokens on
+    SmolLM2-135M; on the tiny organism it errs towards fewer passes), so rows of very different
+    lengths (news articles) run in several passes. On a GPU the fixed cost dominates: as few passes
+    as `max_rows` allows, split where the lengths differ most.
     """
     lengths = [len(prompt) + len(answer) for prompt, answer in rows]
     on_cpu = torch.device(model.cfg.device).type == "cpu"

@@ -95,13 +95,6 @@ def task_loss_sums(
     return sums, torch.bincount(token_task, minlength=n_tasks).to(sums.dtype)
 
 
-def task_losses(model: TransformerBridge, batch, hooks: list, rows_task: Tensor, n_tasks: int) -> Tensor:
-    """`[n_tasks]`: each task's mean cross-entropy over the answer tokens of its rows in `batch`
-    (all of a task's tokens pooled, as a Hugging Face causal-LM loss over that task's batch)."""
-    sums, counts = task_loss_sums(model, batch, hooks, rows_task, n_tasks)
-    return sums / counts.clamp(min=1)
-
-
 def clip_per_task(parameters: list[Tensor], max_norm: float) -> None:
     """Clip each task's gradient (row k of every parameter) to norm `max_norm`, as a single-task
     run's optimiser clips its whole gradient (the Hugging Face Trainer's `max_grad_norm`)."""

@@ -256,3 +256,5 @@ def test_length_groups_is_the_cheapest_contiguous_cut(seed):
         if all(b - a <= (cap or len(order)) for a, b in zip((0, *cuts), (*cuts, len(order))))
     )
     assert cost(groups) == pytest.approx(best)
+    with pytest.raises(ValueError, match="max_rows must be positive"):
+        length_groups(lengths, overhead=overhead, max_rows=0)

@@ -14,7 +14,7 @@ from headsup_lens.evaluation import answer_loss
 from headsup_lens.gates import gate_hooks
 from headsup_lens.models import prompt_format
 from headsup_lens.training import answer_nll
-from headsup_lens.training._train import task_losses
+from headsup_lens.training._train import task_loss_sums
 
 from ..conftest import random_mask
 
@@ -108,7 +108,8 @@ def test_training_step_loss_equals_the_evaluation_loss_at_the_same_mask(qwen2):
     batch = tokenize_pairs(qwen2, list(task.pairs))
     rows = torch.zeros(len(task.pairs), dtype=torch.long)
     with torch.no_grad():
-        step = task_losses(qwen2, batch, gate_hooks(qwen2, mask.expand(len(task.pairs), -1, -1)), rows, 1)
+        sums, counts = task_loss_sums(qwen2, batch, gate_hooks(qwen2, mask.expand(len(task.pairs), -1, -1)), rows, 1)
+        step = sums / counts
     expected = answer_loss(qwen2, task, mask=HeadMask(mask), split="train", reduction="token")
     assert float(step[0]) == pytest.approx(expected, rel=1e-5)
 

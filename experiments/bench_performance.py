@@ -10,7 +10,11 @@ For every dtype asked for (`--dtypes fp32,bf16`), in one process and on the same
   them (every step does the same work), and its ranks and generations are checked against the sweep;
 - **evaluation**: `generate_answers` on K = `--eval-prompts` prompts, batched (one chunk) vs per example;
 - **training**: one mask-training step (`train_mask`, batch 16), timed as the difference of two run
-  lengths so setup cancels.
+  lengths so setup cancels;
+- **plain transformers** (with the sweep and training sections): the same work in the Hugging Face
+  model class itself (same config, no bridge, no hooks, no masks): batched greedy decoding of the
+  sweep's rows and a forward + input-gradient pass over the training step's rows. Its FLOP/s are
+  what the framework's own layer code reaches on these shapes here, the ceiling of the loops above.
 FLOP/s count the matmul work each loop needs (linear layers, attention scores and mixing, the
 unembedded positions; backward = input gradients only, the model is frozen). Every ratio is measured
 in this run; repeats are interleaved and reported as median [min-max], per wall second and per CPU
@@ -138,6 +142,13 @@ def efficiency(r: dict) -> str:
             f"per wall second, {spread(r['fraction_cpu'])} per CPU second")
 
 
+def ceiling(r: dict) -> str:
+    """The same work in plain transformers, and the loop's FLOP/s as a fraction of it."""
+    own = [a / b for a, b in zip(r["flops_per_s"], r["plain"]["flops_per_s"])]
+    return (f"plain transformers, same work: {clocks(r['plain']['clocks'])}, {efficiency(r['plain'])}; "
+            f"this loop reaches {spread(own)} of its FLOP/s")
+
+
 def progress(message: str) -> None:
     print(f"  ... {message}", file=sys.stderr, flush=True)
 
@@ -215,14 +226,15 @@ def scaled(clock: Clock, factor: float) -> Clock:
     return Clock(clock.wall * factor, clock.cpu * factor)
 
 
-def bench_sweep(model, args, flops: Flops, peak: Clock) -> dict:
+def bench_sweep(model, plain, args, flops: Flops, peak: Clock) -> dict:
     order = random_order(model, seed=0)[: args.sweep_steps - 1]
     n_rows = len(order) + 1
     ids_list = prompt_ids(model, args.prompt)
     ids = torch.tensor([ids_list], device=model.cfg.device)
     picks = sorted({round(i * (n_rows - 1) / max(1, args.sequential_steps - 1)) for i in range(args.sequential_steps)})
     removal_sweep(model, args.prompt, order[:2], max_new_tokens=2)  # warm-up
-    batched, sequential, former = [], [], []
+    plain_decoding(plain, ids, 2, 2)
+    batched, sequential, former, reference = [], [], [], []
     for repeat in range(args.repeats):
         clock, sweep = timed(removal_sweep, model, args.prompt, order, max_new_tokens=args.new_tokens,
                              batch_size=args.batch_size)
@@ -232,8 +244,9 @@ def bench_sweep(model, args, flops: Flops, peak: Clock) -> dict:
         if not args.skip_former:
             clock, former_ids = timed(former_batched_sweep, model, ids, order, n_rows, args.new_tokens)
             former.append(clock)
+        reference.append(timed(plain_decoding, plain, ids, n_rows, args.new_tokens)[0])
         progress(f"sweep repeat {repeat}: batched {batched[-1]}, sequential (scaled) {sequential[-1]}"
-                 + (f", former batched {former[-1]}" if former else ""))
+                 + (f", former batched {former[-1]}" if former else "") + f", plain transformers {reference[-1]}")
     same = [sweep.generation_ids[s] for s in picks] == seq_generations
     tracked = torch.tensor(sweep.tokens.token_id.tolist())
     seq_ranks = (seq_logits[:, None, :] > seq_logits[:, tracked][:, :, None]).sum(-1) + 1
@@ -244,11 +257,47 @@ def bench_sweep(model, args, flops: Flops, peak: Clock) -> dict:
         "batch_size": sweep.metadata["batch_size"], "batched": batched, "sequential": sequential,
         "speedup": ratios(sequential, batched), **rates(work, batched, peak),
         "identical_to_sequential": bool(same and ranks_equal),
+        "plain": {"clocks": reference, **rates(n_rows * flops.generation(len(ids_list), args.new_tokens), reference, peak)},
         "ranks": sweep.ranks[["top1_id"] + sweep.top_labels], "generation_ids": sweep.generation_ids,
     }
     if former:
         result.update(former=former, former_over_new=ratios(former, batched), identical_to_former=former_ids == sweep.generation_ids)
     return result
+
+
+def plain_transformers(model):
+    """The wrapped model's Hugging Face class with the same config and dtype (random weights: timing
+    only), no bridge and no hooks; Hugging Face's default attention implementation."""
+    from transformers import AutoModelForCausalLM
+
+    config = model.original_model.config
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, dtype=model.cfg.dtype).eval().requires_grad_(False)
+
+
+def plain_decoding(plain, ids: torch.Tensor, rows: int, new_tokens: int) -> None:
+    """Greedy decoding of `rows` copies of `ids` for exactly `new_tokens` tokens with the KV cache
+    (last-position logits only), the work of a sweep whose rows never stop early."""
+    with torch.no_grad():
+        out = plain(ids.expand(rows, -1).contiguous(), use_cache=True, logits_to_keep=1)
+        for _ in range(new_tokens - 1):
+            out = plain(out.logits[:, -1].argmax(-1)[:, None], past_key_values=out.past_key_values,
+                        use_cache=True, logits_to_keep=1)
+
+
+def plain_training_pass(plain, rows: list[tuple[list[int], list[int]]], groups: list[list[int]]) -> None:
+    """Forward over right-padded passes of `rows` (the training step's grouping), answer positions
+    unembedded, cross-entropy, and the gradient of the input embeddings only (frozen weights)."""
+    from headsup_lens.data import collate
+    from headsup_lens.training import answer_positions
+
+    embed, head = plain.get_input_embeddings(), plain.get_output_embeddings()
+    for group in groups:
+        batch = collate([rows[i] for i in group], pad_id=0)
+        inputs = embed(batch.input_ids).detach().requires_grad_(True)
+        hidden = plain.base_model(inputs_embeds=inputs, attention_mask=batch.attention_mask).last_hidden_state
+        r, positions, targets = answer_positions(batch.labels)
+        nn.functional.cross_entropy(head(hidden[r, positions]).float(), targets, reduction="sum").backward()
 
 
 def eval_prompts(model, k: int) -> list[list[int]]:
@@ -276,9 +325,9 @@ def bench_eval(model, args, flops: Flops, peak: Clock) -> dict:
             "identical": batched_texts == single_texts, **rates(work, batched, peak)}
 
 
-def bench_train(model, args, flops: Flops, peak: Clock) -> dict:
+def bench_train(model, plain, args, flops: Flops, peak: Clock) -> dict:
     from headsup_lens.data import Task, encode_pairs
-    from headsup_lens.training import TrainConfig, train_mask
+    from headsup_lens.training import TrainConfig, length_batches, train_mask
 
     rng = random.Random(0)
     words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(4, 9))) for _ in range(400)]
@@ -289,25 +338,30 @@ def bench_train(model, args, flops: Flops, peak: Clock) -> dict:
             warnings.simplefilter("ignore")
             return train_mask(model, task, TrainConfig(steps=steps, checkpoint_every=0, progress=False))
 
+    rows = encode_pairs(model, task.train_pairs[:16])
+    groups = length_batches(model, rows)
     run(1)  # warm-up
+    plain_training_pass(plain, rows, groups)
     short, long = args.train_steps // 2, args.train_steps
-    per_step = []
+    per_step, reference = [], []
     for repeat in range(args.repeats):
         long_clock, result = timed(run, long)
         short_clock, _ = timed(run, short)
         per_step.append(Clock((long_clock.wall - short_clock.wall) / (long - short),
                               (long_clock.cpu - short_clock.cpu) / (long - short)))
-        progress(f"training repeat {repeat}: {long} steps {long_clock}, {short} steps {short_clock}")
+        reference.append(timed(plain_training_pass, plain, rows, groups)[0])
+        progress(f"training repeat {repeat}: {long} steps {long_clock}, {short} steps {short_clock}, "
+                 f"plain transformers {reference[-1]}")
     # Work a step needs: the forward over each row's own tokens (padding is not counted) with the
     # answer positions unembedded, then the input gradients (the model is frozen): the linear layers
     # once more, attention twice more.
-    rows = encode_pairs(model, task.train_pairs[:16])
     lengths = [len(prompt) + len(answer) for prompt, answer in rows]
     answers = sum(len(answer) for _, answer in rows)
     linear = 2.0 * flops.linear * sum(lengths)
     attention = 4.0 * flops.attention * sum(n * n for n in lengths)
     work = 2 * linear + 3 * attention + 2 * 2.0 * flops.unembed * answers
     return {"batch": len(rows), "tokens": sum(lengths), "step": per_step, **rates(work, per_step, peak),
+            "plain": {"clocks": reference, **rates(work, reference, peak)},
             "mask_logits_dtype": str(result.mask.logits.dtype)}
 
 
@@ -384,15 +438,17 @@ def main() -> int:
     for dtype, model in models.items():
         peak = matmul_throughput(model, args.repeats)  # the reference of every FLOP/s fraction
         results = report["results"][dtype] = {"matmul": peak}
+        plain = plain_transformers(model) if {"sweep", "train"} & set(sections) else None
         print(f"[{dtype}] plain matmul [1024 x {cfg.d_model}] x [{cfg.d_model} x {cfg.d_mlp}]: "
               f"{peak.wall / 1e9:.1f} GFLOP/s per wall second, {peak.cpu / 1e9:.1f} per CPU second")
         if "sweep" in sections:
-            r = results["sweep"] = bench_sweep(model, args, flops, peak)
+            r = results["sweep"] = bench_sweep(model, plain, args, flops, peak)
             print(f"[{dtype}] sweep: {r['rows']} steps x {r['new_tokens']} new tokens, prompt {r['prompt_tokens']} tokens, "
                   f"chunks of {r['batch_size']} rows; batched {clocks(r['batched'])}; sequential {clocks(r['sequential'])} "
                   f"(timed on {args.sequential_steps} steps, scaled)")
             print(f"[{dtype}]   speed-up sequential/batched {speedup(r['speedup'])}; {efficiency(r)}; "
                   f"identical ranks and generations: {r['identical_to_sequential']}")
+            print(f"[{dtype}]   {ceiling(r)}")
             if "former" in r:
                 print(f"[{dtype}]   former batched path (generate: every prompt position unembedded) / new: "
                       f"{speedup(r['former_over_new'])}; identical generations: {r['identical_to_former']}")
@@ -404,13 +460,14 @@ def main() -> int:
                   f"identical: {r['identical']}")
         if "train" in sections:
             try:
-                r = results["train"] = bench_train(model, args, flops, peak)
+                r = results["train"] = bench_train(model, plain, args, flops, peak)
             except RuntimeError as error:  # reported, so that the other sections and dtypes still run
                 print(f"[{dtype}] training step FAILED: {type(error).__name__}: {error}")
                 sections = [s for s in sections if s != "train"]
                 continue
             print(f"[{dtype}] training step (batch {r['batch']}, {r['tokens']} tokens without padding): {clocks(r['step'])}; "
                   f"{efficiency(r)}; mask logits {r['mask_logits_dtype']}")
+            print(f"[{dtype}]   {ceiling(r)}")
     dtypes = list(models)
     for dtype in dtypes[1:]:
         base, other = report["results"][dtypes[0]], report["results"][dtype]

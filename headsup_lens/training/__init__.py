@@ -8,6 +8,7 @@ _EXPORTS = {
     "TrainConfig": "._config",
     "answer_logits": "._objective",
     "answer_nll": "._objective",
+    "answer_positions": "._objective",
     "length_batches": "._objective",
     "TrainResult": "._train",
     "left_tail_gumbel": "._train",

@@ -64,3 +64,28 @@ def test_run_all_skips_table7_without_a_three_word_task(scripts, organism_like, 
     scripts["run_all"].main(["--only", "table7_attention_on_target", "--model", str(organism_like), "--out", str(tmp_path)])
     assert "skipped" in capsys.readouterr().out
     assert not (tmp_path / organism_like.name).exists()
+
+
+def test_bench_performance_runs_and_checks_its_loops(organism_like, tmp_path, monkeypatch, capsys):
+    """The benchmark on a tiny model: the sweep equals the sequential loop, evaluation equals per-example
+    generation, and every loop (and its plain-transformers reference) reports positive FLOP/s."""
+    import json
+
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import bench_performance
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    out = tmp_path / "bench.json"
+    monkeypatch.setattr(sys, "argv", [
+        "bench_performance.py", "--model", str(organism_like), "--threads", "1", "--repeats", "1",
+        "--sweep-steps", "4", "--new-tokens", "3", "--sequential-steps", "2", "--skip-former",
+        "--eval-prompts", "3", "--eval-new-tokens", "2", "--train-steps", "2", "--json", str(out)])
+    assert bench_performance.main() == 0
+    results = json.loads(out.read_text())["results"]["fp32"]
+    assert results["sweep"]["identical_to_sequential"] is True
+    assert results["eval"]["identical"] is True
+    for section in ("sweep", "train"):
+        assert results[section]["fraction_wall"][0] > 0
+        assert results[section]["plain"]["fraction_wall"][0] > 0
+    assert "plain transformers, same work" in capsys.readouterr().out

@@ -233,11 +233,12 @@ def _seed_masks(out: Path, model) -> dict[str, hl.HeadMask]:
 def combine(args, model, out: Path) -> None:
     """The combined tables over every analysed task, Table 5 and the mask heat map over every stored
     mask (cheap: reads the per-task files; runs at the end of `analyze`)."""
-    names = [n for n in _seed0_tasks(out) if (out / f"tables12_evaluation_{hl.training.safe_name(n)}.csv").exists()]
+    stored = _seed0_tasks(out)
+    names = [n for n in stored if (out / f"tables12_evaluation_{hl.training.safe_name(n)}.csv").exists()]
     for artifact in ("tables12_evaluation", "fig2_summary", "fig6_alpha_grid"):
         table = pd.concat([pd.read_csv(out / f"{artifact}_{hl.training.safe_name(n)}.csv") for n in names])
         table.to_csv(out / f"{artifact}.csv", index=False)
-    every = {**{n: hl.HeadMask.load(_mask_path(out, n, 0), model) for n in _seed0_tasks(out)},
+    every = {**{n: hl.HeadMask.load(_mask_path(out, n, 0), model) for n in stored},
              **_seed_masks(out, model)}  # Table 5: Jaccard between masks vs the random expectation
     jaccard_table(every).to_csv(out / "table5_jaccard.csv", index=False)
     _figure(args, jaccard_figure(jaccard_matrix(every), title="SmolLM2: Jaccard similarity of the learned masks"),

@@ -212,6 +212,8 @@ def test_shared_data(shared_data_dir, llama):
     antonym = load_task("antonym", shared_data_dir)
     assert len(antonym.pairs) == 2398 and antonym.n_eval == 100 and antonym.n_train == 2298
     assert antonym.instruction.startswith("Identify the antonym")  # the paper's Table 10 wording
+    capitals = load_task("country-capital", shared_data_dir)  # 197 pairs: the last 100 are still held out
+    assert capitals.n_eval == 100 and capitals.eval_pairs == capitals.pairs[-100:] and capitals.n_train == 97
     for name in ("capitalize_first_letter", "conll2003_person", "fruit_v_animal_3", "next_item", "prev_item"):
         assert load_task(name, shared_data_dir).matcher == "starts_with"
     assert load_task("sentiment", shared_data_dir).matcher == "contains"

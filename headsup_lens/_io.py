@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -33,6 +34,7 @@ except ImportError:  # Windows: the lock file's pid is checked instead
     fcntl = None
 
 LOCK_NAME = ".headsup.lock"
+_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # atomic_write's `.<name>.<mkstemp's 8 characters>.tmp`
 STAGING_NAME = ".headsup-staging"
 _JOURNAL = "commit.json"
 
@@ -103,7 +105,7 @@ class FolderLock:
         self.path = self.folder / LOCK_NAME
         self._fd: int | None = None
         self._count = 0
-        self._created = False
+        self._created: list[Path] = []  # folders this lock made, deepest first
 
     def acquire(self) -> FolderLock:
         key = os.path.realpath(self.folder)
@@ -111,7 +113,10 @@ class FolderLock:
         if held is not None:  # the same process again (the CLI and the library both lock a run folder)
             held._count += 1
             return held
-        self._created = not self.folder.exists()
+        missing = self.folder
+        while not missing.exists() and missing.parent != missing:
+            self._created.append(missing)
+            missing = missing.parent
         self.folder.mkdir(parents=True, exist_ok=True)
         previous = self._lock()
         me = {"pid": os.getpid(), "host": socket.gethostname(), "command": _command_line(),
@@ -169,11 +174,11 @@ class FolderLock:
             os.close(self._fd)
             self._fd = None
             _HELD.pop(os.path.realpath(self.folder), None)
-        if self._created:
+        for folder in self._created:  # a command that failed before writing anything leaves no folder
             try:
-                self.folder.rmdir()  # a command that failed before writing anything leaves no folder
+                folder.rmdir()
             except OSError:
-                pass
+                break
 
     def __enter__(self) -> FolderLock:
         return self.acquire()
@@ -275,17 +280,18 @@ def recover(folder: str | os.PathLike) -> None:
     remove_leftovers(folder)
 
 
-def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
-    """Delete temporary files of killed writers under `folder` (not in sub-folders with a lock of
-    their own, which are tidied when they are locked); the files removed."""
+def remove_leftovers(folder: str | os.PathLike, depth: int = 2) -> list[Path]:
+    """Delete temporary files of killed writers in `folder` and its sub-folders `depth` levels down
+    (not hidden ones, nor those with a lock of their own, tidied when they are locked); the files removed."""
     removed = []
+    top = len(Path(folder).parts)
     for root, dirs, names in os.walk(folder):
         for name in [d for d in dirs if d.startswith(".saving-")]:  # scratch folders of older versions
             shutil.rmtree(Path(root, name), ignore_errors=True)
-        dirs[:] = [d for d in dirs if d != STAGING_NAME and not d.startswith(".saving-")
-                   and not (Path(root, d) / LOCK_NAME).exists()]
+        deep = len(Path(root).parts) - top >= depth
+        dirs[:] = [] if deep else [d for d in dirs if not d.startswith(".") and not (Path(root, d) / LOCK_NAME).exists()]
         for name in names:
-            if name.startswith(".") and name.endswith(".tmp"):  # atomic_write's `.<name>.<random>.tmp`
+            if _TEMPORARY.match(name):
                 path = Path(root, name)
                 try:
                     path.unlink()

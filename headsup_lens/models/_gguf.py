@@ -37,8 +37,9 @@ CACHE_ENV_VAR = "HEADSUP_CACHE_DIR"
 SOURCE_RECORD = "headsup_source.json"  # written last: its presence marks a finished entry
 _FORMAT = 1  # raise when the conversion changes, so that older entries are rebuilt
 _STALE_AFTER_S = 24 * 3600  # hidden work folders older than this were left by a killed conversion
-# Work folders carry their owner (`.download-<pid>@<host>-...`), so a dead owner's is removed at once.
+# Work folders carry their owner (`.download-<pid>@<host>-<random>`), so a dead owner's is removed at once.
 _WORK_PREFIXES = (".download-", ".unpack-")
+_OWNER = re.compile(r"[.-](\d+)@(.+)-[a-z0-9_]+(?:\.partial|\.old)?$")
 
 
 @dataclass(frozen=True)
@@ -302,7 +303,7 @@ def _convert(gguf_path: Path, entry: Path, record: dict, *, replace: bool = Fals
     """Dequantise `gguf_path` into a hidden folder beside `entry`, then rename it into place."""
     entry.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_work(entry.parent)
-    work = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".partial", dir=entry.parent))
+    work = Path(tempfile.mkdtemp(prefix=_work_prefix(f".{entry.name}."), suffix=".partial", dir=entry.parent))
     try:
         print(f"headsup_lens: converting {gguf_path.name} into {entry} (once)", file=sys.stderr)
         _dequantise(gguf_path, work)
@@ -375,7 +376,7 @@ def _install(work: Path, entry: Path, *, replace: bool) -> None:
         read_source_record(entry).get("gguf_sha256") == read_source_record(work).get("gguf_sha256")
     ):
         return  # a concurrent conversion of the same file finished first
-    aside = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".old", dir=entry.parent))
+    aside = Path(tempfile.mkdtemp(prefix=_work_prefix(f".{entry.name}."), suffix=".old", dir=entry.parent))
     os.rename(entry, aside / "entry")
     os.rename(work, entry)
     shutil.rmtree(aside, ignore_errors=True)
@@ -396,17 +397,15 @@ def _work_prefix(kind: str) -> str:
 
 def _owner_gone(name: str) -> bool:
     """True when a work folder's name says it belongs to a process of this machine that has ended."""
-    for kind in _WORK_PREFIXES:
-        if name.startswith(kind) and "@" in name:
-            pid, _, rest = name[len(kind):].partition("@")
-            if not pid.isdigit() or rest.rsplit("-", 1)[0] != socket.gethostname():
-                return False
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                return True
-            except OSError:
-                return False
+    owner = _OWNER.search(name)
+    if owner is None or owner.group(2) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(owner.group(1)), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
     return False
 
 
@@ -416,7 +415,8 @@ def _remove_stale_work(cache: Path) -> None:
     now = time.time()
     if not cache.is_dir():
         return
-    for leftover in [*cache.glob(".*.partial"), *(p for k in _WORK_PREFIXES for p in cache.glob(f"{k}*"))]:
+    leftovers = [*cache.glob(".*.partial"), *cache.glob(".*.old"), *(p for k in _WORK_PREFIXES for p in cache.glob(f"{k}*"))]
+    for leftover in leftovers:
         try:
             if _owner_gone(leftover.name) or now - leftover.stat().st_mtime > _STALE_AFTER_S:
                 shutil.rmtree(leftover, ignore_errors=True)

@@ -419,3 +419,41 @@ def test_saved_masks_carry_a_checksum_and_old_files_load_with_a_note(tmp_path):
         assert "checksum" not in read_safetensors(old)[1]
         with pytest.warns(UnverifiedMaskWarning, match="no checksum"):
             HeadMask.load(old)
+
+
+# ------------------------------------------------------------------ smaller points
+def test_no_progress_wins_over_the_preset():
+    from headsup_lens.cli._train import resolve_preset
+    from headsup_lens.training import TrainConfig
+
+    assert resolve_preset("fast", TrainConfig(progress=False), {"--no-progress"}).progress is False
+    assert resolve_preset("fast", TrainConfig(), set()).progress is True
+
+
+def test_invalid_utf8_text_and_files_are_named(tmp_path, capsys):
+    assert main(["lens", "--prompt", b"caf\xe9".decode("utf-8", "surrogateescape"), "--out", str(tmp_path / "o"),
+                 "--no-png"]) == 2
+    assert "not valid UTF-8" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    from headsup_lens.data._sources import read_tsv_column_rows
+
+    bad = tmp_path / "xnli.tsv"
+    bad.write_bytes(b"premise\thypoth\xe9se\n")
+    with pytest.raises(ValueError, match=f"{bad}.*not UTF-8"):
+        read_tsv_column_rows(bad)
+
+
+def test_a_mask_for_another_task_warns_and_is_recorded(reference):
+    from headsup_lens import evaluate, load_task
+
+    class Stop(Exception):
+        pass
+
+    def first_row(table):
+        assert table["mask_task"].tolist() == ["organism/reverse"]
+        raise Stop
+
+    model = load_model("organism")
+    mask = HeadMask.load(reference / "mask.safetensors", model)
+    with pytest.warns(UserWarning, match="trained for task 'organism/reverse', not 'organism/plural'"), \
+            pytest.raises(Stop):
+        evaluate(model, load_task("organism/plural"), mask, generate=False, batch_size=64, on_row=first_row)

@@ -106,12 +106,14 @@ class FolderLock:
         self._fd: int | None = None
         self._count = 0
         self._created: list[Path] = []  # folders this lock made, deepest first
+        self._outer: FolderLock | None = None  # this process's lock on the folder, taken earlier
 
     def acquire(self) -> FolderLock:
         key = os.path.realpath(self.folder)
         held = _HELD.get(key)
         if held is not None:  # the same process again (the CLI and the library both lock a run folder)
             held._count += 1
+            self._outer = held
             return held
         missing = self.folder
         while not missing.exists() and missing.parent != missing:
@@ -126,7 +128,8 @@ class FolderLock:
                   "which no longer runs", file=sys.stderr)
         data = (json.dumps(me) + "\n").encode()
         os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, data, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        os.write(self._fd, data)
         self._count = 1
         _HELD[key] = self
         recover(self.folder)
@@ -143,9 +146,10 @@ class FolderLock:
                 elif previous and _alive(previous):
                     raise BlockingIOError(errno.EAGAIN, "locked")
             except BlockingIOError:
+                holder = _read_holder(fd) or previous or {}  # read again: it may have just been written
                 os.close(fd)
                 raise FolderInUse(
-                    f"{self.option} {self.folder} is in use by {_describe(previous or {})}; wait for it to "
+                    f"{self.option} {self.folder} is in use by {_describe(holder)}; wait for it to "
                     f"finish or choose another {self.option}"
                 ) from None
             except OSError as error:  # a file system without flock (some network mounts): go unlocked
@@ -162,6 +166,10 @@ class FolderLock:
             os.close(fd)
 
     def release(self) -> None:
+        if self._outer is not None:
+            outer, self._outer = self._outer, None
+            outer.release()
+            return
         if self._fd is None:
             return
         self._count -= 1
@@ -170,6 +178,8 @@ class FolderLock:
         try:
             recover(self.folder)  # an output set that was not committed is dropped
             self.path.unlink(missing_ok=True)  # while still locked: nobody can hold the removed file
+        except OSError:
+            pass  # tidied by the next command instead
         finally:
             os.close(self._fd)
             self._fd = None
@@ -200,7 +210,8 @@ def locked_folder(folder: str | os.PathLike, option: str = "out_dir") -> Iterato
 
 def _read_holder(fd: int) -> dict | None:
     try:
-        text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 4096).decode("utf-8", "replace").strip()
         return json.loads(text) if text else None
     except (OSError, ValueError):
         return None

@@ -33,6 +33,7 @@ _EXPORTS = {
     "set_prompt_format": ".models",
     "fingerprint": ".models",
     "load_model": ".models",
+    "FolderInUse": "._io",
     "TrainConfig": ".training",
     "train_mask": ".training",
     "train_masks": ".training",

@@ -1,17 +1,49 @@
-"""Atomic file writes: a crash never leaves a half-written result behind."""
+"""Safe writes: a crash never leaves a half-written result behind, two processes never mix theirs.
+
+- `atomic_write`: one file, written beside its target and renamed into place.
+- `FolderLock` / `locked_folder`: one writer per output folder. The lock is an `flock` on
+  `<folder>/.headsup.lock`, which also names the holder (pid, host, command, start time) for the
+  refusal message. The kernel drops the lock of a killed process, so a stale lock file is simply
+  taken over (with a note naming the process that left it).
+- `OutputSet`: a command's files go to `<folder>/.headsup-staging/` and `commit()` moves them in as
+  one set: a journal (`commit.json`) is written first, so a command killed during the renames is
+  completed by the next command that takes the folder's lock; one killed before leaves the old set.
+- Taking a folder's lock first removes what killed writers left there (`.*.tmp` files, an
+  unfinished staging folder).
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import shutil
+import socket
+import sys
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+try:
+    import fcntl
+except ImportError:  # Windows: the lock file's pid is checked instead
+    fcntl = None
+
+LOCK_NAME = ".headsup.lock"
+_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # atomic_write's `.<name>.<mkstemp's 8 characters>.tmp`
+STAGING_NAME = ".headsup-staging"
+_JOURNAL = "commit.json"
+
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
-    """Call `write(tmp_path)` on a temporary file beside `path`, then rename it into place."""
+    """Call `write(tmp_path)` on a temporary file beside `path`, then rename it into place.
+
+    An OSError (e.g. "No space left on device") names `path`, not the temporary file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -20,6 +52,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
         write(Path(tmp))
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
         os.replace(tmp, path)
+    except OSError as error:
+        Path(tmp).unlink(missing_ok=True)
+        if error.errno is not None and error.filename in (None, tmp):
+            raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -38,3 +75,238 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+# ----------------------------------------------------------------------------------------- locks
+class FolderInUse(ValueError):
+    """Another process holds the output folder's lock; the message names it."""
+
+
+_HELD: dict[str, FolderLock] = {}  # real path -> the lock this process holds (taken again = counted)
+
+
+def _command_line() -> str:
+    words = [Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]
+    text = " ".join(words)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _describe(holder: dict) -> str:
+    return (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} (`{holder.get('command', '?')}`, "
+            f"started {holder.get('started', '?')})")
+
+
+class FolderLock:
+    """The exclusive lock of one output folder (see the module docstring); use `locked_folder`."""
+
+    def __init__(self, folder: str | os.PathLike, option: str = "out_dir") -> None:
+        self.folder = Path(folder).expanduser()
+        self.option = option
+        self.path = self.folder / LOCK_NAME
+        self._fd: int | None = None
+        self._count = 0
+        self._created: list[Path] = []  # folders this lock made, deepest first
+        self._outer: FolderLock | None = None  # this process's lock on the folder, taken earlier
+
+    def acquire(self) -> FolderLock:
+        key = os.path.realpath(self.folder)
+        held = _HELD.get(key)
+        if held is not None:  # the same process again (the CLI and the library both lock a run folder)
+            held._count += 1
+            self._outer = held
+            return held
+        missing = self.folder
+        while not missing.exists() and missing.parent != missing:
+            self._created.append(missing)
+            missing = missing.parent
+        self.folder.mkdir(parents=True, exist_ok=True)
+        previous = self._lock()
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "command": _command_line(),
+              "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        if previous and (previous.get("pid"), previous.get("host")) != (me["pid"], me["host"]):
+            print(f"headsup_lens: {self.folder}: taking over the lock left by {_describe(previous)}, "
+                  "which no longer runs", file=sys.stderr)
+        data = (json.dumps(me) + "\n").encode()
+        os.ftruncate(self._fd, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        os.write(self._fd, data)
+        self._count = 1
+        _HELD[key] = self
+        recover(self.folder)
+        return self
+
+    def _lock(self) -> dict | None:
+        """Take the lock; the holder recorded in the file before (a killed process), if any."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+            previous = _read_holder(fd)
+            try:
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                elif previous and _alive(previous):
+                    raise BlockingIOError(errno.EAGAIN, "locked")
+            except BlockingIOError:
+                holder = _read_holder(fd) or previous or {}  # read again: it may have just been written
+                os.close(fd)
+                raise FolderInUse(
+                    f"{self.option} {self.folder} is in use by {_describe(holder)}; wait for it to "
+                    f"finish or choose another {self.option}"
+                ) from None
+            except OSError as error:  # a file system without flock (some network mounts): go unlocked
+                if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                    os.close(fd)
+                    raise
+            try:  # the holder before us may have removed the file after we opened it: lock the new one
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._fd = fd
+                return _read_holder(fd) if previous is None else previous
+            os.close(fd)
+
+    def release(self) -> None:
+        if self._outer is not None:
+            outer, self._outer = self._outer, None
+            outer.release()
+            return
+        if self._fd is None:
+            return
+        self._count -= 1
+        if self._count > 0:
+            return
+        try:
+            recover(self.folder)  # an output set that was not committed is dropped
+            self.path.unlink(missing_ok=True)  # while still locked: nobody can hold the removed file
+        except OSError:
+            pass  # tidied by the next command instead
+        finally:
+            os.close(self._fd)
+            self._fd = None
+            _HELD.pop(os.path.realpath(self.folder), None)
+        for folder in self._created:  # a command that failed before writing anything leaves no folder
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+@contextmanager
+def locked_folder(folder: str | os.PathLike, option: str = "out_dir") -> Iterator[Path]:
+    """Hold `folder`'s lock for the block (created if needed); another process holding it is a
+    `FolderInUse` error naming that process. `option` names the argument in messages."""
+    lock = FolderLock(folder, option).acquire()
+    try:
+        yield lock.folder
+    finally:
+        lock.release()
+
+
+def _read_holder(fd: int) -> dict | None:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 4096).decode("utf-8", "replace").strip()
+        return json.loads(text) if text else None
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(holder: dict) -> bool:
+    if holder.get("host") != socket.gethostname():
+        return True  # another machine's process cannot be checked: assume it runs
+    try:
+        os.kill(int(holder["pid"]), 0)
+    except (OSError, KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------------- output sets
+class OutputSet:
+    """The files one command writes into `folder`, moved in together by `commit()`.
+
+    Write them under `.path` (the staging folder, same relative names). Until `commit()` the folder
+    holds the previous set unchanged; files that the command's previous set had and this one has
+    not are removed at commit, so no set mixes with an older one. Take the folder's lock first.
+    """
+
+    def __init__(self, folder: str | os.PathLike, name: str) -> None:
+        self.folder = Path(folder).expanduser()
+        self.name = name
+        self.path = self.folder / STAGING_NAME
+        recover(self.folder)
+        self.path.mkdir(parents=True)
+
+    def commit(self) -> list[Path]:
+        """Move the staged files into place; the paths written."""
+        files = sorted(str(p.relative_to(self.path)) for p in self.path.rglob("*") if p.is_file())
+        files = [f for f in files if f != _JOURNAL]
+        previous = _read_json(self._manifest()).get("files", [])
+        atomic_write_json(self.path / _JOURNAL, {"name": self.name, "files": files,
+                                                 "remove": [f for f in previous if f not in files]})
+        _finish(self.folder)
+        return [self.folder / f for f in files]
+
+    def _manifest(self) -> Path:
+        return self.folder / f".headsup-{self.name}.json"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _finish(folder: Path) -> None:
+    """Carry out a staging folder's journal (again, after a kill: every step can be repeated)."""
+    staging = folder / STAGING_NAME
+    journal = _read_json(staging / _JOURNAL)
+    for name in journal.get("files", []):
+        source, target = staging / name, folder / name
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(source, target)
+    for name in journal.get("remove", []):
+        (folder / name).unlink(missing_ok=True)
+    atomic_write_json(folder / f".headsup-{journal['name']}.json", {"files": journal.get("files", [])})
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def recover(folder: str | os.PathLike) -> None:
+    """Tidy what a killed writer left in `folder`: complete a committed output set, drop an
+    uncommitted one, remove temporary files. Call it only while holding the folder's lock."""
+    folder = Path(folder)
+    staging = folder / STAGING_NAME
+    if (staging / _JOURNAL).is_file() and _read_json(staging / _JOURNAL).get("name"):
+        _finish(folder)
+    elif staging.exists():
+        shutil.rmtree(staging, ignore_errors=True)
+    remove_leftovers(folder)
+
+
+def remove_leftovers(folder: str | os.PathLike, depth: int = 2) -> list[Path]:
+    """Delete temporary files of killed writers in `folder` and its sub-folders `depth` levels down
+    (not hidden ones, nor those with a lock of their own, tidied when they are locked); the files removed."""
+    removed = []
+    top = len(Path(folder).parts)
+    for root, dirs, names in os.walk(folder):
+        for name in [d for d in dirs if d.startswith(".saving-")]:  # scratch folders of older versions
+            shutil.rmtree(Path(root, name), ignore_errors=True)
+        deep = len(Path(root).parts) - top >= depth
+        dirs[:] = [] if deep else [d for d in dirs if not d.startswith(".") and not (Path(root, d) / LOCK_NAME).exists()]
+        for name in names:
+            if _TEMPORARY.match(name):
+                path = Path(root, name)
+                try:
+                    path.unlink()
+                    removed.append(path)
+                except OSError:
+                    pass
+    return removed

@@ -163,6 +163,13 @@ def _where(values: Tensor, bad: Tensor) -> str:
     return f"{count} of {values.numel()} entries are not: {shown}{more}"
 
 
+def check_unicode(name: str, text: str) -> None:
+    """Text must be valid Unicode: invalid UTF-8 on a command line arrives as lone surrogates."""
+    bad = [c for c in text if "\ud800" <= c <= "\udfff"]
+    if bad:
+        raise ValueError(f"{name} is not valid UTF-8 text: {len(bad)} undecodable byte(s) in {describe(text)}")
+
+
 def check_text_encodable(model: Any, name: str, text: str) -> None:
     """Every character of `text` must survive `model.tokenizer`.
 
@@ -172,6 +179,7 @@ def check_text_encodable(model: Any, name: str, text: str) -> None:
     """
     if not isinstance(text, str):
         raise TypeError(f"{name} must be a string, got {describe(text)} ({_type_name(text)})")
+    check_unicode(name, text)
     tokenizer = getattr(model, "tokenizer", model)
     lost = {tokenizer.unk_token_id, tokenizer.pad_token_id} - {None}
     ids = tokenizer.encode(text, add_special_tokens=False)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import simple_parsing
 
+from .._io import OutputSet
 from ._main import Collect
 from ._registry import check_out_dir, command, mask_file
 
@@ -141,19 +142,20 @@ def run_sweep(args: SweepCommand) -> int:
         order = influence_order(first, k=k) + order[k:]
     sweep = removal_sweep(model, args.prompt, order, record_layers=args.reference_prompt is not None, **options)
     import pandas as pd
-    _write_csv(out / "ranks.csv", sweep.ranks)
-    _write_csv(out / "logits.csv", sweep.logits)
-    _write_csv(out / "tokens.csv", sweep.tokens)
-    _write_csv(out / "generations.csv", pd.DataFrame({"step": sweep.steps, "generation": sweep.generations}))
+    stage = OutputSet(out, "sweep")  # the files are moved in together at the end
+    _write_csv(stage.path / "ranks.csv", sweep.ranks)
+    _write_csv(stage.path / "logits.csv", sweep.logits)
+    _write_csv(stage.path / "tokens.csv", sweep.tokens)
+    _write_csv(stage.path / "generations.csv", pd.DataFrame({"step": sweep.steps, "generation": sweep.generations}))
     figures = {"ranks": rank_figure(sweep), "logits": logit_figure(sweep), "generations": generation_table(sweep)}
     if args.reference_prompt is not None:
         from ..analysis import Setting
 
         reference = layer_states(model, Setting(args.reference_prompt, formatted=args.formatted))
         table = sweep_similarity(sweep, reference)
-        _write_csv(out / "sweep_similarity.csv", table)
+        _write_csv(stage.path / "sweep_similarity.csv", table)
         figures["sweep_similarity"] = sweep_similarity_figure(table)
-    written = _figures(out, figures, args.png)
+    written = _figures(stage.path, figures, args.png)
     summary = {
         "model": _portable(args.model), "prompt": sweep.prompt, "order_kind": args.order, "order": sweep.order,
         "switch_step": sweep.switch_step, "change_step": sweep.change_step, "figures": _names(written),
@@ -161,7 +163,8 @@ def run_sweep(args: SweepCommand) -> int:
     }
     from .._io import atomic_write_json
 
-    atomic_write_json(out / "summary.json", summary)
+    atomic_write_json(stage.path / "summary.json", summary)
+    stage.commit()
     print(f"{len(sweep.steps)} steps; target top-1 at step {sweep.switch_step}, continuation changes at "
           f"step {sweep.change_step}")
     _report(out, sorted(p.name for p in out.iterdir() if not p.name.startswith(".")))
@@ -207,8 +210,10 @@ def run_lens(args: LensCommand) -> int:
     model = _load(args)
     lens = logit_lens(model, args.prompt, args.k, _mask(args.mask, model), gate=args.gate, alpha=args.alpha,
                       formatted=args.formatted)
-    _write_csv(out / "lens.csv", lens.table)
-    written = _figures(out, {f"lens_{s}": logit_lens_figure(lens, s) for s in lens.probs}, args.png)
+    stage = OutputSet(out, "lens")
+    _write_csv(stage.path / "lens.csv", lens.table)
+    written = _figures(stage.path, {f"lens_{s}": logit_lens_figure(lens, s) for s in lens.probs}, args.png)
+    stage.commit()
     last = lens.table[(lens.table.stream == "resid") & (lens.table["rank"] == 1)].token.tolist()
     print(f"top-1 per layer: {last}")
     _report(out, ["lens.csv", *(Path(p).name for p in written.values())])
@@ -270,8 +275,10 @@ def run_similarity(args: SimilarityCommand) -> int:
     tables = {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
     import pandas as pd
 
-    _write_csv(out / "similarity.csv", pd.concat([t.assign(comparison=name) for name, t in tables.items()]))
-    written = _figures(out, {"similarity": similarity_figure(tables)}, args.png)
+    stage = OutputSet(out, "similarity")
+    _write_csv(stage.path / "similarity.csv", pd.concat([t.assign(comparison=name) for name, t in tables.items()]))
+    written = _figures(stage.path, {"similarity": similarity_figure(tables)}, args.png)
+    stage.commit()
     for name, table in tables.items():
         print(f"{name}: block output at the last layer {table.block_out.iloc[-1]:.3f}")
     _report(out, ["similarity.csv", *(Path(p).name for p in written.values())])
@@ -333,10 +340,11 @@ def run_pathways(args: PathwaysCommand) -> int:
         raise ValueError("the ablation needs --model as well as --task")
     out = check_out_dir(args.out)
     pathways = pathway_heads(masks)
-    _write_csv(out / "heads.csv", pathways.table())
-    _write_csv(out / "jaccard.csv", jaccard_table(masks))
+    stage = OutputSet(out, "pathways")
+    _write_csv(stage.path / "heads.csv", pathways.table())
+    _write_csv(stage.path / "jaccard.csv", jaccard_table(masks))
     matrix = jaccard_matrix(masks)
-    _write_csv(out / "jaccard_matrix.csv", matrix, index=True)
+    _write_csv(stage.path / "jaccard_matrix.csv", matrix, index=True)
     summary = {**pathways.summary(), "names": pathways.names, "used_by_all": pathways.used_by_all(),
                "used_by_none": pathways.used_by_none()}
     figures = {"masks": mask_heatmap(masks), "usage": usage_heatmap(pathways), "jaccard": jaccard_figure(matrix)}
@@ -355,12 +363,13 @@ def run_pathways(args: PathwaysCommand) -> int:
             mask.check_model(model)
         groups = {"used by all": pathways.used_by_all(), "used by none": pathways.used_by_none()}
         ablation = group_ablation(model, task, groups, n_random=args.n_random)
-        _write_csv(out / "ablation.csv", ablation)
+        _write_csv(stage.path / "ablation.csv", ablation)
         summary["ablation"] = ablation.to_dict(orient="records")
-    summary["figures"] = _names(_figures(out, figures, args.png))
+    summary["figures"] = _names(_figures(stage.path, figures, args.png))
     from .._io import atomic_write_json
 
-    atomic_write_json(out / "summary.json", summary)
+    atomic_write_json(stage.path / "summary.json", summary)
+    stage.commit()
     print(f"{len(masks)} masks: {len(pathways.used_by_all())} heads used by all, "
           f"{len(pathways.used_by_none())} by none")
     _report(out, sorted(p.name for p in out.iterdir() if not p.name.startswith(".")))

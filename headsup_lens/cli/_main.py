@@ -4,7 +4,9 @@ expected failure into one line on stderr and a non-zero exit code (tracebacks wi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -147,6 +149,21 @@ def _one_line(error: BaseException) -> str:
     return text
 
 
+def _output_lock(name: str, config) -> contextlib.AbstractContextManager:
+    """The lock of the command's output folder (one writer per folder; under torchrun rank 0 holds it)."""
+    action = getattr(config, "action", config)  # `organism train` nests its options
+    out = getattr(action, "out", None)
+    if name == "download-data" and not config.dry_run and out is None:
+        from ..data import ENV_VAR, default_data_dir
+
+        out = os.environ.get(ENV_VAR) or default_data_dir()
+    if out is None or name == "download-data" and config.dry_run or os.environ.get("RANK", "0") != "0":
+        return contextlib.nullcontext()
+    from .._io import FolderLock
+
+    return FolderLock(_registry.check_out_dir(out), "--out")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = _chosen(argv)
@@ -155,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     _registry._GIVEN.clear()
     _registry._GIVEN.update(_given(argv, name))
     try:
-        code = COMMANDS[name].run(args.config)
+        with _output_lock(name, args.config):
+            code = COMMANDS[name].run(args.config)
     except KeyboardInterrupt:
         if args.debug:
             raise

@@ -74,6 +74,9 @@ def check_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
     out = Path(path).expanduser()
     existing = out
     while not existing.exists():
+        if os.path.lexists(existing):  # a link to nowhere (or a loop) would fail late with "File exists"
+            raise ValueError(f"{option} {out} cannot be created: {existing} is a symbolic link to a missing "
+                             "target (or a link loop)")
         if existing.parent == existing:
             break
         existing = existing.parent

@@ -52,6 +52,11 @@ def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _given(name: str, given: set[str]) -> bool:
+    option = _option(name)
+    return option in given or f"--no-{option[2:]}" in given  # boolean flags: --no-progress too
+
+
 def resolve_preset(preset: str, config: TrainConfig, given: set[str] | None = None) -> TrainConfig:
     """The preset's recipe with the explicitly given options of `config` on top.
 
@@ -63,13 +68,15 @@ def resolve_preset(preset: str, config: TrainConfig, given: set[str] | None = No
         raise ValueError(f"unknown preset {preset!r} (--preset); use one of {', '.join(PRESETS)}")
     chosen, paper = presets[preset](), TrainConfig()
     explicit = {f.name for f in fields(TrainConfig)
-                if (_option(f.name) in given if given is not None else getattr(config, f.name) != getattr(paper, f.name))}
+                if (_given(f.name, given) if given is not None else getattr(config, f.name) != getattr(paper, f.name))}
     return chosen.replace(**{name: getattr(config, name) for name in explicit})
 
 
 def move_aside(out: Path) -> Path | None:
-    """Rename an existing `out` to `<out>.old-<YYYYmmdd-HHMMSS>` so a fresh run never mixes with it."""
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+    """Move an existing `out`'s contents to `<out>.old-<YYYYmmdd-HHMMSS>` so a fresh run never mixes with it."""
+    from .._io import LOCK_NAME
+
+    if not out.exists() or (out.is_dir() and not any(p.name != LOCK_NAME for p in out.iterdir())):
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     target = out.with_name(f"{out.name}.old-{stamp}")
@@ -77,7 +84,10 @@ def move_aside(out: Path) -> Path | None:
     while target.exists():
         target = out.with_name(f"{out.name}.old-{stamp}-{counter}")
         counter += 1
-    out.rename(target)
+    target.mkdir()
+    for item in out.iterdir():
+        if item.name != LOCK_NAME:  # the lock this command holds stays with the folder
+            item.rename(target / item.name)
     return target
 
 

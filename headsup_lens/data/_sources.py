@@ -83,8 +83,11 @@ def read_tsv_column_rows(path: Path) -> list[list[str]]:
     """Rows of a header-less TSV (XTREME's XNLI layout: premise, hypothesis[, label])."""
     if not path.is_file():
         raise ValueError(f"XNLI file {path} does not exist")
-    with path.open(encoding="utf-8", newline="") as handle:
-        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text: {error}") from error
     if not rows or any(len(r) < 2 for r in rows):
         raise ValueError(f"{path} must have at least two tab-separated columns on every line")
     return rows

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .._io import atomic_write, atomic_write_json
+from .._io import OutputSet, atomic_write, atomic_write_json
 from ..analysis import (
     RemovalSweep,
     Setting,
@@ -81,7 +81,8 @@ def run_demo(config: DemoConfig) -> DemoResult:
     if threads is not None:
         torch.set_num_threads(threads)
     out = Path(config.out)
-    figures = out / "figures"
+    stage = OutputSet(out, "demo")  # report, figures and tables are moved in together at the end
+    figures = stage.path / "figures"
     model = load_model(config.model, device=config.device, dtype=config.dtype, prompt_format=config.prompt_format)
     tasks: list[Task] = [load_task(name, data_dir=config.data_dir) for name in config.tasks]
     planted = planted_pathways(config.model, model)
@@ -272,7 +273,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
            "top 5 tokens, coloured by probability (0-1). Watch the layer where the answer appears.")
 
     # 5. Files.
-    tables_dir = out / "tables"
+    tables_dir = stage.path / "tables"
     for name, frame in {"summary": summary, "evaluation": evaluation,
                         "sweeps": pd.DataFrame(sweep_rows)}.items():
         atomic_write(tables_dir / f"{name}.csv", lambda tmp, frame=frame: frame.to_csv(tmp, index=False))
@@ -281,9 +282,10 @@ def run_demo(config: DemoConfig) -> DemoResult:
                      lambda tmp, sweep=sweep: sweep.long().to_csv(tmp, index=False))
     seconds = time.perf_counter() - start
     report.note(f"Computed in {seconds:.0f} s with torch {torch.__version__} on {model.cfg.device}.")
-    report.write(out / "report.html")
+    report.write(stage.path / "report.html")
     for error in sorted(png_errors):
         print(f"PNG figures not written (HTML written): {error}")
     atomic_write_json(out / "summary.json", {"seconds": seconds, "summary": summary.to_dict("records"),
                                              "sweeps": sweep_rows, "png_figures": [Path(p).name for p in saved_pngs]})
+    stage.commit()
     return DemoResult(out=out, summary=summary, evaluations=evaluation, sweeps=sweeps, seconds=seconds)

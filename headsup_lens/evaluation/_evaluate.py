@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -161,10 +162,15 @@ def evaluate(
     `text_metrics=None` shows ROUGE-L/BLEU only when the answers average more than two words (on
     one-word answers they only restate accuracy, BLEU being 0). `generate=False` skips generation.
     `on_row` is called with the table so far after each setting (to save finished rows as they come).
+    `mask_task` is the task the mask was trained for (its metadata); another task than `task` warns.
     """
     if not isinstance(mask, HeadMask):
         raise ValueError(f"mask must be a HeadMask, not {type(mask).__name__}")
     mask.check_model(model)
+    mask_task = mask.metadata.get("task")  # recorded by training; absent for hand-made masks
+    if mask_task is not None and mask_task != task.name:
+        warnings.warn(f"the mask was trained for task {mask_task!r}, not {task.name!r} (column mask_task)",
+                      stacklevel=2)
     if other_mask is not None:
         if not isinstance(other_mask, HeadMask):
             raise ValueError(f"other_mask must be a HeadMask, not {type(other_mask).__name__}")
@@ -185,7 +191,7 @@ def evaluate(
         options = dict(mask=setting_mask, alpha=setting_alpha, instructed=instructed, gate=gate, split=split,
                        batch_size=batch_size)
         sums, counts = answer_nll_per_example(model, task, **options)
-        record = {"task": task.name, "setting": name, "instructed": instructed, "alpha": setting_alpha,
+        record = {"task": task.name, "mask_task": mask_task, "setting": name, "instructed": instructed, "alpha": setting_alpha,
                   "n_kept": setting_mask.n_kept if setting_mask is not None else model.cfg.n_layers * model.cfg.n_heads,
                   "n_examples": len(answers), "answer_nll": reduce_nll(sums, counts, "example"),
                   "perplexity": math.exp(reduce_nll(sums, counts, "token"))}

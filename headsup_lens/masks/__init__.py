@@ -2,5 +2,6 @@
 
 from ._head_mask import Head as Head
 from ._head_mask import HeadMask as HeadMask
+from ._head_mask import UnverifiedMaskWarning as UnverifiedMaskWarning
 from ._head_mask import UnverifiedModelWarning as UnverifiedModelWarning
 from ._head_mask import expected_jaccard as expected_jaccard

@@ -7,6 +7,7 @@ differ although nothing else does. `write_safetensors` rewrites the header with 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -83,3 +84,15 @@ def read_safetensors(path: str | os.PathLike, what: str = "safetensors file") ->
     if not isinstance(metadata, dict):
         raise ValueError(f"{what} {str(path)!r} has a malformed header (__metadata__ is not an object)")
     return tensors, metadata
+
+
+def content_checksum(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
+    """sha256 of the tensors (names, dtypes, shapes, bytes) and the metadata except `checksum`."""
+    digest = hashlib.sha256()
+    for key in sorted(k for k in metadata if k != "checksum"):
+        digest.update(json.dumps([key, metadata[key]]).encode())
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return f"sha256:{digest.hexdigest()}"

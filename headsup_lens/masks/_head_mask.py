@@ -26,11 +26,15 @@ from .._validate import (
     describe,
 )
 from ..models._fingerprint import ModelFingerprint, fingerprint, portable_name
-from ._files import read_safetensors, write_safetensors
+from ._files import content_checksum, read_safetensors, write_safetensors
 
 Head = tuple[int, int]
 _FORMAT = "headsup_lens.HeadMask"
 _FORMAT_VERSION = 1
+
+
+class UnverifiedMaskWarning(UserWarning):
+    """A mask file without a checksum (written before files carried one): its contents were not verified."""
 
 
 class UnverifiedModelWarning(UserWarning):
@@ -248,6 +252,7 @@ class HeadMask:
             "model": json.dumps(model, sort_keys=True),
             "metadata": json.dumps(self.metadata, sort_keys=True),
         }
+        header["checksum"] = content_checksum(tensors, header)  # deterministic: the bytes stay reproducible
         return write_safetensors(path, tensors, header)
 
     @classmethod
@@ -258,11 +263,15 @@ class HeadMask:
         *,
         allow_other_weights: bool = False,
         allow_other_name: bool | None = None,
+        allow_missing_model: bool = False,
     ) -> HeadMask:
         """Read a mask written by `save`; with `model`, refuse one made for other weights (see `check_model`).
 
-        A missing, truncated or corrupted file, a malformed header or invalid values are a
-        ValueError that names the file.
+        A missing, truncated or corrupted file, a malformed header, invalid values, contents that
+        do not match the file's checksum, `values` that disagree with `logits` (values must be
+        1[sigmoid(logits) >= 0.5]) and a header without its `model` entry (unless
+        `allow_missing_model=True`) are a ValueError that names the file. A file without a checksum
+        (written by an older version) loads with an `UnverifiedMaskWarning`.
         """
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a path, got {describe(path)}")
@@ -283,6 +292,7 @@ class HeadMask:
             )
         except (TypeError, ValueError) as error:
             raise ValueError(f"mask file {str(path)!r} holds an invalid mask: {error}") from error
+        _check_integrity(path, tensors, header, allow_missing_model)
         if model is not None:
             mask.check_model(model, allow_other_weights=allow)
         return mask
@@ -385,6 +395,26 @@ def _check_metadata(metadata: Any) -> dict[str, Any]:
                 f"metadata[{key!r}] must be JSON (numbers, strings, lists, dicts), got {describe(value)}"
             ) from error
     return dict(metadata)
+
+
+def _check_integrity(path: Path, tensors: dict[str, Tensor], header: dict[str, str], allow_missing_model: bool) -> None:
+    if "checksum" in header:
+        if header["checksum"] != content_checksum(tensors, header):
+            raise ValueError(f"mask file {str(path)!r} is damaged: its tensors or header do not match the checksum "
+                             "recorded when it was saved; train or save the mask again")
+    else:
+        warnings.warn(f"mask file {str(path)!r} carries no checksum (written by an older version), so its contents "
+                      "could not be verified; save it again to add one", UnverifiedMaskWarning, stacklevel=3)
+    if "model" not in header and not check_bool("allow_missing_model", allow_missing_model):
+        raise ValueError(f"mask file {str(path)!r} has no model entry in its header (every saved mask has one, null "
+                         "when made for no model): the file was altered; pass allow_missing_model=True to load it "
+                         "without a model check")
+    values, logits = tensors["values"], tensors.get("logits")
+    if logits is not None and logits.shape == values.shape:
+        wrong = int(((logits >= 0).float() != values.float()).sum())  # from_logits' rule: sigmoid(M) >= 0.5
+        if wrong:
+            raise ValueError(f"mask file {str(path)!r} is inconsistent: {wrong} of {values.numel()} values differ "
+                             "from 1[sigmoid(logits) >= 0.5], the values its logits give; the file is damaged")
 
 
 def _header_json(path: Path, header: dict[str, str], key: str, default: Any) -> Any:

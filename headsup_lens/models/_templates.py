@@ -16,6 +16,8 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._validate import check_unicode
+
 _ANSWER_PROBE = "\x00ANSWER\x00"  # strings no real template contains, located to split the turns
 _SECOND_PROBE = "\x00SECOND\x00"
 _THIRD_PROBE = "\x00THIRD\x00"
@@ -189,6 +191,7 @@ def encode(model: TransformerBridge, text: str, *, add_bos: bool) -> list[int]:
     Characters the tokenizer cannot encode (they become its unknown or padding token) are a
     ValueError naming them, never a silent `<unk>`/`<pad>` in the prompt.
     """
+    check_unicode("the text", text)
     tokenizer = model.tokenizer
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     suspicious = {i for i in (tokenizer.unk_token_id, tokenizer.pad_token_id) if i is not None}

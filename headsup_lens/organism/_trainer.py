@@ -28,7 +28,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import atomic_write_json
+from .._io import OutputSet, atomic_write_json
 from ..data import IGNORE_INDEX as IGNORE
 from ..gates import value_gate
 from ..models import prompt_format, char_tokenizer, encode, load_model, pad_token_id
@@ -314,21 +314,19 @@ def train_organism(
 def save_organism(result: TrainedOrganism, output_dir: str | os.PathLike) -> Path:
     """Write a trained organism as a Hugging Face directory plus `planted.json` and `training.json`."""
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     model = result.model
-    # Written to a scratch folder first and moved file by file: a crash leaves the old files intact.
-    with tempfile.TemporaryDirectory(dir=out, prefix=".saving-") as tmp:
-        hf_model(model).save_pretrained(tmp)
-        model.tokenizer.save_pretrained(tmp)
-        for item in Path(tmp).iterdir():
-            os.replace(item, out / item.name)
+    # Written to a staging folder first and moved in as one set: a crash leaves the old files intact.
+    stage = OutputSet(out, "organism")
+    hf_model(model).save_pretrained(stage.path)
+    model.tokenizer.save_pretrained(stage.path)
     cfg = model.cfg
-    save_planted(out, result.planted, cfg.n_layers, cfg.n_heads, seed=result.config.seed,
+    save_planted(stage.path, result.planted, cfg.n_layers, cfg.n_heads, seed=result.config.seed,
                  tasks=[f"organism/{t}" for t in result.planted])
-    atomic_write_json(out / "training.json", {
+    atomic_write_json(stage.path / "training.json", {
         "config": asdict(result.config), "wall_time_s": round(result.wall_time_s, 1),
         "history": result.history,
     })
+    stage.commit()
     return out
 
 

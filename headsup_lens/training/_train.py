@@ -17,7 +17,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import atomic_write, atomic_write_text
+from .._io import atomic_write, atomic_write_text, locked_folder
 from ..data import Task, collate, encode_pairs
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
@@ -151,7 +151,8 @@ def train_mask(
     latest state, and the final `mask.safetensors` and `history.csv` are written (all atomically).
     With `distributed=True` (an initialised `torch.distributed` group, e.g. under `torchrun`), each
     rank computes a share of every step's batch rows and the gradients are summed: the same mask as
-    one process with the same global batch; rank 0 writes the files.
+    one process with the same global batch; rank 0 writes the files. The run folder is locked
+    while training: another process training into it is refused at once (`FolderInUse`).
     """
     return _train(model, [task], config, out_dir=out_dir, resume=resume, single=True, distributed=distributed)[task.name]
 
@@ -170,6 +171,16 @@ def train_masks(
 
 
 def _train(
+    model: TransformerBridge, tasks: list[Task], config: TrainConfig | None, *,
+    out_dir: str | os.PathLike | None, resume: bool, single: bool, distributed: bool = False,
+) -> dict[str, TrainResult]:
+    if out_dir is None or (distributed and rank_and_world(required=True)[0] != 0):
+        return _train_in(model, tasks, config, out_dir=out_dir, resume=resume, single=single, distributed=distributed)
+    with locked_folder(out_dir):  # a run folder has one writer: a second run there is refused at once
+        return _train_in(model, tasks, config, out_dir=out_dir, resume=resume, single=single, distributed=distributed)
+
+
+def _train_in(
     model: TransformerBridge, tasks: list[Task], config: TrainConfig | None, *,
     out_dir: str | os.PathLike | None, resume: bool, single: bool, distributed: bool = False,
 ) -> dict[str, TrainResult]:

@@ -62,8 +62,11 @@ def resolve_preset(preset: str, config: TrainConfig, given: set[str] | None = No
     if preset not in presets:
         raise ValueError(f"unknown preset {preset!r} (--preset); use one of {', '.join(PRESETS)}")
     chosen, paper = presets[preset](), TrainConfig()
+    def written(name: str) -> bool:  # boolean options also have a `--no-` form
+        return _option(name) in given or "--no-" + _option(name)[2:] in given
+
     explicit = {f.name for f in fields(TrainConfig)
-                if (_option(f.name) in given if given is not None else getattr(config, f.name) != getattr(paper, f.name))}
+                if (written(f.name) if given is not None else getattr(config, f.name) != getattr(paper, f.name))}
     return chosen.replace(**{name: getattr(config, name) for name in explicit})
 
 
@@ -156,7 +159,7 @@ def _print_estimate(model, tasks, config: TrainConfig) -> None:
 
     per_step = seconds_per_step(model, tasks, config)
     print(f"estimated time: ~{format_duration(per_step * config.steps)} for {config.steps} steps "
-          f"({per_step * 1e3:.0f} ms/step measured over 3 warm-up steps on {model.cfg.device}); "
+          f"({per_step * 1e3:.0f} ms/step, the median of 5 timed steps on {model.cfg.device}); "
           f"Ctrl-C is safe: rerun to resume from the last checkpoint")
 
 

@@ -11,6 +11,8 @@ Shots = tuple[Pair, ...]
 Matcher = Literal["contains", "starts_with"]
 MATCHERS = ("contains", "starts_with")
 N_EVAL = 100  # the paper holds out the last 100 examples of every dataset
+# Own task files (`load_task("my_task.jsonl")`): input/output pairs as JSON, JSON lines or CSV.
+TASK_FILE_SUFFIXES = (".json", ".jsonl", ".csv")
 
 
 @dataclass(frozen=True)

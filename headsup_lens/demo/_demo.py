@@ -62,6 +62,18 @@ def planted_pathways(model_name: str, model) -> dict[str, list[tuple[int, int]]]
     return {f"organism/{name}": heads for name, heads in load_planted().items()}
 
 
+def stored_mask_files(folder: str, tasks: list[str]) -> dict[str, Path]:
+    """`<folder>/<task>.safetensors` for each task; a missing folder or file is a ValueError naming it."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"--masks {folder}: no such folder")
+    files = {name: root / f"{safe_name(name)}.safetensors" for name in tasks}
+    missing = [str(path) for path in files.values() if not path.is_file()]
+    if missing:
+        raise ValueError(f"--masks {folder}: no stored mask for {', '.join(missing)}")
+    return files
+
+
 def _percent(value: float | None, n: int) -> str:
     """An accuracy as a percentage with its count, e.g. `87% (87/100)`."""
     if value is None or pd.isna(value):
@@ -82,8 +94,10 @@ def run_demo(config: DemoConfig) -> DemoResult:
         torch.set_num_threads(threads)
     out = Path(config.out)
     figures = out / "figures"
-    model = load_model(config.model, device=config.device, dtype=config.dtype, prompt_format=config.prompt_format)
+    # Tasks and stored masks are checked before the model loads: a missing file fails at once.
     tasks: list[Task] = [load_task(name, data_dir=config.data_dir) for name in config.tasks]
+    mask_files = None if config.masks is None else stored_mask_files(config.masks, [t.name for t in tasks])
+    model = load_model(config.model, device=config.device, dtype=config.dtype, prompt_format=config.prompt_format)
     planted = planted_pathways(config.model, model)
     n_total = model.cfg.n_layers * model.cfg.n_heads
     report = Report(f"headsup_lens demo — {config.model}")
@@ -113,10 +127,9 @@ def run_demo(config: DemoConfig) -> DemoResult:
 
     # 1. Masks, trained for all tasks at once (per-row masks), without instructions.
     train_config = TrainConfig.fast(steps=config.steps, batch_size=config.batch_size, seed=config.seed)
-    if config.masks is not None:  # stored masks (e.g. trained once on a slow machine): no training here
-        masks = {task.name: HeadMask.load(Path(config.masks) / f"{safe_name(task.name)}.safetensors", model)
-                 for task in tasks}
-        schedule = f"Masks loaded from {Path(config.masks).name}/ (trained earlier), not trained in this run."
+    if mask_files is not None:  # stored masks (e.g. trained once on a slow machine): no training here
+        masks = {name: HeadMask.load(path, model) for name, path in mask_files.items()}
+        schedule = f"Masks loaded from {config.masks} (trained earlier), not trained in this run."
     else:
         print(f"training masks for {len(tasks)} task(s), {config.steps} steps ...")
         results = train_masks(model, tasks, train_config, out_dir=out / "training")

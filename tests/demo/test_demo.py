@@ -57,3 +57,23 @@ def test_demo_command_reports_bad_input_clearly(tmp_path, capsys, llama_dir):
     assert code == 2
     assert "unknown task 'no-such-task'" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_data_and_stored_masks_are_checked_before_the_model_loads(tmp_path, capsys):
+    missing_model = str(tmp_path / "no-model")  # loading it would fail with "no config.json"
+    code = main(["demo", "--model", missing_model, "--task", "antonym", "--data-dir", str(tmp_path / "no-data"),
+                 "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "data directory" in err and "no config.json" not in err
+    code = main(["demo", "--model", missing_model, "--task", "organism/reverse", "--masks", str(tmp_path),
+                 "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "no stored mask for" in err and "organism__reverse.safetensors" in err
+
+
+def test_default_data_folder_honours_the_cache_variable(tmp_path, monkeypatch):
+    from headsup_lens.data import default_data_dir
+    from headsup_lens.models._gguf import model_cache_dir
+
+    monkeypatch.setenv("HEADSUP_CACHE_DIR", str(tmp_path))
+    assert default_data_dir() == tmp_path / "data" and model_cache_dir() == tmp_path / "models"

@@ -6,6 +6,7 @@ from ._sweep import auto_batch_size as auto_batch_size
 from ._sweep import influence_order as influence_order
 from ._sweep import random_order as random_order
 from ._sweep import removal_sweep as removal_sweep
+from ._sweep import step_or_never as step_or_never
 from ._sweep import sweep_masks as sweep_masks
 from ._sweep import weight_order as weight_order
 from ._lens import LogitLens as LogitLens

@@ -25,6 +25,7 @@ from ..analysis import (
     logit_lens,
     random_order,
     removal_sweep,
+    step_or_never,
     weight_order,
 )
 from ..data import Task, load_task
@@ -241,15 +242,17 @@ def run_demo(config: DemoConfig) -> DemoResult:
     report.heading(f"Removing heads one by one: {task.name}, input {word!r}, expected answer {answer!r}")
     report.table(
         pd.DataFrame([{"removal order": r["order"],
-                       "heads removed when the answer becomes the top next token": r["switch step (target top-1)"],
-                       "heads removed when the continuation first changes": r["first change of continuation"]}
+                       "heads removed when the answer becomes the top next token":
+                           step_or_never(r["switch step (target top-1)"]),
+                       "heads removed when the continuation first changes":
+                           step_or_never(r["first change of continuation"])}
                       for r in sweep_rows]),
         caption=(
             f"Starting from the full model, heads are removed one at a time ({n_total} in all) and the model is "
             "run on the bare input after each removal. Weight order: least important heads first, by the learned "
             f"mask weights. Influence order: the first {k} heads of that order re-sorted by how much each removal "
             "helped the answer. Random order: a baseline. A mask that found the task's pathway makes the answer "
-            "the top token after few removals in weight order and late or never (—) in random order."
+            "the top token after few removals in weight order and late or never in random order."
         ),
     )
     for name, sweep in sweeps.items():

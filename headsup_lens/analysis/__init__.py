@@ -36,3 +36,7 @@ from ._patterns import gini as gini
 from ._patterns import kurtosis as kurtosis
 from ._patterns import pattern_correlation as pattern_correlation
 from ._patterns import pattern_statistics as pattern_statistics
+
+from .._typecheck import check_namespace as _check_namespace
+
+_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -36,3 +36,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = sorted({*_EAGER, *_EXPORTS})
+
+from .._typecheck import check_namespace as _check_namespace
+
+_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -144,10 +144,14 @@ def run_demo(config: DemoConfig) -> DemoResult:
     report.heading("Learned masks")
     report.note(schedule)
     kept = ", ".join(f"{name}: {m.n_kept}/{n_total}" for name, m in masks.items())
-    figure(mask_heatmap(masks, title="Learned masks (1 = kept)"), "masks",
+    planted_note = (" Red crosses: the task's planted heads S_t, the ones a perfect mask removes; a mask that "
+                    "found the pathway is white under every cross and dark elsewhere." if planted is not None else "")
+    figure(mask_heatmap(masks, title="Learned masks (1 = kept)",
+                        planted={name: heads for name, heads in (planted or {}).items() if name in masks} or None),
+           "masks",
            f"One panel per task: rows are layers (0 at the bottom), columns are heads; dark = kept, white = removed. "
            f"Heads kept: {kept}. A mask that keeps every head has learned nothing; one that removes most heads "
-           "usually breaks the model.")
+           f"usually breaks the model.{planted_note}")
 
     # 2. Evaluation in the paper's settings, plus recovery of the planted pathway.
     evaluations, summary_rows, display_rows = [], [], []
@@ -260,7 +264,8 @@ def run_demo(config: DemoConfig) -> DemoResult:
         figure(rank_figure(sweep, title=f"Token ranks, {name}"), f"sweep_ranks_{slug}",
                f"Rank of each tracked token among all next tokens after each removal ({name}); 1 = the model's "
                "prediction, log scale. Thick line: the expected answer's first token; dotted: the full model's "
-               "top tokens. The dashed green line marks when the answer becomes the prediction.")
+               "top tokens. Vertical lines (named in the legend): dashed green when the answer becomes the prediction, "
+               "dash-dotted grey when the greedy continuation first differs from the full model's.")
     figure(generation_table(sweeps["weight order"], title="Continuations where they change (weight order)"),
            "sweep_generations",
            "The model's greedy output after the given number of heads was removed in weight order, shown at each "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from _common import parser, setup
-from headsup_lens.analysis import random_order, removal_sweep, weight_order
+from headsup_lens.analysis import random_order, removal_sweep, step_or_never, weight_order
 from headsup_lens.plots import generation_table, rank_figure
 
 
@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> None:
               "fig2_generations", task)
     summary = pd.DataFrame([
         {"task": task.name, "order": name, "input": x, "target": y, "heads removed by mask": mask.n_total - mask.n_kept,
-         "switch step (target top-1)": sweep.switch_step, "first change": sweep.change_step}
+         "switch step (target top-1)": step_or_never(sweep.switch_step),
+         "first change": step_or_never(sweep.change_step)}
         for name, sweep in sweeps.items()
     ])
     xp.table(summary, "fig2_summary", task)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from _common import parser, setup
-from headsup_lens.analysis import influence_order, random_order, removal_sweep, weight_order
+from headsup_lens.analysis import influence_order, random_order, removal_sweep, step_or_never, weight_order
 from headsup_lens.plots import rank_figure
 
 
@@ -33,8 +33,9 @@ def main(argv: list[str] | None = None) -> None:
         xp.table(sweep.long(), f"fig8_ranks_{slug}", task)
         xp.figure(rank_figure(sweep, title=f"Fig. 8 — {task.name}, input {x!r}, target {y!r}: {name}"),
                   f"fig8_ranks_{slug}", task)
-    summary = pd.DataFrame([{"task": task.name, "order": name, "k": k, "switch step (target top-1)": s.switch_step,
-                             "first change": s.change_step} for name, s in sweeps.items()])
+    summary = pd.DataFrame([{"task": task.name, "order": name, "k": k,
+                             "switch step (target top-1)": step_or_never(s.switch_step),
+                             "first change": step_or_never(s.change_step)} for name, s in sweeps.items()])
     xp.table(summary, "fig8_summary", task)
     xp.done(summary)
 

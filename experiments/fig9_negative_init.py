@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from _common import parser, setup
-from headsup_lens.analysis import removal_sweep, weight_order
+from headsup_lens.analysis import removal_sweep, step_or_never, weight_order
 from headsup_lens.evaluation import accuracy
 from headsup_lens.plots import mask_heatmap, rank_figure
 
@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"fig9_ranks_{slug}", task)
         rows.append({"task": task.name, "init": name, "heads kept": mask.n_kept,
                      "masked accuracy": accuracy(xp.model, task, mask=mask, batch_size=args.eval_batch_size),
-                     "switch step (target top-1)": sweep.switch_step, "first change": sweep.change_step})
+                     "switch step (target top-1)": step_or_never(sweep.switch_step),
+                     "first change": step_or_never(sweep.change_step)})
     xp.figure(mask_heatmap(masks, title=f"Fig. 9 — kept heads, {task.name}"), "fig9_masks", task)
     summary = pd.DataFrame(rows)
     xp.table(summary, "fig9_summary", task)

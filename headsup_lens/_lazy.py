@@ -16,7 +16,12 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
         if name not in exports:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module = importlib.import_module(exports[name], package)
-        value = module if exports[name] == f".{name}" else getattr(module, name)
+        if exports[name] == f".{name}":
+            value = module
+        else:
+            from ._typecheck import checked
+
+            value = checked(getattr(module, name))  # public names check their argument types
         setattr(sys.modules[package], name, value)  # later lookups no longer come here
         return value
 

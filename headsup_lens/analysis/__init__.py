@@ -6,6 +6,7 @@ from ._sweep import auto_batch_size as auto_batch_size
 from ._sweep import influence_order as influence_order
 from ._sweep import random_order as random_order
 from ._sweep import removal_sweep as removal_sweep
+from ._sweep import step_or_never as step_or_never
 from ._sweep import sweep_masks as sweep_masks
 from ._sweep import weight_order as weight_order
 from ._lens import LogitLens as LogitLens
@@ -35,3 +36,7 @@ from ._patterns import gini as gini
 from ._patterns import kurtosis as kurtosis
 from ._patterns import pattern_correlation as pattern_correlation
 from ._patterns import pattern_statistics as pattern_statistics
+
+from .._typecheck import check_namespace as _check_namespace
+
+_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -75,14 +75,18 @@ def token_ranks(logits: Tensor, tokens: Tensor) -> Tensor:
 
 
 def check_heads(model: TransformerBridge, heads: list[Head]) -> list[Head]:
-    """Validate `(layer, head)` pairs against the model; returns them as plain int tuples."""
+    """Validate `(layer, head)` pairs against the model; returns them as plain int tuples.
+    A non-integer index (1.5, even 1.0) is a TypeError: rounding it would remove another head."""
+    from .._validate import check_int
+
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     checked = []
     for item in heads:
         try:
-            layer, head = (int(v) for v in item)
+            layer, head = item
         except (TypeError, ValueError):
             raise ValueError(f"{item!r} is not a (layer, head) pair") from None
+        layer, head = (check_int(f"the (layer, head) pair {item!r}", v) for v in (layer, head))
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
             raise ValueError(f"head ({layer}, {head}) is outside this model's {n_layers} x {n_heads} heads")
         checked.append((layer, head))

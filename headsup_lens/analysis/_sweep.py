@@ -27,6 +27,14 @@ from ._common import check_heads, prompt_ids, prompt_text, token_id, token_ranks
 _CPU_BUDGET_GB = 2.0
 
 
+def step_or_never(step: int | float | None) -> int | str:
+    """A sweep step for people to read: the step number, or "never" when the event did not happen
+    (`switch_step` / `change_step` None, or NaN once stored in a table)."""
+    if step is None or step != step:
+        return "never"
+    return int(step)
+
+
 @dataclass
 class RemovalSweep:
     """The result of `removal_sweep`.

@@ -165,8 +165,11 @@ def run_sweep(args: SweepCommand) -> int:
 
     atomic_write_json(stage.path / "summary.json", summary)
     stage.commit()
-    print(f"{len(sweep.steps)} steps; target top-1 at step {sweep.switch_step}, continuation changes at "
-          f"step {sweep.change_step}")
+    from ..analysis import step_or_never
+
+    switch, change = step_or_never(sweep.switch_step), step_or_never(sweep.change_step)
+    print(f"{len(sweep.steps)} steps; target top-1 {'never' if switch == 'never' else f'at step {switch}'}, "
+          f"continuation changes {'never' if change == 'never' else f'at step {change}'}")
     _report(out, sorted(p.name for p in out.iterdir() if not p.name.startswith(".")))
     return 0
 

@@ -17,9 +17,12 @@ def run(config: DemoConfig) -> int:
     print()
     print(with_none.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print()
+    from ..analysis import step_or_never
+
     for name, sweep in result.sweeps.items():
-        print(f"{name:>16}: target becomes top-1 after {sweep.switch_step} removals; "
-              f"continuation first changes after {sweep.change_step}")
+        switch, change = step_or_never(sweep.switch_step), step_or_never(sweep.change_step)
+        print(f"{name:>16}: target becomes top-1 {'never' if switch == 'never' else f'after {switch} removals'}; "
+              f"continuation first changes {'never' if change == 'never' else f'after {change}'}")
     masks = config.masks if config.masks is not None else result.out / "training"
     print(f"\nwrote {result.out / 'report.html'} (figures in {result.out / 'figures'}, tables in "
           f"{result.out / 'tables'}, masks in {masks}; {result.seconds:.0f} s)")

@@ -9,6 +9,7 @@ import importlib
 import os
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 
 from simple_parsing import ArgumentParser, DashVariant
@@ -164,10 +165,26 @@ def _output_lock(name: str, config) -> contextlib.AbstractContextManager:
     return FolderLock(_registry.check_out_dir(out), "--out")
 
 
+def _other_rank() -> bool:
+    """True in the processes of ranks 1, 2, ... under `torchrun` (WORLD_SIZE > 1): only rank 0 speaks."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and int(os.environ.get("RANK", "0") or 0) > 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = _chosen(argv)
     args = build_parser(chosen).parse_args(argv)
+    if _other_rank() and not args.debug:
+        # Under torchrun every rank runs this command: the others' output and errors would repeat
+        # rank 0's line for line. They still exit with the same code.
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _run(args, argv)
+    return _run(args, argv)
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
     name = args.command
     _registry._GIVEN.clear()
     _registry._GIVEN.update(_given(argv, name))

@@ -1,4 +1,7 @@
-"""`headsup tasks`: which task names exist, how big they are, and which need the data directory."""
+"""`headsup tasks`: which task names exist, how big they are, and which need the data directory.
+
+Answers in about a second: no torch, TransformerLens or pandas, and the data directory's files are
+read only for the tasks shown with sizes (`--sizes`, or a `--match` that picks a few)."""
 
 from __future__ import annotations
 
@@ -6,6 +9,9 @@ import tempfile
 from dataclasses import dataclass
 
 from ._registry import command
+
+# A --match that picks at most this many tasks shows their sizes without --sizes.
+SIZES_UP_TO = 12
 
 
 @dataclass
@@ -16,50 +22,72 @@ class TasksCommand:
     """Only names containing this text (e.g. `organism`, `translation`)."""
     data_dir: str | None = None
     """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
+    sizes: bool = False
+    """Also count the examples of every data-directory task (reads all their files: ~10-20 s for all of them)."""
 
 
-def task_table(match: str | None = None, data_dir: str | None = None):
-    """One row per task: name, source (built in / data directory), train and held-out examples."""
-    import pandas as pd
-
+def task_rows(match: str | None = None, data_dir: str | None = None, sizes: bool | None = None) -> list[dict]:
+    """One row per task: name, source (built in / data directory), train and held-out examples
+    (None where not counted), note. `sizes` counts data-directory tasks too (default: only when at
+    most `SIZES_UP_TO` tasks are shown)."""
     from ..data import load_task
     from ..data._registry import all_task_names
 
+    names = [name for name in all_task_names() if not match or match in name]
+    if sizes is None:
+        sizes = len(names) <= SIZES_UP_TO
     rows = []
     with tempfile.TemporaryDirectory() as empty:
-        for name in all_task_names():
-            if match and match not in name:
-                continue
+        for name in names:
             row = {"task": name, "source": "built in", "train": None, "held out": None, "note": ""}
             try:
                 task = load_task(name, empty)  # loads from an empty folder: needs no data directory
             except (ValueError, OSError):
-                row["source"] = "data directory"
-                try:
-                    task = load_task(name, data_dir)
-                except (ValueError, OSError) as error:
-                    task, row["note"] = None, "not found" if "does not exist" in str(error) else str(error).split(";")[0]
+                row["source"], task = "data directory", None
+                if sizes:
+                    try:
+                        task = load_task(name, data_dir)
+                    except (ValueError, OSError) as error:
+                        row["note"] = "not found" if "does not exist" in str(error) else str(error).split(";")[0]
             if task is not None:
                 row["train"], row["held out"] = task.n_train, len(task.eval_pairs)
             rows.append(row)
-    return pd.DataFrame(rows, columns=["task", "source", "train", "held out", "note"])
+    return rows
+
+
+def task_table(match: str | None = None, data_dir: str | None = None, sizes: bool | None = True):
+    """`task_rows` as a pandas DataFrame (sizes of every task by default)."""
+    import pandas as pd
+
+    return pd.DataFrame(task_rows(match, data_dir, sizes), columns=["task", "source", "train", "held out", "note"])
+
+
+def format_rows(rows: list[dict]) -> str:
+    """A plain text table; uncounted sizes are blank."""
+    columns = ["task", "source", "train", "held out", "note"]
+    cells = [[("" if row[c] is None else str(row[c])) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    align = [str.ljust, str.ljust, str.rjust, str.rjust, str.ljust]
+    lines = ["  ".join(a(c, w) for a, c, w in zip(align, columns, widths))]
+    lines += ["  ".join(a(v, w) for a, v, w in zip(align, r, widths)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines)
 
 
 @command("tasks", TasksCommand, help="List the task names, their sizes and which need the data directory.")
 def run_tasks(args: TasksCommand) -> int:
     from ..data import data_dir as resolve_data_dir
 
-    table = task_table(args.match, args.data_dir)
-    if table.empty:
+    rows = task_rows(args.match, args.data_dir, True if args.sizes else None)
+    if not rows:
         raise ValueError(f"no task name contains {args.match!r}")
-    shown = table.copy()
-    for column in ("train", "held out"):
-        shown[column] = [str(int(v)) if v == v and v is not None else "" for v in table[column]]
-    print(shown.to_string(index=False))
+    print(format_rows(rows))
     try:
         where = f"data directory: {resolve_data_dir(args.data_dir)}"
     except ValueError:
         where = "data directory: not found (fetch it with `headsup download-data`, or pass --data-dir)"
-    built_in = int((table.source == "built in").sum())
-    print(f"\n{len(table)} tasks, {built_in} built in (no data needed); {where}")
+    built_in = sum(row["source"] == "built in" for row in rows)
+    print(f"\n{len(rows)} tasks, {built_in} built in (no data needed); {where}")
+    if any(row["source"] == "data directory" and row["train"] is None and not row["note"] for row in rows):
+        print("sizes of data-directory tasks: add --sizes (reads every file), or narrow with --match; "
+              "your own task: --task my_task.json|.jsonl|.csv (input/output pairs) in train, evaluate and demo")
     return 0

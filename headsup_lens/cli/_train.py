@@ -166,7 +166,7 @@ def _print_estimate(model, tasks, config: TrainConfig) -> None:
 
     per_step = seconds_per_step(model, tasks, config)
     print(f"estimated time: ~{format_duration(per_step * config.steps)} for {config.steps} steps "
-          f"({per_step * 1e3:.0f} ms/step measured over 3 warm-up steps on {model.cfg.device}); "
+          f"({per_step * 1e3:.0f} ms/step, the median of 5 timed steps on {model.cfg.device}); "
           f"Ctrl-C is safe: rerun to resume from the last checkpoint")
 
 

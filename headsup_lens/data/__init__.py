@@ -1,5 +1,8 @@
-"""Tasks: function-vector JSON, XNLI translation, IWSLT2017, few-shot; tokenisation with answer-only labels."""
+"""Tasks: function-vector JSON, XNLI translation, IWSLT2017, few-shot, your own files; tokenisation with
+answer-only labels. Tokenisation (torch, TransformerLens) is imported on first use, so that listing
+and loading tasks stays light (`headsup tasks`)."""
 
+from .._lazy import lazy_exports
 from ._paths import ENV_VAR as ENV_VAR
 from ._paths import data_dir as data_dir
 from ._paths import default_data_dir as default_data_dir
@@ -12,17 +15,28 @@ from ._sources import fewshot as fewshot
 from ._sources import function_vector_task as function_vector_task
 from ._sources import hybrid_task as hybrid_task
 from ._sources import iwslt_task as iwslt_task
+from ._sources import read_pairs_file as read_pairs_file
 from ._sources import read_pairs_json as read_pairs_json
+from ._sources import task_from_file as task_from_file
 from ._sources import translation_task as translation_task
 from ._task import Task as Task
-from ._tokenize import IGNORE_INDEX as IGNORE_INDEX
-from ._tokenize import TaskBatch as TaskBatch
-from ._tokenize import collate as collate
-from ._tokenize import encode_example as encode_example
-from ._tokenize import encode_pairs as encode_pairs
-from ._tokenize import encode_prompt as encode_prompt
-from ._tokenize import length_groups as length_groups
-from ._tokenize import render_prompt as render_prompt
-from ._tokenize import task_prompts as task_prompts
-from ._tokenize import tokenize_pairs as tokenize_pairs
-from ._tokenize import tokenize_task as tokenize_task
+
+_EAGER = ["ENV_VAR", "data_dir", "default_data_dir", "load_task", "register_task", "task_names", "FV_TASKS",
+          "LANGUAGES", "fewshot", "function_vector_task", "hybrid_task", "iwslt_task", "read_pairs_file",
+          "read_pairs_json", "task_from_file", "translation_task", "Task"]
+_EXPORTS = {name: "._tokenize" for name in (
+    "IGNORE_INDEX", "TaskBatch", "collate", "encode_example", "encode_pairs", "encode_prompt", "length_groups",
+    "render_prompt", "task_prompts", "tokenize_pairs", "tokenize_task")}
+_lazy_getattr, _lazy_dir = lazy_exports(__name__, _EXPORTS)
+__getattr__ = _lazy_getattr
+
+
+def __dir__() -> list[str]:
+    return sorted({*_EAGER, *_lazy_dir(), *globals()})
+
+
+__all__ = sorted({*_EAGER, *_EXPORTS})
+
+from .._typecheck import check_namespace as _check_namespace
+
+_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -1,18 +1,20 @@
-"""Where the paper's datasets live: explicit argument > `HEADSUP_DATA_DIR` > the per-user cache."""
+"""Where the paper's datasets live: explicit argument > `HEADSUP_DATA_DIR` > the per-user cache
+(`$HEADSUP_CACHE_DIR/data`, else the platform's cache folder)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import platformdirs
+from .._cache import cache_root
 
 ENV_VAR = "HEADSUP_DATA_DIR"
 
 
 def default_data_dir() -> Path:
-    """The per-user cache folder `headsup download-data` fills by default."""
-    return Path(platformdirs.user_cache_dir("headsup_lens")) / "data"
+    """The folder `headsup download-data` fills by default: `data/` in the per-user cache
+    (`$HEADSUP_CACHE_DIR`, else the platform's cache folder)."""
+    return cache_root() / "data"
 
 
 def data_dir(explicit: str | os.PathLike | None = None) -> Path:

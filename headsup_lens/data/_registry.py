@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ._task import Task
+from ._task import TASK_FILE_SUFFIXES, Task
 
 # A loader receives the explicit data directory (None: resolve the default) and returns the task.
 TaskLoader = Callable[[Path | None], Task]
@@ -33,8 +33,16 @@ def load_task(name: str, data_dir: str | os.PathLike | None = None) -> Task:
     """The task registered as `name` (e.g. `"antonym"`, `"translation/en-zh"`, `"fewshot/hybrid"`).
 
     Names with a prefix such as `organism/...` first import the module that registers that
-    prefix's tasks (`TASK_MODULES`). Unknown names raise a ValueError with the closest known names.
+    prefix's tasks (`TASK_MODULES`). A path ending in `.json`, `.jsonl` or `.csv` is your own task
+    file of input/output pairs (`task_from_file`). Unknown names raise a ValueError with the closest
+    known names.
     """
+    if not isinstance(name, (str, os.PathLike)):
+        raise TypeError(f"name must be a task name or a task file path, got {name!r} ({type(name).__name__})")
+    if str(name).lower().endswith(TASK_FILE_SUFFIXES):
+        from ._sources import task_from_file
+
+        return task_from_file(name)
     if name not in _TASKS and "/" in name:
         _import_prefix(name.split("/", 1)[0])
     if name not in _TASKS:
@@ -74,5 +82,6 @@ def suggest_tasks(name: str, n: int = 3) -> list[str]:
 
 def unknown_task_message(name: str) -> str:
     suggestions = suggest_tasks(name)
-    hint = f" did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
-    return f"unknown task {name!r};{hint} (`headsup tasks` lists all {len(task_names())} names)"
+    hint = f"; did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+    return (f"unknown task {name!r}{hint} (`headsup tasks` lists all {len(task_names())} names; "
+            "a task file of your own ends in .json, .jsonl or .csv)")

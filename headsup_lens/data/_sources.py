@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ._paths import data_dir as resolve_data_dir
 from ._registry import register_task
-from ._task import N_EVAL, Pair, Task
+from ._task import N_EVAL, TASK_FILE_SUFFIXES, Pair, Task
 
 # The 35 "simple tasks" (Todd et al., function vectors), named after their JSON files.
 FV_TASKS = (
@@ -66,7 +66,10 @@ def read_pairs_json(path: Path) -> list[Pair]:
     if not path.is_file():
         raise ValueError(f"task file {path} does not exist")
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise ValueError(f"task file {path} is empty: it needs a JSON list of {{'input', 'output'}} objects")
+        rows = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not valid JSON: {error}") from error
     if not isinstance(rows, list) or not rows:
@@ -77,6 +80,56 @@ def read_pairs_json(path: Path) -> list[Pair]:
             raise ValueError(f"{path}: entry {i} is not an object with string 'input' and 'output': {row!r:.120}")
         pairs.append((row["input"], row["output"]))
     return pairs
+
+
+def read_pairs_file(path: str | os.PathLike) -> list[Pair]:
+    """(input, output) pairs from `path`: a `.json` list of `{"input": ..., "output": ...}` objects,
+    `.jsonl` with one such object per line, or a `.csv` whose header has `input` and `output` columns.
+    A missing, empty or malformed file is a ValueError naming the file and what is wrong."""
+    path = Path(path).expanduser()
+    if path.suffix.lower() not in TASK_FILE_SUFFIXES:
+        raise ValueError(f"task file {path}: use a .json, .jsonl or .csv file of input/output pairs")
+    if not path.is_file():
+        raise ValueError(f"task file {path} does not exist")
+    if path.suffix.lower() == ".json":
+        return read_pairs_json(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"task file {path} is not UTF-8 text: {error}") from error
+    rows: list[tuple[str, object]] = []  # (where, row)
+    if path.suffix.lower() == ".jsonl":
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append((f"line {number}", json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"task file {path}: line {number} is not valid JSON: {error}") from error
+    else:
+        reader = csv.DictReader(text.splitlines())
+        if reader.fieldnames is None:
+            raise ValueError(f"task file {path} is empty: it needs a header line with input,output and one row per pair")
+        missing = {"input", "output"} - set(reader.fieldnames)
+        if missing:
+            raise ValueError(f"task file {path}: the header {reader.fieldnames} lacks the column(s) "
+                             f"{', '.join(sorted(missing))} (it needs input and output)")
+        rows = [(f"row {number}", row) for number, row in enumerate(reader, 2)]
+    if not rows:
+        raise ValueError(f"task file {path} holds no input/output pairs")
+    pairs = []
+    for where, row in rows:
+        if not (isinstance(row, dict) and isinstance(row.get("input"), str) and isinstance(row.get("output"), str)
+                and row["input"] != "" and row["output"] != ""):
+            raise ValueError(f"task file {path}: {where} is not a pair with non-empty text 'input' and 'output': "
+                             f"{row!r:.120}")
+        pairs.append((row["input"], row["output"]))
+    return pairs
+
+
+def task_from_file(path: str | os.PathLike, n_eval: int | None = None) -> Task:
+    """Your own task from a file (see `read_pairs_file`), named after the file; the last `n_eval`
+    pairs (default: min(100, half of them)) are held out for evaluation."""
+    return Task.from_pairs(Path(path).stem, read_pairs_file(path), n_eval=n_eval)
 
 
 def read_tsv_column_rows(path: Path) -> list[list[str]]:

@@ -11,6 +11,8 @@ Shots = tuple[Pair, ...]
 Matcher = Literal["contains", "starts_with"]
 MATCHERS = ("contains", "starts_with")
 N_EVAL = 100  # the paper holds out the last 100 examples of every dataset
+# Own task files (`load_task("my_task.jsonl")`): input/output pairs as JSON, JSON lines or CSV.
+TASK_FILE_SUFFIXES = (".json", ".jsonl", ".csv")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,11 @@ class Task:
     max_new_tokens: int = 10
 
     def __post_init__(self) -> None:
-        pairs = tuple((str(x), str(y)) for x, y in self.pairs)
+        for i, pair in enumerate(self.pairs):  # every pair (the signature's type check samples one)
+            if not (len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], str)):
+                raise TypeError(f"task {self.name!r}: pairs[{i}] must be an (input, output) pair of strings, "
+                                f"got {pair!r:.120}")
+        pairs = tuple((x, y) for x, y in self.pairs)
         object.__setattr__(self, "pairs", pairs)
         if not pairs:
             raise ValueError(f"task {self.name!r} has no (input, output) pairs")

@@ -25,6 +25,7 @@ from ..analysis import (
     logit_lens,
     random_order,
     removal_sweep,
+    step_or_never,
     weight_order,
 )
 from ..data import Task, load_task
@@ -62,6 +63,18 @@ def planted_pathways(model_name: str, model) -> dict[str, list[tuple[int, int]]]
     return {f"organism/{name}": heads for name, heads in load_planted().items()}
 
 
+def stored_mask_files(folder: str, tasks: list[str]) -> dict[str, Path]:
+    """`<folder>/<task>.safetensors` for each task; a missing folder or file is a ValueError naming it."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"--masks {folder}: no such folder")
+    files = {name: root / f"{safe_name(name)}.safetensors" for name in tasks}
+    missing = [str(path) for path in files.values() if not path.is_file()]
+    if missing:
+        raise ValueError(f"--masks {folder}: no stored mask for {', '.join(missing)}")
+    return files
+
+
 def _percent(value: float | None, n: int) -> str:
     """An accuracy as a percentage with its count, e.g. `87% (87/100)`."""
     if value is None or pd.isna(value):
@@ -83,8 +96,10 @@ def run_demo(config: DemoConfig) -> DemoResult:
     out = Path(config.out)
     stage = OutputSet(out, "demo")  # report, figures and tables are moved in together at the end
     figures = stage.path / "figures"
-    model = load_model(config.model, device=config.device, dtype=config.dtype, prompt_format=config.prompt_format)
+    # Tasks and stored masks are checked before the model loads: a missing file fails at once.
     tasks: list[Task] = [load_task(name, data_dir=config.data_dir) for name in config.tasks]
+    mask_files = None if config.masks is None else stored_mask_files(config.masks, [t.name for t in tasks])
+    model = load_model(config.model, device=config.device, dtype=config.dtype, prompt_format=config.prompt_format)
     planted = planted_pathways(config.model, model)
     n_total = model.cfg.n_layers * model.cfg.n_heads
     report = Report(f"headsup_lens demo — {config.model}")
@@ -114,10 +129,9 @@ def run_demo(config: DemoConfig) -> DemoResult:
 
     # 1. Masks, trained for all tasks at once (per-row masks), without instructions.
     train_config = TrainConfig.fast(steps=config.steps, batch_size=config.batch_size, seed=config.seed)
-    if config.masks is not None:  # stored masks (e.g. trained once on a slow machine): no training here
-        masks = {task.name: HeadMask.load(Path(config.masks) / f"{safe_name(task.name)}.safetensors", model)
-                 for task in tasks}
-        schedule = f"Masks loaded from {Path(config.masks).name}/ (trained earlier), not trained in this run."
+    if mask_files is not None:  # stored masks (e.g. trained once on a slow machine): no training here
+        masks = {name: HeadMask.load(path, model) for name, path in mask_files.items()}
+        schedule = f"Masks loaded from {config.masks} (trained earlier), not trained in this run."
     else:
         print(f"training masks for {len(tasks)} task(s), {config.steps} steps ...")
         results = train_masks(model, tasks, train_config, out_dir=out / "training")
@@ -131,10 +145,14 @@ def run_demo(config: DemoConfig) -> DemoResult:
     report.heading("Learned masks")
     report.note(schedule)
     kept = ", ".join(f"{name}: {m.n_kept}/{n_total}" for name, m in masks.items())
-    figure(mask_heatmap(masks, title="Learned masks (1 = kept)"), "masks",
+    planted_note = (" Red crosses: the task's planted heads S_t, the ones a perfect mask removes; a mask that "
+                    "found the pathway is white under every cross and dark elsewhere." if planted is not None else "")
+    figure(mask_heatmap(masks, title="Learned masks (1 = kept)",
+                        planted={name: heads for name, heads in (planted or {}).items() if name in masks} or None),
+           "masks",
            f"One panel per task: rows are layers (0 at the bottom), columns are heads; dark = kept, white = removed. "
            f"Heads kept: {kept}. A mask that keeps every head has learned nothing; one that removes most heads "
-           "usually breaks the model.")
+           f"usually breaks the model.{planted_note}")
 
     # 2. Evaluation in the paper's settings, plus recovery of the planted pathway.
     evaluations, summary_rows, display_rows = [], [], []
@@ -229,15 +247,17 @@ def run_demo(config: DemoConfig) -> DemoResult:
     report.heading(f"Removing heads one by one: {task.name}, input {word!r}, expected answer {answer!r}")
     report.table(
         pd.DataFrame([{"removal order": r["order"],
-                       "heads removed when the answer becomes the top next token": r["switch step (target top-1)"],
-                       "heads removed when the continuation first changes": r["first change of continuation"]}
+                       "heads removed when the answer becomes the top next token":
+                           step_or_never(r["switch step (target top-1)"]),
+                       "heads removed when the continuation first changes":
+                           step_or_never(r["first change of continuation"])}
                       for r in sweep_rows]),
         caption=(
             f"Starting from the full model, heads are removed one at a time ({n_total} in all) and the model is "
             "run on the bare input after each removal. Weight order: least important heads first, by the learned "
             f"mask weights. Influence order: the first {k} heads of that order re-sorted by how much each removal "
             "helped the answer. Random order: a baseline. A mask that found the task's pathway makes the answer "
-            "the top token after few removals in weight order and late or never (—) in random order."
+            "the top token after few removals in weight order and late or never in random order."
         ),
     )
     for name, sweep in sweeps.items():
@@ -245,7 +265,8 @@ def run_demo(config: DemoConfig) -> DemoResult:
         figure(rank_figure(sweep, title=f"Token ranks, {name}"), f"sweep_ranks_{slug}",
                f"Rank of each tracked token among all next tokens after each removal ({name}); 1 = the model's "
                "prediction, log scale. Thick line: the expected answer's first token; dotted: the full model's "
-               "top tokens. The dashed green line marks when the answer becomes the prediction.")
+               "top tokens. Vertical lines (named in the legend): dashed green when the answer becomes the prediction, "
+               "dash-dotted grey when the greedy continuation first differs from the full model's.")
     figure(generation_table(sweeps["weight order"], title="Continuations where they change (weight order)"),
            "sweep_generations",
            "The model's greedy output after the given number of heads was removed in weight order, shown at each "
@@ -285,7 +306,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
     report.write(stage.path / "report.html")
     for error in sorted(png_errors):
         print(f"PNG figures not written (HTML written): {error}")
-    atomic_write_json(out / "summary.json", {"seconds": seconds, "summary": summary.to_dict("records"),
+    atomic_write_json(stage.path / "summary.json", {"seconds": seconds, "summary": summary.to_dict("records"),
                                              "sweeps": sweep_rows, "png_figures": [Path(p).name for p in saved_pngs]})
     stage.commit()
     return DemoResult(out=out, summary=summary, evaluations=evaluation, sweeps=sweeps, seconds=seconds)

@@ -9,3 +9,7 @@ from ._metrics import bleu as bleu
 from ._metrics import first_line as first_line
 from ._metrics import rouge_l as rouge_l
 from ._greedy import greedy_generate as greedy_generate
+
+from .._typecheck import check_namespace as _check_namespace
+
+_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

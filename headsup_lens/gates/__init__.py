@@ -10,3 +10,7 @@ from ._dispatch import GATES as GATES
 from ._dispatch import Gate as Gate
 from ._dispatch import gate_hooks as gate_hooks
 from ._dispatch import gated as gated
+
+from .._typecheck import check_namespace as _check_namespace
+
+_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

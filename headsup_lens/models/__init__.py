@@ -26,3 +26,7 @@ from ._templates import cut_at_stop as cut_at_stop
 from ._templates import stop_token_ids as stop_token_ids
 from ._tokenizers import char_tokenizer as char_tokenizer
 from ._builders import random_llama_dir as random_llama_dir
+
+from .._typecheck import check_namespace as _check_namespace
+
+_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -29,11 +29,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
+from .._cache import CACHE_ENV_VAR as CACHE_ENV_VAR
+from .._cache import cache_root
 from .._io import atomic_write_json
 
-CACHE_ENV_VAR = "HEADSUP_CACHE_DIR"
 SOURCE_RECORD = "headsup_source.json"  # written last: its presence marks a finished entry
 _FORMAT = 1  # raise when the conversion changes, so that older entries are rebuilt
 _STALE_AFTER_S = 24 * 3600  # hidden work folders older than this were left by a killed conversion
@@ -71,8 +70,7 @@ GGUF_MODELS: dict[str, PackagedGguf] = {
 def model_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     """Where converted models live: `<cache_dir>/models`, with `cache_dir` defaulting to
     `$HEADSUP_CACHE_DIR`, then the per-user cache folder of headsup_lens."""
-    root = cache_dir if cache_dir is not None else os.environ.get(CACHE_ENV_VAR)
-    base = Path(root).expanduser() if root else Path(platformdirs.user_cache_dir("headsup_lens"))
+    base = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
     return base / "models"
 
 

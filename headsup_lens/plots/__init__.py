@@ -15,3 +15,7 @@ from ._runs import similarity_figure as similarity_figure
 from ._runs import sweep_similarity_figure as sweep_similarity_figure
 from ._save import SavedFigure as SavedFigure
 from ._save import save_figure as save_figure
+
+from .._typecheck import check_namespace as _check_namespace
+
+_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

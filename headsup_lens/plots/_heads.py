@@ -30,9 +30,12 @@ def head_heatmap(
     zmin: float | int | None = None,
     zmax: float | int | None = None,
     columns: int = 3,
+    marks: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+    marks_name: str = "marked heads",
 ) -> go.Figure:
     """Heat map(s) of `[n_layers, n_heads]` values, layer on the y axis (layer 0 at the bottom);
-    several named maps become a grid of panels sharing one colour scale."""
+    several named maps become a grid of panels sharing one colour scale. `marks` puts a red cross on
+    the `(layer, head)` pairs listed for a panel's name (legend entry `marks_name`)."""
     named = dict(maps) if isinstance(maps, Mapping) else {"": maps}
     if not named:
         raise ValueError("nothing to plot")
@@ -50,19 +53,44 @@ def head_heatmap(
                        hovertemplate="layer %{y}, head %{x}: %{z}<extra>" + name + "</extra>"),
             row=i // cols + 1, col=i % cols + 1,
         )
+        heads = list((marks or {}).get(name, ()))
+        if heads:
+            fig.add_trace(
+                go.Scatter(x=[h for _, h in heads], y=[l for l, _ in heads], mode="markers", name=marks_name,
+                           marker=dict(symbol="x-thin", size=11, color="crimson", line=dict(width=2.5, color="crimson")),
+                           showlegend=not any(t.name == marks_name for t in fig.data),
+                           hovertemplate="layer %{y}, head %{x}<extra>" + marks_name + "</extra>"),
+                row=i // cols + 1, col=i % cols + 1,
+            )
     # Axis titles on the outer panels only: an inner "layer" title would overlap the panel to its left.
     fig.update_xaxes(title_text="head", row=rows)
     fig.update_yaxes(title_text="layer", col=1)
-    fig.update_layout(title=title, height=max(320, 280 * rows))
+    n_layers, n_heads = next(iter(values.values())).shape
+    if n_layers <= 32:
+        fig.update_yaxes(dtick=1)  # every layer labelled
+    # The legend (marked heads only) sits above the panels, right of the title: below them it would
+    # cover the "head" axis title.
+    fig.update_layout(title=title, height=max(320, 280 * rows) + (30 if marks else 0),
+                      legend=dict(orientation="h", x=1, xanchor="right", y=0.985, yanchor="top",
+                                  yref="container") if marks else None,
+                      margin=dict(t=110) if marks else None)
     return fig
 
 
-def mask_heatmap(masks: HeadMask | Tensor | Mapping[str, HeadMask | Tensor], *, weights: bool = False, title: str = "") -> go.Figure:
-    """Fig. 7: which heads each mask keeps (or their weights sigmoid(M) with `weights=True`)."""
+def mask_heatmap(
+    masks: HeadMask | Tensor | Mapping[str, HeadMask | Tensor], *, weights: bool = False, title: str = "",
+    planted: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+) -> go.Figure:
+    """Fig. 7: which heads each mask keeps (or their weights sigmoid(M) with `weights=True`).
+    `planted` (task name -> heads, e.g. the organism's S_t) crosses out the heads a perfect mask
+    removes, on the panel of the same name: a mask that found the pathway is white under every cross."""
     if weights:
         pick = lambda m: m.weights if isinstance(m, HeadMask) else m
         masks = {k: pick(v) for k, v in masks.items()} if isinstance(masks, Mapping) else pick(masks)
-    return head_heatmap(masks, title=title or ("head weights σ(M)" if weights else "kept heads"), colorscale="Blues", zmin=0, zmax=1)
+    if planted is not None and not isinstance(masks, Mapping):
+        masks = {next(iter(planted), ""): masks}
+    return head_heatmap(masks, title=title or ("head weights σ(M)" if weights else "kept heads"), colorscale="Blues",
+                        zmin=0, zmax=1, marks=planted, marks_name="planted S_t (a perfect mask removes these)")
 
 
 def usage_heatmap(pathways: PathwayHeads, *, title: str = "") -> go.Figure:

@@ -13,12 +13,18 @@ from ..analysis import LogitLens, RemovalSweep
 
 
 def _mark_steps(fig: go.Figure, sweep: RemovalSweep) -> None:
-    if sweep.switch_step is not None:
-        fig.add_vline(x=sweep.switch_step, line_dash="dash", line_color="green",
-                      annotation_text=f"target top-1 @ {sweep.switch_step}")
-    if sweep.change_step is not None:
-        fig.add_vline(x=sweep.change_step, line_dash="dot", line_color="gray",
-                      annotation_text=f"output changes @ {sweep.change_step}", annotation_position="bottom right")
+    """Vertical lines at the switch and first-change steps, explained in the legend (labels written
+    on the plot overlapped each other and the curves when the steps are close)."""
+    marks = [(sweep.switch_step, "dash", "green", "target becomes top-1"),
+             (sweep.change_step, "dashdot", "gray", "continuation first changes")]
+    for step, dash, color, what in marks:
+        if step is None:
+            continue
+        fig.add_vline(x=step, line_dash=dash, line_color=color, line_width=2)
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"{what} (step {step})",
+                                 line=dict(dash=dash, color=color, width=2), hoverinfo="skip"))
+    # The x axis ends at the last step (plotly's autorange pads past the number of heads).
+    fig.update_xaxes(range=[0, max(sweep.steps)] if len(sweep.steps) > 1 else None)
 
 
 def rank_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, log: bool = True, title: str = "") -> go.Figure:

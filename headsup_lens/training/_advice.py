@@ -3,7 +3,8 @@ will the run take on this machine."""
 
 from __future__ import annotations
 
-import time
+import statistics
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,20 +45,19 @@ def run_problems(history: pd.DataFrame, n_total: int) -> list[RunProblem]:
     return problems
 
 
-def seconds_per_step(model, tasks: Sequence, config, *, warmup_steps: int = 3) -> float:
-    """Measured wall time of one training step of `config` on `model`: a 1-step run and a
-    (1 + warmup_steps)-step run without checkpoints; their difference excludes the set-up
-    (tokenisation), which a long run pays once."""
-    from ._train import train_masks
+def seconds_per_step(model, tasks: Sequence, config, *, warmup_steps: int = 2, timed_steps: int = 5) -> float:
+    """Measured wall time of one training step of `config` on `model`: the median of `timed_steps`
+    steps timed one by one inside a short run, after `warmup_steps` untimed ones (first calls pay
+    for allocation and caches). Set-up (tokenisation), which a long run pays once, is not counted."""
+    from ._train import _train
 
-    def timed(steps: int) -> float:
-        start = time.perf_counter()
-        train_masks(model, list(tasks), config.replace(steps=steps, progress=False, checkpoint_every=0))
-        return time.perf_counter() - start
-
-    one = timed(1)
-    more = timed(1 + warmup_steps)
-    return max(more - one, 0.0) / warmup_steps
+    times: list[float] = []
+    with warnings.catch_warnings():
+        # A run this short learns nothing by design: its advice is not for the user.
+        warnings.simplefilter("ignore", TrainingAdvice)
+        _train(model, list(tasks), config.replace(steps=warmup_steps + timed_steps, progress=False, checkpoint_every=0),
+               out_dir=None, resume=False, single=False, step_times=times)
+    return statistics.median(times[warmup_steps:])
 
 
 def format_duration(seconds: float) -> str:

@@ -115,3 +115,7 @@ class TrainConfig:
     def recipe(self) -> dict:
         """The fields that determine the result (what a resumed run must share)."""
         return {k: v for k, v in asdict(self).items() if k not in ("checkpoint_every", "progress")}
+
+from .._typecheck import checked as _checked
+
+_checked(TrainConfig)  # a wrong-typed field is a TypeError naming it

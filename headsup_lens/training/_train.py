@@ -6,6 +6,7 @@ import hashlib
 import io
 import os
 import re
+import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -173,16 +174,20 @@ def train_masks(
 def _train(
     model: TransformerBridge, tasks: list[Task], config: TrainConfig | None, *,
     out_dir: str | os.PathLike | None, resume: bool, single: bool, distributed: bool = False,
+    step_times: list[float] | None = None,
 ) -> dict[str, TrainResult]:
+    """The training loop; `step_times`, when given, receives each step's wall time in seconds."""
+    kwargs = dict(out_dir=out_dir, resume=resume, single=single, distributed=distributed, step_times=step_times)
     if out_dir is None or (distributed and rank_and_world(required=True)[0] != 0):
-        return _train_in(model, tasks, config, out_dir=out_dir, resume=resume, single=single, distributed=distributed)
+        return _train_in(model, tasks, config, **kwargs)
     with locked_folder(out_dir):  # a run folder has one writer: a second run there is refused at once
-        return _train_in(model, tasks, config, out_dir=out_dir, resume=resume, single=single, distributed=distributed)
+        return _train_in(model, tasks, config, **kwargs)
 
 
 def _train_in(
     model: TransformerBridge, tasks: list[Task], config: TrainConfig | None, *,
     out_dir: str | os.PathLike | None, resume: bool, single: bool, distributed: bool = False,
+    step_times: list[float] | None = None,
 ) -> dict[str, TrainResult]:
     config = config or TrainConfig()
     config.validate()
@@ -241,6 +246,7 @@ def _train_in(
     bar = tqdm(range(start, config.steps), initial=start, total=config.steps, disable=not config.progress or rank > 0,
                desc=f"mask {names[0]}" if single else f"masks x{len(tasks)}", dynamic_ncols=True)
     for step in bar:
+        step_start = time.perf_counter()
         tau, lr = config.tau_at(step), config.lr_at(step)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -287,6 +293,8 @@ def _train_in(
         for name, task_loss, n_kept in zip(names, losses, kept):
             history.append({"step": step + 1, "task": name, "loss": task_loss, "tau": tau, "lr": lr, "n_kept": n_kept})
         bar.set_postfix(loss=f"{sum(losses) / len(losses):.3f}", tau=f"{tau:.2f}", kept=kept[0] if single else kept)
+        if step_times is not None:
+            step_times.append(time.perf_counter() - step_start)
         done = step + 1
         if writer and (done == config.steps or (config.checkpoint_every and done % config.checkpoint_every == 0)):
             _checkpoint(out, done, logits, mlp_logits, optimizer, noise, history, identity, names)

@@ -23,3 +23,28 @@ def test_tasks_marks_paper_tasks_as_needing_data(capsys, tmp_path):
 def test_tasks_with_no_match_is_an_error(capsys):
     assert main(["tasks", "--match", "zzz-nothing"]) == 2
     assert "no task name contains" in capsys.readouterr().err
+
+
+def test_tasks_answers_without_torch_transformer_lens_or_pandas():
+    """`headsup tasks` must not pay for the heavy imports (10 s of TransformerLens alone)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys; from headsup_lens.cli import main; main(['tasks']); "
+            "print('HEAVY', sorted(m for m in ('torch', 'transformer_lens', 'transformers', 'pandas') "
+            "if m in sys.modules))")
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
+    seconds = time.perf_counter() - start
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY []" in done.stdout and "organism/reverse" in done.stdout
+    assert seconds < 10, seconds  # ~1 s on an idle machine; generous for a busy one
+
+
+def test_tasks_counts_data_directory_tasks_only_when_asked(capsys):
+    assert main(["tasks", "--match", "antonym", "--data-dir", "/work/does-not-exist"]) == 0
+    assert main(["tasks", "--data-dir", "/work/does-not-exist"]) == 0
+    out = capsys.readouterr().out
+    assert "--sizes" in out and "None" not in out and "nan" not in out

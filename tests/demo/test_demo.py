@@ -46,6 +46,7 @@ def test_demo_runs_end_to_end_on_a_tiny_model(tmp_path, llama_dir):
     report = (out / "report.html").read_text()
     assert report.count('class="caption"') >= 7 and "nats/token" in report and "% (" in report
     assert "<th>bleu</th>" not in report and "one-word answers" in report  # no BLEU for one-word answers
+    assert "<td>None</td>" not in report and "<td>nan</td>" not in report.lower()
 
 
 def test_demo_command_reports_bad_input_clearly(tmp_path, capsys, llama_dir):
@@ -57,3 +58,40 @@ def test_demo_command_reports_bad_input_clearly(tmp_path, capsys, llama_dir):
     assert code == 2
     assert "unknown task 'no-such-task'" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_data_and_stored_masks_are_checked_before_the_model_loads(tmp_path, capsys):
+    missing_model = str(tmp_path / "no-model")  # loading it would fail with "no config.json"
+    code = main(["demo", "--model", missing_model, "--task", "antonym", "--data-dir", str(tmp_path / "no-data"),
+                 "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "data directory" in err and "no config.json" not in err
+    code = main(["demo", "--model", missing_model, "--task", "organism/reverse", "--masks", str(tmp_path),
+                 "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "no stored mask for" in err and "organism__reverse.safetensors" in err
+
+
+def test_default_data_folder_honours_the_cache_variable(tmp_path, monkeypatch):
+    from headsup_lens.data import default_data_dir
+    from headsup_lens.models._gguf import model_cache_dir
+
+    monkeypatch.setenv("HEADSUP_CACHE_DIR", str(tmp_path))
+    assert default_data_dir() == tmp_path / "data" and model_cache_dir() == tmp_path / "models"
+
+
+def test_demo_prints_never_not_none(tmp_path, capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    import headsup_lens.demo as demo
+    from headsup_lens.analysis import step_or_never
+
+    assert step_or_never(None) == "never" and step_or_never(float("nan")) == "never" and step_or_never(7.0) == 7
+    sweeps = {"random order": SimpleNamespace(switch_step=None, change_step=3)}
+    fake = SimpleNamespace(summary=pd.DataFrame([{"task": "t", "masked": None}]), sweeps=sweeps, out=tmp_path,
+                           seconds=1.0)
+    monkeypatch.setattr(demo, "run_demo", lambda config: fake)
+    assert main(["demo", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "target becomes top-1 never; continuation first changes after 3" in out
+    assert "None" not in out and "nan" not in out.lower()

@@ -32,3 +32,11 @@ def test_notebook_executes(name, tmp_path, monkeypatch):
     assert not [o for o in outputs if o.output_type == "error"]
     # Figures are shown inline: plotly output bundles, not only text.
     assert any("text/html" in o.get("data", {}) or "application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs)
+
+
+@pytest.mark.parametrize("name", ["explore_pathways.ipynb", "reproduce_figures.ipynb"])
+def test_notebook_figures_need_no_internet(name):
+    """plotly.js is embedded in the notebook (renderer "notebook"), not loaded from a CDN."""
+    source = (NOTEBOOKS / name).read_text()
+    assert 'pio.renderers.default = \\"notebook\\"' in source
+    assert "notebook_connected" not in source and "cdn" not in source.lower()

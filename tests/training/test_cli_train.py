@@ -96,3 +96,49 @@ def test_bad_inputs_write_nothing(planted_dir, tmp_path, capsys):
     assert main(["evaluate", "--task", "test/planted", "--mask", str(tmp_path / "none.safetensors"),
                  "--out", str(out), "--model", str(planted_dir)]) == 2
     assert "no such file" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl", ".csv"])
+def test_own_task_file_trains(planted_dir, tmp_path, suffix):
+    import csv
+    import json
+
+    pairs = [{"input": x, "output": y} for x, y in planted_task().pairs[:24]]
+    path = tmp_path / f"my_task{suffix}"
+    if suffix == ".json":
+        path.write_text(json.dumps(pairs))
+    elif suffix == ".jsonl":
+        path.write_text("\n".join(json.dumps(p) for p in pairs) + "\n")
+    else:
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, ["input", "output"])
+            writer.writeheader()
+            writer.writerows(pairs)
+    out = tmp_path / "run"
+    assert main(["train", "--task", str(path), "--out", str(out), "--model", str(planted_dir), "--device", "cpu",
+                 "--preset", "fast", "--steps", "3", "--no-progress"]) == 0
+    assert HeadMask.load(out / "mask.safetensors").metadata["task"] == "my_task"
+
+
+@pytest.mark.parametrize("name, content, problem", [
+    ("empty.json", "", "is empty"),
+    ("empty.jsonl", "\n", "holds no input/output pairs"),
+    ("empty.csv", "", "is empty"),
+    ("list.json", "[]", "non-empty JSON list"),
+    ("bad.jsonl", '{"input": "a", "output": "b"}\n{"input": "a"', "line 2 is not valid JSON"),
+    ("cols.csv", "question,answer\na,b\n", "lacks the column(s) input, output"),
+    ("type.jsonl", '{"input": 3, "output": "b"}', "line 1 is not a pair"),
+])
+def test_malformed_task_files_name_the_file_and_the_problem(tmp_path, capsys, name, content, problem):
+    path = tmp_path / name
+    path.write_text(content)
+    assert main(["train", "--task", str(path), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and problem in err, err
+
+
+def test_unknown_task_message_reads_cleanly(capsys, tmp_path):
+    assert main(["train", "--task", "my_task", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown task 'my_task' (`headsup tasks`" in err and ";" not in err.split("(")[0]
+    assert ".json, .jsonl or .csv" in err

@@ -1,0 +1,140 @@
+"""Run-time type checks of the public surface: a wrong-typed argument to any public function, method
+or config field is a `TypeError` that names the parameter (beartype, constant time per call).
+
+Only types are checked here: jaxtyping annotations count as their array type (`torch.Tensor`), so
+shapes and dtypes are checked where the library validates them and, in the tests, by jaxtyping's
+import hook (`--jaxtyping-packages`), not on every call in production. Values (ranges, names,
+sizes) are the validation layer's job (`_validate`). Return values are not checked.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+_MARK = "__headsup_typechecked__"
+_PACKAGE = __name__.split(".")[0]
+
+
+def _ours(obj: Any) -> bool:
+    return str(getattr(obj, "__module__", "") or "").split(".")[0] == _PACKAGE
+
+
+def _runtime_hint(hint: Any) -> Any:
+    """`hint` with every jaxtyping array annotation replaced by its array type (no shape check)."""
+    # Recognised without importing jaxtyping (its import costs more than the whole check).
+    if isinstance(hint, type) and type(hint).__module__.startswith("jaxtyping") and hasattr(hint, "array_type"):
+        return hint.array_type
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_runtime_hint(arg) for arg in typing.get_args(hint))]
+    return hint
+
+
+def checked_function(fn: Callable) -> Callable:
+    """`fn` behind a check of its arguments' types. The check is built on the first call (so that
+    importing the package stays light); annotations that cannot be resolved at run time are left
+    unchecked."""
+    if getattr(fn, _MARK, False):
+        return fn
+    built: list[Callable[[tuple, dict], None]] = []
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if not built:
+            built.append(_build_check(fn))
+        built[0](args, kwargs)
+        return fn(*args, **kwargs)
+
+    setattr(call, _MARK, True)
+    return call
+
+
+def _no_check(args: tuple, kwargs: dict) -> None:
+    return None
+
+
+def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
+    """A function of `(args, kwargs)` that raises a TypeError naming the first argument whose type
+    does not match `fn`'s annotation (defaults are not checked; missing arguments are left to the
+    call itself to report)."""
+    from beartype import BeartypeConf
+    from beartype.door import is_bearable
+
+    raw = inspect.unwrap(fn)
+    try:
+        hints = typing.get_type_hints(raw)
+        signature = inspect.signature(raw)
+    except Exception:  # an annotation only meaningful to static checkers: leave the function as it is
+        return _no_check
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    hints = {name: _runtime_hint(hint) for name, hint in hints.items()
+             if name in signature.parameters and signature.parameters[name].kind not in variadic
+             and hint not in (typing.Any, object)}
+    if not hints:
+        return _no_check
+    conf = BeartypeConf(is_pep484_tower=True)  # an int passes for a float (PEP 484's numeric tower)
+    where = f"{getattr(raw, '__qualname__', raw.__name__)}()"
+
+    def check(args: tuple, kwargs: dict) -> None:
+        try:
+            bound = signature.bind_partial(*args, **kwargs)
+        except TypeError:
+            return  # a missing or unknown argument: the call itself says which
+        for name, value in bound.arguments.items():
+            hint = hints.get(name)
+            if hint is not None and not is_bearable(value, hint, conf=conf):
+                raise TypeError(f"{where}: argument {name}={_short(value)} ({type(value).__name__}) does not have "
+                                f"the type it needs: {_hint_name(hint)}")
+
+    return check
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _hint_name(hint: Any) -> str:
+    if isinstance(hint, type):
+        return hint.__name__
+    return str(hint).replace("typing.", "").replace("collections.abc.", "")
+
+
+def checked_class(cls: type) -> type:
+    """Check the parameters of `cls.__init__` (dataclass fields included) and of its public
+    methods, class methods and static methods, in place."""
+    if cls.__dict__.get(_MARK):
+        return cls
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_") and name != "__init__":
+            continue
+        if isinstance(member, (staticmethod, classmethod)):
+            inner = member.__func__
+            if inspect.isfunction(inner) and _ours(inner):
+                setattr(cls, name, type(member)(checked_function(inner)))
+        elif inspect.isfunction(member) and (_ours(member) or name == "__init__"):
+            setattr(cls, name, checked_function(member))
+    setattr(cls, _MARK, True)
+    return cls
+
+
+def checked(obj: Any) -> Any:
+    """A public function or class of this package with run-time type checks; anything else unchanged."""
+    if not _ours(obj):
+        return obj
+    if inspect.isclass(obj):
+        return checked_class(obj)
+    if inspect.isfunction(obj) or inspect.isfunction(inspect.unwrap(obj)):  # also functools.cache wrappers
+        return checked_function(obj)
+    return obj
+
+
+def check_namespace(namespace: MutableMapping[str, Any]) -> None:
+    """Give every public function and class in a package's namespace its type checks."""
+    for name, value in list(namespace.items()):
+        if not name.startswith("_"):
+            namespace[name] = checked(value)

@@ -1,0 +1,113 @@
+"""Every public function, method and config field of the package refuses a wrong-typed argument with
+a TypeError that names the parameter (run-time checks from the annotations, `_typecheck`)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import typing
+
+import pytest
+
+import headsup_lens
+from headsup_lens._typecheck import _MARK, _runtime_hint, checked_function
+
+PACKAGES = ["headsup_lens", *(f"headsup_lens.{name}" for name in (
+    "analysis", "data", "demo", "evaluation", "gates", "masks", "models", "organism", "plots", "training"))]
+
+
+class Wrong:
+    """An argument of a type no annotation in the package allows."""
+
+    def __repr__(self) -> str:
+        return "<Wrong>"
+
+
+def public_names(module) -> list[str]:
+    names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+    return sorted(names)
+
+
+def public_callables() -> list[tuple[str, object]]:
+    """(qualified name, callable) of every public function, class constructor and public method."""
+    found: dict[str, object] = {}
+    for package in PACKAGES:
+        module = importlib.import_module(package)
+        for name in public_names(module):
+            obj = getattr(module, name)
+            if inspect.ismodule(obj) or not str(getattr(obj, "__module__", "")).startswith("headsup_lens"):
+                continue
+            if inspect.isclass(obj):
+                if issubclass(obj, BaseException):
+                    continue
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+                for member, value in vars(obj).items():
+                    if member.startswith("_") or isinstance(value, property):
+                        continue
+                    if inspect.isfunction(value) or isinstance(value, (staticmethod, classmethod)):
+                        found[f"{obj.__module__}.{obj.__qualname__}.{member}"] = getattr(obj, member)
+            elif callable(obj):
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return sorted(found.items())
+
+
+def checkable_parameters(fn) -> list[str]:
+    target = fn.__init__ if inspect.isclass(fn) else fn
+    raw = inspect.unwrap(target)
+    hints = typing.get_type_hints(raw)
+    names = []
+    for parameter in inspect.signature(raw).parameters.values():
+        hint = hints.get(parameter.name)
+        if parameter.name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if hint is None or hint in (typing.Any, object) or isinstance(hint, typing.TypeVar):
+            continue
+        names.append(parameter.name)
+    return names
+
+
+CALLABLES = public_callables()
+
+
+def test_the_surface_is_walked():
+    names = [name for name, _ in CALLABLES]
+    assert len(names) > 100
+    for expected in ("removal_sweep", "TrainConfig", "Task.from_pairs", "HeadMask.load", "evaluate", "load_task"):
+        assert any(n.endswith(expected) for n in names), expected
+
+
+@pytest.mark.parametrize("name, fn", CALLABLES, ids=[name for name, _ in CALLABLES])
+def test_a_wrong_type_is_a_type_error_naming_the_parameter(name, fn):
+    target = fn.__init__ if inspect.isclass(fn) else fn
+    assert getattr(target, _MARK, False), f"{name} is not type-checked"
+    # The check itself, on the plain function (the tests' jaxtyping hook wraps the package's functions
+    # once more and would first complain about the arguments left out here).
+    check = checked_function(inspect.unwrap(target))
+    takes_self = "self" in inspect.signature(inspect.unwrap(target)).parameters
+    for parameter in checkable_parameters(fn):
+        with pytest.raises(TypeError) as caught:
+            check(*((object(),) if takes_self else ()), **{parameter: Wrong()})
+        assert f"{parameter}=<Wrong>" in str(caught.value), (parameter, str(caught.value))
+
+
+def test_shapes_are_not_checked_at_run_time_only_types():
+    import torch
+    from jaxtyping import Float
+
+    assert _runtime_hint(Float[torch.Tensor, "n_layers n_heads"]) is torch.Tensor
+    assert _runtime_hint(Float[torch.Tensor, "n_layers n_heads"] | None) == typing.Optional[torch.Tensor]
+
+
+def test_the_ones_the_issue_named():
+    from headsup_lens.analysis._common import check_heads
+    from headsup_lens.models import load_model
+
+    with pytest.raises(TypeError, match="steps"):
+        headsup_lens.TrainConfig(steps=10.5)
+    with pytest.raises(TypeError, match="pairs"):
+        headsup_lens.Task("t", (("a", "b"), ("c", 3)))
+    model = load_model("organism", device="cpu")
+    with pytest.raises(TypeError):
+        headsup_lens.removal_sweep(model, "abc", [(0, 1), (1, 1.5)])
+    with pytest.raises(TypeError, match="must be an integer"):  # every pair, not a sampled one
+        inspect.unwrap(check_heads)(model, [(0, 1)] * 50 + [(1, 1.5)])

@@ -177,8 +177,8 @@ def test_interrupted_and_killed_training_resumes_to_the_same_mask(tmp_path, refe
 
 
 def test_a_run_folder_from_before_locks_resumes(tmp_path, reference):
-    """tests/faults/old_run: a run of the previous version killed (SIGKILL) while writing its third
-    checkpoint: no lock file, a temporary file left behind."""
+    """tests/faults/old_run: the version before locks (commit 3104771) ran `headsup train` with TRAIN and
+    was killed (SIGKILL) while writing its third state.pt: no lock file, a temporary file left behind."""
     out = tmp_path / "run"
     shutil.copytree(HERE / "old_run", out)
     assert not (out / LOCK_NAME).exists() and list(out.rglob(".*.tmp"))

@@ -14,7 +14,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from ..data import Task, encode_pairs, task_prompts
 from ..data._tokenize import collate, encode_prompt
 from ..masks import HeadMask
-from ..models import prompt_format, left_pad, pad_token_id, stop_token_ids
+from ..models import fingerprint, prompt_format, left_pad, pad_token_id, stop_token_ids
 from ..gates import Gate, gate_hooks
 from ..training import answer_nll, length_batches
 from ._greedy import greedy_generate
@@ -143,8 +143,17 @@ def accuracy(
     return sum(task.is_correct(t, a) for t, a in zip(texts, answers)) / len(answers)
 
 
+def _as_head_mask(name: str, mask: HeadMask | Tensor, model: TransformerBridge) -> HeadMask:
+    if isinstance(mask, HeadMask):
+        return mask
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a HeadMask or a [n_layers, n_heads] tensor, not {type(mask).__name__}")
+    return HeadMask(mask.detach().float().cpu(), model=fingerprint(model))
+
+
 def evaluate(
-    model: TransformerBridge, task: Task, mask: HeadMask, *, other_mask: HeadMask | None = None, alpha: float = 0.25,
+    model: TransformerBridge, task: Task, mask: HeadMask | Tensor, *, other_mask: HeadMask | Tensor | None = None,
+    alpha: float = 0.25,
     gate: Gate = "value", split: str = "eval", max_new_tokens: int | None = None, batch_size: int = 16,
     random_seed: int = 0, generate: bool = True, text_metrics: bool | None = None,
     on_row: Callable[[pd.DataFrame], None] | None = None,
@@ -162,12 +171,10 @@ def evaluate(
     one-word answers they only restate accuracy, BLEU being 0). `generate=False` skips generation.
     `on_row` is called with the table so far after each setting (to save finished rows as they come).
     """
-    if not isinstance(mask, HeadMask):
-        raise ValueError(f"mask must be a HeadMask, not {type(mask).__name__}")
+    mask = _as_head_mask("mask", mask, model)  # a plain [n_layers, n_heads] tensor works as everywhere else
     mask.check_model(model)
     if other_mask is not None:
-        if not isinstance(other_mask, HeadMask):
-            raise ValueError(f"other_mask must be a HeadMask, not {type(other_mask).__name__}")
+        other_mask = _as_head_mask("other_mask", other_mask, model)
         other_mask.check_model(model, allow_other_weights=True)  # the paper's base <-> instruct swap
     settings: list[tuple[str, HeadMask | None, float, bool]] = [("original", None, 0.0, False)]
     if task.instruction is not None:

@@ -82,7 +82,7 @@ class SweepCommand:
     out: str
     """Output folder: ranks.csv, logits.csv, generations.csv, tokens.csv, summary.json and figures."""
     model: str = "organism"
-    """Model: hub name, local Hugging Face directory, or `organism`."""
+    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     mask: str | None = None
     """Mask file (or `headsup train` output folder) whose weights give the removal order (weight and influence orders)."""
     order: str = "weight"
@@ -183,7 +183,7 @@ class LensCommand:
     out: str
     """Output folder: lens.csv and one heat map per stream."""
     model: str = "organism"
-    """Model: hub name, local Hugging Face directory, or `organism`."""
+    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     mask: str | None = None
     """Optional mask file (or `headsup train` output folder) to gate the model with."""
     gate: str = "value"
@@ -231,7 +231,7 @@ class SimilarityCommand:
     out: str
     """Output folder: similarity.csv (one row per comparison and layer) and a figure."""
     model: str = "organism"
-    """Model: hub name, local Hugging Face directory, or `organism`."""
+    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     mask: str | None = None
     """Mask file or folder for the masked settings (without it only original vs instructed is compared)."""
     instruction: str | None = None
@@ -297,7 +297,7 @@ class PathwaysCommand:
     task: str | None = None
     """With a task and a model: ablate heads used by all / by none vs random groups (Table 6)."""
     model: str | None = None
-    """Model for the ablation (hub name, local directory, or `organism`)."""
+    """Model for the ablation: `organism`, `smollm2`, a `.gguf` file, a hub name or a local directory."""
     data_dir: str | None = None
     """Data directory for --task (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
     n_random: int = 5

@@ -95,9 +95,10 @@ def answer_loss(
 
 def generate_answers(
     model: TransformerBridge, prompts: Sequence[list[int]], *, mask: MaskArg = None, alpha: float = 0.0,
-    gate: Gate = "value", max_new_tokens: int = 10, batch_size: int = 16,
+    gate: Gate = "value", max_new_tokens: int = 10, batch_size: int = 16, progress: str | None = None,
 ) -> list[str]:
     """Greedy continuations of tokenised prompts, batched and left-padded, cut at the end of the turn.
+    `progress`, when given, labels a progress bar over the batches (long runs show a sign of life).
 
     `mask` may be per prompt `[n_prompts, n_layers, n_heads]`: each row is generated under its own mask.
     Prompts of similar length share a chunk (less padding); each chunk unembeds only the last
@@ -110,7 +111,10 @@ def generate_answers(
     per_row = isinstance(mask, Tensor) and mask.ndim == 3
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out = [""] * len(prompts)
-    for chunk in _batches(len(prompts), batch_size):
+    from tqdm.auto import tqdm
+
+    chunks = list(_batches(len(prompts), batch_size))
+    for chunk in tqdm(chunks, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True):
         rows = [order[i] for i in chunk]
         ids, attention = left_pad([prompts[i] for i in rows], pad_id=pad_token_id(model), device=model.cfg.device)
         result = greedy_generate(model, ids, attention, max_new_tokens=max_new_tokens, stops=stops,

@@ -25,14 +25,19 @@ def _write_csv(path: Path, table, index: bool = False) -> Path:
     return atomic_write_text(path, table.to_csv(index=index))
 
 
-def _figures(out: Path, figures: dict, png: bool) -> dict[str, str]:
-    """Save figures (HTML beside one plotly.min.js, PNG); a PNG failure is one line on stderr."""
+def _figures(out: Path, figures: dict, png: bool, files: list[str] | None = None) -> dict[str, str]:
+    """Save figures (HTML beside one plotly.min.js, PNG); a PNG failure is one line on stderr.
+    Returns each figure's main file; `files` receives the name of every file written."""
     from ..plots import save_figure
 
     written, errors = {}, set()
     for name, fig in figures.items():
         saved = save_figure(fig, out / name, png=png)
         written[name] = str(saved.png or saved.html)
+        if files is not None:
+            for path in (saved.html, saved.png, saved.html.parent / "plotly.min.js"):
+                if path is not None and path.is_file() and path.name not in files:
+                    files.append(path.name)
         if png and saved.png_error:
             errors.add(saved.png_error)
     for error in sorted(errors):
@@ -78,7 +83,7 @@ class SweepCommand:
     out: str
     """Output folder: ranks.csv, logits.csv, generations.csv, tokens.csv, summary.json and figures."""
     model: str = "organism"
-    """Model: hub name, local Hugging Face directory, or `organism`."""
+    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     mask: str | None = None
     """Mask file (or `headsup train` output folder) whose weights give the removal order (weight and influence orders)."""
     order: str = "weight"
@@ -86,7 +91,9 @@ class SweepCommand:
     influence_k: int | None = None
     """Influence order: how many first heads of the weight order are re-ordered (paper: 320 of 1024; default all)."""
     target: list[str] = simple_parsing.field(default_factory=list, action=Collect, nargs="+", required=False)
-    """Target tokens, as text (the first token is used) or as integer ids; repeat --target or give several."""
+    """Target tokens as text (its first token is tracked; `8` is the text "8"); repeat --target or give several."""
+    target_id: list[int] = simple_parsing.field(default_factory=list, action=Collect, nargs="+", required=False)
+    """Target tokens as token ids of the model's vocabulary, e.g. --target-id 8 42."""
     top_k: int = 5
     """Track the full model's top-k next tokens."""
     max_new_tokens: int = 20
@@ -111,10 +118,6 @@ class SweepCommand:
     """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
 
-def _target(text: str) -> int | str:
-    return int(text) if text.strip().isdigit() else text
-
-
 @command("sweep", SweepCommand, help="Remove heads one by one and track token ranks and continuations (Fig. 2).")
 def run_sweep(args: SweepCommand) -> int:
     from ..analysis import influence_order, layer_states, random_order, removal_sweep, sweep_similarity
@@ -124,12 +127,12 @@ def run_sweep(args: SweepCommand) -> int:
         raise ValueError(f"unknown order {args.order!r}; use weight, influence or random")
     if args.order != "random" and args.mask is None:
         raise ValueError(f"the {args.order} order needs --mask")
-    if args.order == "influence" and not args.target:
-        raise ValueError("the influence order needs at least one --target")
+    if args.order == "influence" and not (args.target or args.target_id):
+        raise ValueError("the influence order needs at least one --target or --target-id")
     out = check_out_dir(args.out)
     model = _load(args)
     mask = _mask(args.mask, model)
-    targets = [_target(t) for t in args.target]
+    targets: list[int | str] = [*args.target, *args.target_id]
     options = dict(target_tokens=targets, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
                    batch_size=args.batch_size, memory_gb=args.memory_gb, formatted=args.formatted)
     if args.order == "random":
@@ -183,7 +186,7 @@ class LensCommand:
     out: str
     """Output folder: lens.csv and one heat map per stream."""
     model: str = "organism"
-    """Model: hub name, local Hugging Face directory, or `organism`."""
+    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     mask: str | None = None
     """Optional mask file (or `headsup train` output folder) to gate the model with."""
     gate: str = "value"
@@ -215,11 +218,12 @@ def run_lens(args: LensCommand) -> int:
                       formatted=args.formatted)
     stage = OutputSet(out, "lens")
     _write_csv(stage.path / "lens.csv", lens.table)
-    written = _figures(stage.path, {f"lens_{s}": logit_lens_figure(lens, s) for s in lens.probs}, args.png)
+    files = ["lens.csv"]
+    _figures(stage.path, {f"lens_{s}": logit_lens_figure(lens, s) for s in lens.probs}, args.png, files)
     stage.commit()
     last = lens.table[(lens.table.stream == "resid") & (lens.table["rank"] == 1)].token.tolist()
     print(f"top-1 per layer: {last}")
-    _report(out, ["lens.csv", *(Path(p).name for p in written.values())])
+    _report(out, files)
     return 0
 
 
@@ -232,7 +236,7 @@ class SimilarityCommand:
     out: str
     """Output folder: similarity.csv (one row per comparison and layer) and a figure."""
     model: str = "organism"
-    """Model: hub name, local Hugging Face directory, or `organism`."""
+    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     mask: str | None = None
     """Mask file or folder for the masked settings (without it only original vs instructed is compared)."""
     instruction: str | None = None
@@ -280,11 +284,12 @@ def run_similarity(args: SimilarityCommand) -> int:
 
     stage = OutputSet(out, "similarity")
     _write_csv(stage.path / "similarity.csv", pd.concat([t.assign(comparison=name) for name, t in tables.items()]))
-    written = _figures(stage.path, {"similarity": similarity_figure(tables)}, args.png)
+    files = ["similarity.csv"]
+    _figures(stage.path, {"similarity": similarity_figure(tables)}, args.png, files)
     stage.commit()
     for name, table in tables.items():
         print(f"{name}: block output at the last layer {table.block_out.iloc[-1]:.3f}")
-    _report(out, ["similarity.csv", *(Path(p).name for p in written.values())])
+    _report(out, files)
     return 0
 
 
@@ -299,7 +304,7 @@ class PathwaysCommand:
     task: str | None = None
     """With a task and a model: ablate heads used by all / by none vs random groups (Table 6)."""
     model: str | None = None
-    """Model for the ablation (hub name, local directory, or `organism`)."""
+    """Model for the ablation: `organism`, `smollm2`, a `.gguf` file, a hub name or a local directory."""
     data_dir: str | None = None
     """Data directory for --task (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
     n_random: int = 5

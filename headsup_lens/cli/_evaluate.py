@@ -21,7 +21,7 @@ class EvaluateCommand:
     out: str
     """Output folder for results.csv (results.partial.csv holds the finished rows while it runs)."""
     model: str = "organism"
-    """Model: hub name, local Hugging Face directory, or `organism`."""
+    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     other_mask: str | None = None
     """Mask (file or folder) of another model of the same architecture (base <-> instruct swap)."""
     alpha: float = 0.25

@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Sequence
 
 from simple_parsing import ArgumentParser, DashVariant
+from simple_parsing.help_formatter import SimpleHelpFormatter
 
 from . import _registry
 from ._registry import COMMANDS, LAZY, Interrupted
@@ -48,6 +49,17 @@ def _collected(namespace: argparse.Namespace) -> set[str]:
     return namespace.__dict__.setdefault("_collected_lists", set())
 
 
+class _HelpFormatter(SimpleHelpFormatter):
+    """simple-parsing's help, without a second "(default: ...)" where the text already states its
+    default, and without "(default: None)" (the text says what happens then)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or action.default is None or action.default is argparse.SUPPRESS:
+            return text
+        return super()._get_help_string(action)
+
+
 class _Parser(ArgumentParser):
     """simple-parsing's parser with one option style: `--no-png` (not `--nopng`), no `--nono-...`."""
 
@@ -58,6 +70,7 @@ class _Parser(ArgumentParser):
         # them the same style.
         kwargs.setdefault("add_option_string_dash_variants", DashVariant.DASH)
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
 
     def _preprocessing(self, args: Sequence[str] = (), namespace=None) -> None:

@@ -25,11 +25,11 @@ class TrainCommand:
     """Options of `headsup train`."""
 
     task: list[str] = simple_parsing.field(action=Collect, nargs="+")
-    """Task name(s), e.g. `organism/reverse` (`headsup tasks` lists them); repeat `--task` or give several: one mask each, trained together."""
+    """Task name(s), e.g. `organism/reverse` (`headsup tasks` lists them), or your own .json/.jsonl/.csv file of input/output pairs; repeat `--task` or give several: one mask each, trained together."""
     out: str
     """Output folder: mask.safetensors (masks/ for several tasks), history.csv, checkpoints/, train_config.json."""
     model: str = "organism"
-    """Model: hub name, local Hugging Face directory, or `organism`."""
+    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     data_dir: str | None = None
     """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
     device: str | None = None

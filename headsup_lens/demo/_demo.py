@@ -129,6 +129,8 @@ def run_demo(config: DemoConfig) -> DemoResult:
 
     # 1. Masks, trained for all tasks at once (per-row masks), without instructions.
     train_config = TrainConfig.fast(steps=config.steps, batch_size=config.batch_size, seed=config.seed)
+    print(f"loaded {config.model} ({model.cfg.n_layers} layers x {model.cfg.n_heads} heads) on {model.cfg.device}",
+          flush=True)
     if mask_files is not None:  # stored masks (e.g. trained once on a slow machine): no training here
         masks = {name: HeadMask.load(path, model) for name, path in mask_files.items()}
         schedule = f"Masks loaded from {config.masks} (trained earlier), not trained in this run."
@@ -156,8 +158,10 @@ def run_demo(config: DemoConfig) -> DemoResult:
 
     # 2. Evaluation in the paper's settings, plus recovery of the planted pathway.
     evaluations, summary_rows, display_rows = [], [], []
-    for task in tasks:
-        table = evaluate(model, task, masks[task.name], alpha=0.25)
+    for number, task in enumerate(tasks, 1):
+        print(f"evaluating {task.name} ({number}/{len(tasks)}) in the paper's settings ...", flush=True)
+        table = evaluate(model, task, masks[task.name], alpha=0.25,
+                         on_row=lambda t: print(f"  {t.setting.iloc[-1]}: done", flush=True))
         evaluations.append(table)
         accuracy = dict(zip(table.setting, table.accuracy))
         n = int(table.n_examples.iloc[0]) if "n_examples" in table else len(task.eval_pairs)
@@ -235,8 +239,10 @@ def run_demo(config: DemoConfig) -> DemoResult:
     sweeps = {"weight order": removal_sweep(model, word, weight_order(mask), target_tokens=[target],
                                             max_new_tokens=12, record_layers=True)}
     k = min(config.influence_k, len(sweeps["weight order"].order))
+    print("  influence order ...", flush=True)
     sweeps["influence order"] = removal_sweep(model, word, influence_order(sweeps["weight order"], k=k),
                                               target_tokens=[target], max_new_tokens=12)
+    print("  random order ...", flush=True)
     sweeps["random order"] = removal_sweep(model, word, random_order(shape, seed=config.seed),
                                            target_tokens=[target], max_new_tokens=12)
     sweep_rows = [
@@ -274,6 +280,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
            "too many heads are gone, to broken text.")
 
     # 4. Similarity to the instructed run (Fig. 4) and the logit lens under the mask.
+    print("similarity to the instructed run and logit lens ...", flush=True)
     instructed = task.user_text(word, instructed=True) if task.instruction else None
     if instructed is not None:
         tables = {
@@ -294,6 +301,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
            "top 5 tokens, coloured by probability (0-1). Watch the layer where the answer appears.")
 
     # 5. Files.
+    print(f"writing the report, tables and figures to {out} ...", flush=True)
     tables_dir = stage.path / "tables"
     for name, frame in {"summary": summary, "evaluation": evaluation,
                         "sweeps": pd.DataFrame(sweep_rows)}.items():

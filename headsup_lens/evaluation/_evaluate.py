@@ -15,7 +15,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from ..data import Task, encode_pairs, task_prompts
 from ..data._tokenize import collate, encode_prompt
 from ..masks import HeadMask
-from ..models import prompt_format, left_pad, pad_token_id, stop_token_ids
+from ..models import fingerprint, prompt_format, left_pad, pad_token_id, stop_token_ids
 from ..gates import Gate, gate_hooks
 from ..training import answer_nll, length_batches
 from ._greedy import greedy_generate
@@ -96,9 +96,10 @@ def answer_loss(
 
 def generate_answers(
     model: TransformerBridge, prompts: Sequence[list[int]], *, mask: MaskArg = None, alpha: float = 0.0,
-    gate: Gate = "value", max_new_tokens: int = 10, batch_size: int = 16,
+    gate: Gate = "value", max_new_tokens: int = 10, batch_size: int = 16, progress: str | None = None,
 ) -> list[str]:
     """Greedy continuations of tokenised prompts, batched and left-padded, cut at the end of the turn.
+    `progress`, when given, labels a progress bar over the batches (long runs show a sign of life).
 
     `mask` may be per prompt `[n_prompts, n_layers, n_heads]`: each row is generated under its own mask.
     Prompts of similar length share a chunk (less padding); each chunk unembeds only the last
@@ -111,7 +112,10 @@ def generate_answers(
     per_row = isinstance(mask, Tensor) and mask.ndim == 3
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out = [""] * len(prompts)
-    for chunk in _batches(len(prompts), batch_size):
+    from tqdm.auto import tqdm
+
+    chunks = list(_batches(len(prompts), batch_size))
+    for chunk in tqdm(chunks, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True):
         rows = [order[i] for i in chunk]
         ids, attention = left_pad([prompts[i] for i in rows], pad_id=pad_token_id(model), device=model.cfg.device)
         result = greedy_generate(model, ids, attention, max_new_tokens=max_new_tokens, stops=stops,
@@ -144,8 +148,17 @@ def accuracy(
     return sum(task.is_correct(t, a) for t, a in zip(texts, answers)) / len(answers)
 
 
+def _as_head_mask(name: str, mask: HeadMask | Tensor, model: TransformerBridge) -> HeadMask:
+    if isinstance(mask, HeadMask):
+        return mask
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a HeadMask or a [n_layers, n_heads] tensor, not {type(mask).__name__}")
+    return HeadMask(mask.detach().float().cpu(), model=fingerprint(model))
+
+
 def evaluate(
-    model: TransformerBridge, task: Task, mask: HeadMask, *, other_mask: HeadMask | None = None, alpha: float = 0.25,
+    model: TransformerBridge, task: Task, mask: HeadMask | Tensor, *, other_mask: HeadMask | Tensor | None = None,
+    alpha: float = 0.25,
     gate: Gate = "value", split: str = "eval", max_new_tokens: int | None = None, batch_size: int = 16,
     random_seed: int = 0, generate: bool = True, text_metrics: bool | None = None,
     on_row: Callable[[pd.DataFrame], None] | None = None,
@@ -164,16 +177,14 @@ def evaluate(
     `on_row` is called with the table so far after each setting (to save finished rows as they come).
     `mask_task` is the task the mask was trained for (its metadata); another task than `task` warns.
     """
-    if not isinstance(mask, HeadMask):
-        raise ValueError(f"mask must be a HeadMask, not {type(mask).__name__}")
+    mask = _as_head_mask("mask", mask, model)  # a plain [n_layers, n_heads] tensor works as everywhere else
     mask.check_model(model)
     mask_task = mask.metadata.get("task")  # recorded by training; absent for hand-made masks
     if mask_task is not None and mask_task != task.name:
         warnings.warn(f"the mask was trained for task {mask_task!r}, not {task.name!r} (column mask_task)",
                       stacklevel=2)
     if other_mask is not None:
-        if not isinstance(other_mask, HeadMask):
-            raise ValueError(f"other_mask must be a HeadMask, not {type(other_mask).__name__}")
+        other_mask = _as_head_mask("other_mask", other_mask, model)
         other_mask.check_model(model, allow_other_weights=True)  # the paper's base <-> instruct swap
     settings: list[tuple[str, HeadMask | None, float, bool]] = [("original", None, 0.0, False)]
     if task.instruction is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from jaxtyping import Bool, Float, Real
@@ -15,6 +16,30 @@ from ..masks import HeadMask
 # values are checked against the model by `mask_tensor`, which raises a ValueError that names them.
 # Bool and integer tensors are accepted as keep-masks and read as floats.
 MaskLike = HeadMask | Real[Tensor, "*rows n_layers n_heads"] | Bool[Tensor, "*rows n_layers n_heads"]
+
+
+# The hook points the gates use: in TransformerLens 4 `hook_z` is a legacy alias of `attn.o.hook_in`
+# (the heads' outputs before W_O); `hook_attn_scores` and `hook_pattern` are the attention's own.
+GATE_HOOKS = ("attn.hook_z", "attn.hook_attn_scores", "attn.hook_pattern")
+_HOOKS_FOUND: weakref.WeakSet = weakref.WeakSet()
+
+
+def require_hook_points(model: TransformerBridge) -> None:
+    """Fail clearly, once per model, when the installed TransformerLens lacks a hook point the gates
+    rely on (e.g. a legacy alias removed in a later release) instead of gating nothing."""
+    if model in _HOOKS_FOUND:
+        return
+    hook_dict = model.hook_dict
+    missing = [f"blocks.{layer}.{name}" for layer in range(model.cfg.n_layers) for name in GATE_HOOKS
+               if f"blocks.{layer}.{name}" not in hook_dict]
+    if missing:
+        from importlib.metadata import version
+
+        raise ValueError(  # an installation problem, reported as one line by the CLI
+            f"this TransformerLens ({version('transformer-lens')}) has no hook point {missing[0]!r} "
+            f"({len(missing)} missing), which the head gates use; headsup_lens needs transformer-lens>=4.3,<5"
+        )
+    _HOOKS_FOUND.add(model)
 
 
 def mask_tensor(model: TransformerBridge, mask: MaskLike, name: str = "mask") -> Float[Tensor, "rows n_layers n_heads"]:

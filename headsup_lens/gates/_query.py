@@ -11,7 +11,7 @@ from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import TransformerBridge
 
-from ._masks import MaskLike, layer_of, mask_tensor, row_mask
+from ._masks import MaskLike, layer_of, mask_tensor, require_hook_points, row_mask
 from ._value import Hook
 
 _VERIFIED_ATTR = "_headsup_query_gate_verified"
@@ -24,6 +24,7 @@ def allowed_positions(scores: Float[Tensor, "batch n_heads query key"]) -> Tenso
 
 def query_gate_hooks(model: TransformerBridge, mask: MaskLike) -> list[Hook]:
     """Forward hooks for `model.hooks(fwd_hooks=...)` implementing `query_gate` (see there)."""
+    require_hook_points(model)
     values = mask_tensor(model, mask)
 
     def gate_scores(scores: Float[Tensor, "batch n_heads query key"], hook: HookPoint) -> Tensor:

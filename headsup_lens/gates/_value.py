@@ -12,7 +12,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._validate import check_float, check_mask_values, check_shape, check_tensor
 from ..masks import HeadMask
-from ._masks import MaskLike, check_model_arg, layer_of, mask_tensor, row_mask
+from ._masks import MaskLike, check_model_arg, layer_of, mask_tensor, require_hook_points, row_mask
 
 Hook = tuple[str, Callable]
 
@@ -25,6 +25,7 @@ def value_gate_hooks(
 ) -> list[Hook]:
     """Forward hooks for `model.hooks(fwd_hooks=...)` implementing `value_gate` (see there)."""
     alpha = check_float("alpha", alpha, 0.0, 1.0)
+    require_hook_points(model)
     values = mask_tensor(model, mask)
     if mlp is None and isinstance(mask, HeadMask):
         mlp = mask.mlp_values

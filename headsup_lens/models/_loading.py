@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -53,6 +55,24 @@ def builtin_model_dir(name: str) -> Path | None:
 
     package, sub = _BUILTIN_MODELS[name]
     return Path(str(files(package) / sub))
+
+
+@contextlib.contextmanager
+def _quiet_weight_loading() -> Iterator[None]:
+    """No "Loading weights" bar from transformers on every command (a local load takes well under a
+    second); it stays with TRANSFORMERS_VERBOSITY=info or debug."""
+    from transformers.utils import logging as hf_logging
+
+    if os.environ.get("TRANSFORMERS_VERBOSITY", "").lower() in ("info", "debug"):
+        yield
+        return
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def load_model(
@@ -106,7 +126,8 @@ def load_model(
         )
     try:
         placement = {"device": str(device)} if device_map is None else {"device_map": device_map, "max_memory": max_memory}
-        model = TransformerBridge.boot_transformers(str(local) if looks_local else source, dtype=dtype, **placement)
+        with _quiet_weight_loading():
+            model = TransformerBridge.boot_transformers(str(local) if looks_local else source, dtype=dtype, **placement)
     except (OSError, ValueError, ConnectionError) as error:
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
         raise ValueError(

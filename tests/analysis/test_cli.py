@@ -61,3 +61,21 @@ def test_pathways_command(mask_files, tmp_path):
     jaccard = pd.read_csv(out / "jaccard.csv")
     assert len(jaccard) == 3 and jaccard.jaccard[0] == pytest.approx(masks[0].jaccard(masks[1]))
     assert main(["pathways", "--mask", str(tmp_path / "missing"), "--out", str(out)]) == 2
+
+
+def test_sweep_targets_as_text_and_as_ids_are_distinct_options(gpt2_dir, tmp_path):
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--prompt", "cat", "--out", str(out), "--model", str(gpt2_dir), "--order", "random",
+                 "--target", "x", "--target-id", "5", "--max-new-tokens", "1", "--png", "false",
+                 "--device", "cpu"]) == 0
+    targets = [c for c in pd.read_csv(out / "ranks.csv").columns if c.startswith("target")]
+    assert len(targets) == 2 and "target 'x'" in targets
+
+
+def test_lens_and_similarity_name_every_file_written(llama_dir, tmp_path, capsys):
+    assert main(["lens", "--prompt", "cat", "--out", str(tmp_path / "lens"), "--model", str(llama_dir), "--k", "3",
+                 "--png", "false", "--device", "cpu"]) == 0
+    wrote = capsys.readouterr().out.splitlines()[-1]
+    for path in (tmp_path / "lens").iterdir():
+        if not path.name.startswith("."):
+            assert path.name in wrote, (path.name, wrote)

@@ -77,3 +77,13 @@ def test_unknown_command_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["trian"])
     assert exit_info.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_help_states_each_default_once_and_describes_task_and_model():
+    from headsup_lens.cli import command_parsers
+
+    text = " ".join(command_parsers()["demo"].format_help().split())
+    assert "(default: headsup_demo)" not in text and "(default: None)" not in text
+    assert "Tasks to train masks for" in text and "smollm2" in text and ".gguf" in text
+    train = " ".join(command_parsers()["train"].format_help().split())
+    assert ".json/.jsonl/.csv" in train and "smollm2" in train

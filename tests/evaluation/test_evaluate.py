@@ -146,3 +146,13 @@ def test_finished_rows_are_handed_out_as_they_come(planted):
     seen = []
     table = evaluate(planted, planted_task(), HeadMask(planted_mask()), generate=False, on_row=lambda t: seen.append(len(t)))
     assert seen == list(range(1, len(table) + 1))
+
+
+def test_a_plain_tensor_mask_is_accepted_like_everywhere_else(planted):
+    import headsup_lens as hl
+
+    from_tensor = hl.evaluate(planted, planted_task(), planted_mask(), generate=False)
+    from_mask = evaluate(planted, planted_task(), HeadMask(planted_mask()), generate=False)
+    assert from_tensor.drop(columns=[]).equals(from_mask)
+    with pytest.raises(TypeError, match="mask"):
+        evaluate(planted, planted_task(), [[1.0]], generate=False)

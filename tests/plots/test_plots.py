@@ -32,8 +32,17 @@ def test_sweep_figures_show_the_sweep(sweep):
     fig = rank_figure(sweep)
     low, high = fig.layout.yaxis.range  # inverted: the worst rank at the bottom, rank 1 at the top
     assert fig.layout.yaxis.type == "log" and low > high and high < 0 < low
-    assert [t.name for t in fig.data] == list(sweep.tokens.label)
-    assert list(fig.data[-1].y) == sweep.ranks[sweep.tokens.label.iloc[-1]].tolist()
+    labels = list(sweep.tokens.label)
+    assert [t.name for t in fig.data][: len(labels)] == labels
+    assert list(fig.data[len(labels) - 1].y) == sweep.ranks[labels[-1]].tolist()
+    # The step lines are named in the legend (no text written over the curves), and the x axis ends
+    # at the last step.
+    marks = [t.name for t in fig.data][len(labels):]
+    expected = [f"{what} (step {step})" for step, what in ((sweep.switch_step, "target becomes top-1"),
+                                                            (sweep.change_step, "continuation first changes"))
+                if step is not None]
+    assert marks == expected and not fig.layout.annotations
+    assert list(fig.layout.xaxis.range) == [0, max(sweep.steps)]
     assert list(logit_figure(sweep).data[0].y) == pytest.approx(sweep.logits[sweep.tokens.label.iloc[0]].tolist())
     table = generation_table(sweep)
     assert list(table.data[0].cells.values[0]) == sweep.changes().step.tolist()
@@ -138,3 +147,12 @@ def test_figure_details():
     fig = mask_heatmap(masks)
     titled = [axis for axis in fig.layout if axis.startswith("yaxis") and fig.layout[axis].title.text == "layer"]
     assert sorted(titled) == ["yaxis", "yaxis4"]  # first column only: no label runs into a neighbouring panel
+
+
+def test_mask_heat_maps_mark_planted_heads_and_label_every_layer():
+    masks = {"a": torch.ones(8, 16), "b": torch.ones(8, 16)}
+    fig = mask_heatmap(masks, planted={"a": [(0, 1), (7, 15)]})
+    crosses = [t for t in fig.data if t.type == "scatter"]
+    assert len(crosses) == 1 and list(crosses[0].x) == [1, 15] and list(crosses[0].y) == [0, 7]
+    assert crosses[0].xaxis == "x" and "planted" in crosses[0].name  # on panel "a" only
+    assert fig.layout.yaxis.dtick == 1 and fig.layout.yaxis2.dtick == 1

@@ -5,6 +5,7 @@ Three stages, each calling only the library and writing to `figures/smollm2/` (`
     python experiments/smollm2.py select    # greedy accuracy of the 35 function-vector tasks, with and without instruction
     python experiments/smollm2.py train  --tasks antonym sentiment --seed 0   # masks -> figures/smollm2/masks/
     python experiments/smollm2.py analyze --tasks antonym sentiment           # everything else, from the stored masks
+    python experiments/smollm2.py evaluate --tasks antonym                    # only the settings tables (Tables 1/2)
 
 `select` writes `task_selection.csv` / `.md` (resumable: tasks already in the CSV are skipped).
 `train` runs `train_masks` (`TrainConfig.fast`, one pass for all tasks, per-row masks) with its run
@@ -12,8 +13,9 @@ folder (checkpoints) under `--runs` (git-ignored) and keeps only the final masks
 `<out>/masks/<task>.safetensors` (seed 0) or `<task>_seed<k>.safetensors`. `analyze` regenerates
 every table and figure from the stored masks without retraining: the settings table (Tables 1/2),
 removal sweeps by weight and random order (Fig. 2), similarity to the instructed run (Fig. 4),
-logit lens (Table 41), Jaccard between masks (Table 5) and the alpha grid (Fig. 6). Each stage
-appends its wall time to `<out>/times.csv`.
+logit lens (Table 41), Jaccard between masks (Table 5) and the alpha grid (Fig. 6). `evaluate` redoes
+only the settings tables, with every generation behind them (`tables12_generations_<task>.csv`), and
+the combined tables. Each stage appends its wall time to `<out>/times.csv`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pandas as pd
 import torch
 
 import headsup_lens as hl
+from headsup_lens._io import atomic_write
 from headsup_lens.analysis import Setting, alpha_grid, jaccard_matrix, jaccard_table, random_order, weight_order
 from headsup_lens.data import FV_TASKS
 from headsup_lens.evaluation import accuracy
@@ -38,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=("select", "train", "analyze", "combine"))
+    p.add_argument("stage", choices=("select", "train", "analyze", "evaluate", "combine"))
     p.add_argument("--model", default="smollm2", help="model name or local directory (default: smollm2)")
     p.add_argument("--tasks", nargs="+", default=None,
                    help="tasks (select: default all 35 function-vector tasks; train: required; analyze: default every "
@@ -148,6 +151,48 @@ def _seed0_tasks(out: Path) -> list[str]:
     return sorted(names, key=lambda n: (ranked.index(n) if n in ranked else len(ranked), n))
 
 
+def evaluation(args, model, out: Path, task, mask: hl.HeadMask, extra: dict[str, hl.HeadMask], stage: str) -> None:
+    """Tables 1/2 for one task: the paper's settings and the controls `evaluate` adds (no base-model
+    twin: no "other model's mask"), plus the masked / random-mask rows of every other seed's mask.
+    Writes `tables12_evaluation_<task>.csv` and every output behind it, `tables12_generations_<task>.csv`."""
+    stem = hl.training.safe_name(task.name)
+    start = time.perf_counter()
+    table, texts = hl.evaluate(model, task, mask, alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0,
+                               return_generations=True)
+    tables, generations = [table], [texts]
+    _record_time(out, stage, f"{task.name}: evaluate (settings table)", time.perf_counter() - start)
+    for label, seed_mask in extra.items():  # other seeds of this task's mask: run-to-run spread
+        if label.startswith(f"{stem} (seed "):
+            start = time.perf_counter()
+            seed = label[len(stem) + 2:-1]
+            rows, texts = hl.evaluate(model, task, seed_mask, alpha=args.alpha, batch_size=args.eval_batch_size,
+                                      return_generations=True)
+            keep = ["masked", "random mask"]
+            tables.append(rows[rows.setting.isin(keep)].assign(setting=lambda t: t.setting + f", {seed}"))
+            generations.append(texts[texts.setting.isin(keep)].assign(setting=lambda t: t.setting + f", {seed}"))
+            _record_time(out, stage, f"{label}: evaluate (masked, random mask)", time.perf_counter() - start)
+    write_csv(out / f"tables12_evaluation_{stem}.csv", pd.concat(tables))
+    write_csv(out / f"tables12_generations_{stem}.csv", pd.concat(generations))
+
+
+def evaluate_only(args, model, out: Path) -> None:
+    """Only the settings tables (`evaluation`) and the combined tables (`combine`): no sweeps, no alpha
+    grid. A task whose generations file exists is skipped (delete it to redo), so the stage resumes."""
+    names = args.tasks or _seed0_tasks(out)
+    extra = _seed_masks(out, model)
+    for name in names:
+        if (out / f"tables12_generations_{hl.training.safe_name(name)}.csv").exists():
+            print(f"{name}: evaluated already (tables12_generations_{hl.training.safe_name(name)}.csv)", flush=True)
+            continue
+        mask = hl.HeadMask.load(_mask_path(out, name, 0), model)
+        evaluation(args, model, out, hl.load_task(name, args.data_dir), mask, extra, "evaluate")
+    combine(args, model, out)
+
+
+def write_csv(path: Path, table: pd.DataFrame) -> None:
+    atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
+
+
 def analyze(args, model, out: Path) -> None:
     """Every table and figure from the stored masks (no training): per task `<artifact>_<task>.csv`,
     then the combined tables over every analysed task and the Jaccard table over every stored mask."""
@@ -161,17 +206,7 @@ def analyze(args, model, out: Path) -> None:
         task = hl.load_task(name, args.data_dir)
         stem = hl.training.safe_name(name)
 
-        start = time.perf_counter()  # Tables 1/2: the paper's settings (no base-model twin: no "other model's mask")
-        tables = [hl.evaluate(model, task, mask, alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0)]
-        _record_time(out, "analyze", f"{name}: evaluate (settings table)", time.perf_counter() - start)
-        for label, seed_mask in extra.items():  # other seeds of this task's mask: run-to-run spread
-            if label.startswith(f"{stem} (seed "):
-                start = time.perf_counter()
-                rows = hl.evaluate(model, task, seed_mask, alpha=args.alpha, batch_size=args.eval_batch_size)
-                rows = rows[rows.setting.isin(["masked", "random mask"])].assign(setting=lambda t: t.setting + f", {label[len(stem) + 2:-1]}")
-                tables.append(rows)
-                _record_time(out, "analyze", f"{label}: evaluate (masked, random mask)", time.perf_counter() - start)
-        pd.concat(tables).to_csv(out / f"tables12_evaluation_{stem}.csv", index=False)
+        evaluation(args, model, out, task, mask, extra, "analyze")
 
         x, answer = task.eval_pairs[0]  # Fig. 2: one held-out input, the answer as the target token
         prompt = task.user_text(x)
@@ -258,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     model = hl.load_model(args.model)
     _record_time(out, args.stage, "load model", time.perf_counter() - start)
-    {"select": select, "train": train, "analyze": analyze, "combine": combine}[args.stage](args, model, out)
+    {"select": select, "train": train, "analyze": analyze, "evaluate": evaluate_only, "combine": combine}[args.stage](args, model, out)
 
 
 if __name__ == "__main__":

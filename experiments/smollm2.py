@@ -275,8 +275,10 @@ def combine(args, model, out: Path) -> None:
         table.to_csv(out / f"{artifact}.csv", index=False)
     every = {**{n: hl.HeadMask.load(_mask_path(out, n, 0), model) for n in stored},
              **_seed_masks(out, model)}  # Table 5: Jaccard between masks vs the random expectation
-    jaccard_table(every).to_csv(out / "table5_jaccard.csv", index=False)
-    _figure(args, jaccard_figure(jaccard_matrix(every), title="SmolLM2: Jaccard similarity of the learned masks"),
+    table5 = jaccard_table(every)
+    table5.to_csv(out / "table5_jaccard.csv", index=False)
+    _figure(args, jaccard_figure(jaccard_matrix(every), table=table5,
+                                 title="SmolLM2: Jaccard similarity of the learned masks (p: exact overlap test)"),
             out, "table5_jaccard")
     _figure(args, mask_heatmap(every, title="SmolLM2: learned masks (1 = kept)"), out, "masks")
     summary = pd.read_csv(out / "tables12_evaluation.csv")

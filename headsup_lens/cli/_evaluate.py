@@ -17,7 +17,7 @@ class EvaluateCommand:
     mask: str
     """Mask file (safetensors) trained for this model, or a `headsup train` output folder holding mask.safetensors."""
     out: str
-    """Output folder for results.csv."""
+    """Output folder for results.csv and generations.csv (every output behind the table)."""
     model: str = "organism"
     """Model: hub name, local Hugging Face directory, or `organism`."""
     other_mask: str | None = None
@@ -64,10 +64,12 @@ def run_evaluate(args: EvaluateCommand) -> int:
     def save(table) -> Path:  # after every setting: a late failure keeps the finished rows
         return atomic_write(target, lambda tmp: table.to_csv(tmp, index=False))
 
-    table = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,
-                     batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=args.generate,
-                     on_row=save)
+    table, texts = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,
+                            batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=args.generate,
+                            on_row=save, return_generations=True)
     written = save(table)
     print(table.to_string(index=False))
     print(f"wrote {written}")
+    if len(texts):  # every output behind the table, with its per-example scores
+        print(f"wrote {atomic_write(Path(out) / 'generations.csv', lambda tmp: texts.to_csv(tmp, index=False))}")
     return 0

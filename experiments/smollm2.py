@@ -282,7 +282,44 @@ def combine(args, model, out: Path) -> None:
             out, "table5_jaccard")
     _figure(args, mask_heatmap(every, title="SmolLM2: learned masks (1 = kept)"), out, "masks")
     summary = pd.read_csv(out / "tables12_evaluation.csv")
+    (out / "tables12_summary.md").write_text(readme_tables(summary))
     print(summary[["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]].to_string(index=False))
+
+
+SUMMARY_SETTINGS = ("original", "instructed", "masked", "random mask", "instructed + scaled mask", "echo baseline",
+                    "majority label")
+
+
+def readme_tables(table: pd.DataFrame) -> str:
+    """The README's two tables from the combined settings table: accuracy by the paper's matcher / the
+    strict one per setting, then the masked and instructed rows with 95% Wilson intervals, echo and
+    empty counts, McNemar p-values and (label tasks) balanced accuracy. Tasks evaluated before these
+    columns existed show "n/a"."""
+    def pair(row) -> str:
+        strict = f"{row.strict:.2f}" if "strict" in row and pd.notna(row.strict) else "n/a"
+        return f"{row.accuracy:.2f} / {strict}"
+
+    def ci(row, column: str) -> str:
+        if f"{column}_low" not in row or pd.isna(row[f"{column}_low"]):
+            return "n/a"
+        return f"{row[column]:.2f} [{row[f'{column}_low']:.2f}, {row[f'{column}_high']:.2f}]"
+
+    def num(row, column: str, fmt: str) -> str:
+        return format(row[column], fmt) if column in row and pd.notna(row[column]) else "n/a"
+
+    lines = ["| task (n) | " + " | ".join(SUMMARY_SETTINGS) + " |", "|---|" + "---:|" * len(SUMMARY_SETTINGS)]
+    detail = ["| task | setting | paper matcher [95% CI] | strict [95% CI] | echo | empty | p vs original | "
+              "p vs instructed | balanced accuracy |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for task, rows in table.groupby("task", sort=False):
+        rows = rows.set_index("setting")
+        cells = [pair(rows.loc[s]) if s in rows.index else "" for s in SUMMARY_SETTINGS]
+        lines.append(f"| {task} ({int(rows.n_examples.iloc[0])}) | " + " | ".join(cells) + " |")
+        for setting in [s for s in rows.index if s in ("original", "instructed") or s.startswith("masked")]:
+            row = rows.loc[setting]
+            detail.append(f"| {task} | {setting} | {ci(row, 'accuracy')} | {ci(row, 'strict')} | {num(row, 'echo', '.0f')} "
+                          f"| {num(row, 'empty', '.0f')} | {num(row, 'p_vs_original', '.2g')} | "
+                          f"{num(row, 'p_vs_instructed', '.2g')} | {num(row, 'balanced_accuracy', '.2f')} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(detail) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=("select", "train", "analyze", "evaluate", "combine"))
+    p.add_argument("stage", choices=("select", "train", "analyze", "evaluate", "rescore", "combine"))
     p.add_argument("--model", default="smollm2", help="model name or local directory (default: smollm2)")
     p.add_argument("--tasks", nargs="+", default=None,
                    help="tasks (select: default all 35 function-vector tasks; train: required; analyze: default every "
@@ -193,6 +193,41 @@ def write_csv(path: Path, table: pd.DataFrame) -> None:
     atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
 
 
+def rescore(task, table: pd.DataFrame, texts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The score columns of a settings table recomputed from its stored generations (no model run):
+    `evaluate`'s own `score_outputs` and McNemar tests; losses and the other columns are kept."""
+    from headsup_lens.evaluation import mcnemar_exact, score_outputs, task_labels
+    from headsup_lens.evaluation._evaluate import MASK_SETTINGS
+
+    labels = task_labels(task)
+    rows, outputs, per_setting = [], [], {}
+    for record in table.to_dict("records"):
+        group = texts[texts.setting == record["setting"]].sort_values("example")
+        scores, per = score_outputs(task, group.output.tolist(), group.input.tolist(), group.answer.tolist(), labels)
+        per_setting[record["setting"]] = per
+        base = record["setting"].split(", seed ")[0]
+        for reference in ("original", "instructed"):
+            scores[f"p_vs_{reference}"] = (mcnemar_exact(per["correct"], per_setting[reference]["correct"])
+                                           if base in MASK_SETTINGS and reference in per_setting else float("nan"))
+        rows.append({**record, **scores})
+        kept = group[["task", "setting", "example", "input", "answer", "output"]]
+        outputs.append(kept.assign(**{k: v for k, v in per.items()}))
+    return pd.DataFrame(rows)[list(table.columns)], pd.concat(outputs, ignore_index=True)
+
+
+def rescore_stored(args, model, out: Path) -> None:
+    """`rescore`: every task with a stored generations file, its table rewritten in place."""
+    for path in sorted(out.glob("tables12_generations_*.csv")):
+        stem = path.stem.removeprefix("tables12_generations_")
+        table = pd.read_csv(out / f"tables12_evaluation_{stem}.csv")
+        task = hl.load_task(table.task.iloc[0], args.data_dir)
+        table, texts = rescore(task, table, pd.read_csv(path, keep_default_na=False))
+        write_csv(out / f"tables12_evaluation_{stem}.csv", table)
+        write_csv(path, texts)
+        print(f"{task.name}: rescored", flush=True)
+    combine(args, model, out)
+
+
 def analyze(args, model, out: Path) -> None:
     """Every table and figure from the stored masks (no training): per task `<artifact>_<task>.csv`,
     then the combined tables over every analysed task and the Jaccard table over every stored mask."""
@@ -294,7 +329,7 @@ def readme_tables(table: pd.DataFrame) -> str:
     """The README's two tables from the combined settings table: accuracy by the paper's matcher / the
     strict one per setting, then the masked and instructed rows with 95% Wilson intervals, echo and
     empty counts, McNemar p-values and (label tasks) balanced accuracy. Tasks evaluated before these
-    columns existed show "n/a"."""
+    columns existed show "n/a" in the first table and are left out of the second."""
     def pair(row) -> str:
         strict = f"{row.strict:.2f}" if "strict" in row and pd.notna(row.strict) else "n/a"
         return f"{row.accuracy:.2f} / {strict}"
@@ -314,6 +349,8 @@ def readme_tables(table: pd.DataFrame) -> str:
         rows = rows.set_index("setting")
         cells = [pair(rows.loc[s]) if s in rows.index else "" for s in SUMMARY_SETTINGS]
         lines.append(f"| {task} ({int(rows.n_examples.iloc[0])}) | " + " | ".join(cells) + " |")
+        if "strict" not in rows or rows.strict.isna().all():  # evaluated before the second reading existed
+            continue
         for setting in [s for s in rows.index if s in ("original", "instructed") or s.startswith("masked")]:
             row = rows.loc[setting]
             detail.append(f"| {task} | {setting} | {ci(row, 'accuracy')} | {ci(row, 'strict')} | {num(row, 'echo', '.0f')} "
@@ -329,10 +366,13 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["HEADSUP_DATA_DIR"] = args.data_dir
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    model = hl.load_model(args.model)
-    _record_time(out, args.stage, "load model", time.perf_counter() - start)
-    {"select": select, "train": train, "analyze": analyze, "evaluate": evaluate_only, "combine": combine}[args.stage](args, model, out)
+    model = None
+    if args.stage not in ("combine", "rescore"):  # these only read the stored files
+        start = time.perf_counter()
+        model = hl.load_model(args.model)
+        _record_time(out, args.stage, "load model", time.perf_counter() - start)
+    {"select": select, "train": train, "analyze": analyze, "evaluate": evaluate_only, "rescore": rescore_stored,
+     "combine": combine}[args.stage](args, model, out)
 
 
 if __name__ == "__main__":

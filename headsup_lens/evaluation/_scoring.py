@@ -26,10 +26,12 @@ MAX_LABELS = 8  # a task whose answers take at most this many distinct values is
 NO_LABEL = "(none)"  # predicted label of an output that names no label
 
 
-def normalize(text: str) -> str:
-    """Unicode-normalised (NFKC), case-folded words separated by single spaces: every character
-    that is not a letter, digit or underscore separates words ("Washington, D.C." -> "washington d c")."""
-    return " ".join(re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold()))
+def normalize(text: str, *, casefold: bool = False) -> str:
+    """Unicode-normalised (NFKC) words separated by single spaces: every character that is not a
+    letter, digit or underscore separates words ("Washington, D.C." -> "Washington D C"). Case is
+    kept unless `casefold` (it is the answer of the capitalisation tasks, and the paper's matcher keeps it)."""
+    text = unicodedata.normalize("NFKC", text)
+    return " ".join(re.findall(r"\w+", text.casefold() if casefold else text))
 
 
 def is_strict(output: str, answer: str) -> bool:
@@ -93,14 +95,14 @@ class Labels:
 
     def gold(self, user_input: str, answer: str) -> str:
         if self.kind == "choice":
-            return str(_items(user_input).index(normalize(answer)) + 1)
+            return str(_items(user_input).index(normalize(answer, casefold=True)) + 1)
         return answer
 
     def predicted(self, output: str, user_input: str) -> str:
         """The label whose words occur first in the output (`NO_LABEL` when none does)."""
-        words = normalize(output).split()
+        words = normalize(output, casefold=True).split()  # "Positive" names the label "positive"
         candidates = ({str(i + 1): item for i, item in enumerate(_items(user_input))} if self.kind == "choice"
-                      else {v: normalize(v) for v in self.values})
+                      else {v: normalize(v, casefold=True) for v in self.values})
         first = {label: _first_position(words, phrase.split()) for label, phrase in candidates.items()}
         found = {label: p for label, p in first.items() if p is not None}
         # Earliest occurrence; at the same position the longer phrase ("ice hockey" over "hockey").
@@ -108,7 +110,7 @@ class Labels:
 
 
 def _items(user_input: str) -> list[str]:
-    return [normalize(item) for item in user_input.split(",")]
+    return [normalize(item, casefold=True) for item in user_input.split(",")]
 
 
 def _first_position(words: Sequence[str], phrase: Sequence[str]) -> int | None:
@@ -119,7 +121,7 @@ def _first_position(words: Sequence[str], phrase: Sequence[str]) -> int | None:
 def task_labels(task: Task) -> Labels | None:
     """The label view of a task, or None: see `Labels` for the two kinds and how they are detected."""
     items = [_items(x) for x, _ in task.pairs]
-    if all(len(i) > 1 and normalize(y) in i for i, (_, y) in zip(items, task.pairs)):
+    if all(len(i) > 1 and normalize(y, casefold=True) in i for i, (_, y) in zip(items, task.pairs)):
         return Labels("choice", tuple(str(k + 1) for k in range(max(len(i) for i in items))))
     answers = sorted({y for _, y in task.pairs})
     return Labels("answer", tuple(answers)) if len(answers) <= MAX_LABELS else None

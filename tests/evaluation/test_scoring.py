@@ -23,20 +23,22 @@ def test_strict_matcher_needs_the_whole_answer_and_nothing_else():
     assert paper.is_correct("device", "vice") and paper.is_correct("Tunisia", "Tunis")  # the paper's matcher
     assert not is_strict("device", "vice") and not is_strict("Tunisia", "Tunis")
     assert not is_strict("vice versa", "vice") and not is_strict("The capital is Tunis.", "Tunis")
-    assert is_strict("Vice.", "vice") and is_strict("  tunis\n\nTunisia is a country", "Tunis")
+    assert is_strict("vice.", "vice") and is_strict("  Tunis\n\nTunisia is a country", "Tunis")
+    assert not is_strict("vice", "Vice") and not is_strict("farm", "FARM")  # case is the answer of some tasks
     assert is_strict("Washington, D.C.", "Washington DC") is False  # "d c" is two words, "dc" one
     assert is_strict("Washington, D.C.", "Washington, D.C.")
     assert not is_strict("", "") and not is_strict("...", "vice")
-    assert normalize("  Élan,  VITAL!\t") == "élan vital"
+    assert normalize("  Élan,  VITAL!\t") == "Élan VITAL" and normalize("Élan VITAL", casefold=True) == "élan vital"
 
 
 def test_echo_detection():
-    assert is_echo("Tunisia", "Tunisia") and is_echo("tunisia\nTunisia", "Tunisia")
+    assert is_echo("Tunisia", "Tunisia") and is_echo("Tunisia!\nTunisia", "Tunisia")
+    assert not is_echo("FARM", "farm")  # the uppercase task's answer is no echo
     assert is_echo('The antonym of "disconnected" is', "disconnected")  # truncated echo
     assert not is_echo("Tunis", "Tunisia") and not is_echo("connected", "disconnected")  # whole words only
     long_input = "one of the most charming and quirky films of the year , and original"
     assert is_echo("one of the most charming and", long_input)  # five input words in a row: cut copy
-    assert is_echo("Charming and quirky films of the", long_input)  # any run of the input
+    assert is_echo("charming and quirky films of the", long_input)  # any run of the input
     assert not is_echo("charming and quirky", long_input)  # fewer than five words, not the whole input
     assert not is_echo("positive", long_input)
     assert is_empty("") and is_empty(" \n\n") and is_empty("...!") and not is_empty("\n0")

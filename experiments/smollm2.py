@@ -5,6 +5,7 @@ Three stages, each calling only the library and writing to `figures/smollm2/` (`
     python experiments/smollm2.py select    # greedy accuracy of the 35 function-vector tasks, with and without instruction
     python experiments/smollm2.py train  --tasks antonym sentiment --seed 0   # masks -> figures/smollm2/masks/
     python experiments/smollm2.py analyze --tasks antonym sentiment           # everything else, from the stored masks
+    python experiments/smollm2.py evaluate --tasks antonym                    # only the settings tables (Tables 1/2)
 
 `select` writes `task_selection.csv` / `.md` (resumable: tasks already in the CSV are skipped).
 `train` runs `train_masks` (`TrainConfig.fast`, one pass for all tasks, per-row masks) with its run
@@ -12,8 +13,9 @@ folder (checkpoints) under `--runs` (git-ignored) and keeps only the final masks
 `<out>/masks/<task>.safetensors` (seed 0) or `<task>_seed<k>.safetensors`. `analyze` regenerates
 every table and figure from the stored masks without retraining: the settings table (Tables 1/2),
 removal sweeps by weight and random order (Fig. 2), similarity to the instructed run (Fig. 4),
-logit lens (Table 41), Jaccard between masks (Table 5) and the alpha grid (Fig. 6). Each stage
-appends its wall time to `<out>/times.csv`.
+logit lens (Table 41), Jaccard between masks (Table 5) and the alpha grid (Fig. 6). `evaluate` redoes
+only the settings tables, with every generation behind them (`tables12_generations_<task>.csv`), and
+the combined tables. Each stage appends its wall time to `<out>/times.csv`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pandas as pd
 import torch
 
 import headsup_lens as hl
+from headsup_lens._io import atomic_write
 from headsup_lens.analysis import Setting, alpha_grid, jaccard_matrix, jaccard_table, random_order, weight_order
 from headsup_lens.data import FV_TASKS
 from headsup_lens.evaluation import accuracy
@@ -38,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=("select", "train", "analyze", "combine"))
+    p.add_argument("stage", choices=("select", "train", "analyze", "evaluate", "rescore", "combine"))
     p.add_argument("--model", default="smollm2", help="model name or local directory (default: smollm2)")
     p.add_argument("--tasks", nargs="+", default=None,
                    help="tasks (select: default all 35 function-vector tasks; train: required; analyze: default every "
@@ -148,6 +151,83 @@ def _seed0_tasks(out: Path) -> list[str]:
     return sorted(names, key=lambda n: (ranked.index(n) if n in ranked else len(ranked), n))
 
 
+def evaluation(args, model, out: Path, task, mask: hl.HeadMask, extra: dict[str, hl.HeadMask], stage: str) -> None:
+    """Tables 1/2 for one task: the paper's settings and the controls `evaluate` adds (no base-model
+    twin: no "other model's mask"), plus the masked / random-mask rows of every other seed's mask.
+    Writes `tables12_evaluation_<task>.csv` and every output behind it, `tables12_generations_<task>.csv`."""
+    stem = hl.training.safe_name(task.name)
+    start = time.perf_counter()
+    table, texts = hl.evaluate(model, task, mask, alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0,
+                               return_generations=True)
+    tables, generations = [table], [texts]
+    _record_time(out, stage, f"{task.name}: evaluate (settings table)", time.perf_counter() - start)
+    for label, seed_mask in extra.items():  # other seeds of this task's mask: run-to-run spread
+        if label.startswith(f"{stem} (seed "):
+            start = time.perf_counter()
+            seed = label[len(stem) + 2:-1]
+            rows, texts = hl.evaluate(model, task, seed_mask, alpha=args.alpha, batch_size=args.eval_batch_size,
+                                      return_generations=True)
+            keep = ["masked", "random mask"]
+            tables.append(rows[rows.setting.isin(keep)].assign(setting=lambda t: t.setting + f", {seed}"))
+            generations.append(texts[texts.setting.isin(keep)].assign(setting=lambda t: t.setting + f", {seed}"))
+            _record_time(out, stage, f"{label}: evaluate (masked, random mask)", time.perf_counter() - start)
+    write_csv(out / f"tables12_evaluation_{stem}.csv", pd.concat(tables))
+    write_csv(out / f"tables12_generations_{stem}.csv", pd.concat(generations))
+
+
+def evaluate_only(args, model, out: Path) -> None:
+    """Only the settings tables (`evaluation`) and the combined tables (`combine`): no sweeps, no alpha
+    grid. A task whose generations file exists is skipped (delete it to redo), so the stage resumes."""
+    names = args.tasks or _seed0_tasks(out)
+    extra = _seed_masks(out, model)
+    for name in names:
+        if (out / f"tables12_generations_{hl.training.safe_name(name)}.csv").exists():
+            print(f"{name}: evaluated already (tables12_generations_{hl.training.safe_name(name)}.csv)", flush=True)
+            continue
+        mask = hl.HeadMask.load(_mask_path(out, name, 0), model)
+        evaluation(args, model, out, hl.load_task(name, args.data_dir), mask, extra, "evaluate")
+    combine(args, model, out)
+
+
+def write_csv(path: Path, table: pd.DataFrame) -> None:
+    atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
+
+
+def rescore(task, table: pd.DataFrame, texts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The score columns of a settings table recomputed from its stored generations (no model run):
+    `evaluate`'s own `score_outputs` and McNemar tests; losses and the other columns are kept."""
+    from headsup_lens.evaluation import mcnemar_exact, score_outputs, task_labels
+    from headsup_lens.evaluation._evaluate import MASK_SETTINGS
+
+    labels = task_labels(task)
+    rows, outputs, per_setting = [], [], {}
+    for record in table.to_dict("records"):
+        group = texts[texts.setting == record["setting"]].sort_values("example")
+        scores, per = score_outputs(task, group.output.tolist(), group.input.tolist(), group.answer.tolist(), labels)
+        per_setting[record["setting"]] = per
+        base = record["setting"].split(", seed ")[0]
+        for reference in ("original", "instructed"):
+            scores[f"p_vs_{reference}"] = (mcnemar_exact(per["correct"], per_setting[reference]["correct"])
+                                           if base in MASK_SETTINGS and reference in per_setting else float("nan"))
+        rows.append({**record, **scores})
+        kept = group[["task", "setting", "example", "input", "answer", "output"]]
+        outputs.append(kept.assign(**{k: v for k, v in per.items()}))
+    return pd.DataFrame(rows)[list(table.columns)], pd.concat(outputs, ignore_index=True)
+
+
+def rescore_stored(args, model, out: Path) -> None:
+    """`rescore`: every task with a stored generations file, its table rewritten in place."""
+    for path in sorted(out.glob("tables12_generations_*.csv")):
+        stem = path.stem.removeprefix("tables12_generations_")
+        table = pd.read_csv(out / f"tables12_evaluation_{stem}.csv")
+        task = hl.load_task(table.task.iloc[0], args.data_dir)
+        table, texts = rescore(task, table, pd.read_csv(path, keep_default_na=False))
+        write_csv(out / f"tables12_evaluation_{stem}.csv", table)
+        write_csv(path, texts)
+        print(f"{task.name}: rescored", flush=True)
+    combine(args, model, out)
+
+
 def analyze(args, model, out: Path) -> None:
     """Every table and figure from the stored masks (no training): per task `<artifact>_<task>.csv`,
     then the combined tables over every analysed task and the Jaccard table over every stored mask."""
@@ -161,17 +241,7 @@ def analyze(args, model, out: Path) -> None:
         task = hl.load_task(name, args.data_dir)
         stem = hl.training.safe_name(name)
 
-        start = time.perf_counter()  # Tables 1/2: the paper's settings (no base-model twin: no "other model's mask")
-        tables = [hl.evaluate(model, task, mask, alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0)]
-        _record_time(out, "analyze", f"{name}: evaluate (settings table)", time.perf_counter() - start)
-        for label, seed_mask in extra.items():  # other seeds of this task's mask: run-to-run spread
-            if label.startswith(f"{stem} (seed "):
-                start = time.perf_counter()
-                rows = hl.evaluate(model, task, seed_mask, alpha=args.alpha, batch_size=args.eval_batch_size)
-                rows = rows[rows.setting.isin(["masked", "random mask"])].assign(setting=lambda t: t.setting + f", {label[len(stem) + 2:-1]}")
-                tables.append(rows)
-                _record_time(out, "analyze", f"{label}: evaluate (masked, random mask)", time.perf_counter() - start)
-        pd.concat(tables).to_csv(out / f"tables12_evaluation_{stem}.csv", index=False)
+        evaluation(args, model, out, task, mask, extra, "analyze")
 
         x, answer = task.eval_pairs[0]  # Fig. 2: one held-out input, the answer as the target token
         prompt = task.user_text(x)
@@ -240,12 +310,53 @@ def combine(args, model, out: Path) -> None:
         table.to_csv(out / f"{artifact}.csv", index=False)
     every = {**{n: hl.HeadMask.load(_mask_path(out, n, 0), model) for n in stored},
              **_seed_masks(out, model)}  # Table 5: Jaccard between masks vs the random expectation
-    jaccard_table(every).to_csv(out / "table5_jaccard.csv", index=False)
-    _figure(args, jaccard_figure(jaccard_matrix(every), title="SmolLM2: Jaccard similarity of the learned masks"),
+    table5 = jaccard_table(every)
+    table5.to_csv(out / "table5_jaccard.csv", index=False)
+    _figure(args, jaccard_figure(jaccard_matrix(every), table=table5,
+                                 title="SmolLM2: Jaccard similarity of the learned masks (p: exact overlap test)"),
             out, "table5_jaccard")
     _figure(args, mask_heatmap(every, title="SmolLM2: learned masks (1 = kept)"), out, "masks")
     summary = pd.read_csv(out / "tables12_evaluation.csv")
+    (out / "tables12_summary.md").write_text(readme_tables(summary))
     print(summary[["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]].to_string(index=False))
+
+
+SUMMARY_SETTINGS = ("original", "instructed", "masked", "random mask", "instructed + scaled mask", "echo baseline",
+                    "majority label")
+
+
+def readme_tables(table: pd.DataFrame) -> str:
+    """The README's two tables from the combined settings table: accuracy by the paper's matcher / the
+    strict one per setting, then the masked and instructed rows with 95% Wilson intervals, echo and
+    empty counts, McNemar p-values and (label tasks) balanced accuracy. Tasks evaluated before these
+    columns existed show "n/a" in the first table and are left out of the second."""
+    def pair(row) -> str:
+        strict = f"{row.strict:.2f}" if "strict" in row and pd.notna(row.strict) else "n/a"
+        return f"{row.accuracy:.2f} / {strict}"
+
+    def ci(row, column: str) -> str:
+        if f"{column}_low" not in row or pd.isna(row[f"{column}_low"]):
+            return "n/a"
+        return f"{row[column]:.2f} [{row[f'{column}_low']:.2f}, {row[f'{column}_high']:.2f}]"
+
+    def num(row, column: str, fmt: str) -> str:
+        return format(row[column], fmt) if column in row and pd.notna(row[column]) else "n/a"
+
+    lines = ["| task (n) | " + " | ".join(SUMMARY_SETTINGS) + " |", "|---|" + "---:|" * len(SUMMARY_SETTINGS)]
+    detail = ["| task | setting | paper matcher [95% CI] | strict [95% CI] | echo | empty | p vs original | "
+              "p vs instructed | balanced accuracy |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for task, rows in table.groupby("task", sort=False):
+        rows = rows.set_index("setting")
+        cells = [pair(rows.loc[s]) if s in rows.index else "" for s in SUMMARY_SETTINGS]
+        lines.append(f"| {task} ({int(rows.n_examples.iloc[0])}) | " + " | ".join(cells) + " |")
+        if "strict" not in rows or rows.strict.isna().all():  # evaluated before the second reading existed
+            continue
+        for setting in [s for s in rows.index if s in ("original", "instructed") or s.startswith("masked")]:
+            row = rows.loc[setting]
+            detail.append(f"| {task} | {setting} | {ci(row, 'accuracy')} | {ci(row, 'strict')} | {num(row, 'echo', '.0f')} "
+                          f"| {num(row, 'empty', '.0f')} | {num(row, 'p_vs_original', '.2g')} | "
+                          f"{num(row, 'p_vs_instructed', '.2g')} | {num(row, 'balanced_accuracy', '.2f')} |")
+    return "\n".join(lines) + "\n\n" + "\n".join(detail) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -255,10 +366,13 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["HEADSUP_DATA_DIR"] = args.data_dir
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    model = hl.load_model(args.model)
-    _record_time(out, args.stage, "load model", time.perf_counter() - start)
-    {"select": select, "train": train, "analyze": analyze, "combine": combine}[args.stage](args, model, out)
+    model = None
+    if args.stage not in ("combine", "rescore"):  # these only read the stored files
+        start = time.perf_counter()
+        model = hl.load_model(args.model)
+        _record_time(out, args.stage, "load model", time.perf_counter() - start)
+    {"select": select, "train": train, "analyze": analyze, "evaluate": evaluate_only, "rescore": rescore_stored,
+     "combine": combine}[args.stage](args, model, out)
 
 
 if __name__ == "__main__":

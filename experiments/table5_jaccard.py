@@ -1,5 +1,6 @@
 """Table 5: Jaccard similarity of the masks of different tasks against its expectation for random
-masks of the same sizes, and the recall of the smaller mask (default and negative initialisation)."""
+masks of the same sizes, the exact (hypergeometric) p-value of each pair's overlap under random masks of
+those sizes, and the recall of the smaller mask (default and negative initialisation)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def main(argv: list[str] | None = None) -> None:
     for init, negative in inits.items():
         masks = {name: t.mask for name, t in xp.masks(tasks, negative=negative).items()}
         tables.append(jaccard_table(masks).assign(init=init))
-        xp.figure(jaccard_figure(jaccard_matrix(masks), title=f"Table 5 — Jaccard of kept heads ({init} init)"),
+        xp.figure(jaccard_figure(jaccard_matrix(masks), table=tables[-1],
+                                 title=f"Table 5 — Jaccard of kept heads ({init} init; p: exact overlap test)"),
                   f"table5_jaccard_{init}")
     table = pd.concat(tables, ignore_index=True)
     xp.table(table, "table5_jaccard")

@@ -25,6 +25,7 @@ from ._pathways import alpha_grid as alpha_grid
 from ._pathways import group_ablation as group_ablation
 from ._pathways import jaccard_matrix as jaccard_matrix
 from ._pathways import jaccard_table as jaccard_table
+from ._pathways import overlap_p_value as overlap_p_value
 from ._pathways import pathway_heads as pathway_heads
 from ._pathways import pathway_recovery as pathway_recovery
 from ._pathways import weight_trajectories as weight_trajectories

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import hypergeom
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -101,19 +102,30 @@ def pathway_heads(masks: Masks) -> PathwayHeads:
     return PathwayHeads(names=list(named), kept=kept)
 
 
+def overlap_p_value(overlap: int, size_a: int, size_b: int, n_total: int) -> float:
+    """Exact one-sided p-value of an overlap: the probability that a random mask of `size_b` heads
+    shares at least `overlap` heads with a fixed mask of `size_a` among `n_total` (hypergeometric)."""
+    return float(hypergeom.sf(overlap - 1, n_total, size_a, size_b))
+
+
 def jaccard_table(masks: Masks) -> pd.DataFrame:
-    """Table 5: for every pair of masks, sizes, Jaccard, its random expectation and recall."""
+    """Table 5: for every pair of masks, sizes, Jaccard, its random expectation and recall, the
+    number of kept heads they share (`overlap`) and `p_value`, the exact chance of an overlap (hence
+    a Jaccard) at least this large for random masks of the same sizes (`overlap_p_value`)."""
     named = named_masks(masks)
     rows = []
     names = list(named)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             ma, mb = named[a], named[b]
+            overlap = int(((ma.values > 0) & (mb.values > 0)).sum())
             rows.append({
                 "mask_a": a, "mask_b": b, "size_a": ma.n_kept, "size_b": mb.n_kept,
                 "jaccard": ma.jaccard(mb), "expected": ma.expected_jaccard(mb), "recall": ma.recall(mb),
+                "overlap": overlap, "p_value": overlap_p_value(overlap, ma.n_kept, mb.n_kept, ma.n_total),
             })
-    return pd.DataFrame(rows, columns=["mask_a", "mask_b", "size_a", "size_b", "jaccard", "expected", "recall"])
+    return pd.DataFrame(rows, columns=["mask_a", "mask_b", "size_a", "size_b", "jaccard", "expected", "recall",
+                                       "overlap", "p_value"])
 
 
 def jaccard_matrix(masks: Masks) -> pd.DataFrame:

@@ -350,12 +350,13 @@ def run_pathways(args: PathwaysCommand) -> int:
     pathways = pathway_heads(masks)
     stage = OutputSet(out, "pathways")
     _write_csv(stage.path / "heads.csv", pathways.table())
-    _write_csv(stage.path / "jaccard.csv", jaccard_table(masks))
+    table = jaccard_table(masks)
+    _write_csv(stage.path / "jaccard.csv", table)
     matrix = jaccard_matrix(masks)
     _write_csv(stage.path / "jaccard_matrix.csv", matrix, index=True)
     summary = {**pathways.summary(), "names": pathways.names, "used_by_all": pathways.used_by_all(),
                "used_by_none": pathways.used_by_none()}
-    figures = {"masks": mask_heatmap(masks), "usage": usage_heatmap(pathways), "jaccard": jaccard_figure(matrix)}
+    figures = {"masks": mask_heatmap(masks), "usage": usage_heatmap(pathways), "jaccard": jaccard_figure(matrix, table=table)}
     if args.trajectory is not None:
         steps, weights = weight_trajectories(args.trajectory)
         figures["trajectory"] = trajectory_figure(steps, weights)

@@ -19,7 +19,8 @@ class EvaluateCommand:
     mask: str
     """Mask file (safetensors) trained for this model, or a `headsup train` output folder holding mask.safetensors."""
     out: str
-    """Output folder for results.csv (results.partial.csv holds the finished rows while it runs)."""
+    """Output folder for results.csv and generations.csv, every output behind the table (results.partial.csv
+    holds the finished rows while it runs)."""
     model: str = "organism"
     """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     other_mask: str | None = None
@@ -66,11 +67,15 @@ def run_evaluate(args: EvaluateCommand) -> int:
     def save(table, path: Path = partial) -> Path:  # after every setting: an interruption keeps the finished rows
         return atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
 
-    table = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,
-                     batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=args.generate,
-                     on_row=save)
+    table, texts = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,
+                            batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=args.generate,
+                            on_row=save, return_generations=True)
+    if len(texts):  # every output behind the table, with its per-example scores (before results.csv, which ends the set)
+        print(f"wrote {atomic_write(Path(out) / 'generations.csv', lambda tmp: texts.to_csv(tmp, index=False))}")
     written = save(table, target)  # results.csv only ever holds a complete table
     partial.unlink(missing_ok=True)
     print(table.to_string(index=False))
     print(f"wrote {written}")
+    if len(texts):  # every output behind the table, with its per-example scores
+        print(f"wrote {atomic_write(Path(out) / 'generations.csv', lambda tmp: texts.to_csv(tmp, index=False))}")
     return 0

@@ -157,12 +157,13 @@ def run_demo(config: DemoConfig) -> DemoResult:
            f"usually breaks the model.{planted_note}")
 
     # 2. Evaluation in the paper's settings, plus recovery of the planted pathway.
-    evaluations, summary_rows, display_rows = [], [], []
+    evaluations, summary_rows, display_rows, outputs = [], [], [], []
     for number, task in enumerate(tasks, 1):
         print(f"evaluating {task.name} ({number}/{len(tasks)}) in the paper's settings ...", flush=True)
-        table = evaluate(model, task, masks[task.name], alpha=0.25,
-                         on_row=lambda t: print(f"  {t.setting.iloc[-1]}: done", flush=True))
+        table, texts = evaluate(model, task, masks[task.name], alpha=0.25, return_generations=True,
+                                on_row=lambda t: print(f"  {t.setting.iloc[-1]}: done", flush=True))
         evaluations.append(table)
+        outputs.append(texts)
         accuracy = dict(zip(table.setting, table.accuracy))
         n = int(table.n_examples.iloc[0]) if "n_examples" in table else len(task.eval_pairs)
         row = {
@@ -205,23 +206,35 @@ def run_demo(config: DemoConfig) -> DemoResult:
 
     report.heading("All settings")
     multi_word = {t.name for t in tasks if _multi_word(t)}
-    columns = ["task", "setting", "n_kept", "n_examples", "answer_nll", "perplexity", "accuracy"]
+    columns = ["task", "setting", "n_kept", "n_examples", "answer_nll", "perplexity", "accuracy", "strict", "echo",
+               "empty", "p_vs_original", "p_vs_instructed", "balanced_accuracy"]
     if multi_word:
         columns += ["rouge_l", "bleu"]
     shown = evaluation[[c for c in columns if c in evaluation]].copy()
-    if "accuracy" in shown:
-        shown["accuracy"] = [_percent(v, int(k)) for v, k in zip(shown.accuracy, shown.get("n_examples", n_eval))]
+    for column in ("accuracy", "strict"):  # with the 95% Wilson interval
+        if column in shown:
+            shown[column] = [f"{_percent(v, int(k))} [{100 * lo:.0f}-{100 * hi:.0f}%]" if pd.notna(v) else "—"
+                             for v, k, lo, hi in zip(shown[column], shown.get("n_examples", n_eval),
+                                                     evaluation[f"{column}_low"], evaluation[f"{column}_high"])]
     for column in ("rouge_l", "bleu"):
         if column in shown:
             shown.loc[~shown.task.isin(multi_word), column] = float("nan")
     shown = shown.rename(columns={"n_kept": "heads kept", "n_examples": "examples",
-                                  "answer_nll": "answer loss (nats/token)"})
+                                  "answer_nll": "answer loss (nats/token)", "accuracy": "accuracy (paper's matcher)",
+                                  "strict": "strict accuracy", "echo": "outputs repeating the input",
+                                  "empty": "empty outputs", "p_vs_original": "p vs original (McNemar)",
+                                  "p_vs_instructed": "p vs instructed (McNemar)"})
     settings_caption = (
         "Each task in the paper's settings: original (bare input), instructed (instruction + input), masked "
         "(bare input, learned mask), random mask (the mask shuffled: same number of heads), instructed + scaled "
         "mask (heads outside the mask scaled by 0.25 instead of removed). Answer loss: cross-entropy of the "
         "reference answer's tokens in nats, each example's mean averaged over examples (lower is better; the "
-        "paper calls it 'PPL'); perplexity: exp of the cross-entropy over all answer tokens, 1 is perfect."
+        "paper calls it 'PPL'); perplexity: exp of the cross-entropy over all answer tokens, 1 is perfect. "
+        "Accuracy counts an output that contains (or starts with) the answer; strict accuracy only one whose first "
+        "line is the answer (whole words); [..] is the 95% Wilson interval. Controls: 'echo baseline' outputs the "
+        "input itself (what copying scores), 'majority label' always the most frequent label (label tasks). p: exact "
+        "McNemar test of the same examples against the original / instructed rows. Every output is in "
+        "tables/generations.csv."
     )
     if multi_word:
         settings_caption += " ROUGE-L and BLEU (0-1 and 0-100, higher is better) are shown for phrase answers only."
@@ -303,8 +316,8 @@ def run_demo(config: DemoConfig) -> DemoResult:
     # 5. Files.
     print(f"writing the report, tables and figures to {out} ...", flush=True)
     tables_dir = stage.path / "tables"
-    for name, frame in {"summary": summary, "evaluation": evaluation,
-                        "sweeps": pd.DataFrame(sweep_rows)}.items():
+    for name, frame in {"summary": summary, "evaluation": evaluation, "sweeps": pd.DataFrame(sweep_rows),
+                        "generations": pd.concat(outputs, ignore_index=True)}.items():
         atomic_write(tables_dir / f"{name}.csv", lambda tmp, frame=frame: frame.to_csv(tmp, index=False))
     for name, sweep in sweeps.items():
         atomic_write(tables_dir / f"sweep_{name.replace(' ', '_')}.csv",

@@ -1,4 +1,5 @@
-"""Evaluation: answer loss and perplexity, greedy accuracy, ROUGE-L, BLEU, and the paper's settings table."""
+"""Evaluation: answer loss and perplexity, greedy accuracy (the paper's matcher and a strict one, with
+Wilson intervals, echo and label controls, paired tests), ROUGE-L, BLEU, and the paper's settings table."""
 
 from ._evaluate import accuracy as accuracy
 from ._evaluate import answer_loss as answer_loss
@@ -9,6 +10,16 @@ from ._metrics import bleu as bleu
 from ._metrics import first_line as first_line
 from ._metrics import rouge_l as rouge_l
 from ._greedy import greedy_generate as greedy_generate
+from ._scoring import Labels as Labels
+from ._scoring import balanced_accuracy as balanced_accuracy
+from ._scoring import is_echo as is_echo
+from ._scoring import is_empty as is_empty
+from ._scoring import is_strict as is_strict
+from ._scoring import mcnemar_exact as mcnemar_exact
+from ._scoring import normalize as normalize
+from ._scoring import score_outputs as score_outputs
+from ._scoring import task_labels as task_labels
+from ._scoring import wilson_interval as wilson_interval
 
 from .._typecheck import check_namespace as _check_namespace
 

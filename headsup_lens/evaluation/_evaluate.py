@@ -20,6 +20,7 @@ from ..gates import Gate, gate_hooks
 from ..training import answer_nll, length_batches
 from ._greedy import greedy_generate
 from ._metrics import bleu, first_line, rouge_l
+from ._scoring import majority_label, mcnemar_exact, score_outputs, task_labels
 
 MaskArg = HeadMask | Tensor | None
 
@@ -156,13 +157,17 @@ def _as_head_mask(name: str, mask: HeadMask | Tensor, model: TransformerBridge) 
     return HeadMask(mask.detach().float().cpu(), model=fingerprint(model))
 
 
+CONTROLS = ("echo baseline", "majority label")  # rows scored from fixed outputs, no model run
+MASK_SETTINGS = ("masked", "random mask", "other model's mask", "instructed + scaled mask")
+
+
 def evaluate(
     model: TransformerBridge, task: Task, mask: HeadMask | Tensor, *, other_mask: HeadMask | Tensor | None = None,
     alpha: float = 0.25,
     gate: Gate = "value", split: str = "eval", max_new_tokens: int | None = None, batch_size: int = 16,
     random_seed: int = 0, generate: bool = True, text_metrics: bool | None = None,
-    on_row: Callable[[pd.DataFrame], None] | None = None,
-) -> pd.DataFrame:
+    on_row: Callable[[pd.DataFrame], None] | None = None, return_generations: bool = False,
+) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """The paper's comparison table for one task and mask, one row per setting.
 
     Settings: original, instructed, masked, random mask (`mask.shuffled(random_seed)`, same size),
@@ -170,11 +175,24 @@ def evaluate(
     the mask scaled by `alpha`; value gate only). Instructed rows need `task.instruction`. Columns:
     `answer_nll` (nats: each example's mean answer-token cross-entropy, averaged over examples; the
     paper's "PPL"), `perplexity` (exp of the token-pooled cross-entropy: a true perplexity),
-    `accuracy` (greedy, the task's matcher), and for sentence answers `rouge_l` (mean F1; characters
-    when `task.char_level`) and `bleu` (sacrebleu), on the first line of each generation.
-    `text_metrics=None` shows ROUGE-L/BLEU only when the answers average more than two words (on
-    one-word answers they only restate accuracy, BLEU being 0). `generate=False` skips generation.
-    `on_row` is called with the table so far after each setting (to save finished rows as they come).
+    `accuracy` (greedy, the task's matcher: the paper's headline number), and for sentence answers
+    `rouge_l` (mean F1; characters when `task.char_level`) and `bleu` (sacrebleu), on the first line
+    of each generation. `text_metrics=None` shows ROUGE-L/BLEU only when the answers average more
+    than two words (on one-word answers they only restate accuracy, BLEU being 0).
+
+    Every generated setting also carries (`score_outputs`): `strict` (the normalised first line of
+    the output equals the normalised answer), 95% Wilson bounds `accuracy_low/high` and
+    `strict_low/high`, `echo` (outputs that repeat the input, `is_echo`) and `empty` counts, and
+    for label tasks (`task_labels`) `balanced_accuracy` and `predicted_labels`. Mask settings carry
+    exact McNemar p-values of their paper-matcher hits against the original (`p_vs_original`) and
+    instructed (`p_vs_instructed`) rows on the same examples. Two control rows need no model:
+    "echo baseline" (each output is the bare input) and, for label tasks, "majority label" (each
+    output is the most frequent label of the training pairs).
+
+    `generate=False` skips generation (and every score above). `on_row` is called with the table so
+    far after each setting (to save finished rows as they come). `return_generations=True` returns
+    `(table, generations)`: one row per setting and example with its input, answer, output and
+    per-example scores, so every number of the table can be read against its outputs.
     `mask_task` is the task the mask was trained for (its metadata); another task than `task` warns.
     """
     mask = _as_head_mask("mask", mask, model)  # a plain [n_layers, n_heads] tensor works as everywhere else
@@ -194,10 +212,29 @@ def evaluate(
         settings.append(("other model's mask", other_mask, 0.0, False))
     if task.instruction is not None and gate == "value":  # alpha scaling is defined for the value gate only
         settings.append(("instructed + scaled mask", mask, alpha, True))
-    answers = task_prompts(task, split)[2]
+    inputs, _, answers = task_prompts(task, split)
     if text_metrics is None:
         text_metrics = sum(len(a.split()) for a in answers) / len(answers) > 2
-    records = []
+    labels = task_labels(task) if generate else None
+    records, texts_of, per_example = [], {}, {}
+
+    def add(record: dict, texts: list[str]) -> None:
+        if generate:
+            scores, per = score_outputs(task, texts, inputs, answers, labels)
+            texts_of[record["setting"]], per_example[record["setting"]] = texts, per
+            for reference in ("original", "instructed"):  # paired tests on the same examples
+                scores[f"p_vs_{reference}"] = (
+                    mcnemar_exact(per["correct"], per_example[reference]["correct"])
+                    if record["setting"] in MASK_SETTINGS and reference in per_example else float("nan"))
+            record.update(dict(sorted(scores.items(), key=lambda kv: kv[0] in ("balanced_accuracy", "predicted_labels"))))
+            if text_metrics:
+                lines = [first_line(t) for t in texts]
+                record.update(rouge_l=rouge_l(lines, answers, char_level=task.char_level),
+                              bleu=bleu(lines, answers, char_level=task.char_level))
+        records.append(record)
+        if on_row is not None:
+            on_row(pd.DataFrame.from_records(records))
+
     for name, setting_mask, setting_alpha, instructed in settings:
         options = dict(mask=setting_mask, alpha=setting_alpha, instructed=instructed, gate=gate, split=split,
                        batch_size=batch_size)
@@ -206,14 +243,22 @@ def evaluate(
                   "n_kept": setting_mask.n_kept if setting_mask is not None else model.cfg.n_layers * model.cfg.n_heads,
                   "n_examples": len(answers), "answer_nll": reduce_nll(sums, counts, "example"),
                   "perplexity": math.exp(reduce_nll(sums, counts, "token"))}
-        if generate:
-            texts = generations(model, task, max_new_tokens=max_new_tokens, **options)
-            lines = [first_line(t) for t in texts]
-            record["accuracy"] = sum(task.is_correct(t, a) for t, a in zip(texts, answers)) / len(answers)
-            if text_metrics:
-                record.update(rouge_l=rouge_l(lines, answers, char_level=task.char_level),
-                              bleu=bleu(lines, answers, char_level=task.char_level))
-        records.append(record)
-        if on_row is not None:
-            on_row(pd.DataFrame.from_records(records))
-    return pd.DataFrame.from_records(records)
+        add(record, generations(model, task, max_new_tokens=max_new_tokens, **options) if generate else [])
+    if generate:
+        controls = {"echo baseline": list(inputs)}
+        if labels is not None:
+            majority = majority_label(task, labels, split)
+            controls["majority label"] = [majority if labels.kind == "answer" else x.split(",")[int(majority) - 1].strip()
+                                          for x in inputs]
+        for name, texts in controls.items():
+            record = {"task": task.name, "setting": name, "instructed": False, "alpha": float("nan"),
+                      "n_kept": float("nan"), "n_examples": len(answers), "answer_nll": float("nan"),
+                      "perplexity": float("nan")}
+            add(record, texts)
+    table = pd.DataFrame.from_records(records)
+    if not return_generations:
+        return table
+    rows = [{"task": task.name, "setting": name, "example": i, "input": inputs[i], "answer": answers[i],
+             "output": text, **{key: values[i] for key, values in per_example[name].items()}}
+            for name, texts in texts_of.items() for i, text in enumerate(texts)]
+    return table, pd.DataFrame.from_records(rows)

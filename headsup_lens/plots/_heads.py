@@ -120,10 +120,17 @@ def trajectory_figure(steps: Sequence[int], weights: Tensor, *, title: str = "")
     return fig
 
 
-def jaccard_figure(matrix: pd.DataFrame, *, title: str = "") -> go.Figure:
-    """Heat map of a square Jaccard matrix (`analysis.jaccard_matrix`)."""
+def jaccard_figure(matrix: pd.DataFrame, *, title: str = "", table: pd.DataFrame | None = None) -> go.Figure:
+    """Heat map of a square Jaccard matrix (`analysis.jaccard_matrix`); with `table`
+    (`analysis.jaccard_table` of the same masks) each pair's cell also shows its overlap p-value."""
+    text = matrix.round(2).astype(str).to_numpy()
+    if table is not None:
+        where = {name: i for i, name in enumerate(matrix.index)}
+        for row in table.itertuples():
+            for i, j in ((where[row.mask_a], where[row.mask_b]), (where[row.mask_b], where[row.mask_a])):
+                text[i, j] = f"{row.jaccard:.2f}<br>p={row.p_value:.1g}"
     fig = go.Figure(go.Heatmap(z=matrix.to_numpy(), x=list(matrix.columns), y=list(matrix.index), zmin=0, zmax=1,
-                               colorscale="Viridis", text=matrix.round(2).to_numpy(), texttemplate="%{text}"))
+                               colorscale="Viridis", text=text, texttemplate="%{text}"))
     fig.update_layout(title=title or "Jaccard similarity of masks", yaxis_autorange="reversed")
     return fig
 

@@ -50,6 +50,27 @@ def test_jaccard_expectation_and_recall_by_hand():
         jaccard_table([A, HeadMask(torch.ones(3, 3))])
 
 
+def test_overlap_p_value_against_every_random_mask():
+    """Brute force: every mask of b's size among the 6 heads, counted when it shares at least as
+    many kept heads with a as b does (hence has at least b's Jaccard)."""
+    from itertools import combinations
+
+    table = jaccard_table({"a": A, "b": B, "c": C}).set_index(["mask_a", "mask_b"])
+    heads = range(6)
+    for (name_a, name_b), ma, mb in ((("a", "b"), A, B), (("a", "c"), A, C), (("b", "c"), B, C)):
+        kept_a = {i for i in heads if ma.values.flatten()[i] > 0}
+        kept_b = {i for i in heads if mb.values.flatten()[i] > 0}
+        overlap = len(kept_a & kept_b)
+        draws = list(combinations(heads, len(kept_b)))
+        at_least = sum(len(kept_a & set(d)) >= overlap for d in draws)
+        row = table.loc[(name_a, name_b)]
+        assert row.overlap == overlap
+        assert row.p_value == pytest.approx(at_least / len(draws))
+        jaccards = [len(kept_a & set(d)) / len(kept_a | set(d)) for d in draws]
+        assert row.p_value == pytest.approx(sum(j >= row.jaccard - 1e-12 for j in jaccards) / len(draws))
+    assert table.loc[("a", "c"), "p_value"] == pytest.approx(3 / 15)  # a ⊂ c: C(3,3)·C(3,1) of C(6,4)
+
+
 def test_weight_trajectories_from_masks_tensor_and_run_folder(tmp_path):
     logits = torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(0))
     steps, weights = weight_trajectories(logits)

@@ -30,7 +30,7 @@ def test_demo_runs_end_to_end_on_a_tiny_model(tmp_path, llama_dir):
     assert len(result.sweeps["weight order"].steps) == 2 * 8 + 1
     weight, influence = result.sweeps["weight order"].order, result.sweeps["influence order"].order
     assert sorted(influence[:6]) == sorted(weight[:6]) and influence[6:] == weight[6:]
-    for name in ["summary", "evaluation", "sweeps", "sweep_weight_order"]:
+    for name in ["summary", "evaluation", "sweeps", "sweep_weight_order", "generations"]:
         assert not pd.read_csv(out / "tables" / f"{name}.csv").empty
     summary = json.loads((out / "summary.json").read_text())
     assert summary["summary"][0]["task"] == "organism/reverse"
@@ -47,6 +47,7 @@ def test_demo_runs_end_to_end_on_a_tiny_model(tmp_path, llama_dir):
     assert report.count('class="caption"') >= 7 and "nats/token" in report and "% (" in report
     assert "<th>bleu</th>" not in report and "one-word answers" in report  # no BLEU for one-word answers
     assert "<td>None</td>" not in report and "<td>nan</td>" not in report.lower()
+    assert "<th>strict accuracy</th>" in report and "echo baseline" in report and "Wilson" in report
 
 
 def test_demo_command_reports_bad_input_clearly(tmp_path, capsys, llama_dir):

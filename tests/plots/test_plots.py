@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from headsup_lens import HeadMask, layer_similarity, logit_lens, pathway_heads, removal_sweep
-from headsup_lens.analysis import jaccard_matrix, layer_states, random_order, sweep_similarity
+from headsup_lens.analysis import jaccard_matrix, jaccard_table, layer_states, random_order, sweep_similarity
 from headsup_lens.plots import (
     alpha_figure,
     attention_target_figure,
@@ -68,6 +68,8 @@ def test_head_figures(llama):
     usage = usage_heatmap(pathway_heads(masks))
     assert (usage.data[0].z == (masks["a"].values + masks["b"].values).numpy()).all()
     assert jaccard_figure(jaccard_matrix(masks)).data[0].z[0, 1] == pytest.approx(masks["a"].jaccard(masks["b"]))
+    with_p = jaccard_figure(jaccard_matrix(masks), table=jaccard_table(masks)).data[0]
+    assert with_p.text[0, 1] == with_p.text[1, 0] and "p=" in with_p.text[0, 1] and with_p.text[0, 0] == "1.0"
     weights = torch.rand(5, 2, 8)
     traj = trajectory_figure(list(range(0, 50, 10)), weights)
     assert len(traj.data) == 16 and list(traj.data[3].y) == pytest.approx(weights[:, 0, 3].tolist())

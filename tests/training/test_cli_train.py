@@ -80,6 +80,9 @@ def test_train_then_evaluate(planted_dir, tmp_path, capsys):
                  "--out", str(out), "--model", str(planted_dir), "--device", "cpu"]) == 0
     table = pd.read_csv(out / "results.csv").set_index("setting")
     assert table.loc["masked", "accuracy"] == 1.0 and table.loc["original", "accuracy"] == 0.0
+    outputs = pd.read_csv(out / "generations.csv", keep_default_na=False)  # the outputs behind every row
+    assert outputs[outputs.setting == "masked"].correct.mean() == table.loc["masked", "accuracy"]
+    assert set(outputs.setting) == set(table.index) and "echo baseline" in set(outputs.setting)
 
 
 def test_bad_inputs_write_nothing(planted_dir, tmp_path, capsys):

@@ -1,0 +1,180 @@
+"""A second reading of greedy outputs: a strict matcher, echo and empty outputs, label tasks,
+Wilson intervals and an exact paired test.
+
+The paper's matcher (the answer is contained in / starts the output) rewards an output that only
+repeats the input, or contains the answer inside a longer word ("device" for "vice"). These
+scores let a table say how much of an accuracy survives a stricter reading and the obvious
+controls.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy.stats import binomtest
+
+from ..data import Task
+from ._metrics import first_line
+
+ECHO_MIN_WORDS = 5  # an output opening with this many consecutive input words copies the input
+MAX_LABELS = 8  # a task whose answers take at most this many distinct values is a label task
+NO_LABEL = "(none)"  # predicted label of an output that names no label
+
+
+def normalize(text: str, *, casefold: bool = False) -> str:
+    """Unicode-normalised (NFKC) words separated by single spaces: every character that is not a
+    letter, digit or underscore separates words ("Washington, D.C." -> "Washington D C"). Case is
+    kept unless `casefold` (it is the answer of the capitalisation tasks, and the paper's matcher keeps it)."""
+    text = unicodedata.normalize("NFKC", text)
+    return " ".join(re.findall(r"\w+", text.casefold() if casefold else text))
+
+
+def is_strict(output: str, answer: str) -> bool:
+    """The strict matcher: the normalised first answer span (the output's first line with any text,
+    `first_line`: what follows is usually a new turn or an explanation) equals the normalised answer. Whole
+    words only, no substrings ("device" is not "vice", "Tunisia" is not "Tunis"), nothing around
+    the answer ("The capital is Paris" is not "Paris")."""
+    return normalize(first_line(output)) == normalize(answer) != ""
+
+
+def _contains_words(words: Sequence[str], phrase: Sequence[str]) -> bool:
+    n = len(phrase)
+    return n > 0 and any(list(words[i:i + n]) == list(phrase) for i in range(len(words) - n + 1))
+
+
+def is_echo(output: str, user_input: str) -> bool:
+    """Whether an output repeats the input: after `normalize`, the whole input occurs in the output
+    as a run of whole words, or the output's first `ECHO_MIN_WORDS` words are consecutive words of
+    the input (a copy of a long input cut by the token budget)."""
+    words, source = normalize(output).split(), normalize(user_input).split()
+    if _contains_words(words, source):
+        return True
+    return len(words) >= ECHO_MIN_WORDS and _contains_words(source, words[:ECHO_MIN_WORDS])
+
+
+def is_empty(output: str) -> bool:
+    """An output with no letter or digit (nothing, whitespace or punctuation only)."""
+    return normalize(output) == ""
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (scipy); (nan, nan) when n is 0."""
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> float:
+    """Exact McNemar test of two paired 0/1 scorings of the same examples: the two-sided binomial
+    test of the discordant pairs against 1/2 (1.0 when there are none)."""
+    if len(a) != len(b):
+        raise ValueError(f"paired scorings need equally many examples, got {len(a)} and {len(b)}")
+    only_a = sum(bool(x) and not bool(y) for x, y in zip(a, b))
+    only_b = sum(bool(y) and not bool(x) for x, y in zip(a, b))
+    return 1.0 if only_a + only_b == 0 else float(binomtest(only_a, only_a + only_b, 0.5).pvalue)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """How a label task's outputs map to labels.
+
+    `kind="answer"`: the task's answers take at most `MAX_LABELS` distinct values over all pairs
+    (sentiment, ag_news, person-sport, ...); the labels are those values. `kind="choice"`: every
+    input is a comma-separated list and its answer is one of the items (the "X out of 3" tasks);
+    the label is the answer's position in the list ("1", "2", ...).
+    """
+
+    kind: str
+    values: tuple[str, ...]
+
+    def gold(self, user_input: str, answer: str) -> str:
+        if self.kind == "choice":
+            return str(_items(user_input).index(normalize(answer, casefold=True)) + 1)
+        return answer
+
+    def predicted(self, output: str, user_input: str) -> str:
+        """The label whose words occur first in the output (`NO_LABEL` when none does)."""
+        words = normalize(output, casefold=True).split()  # "Positive" names the label "positive"
+        candidates = ({str(i + 1): item for i, item in enumerate(_items(user_input))} if self.kind == "choice"
+                      else {v: normalize(v, casefold=True) for v in self.values})
+        first = {label: _first_position(words, phrase.split()) for label, phrase in candidates.items()}
+        found = {label: p for label, p in first.items() if p is not None}
+        # Earliest occurrence; at the same position the longer phrase ("ice hockey" over "hockey").
+        return min(found, key=lambda label: (found[label], -len(candidates[label]))) if found else NO_LABEL
+
+
+def _items(user_input: str) -> list[str]:
+    return [normalize(item, casefold=True) for item in user_input.split(",")]
+
+
+def _first_position(words: Sequence[str], phrase: Sequence[str]) -> int | None:
+    n = len(phrase)
+    return next((i for i in range(len(words) - n + 1) if n and list(words[i:i + n]) == list(phrase)), None)
+
+
+def task_labels(task: Task) -> Labels | None:
+    """The label view of a task, or None: see `Labels` for the two kinds and how they are detected."""
+    items = [_items(x) for x, _ in task.pairs]
+    if all(len(i) > 1 and normalize(y, casefold=True) in i for i, (_, y) in zip(items, task.pairs)):
+        return Labels("choice", tuple(str(k + 1) for k in range(max(len(i) for i in items))))
+    answers = sorted({y for _, y in task.pairs})
+    return Labels("answer", tuple(answers)) if len(answers) <= MAX_LABELS else None
+
+
+def balanced_accuracy(gold: Sequence[str], predicted: Sequence[str]) -> float:
+    """Mean over the gold labels present of the fraction of their examples predicted as that label."""
+    if len(gold) != len(predicted) or not gold:
+        raise ValueError(f"need equally many gold and predicted labels, got {len(gold)} and {len(predicted)}")
+    recalls = [sum(g == p for g, p in zip(gold, predicted) if g == label) / count
+               for label, count in Counter(gold).items()]
+    return sum(recalls) / len(recalls)
+
+
+def label_counts(labels: Sequence[str]) -> str:
+    """Counts of each label as JSON, most frequent first (a CSV-friendly distribution)."""
+    return json.dumps(dict(Counter(labels).most_common()))
+
+
+def majority_label(task: Task, labels: Labels, split: str = "eval") -> str:
+    """The most frequent gold label of the training pairs (of `split` when there are none)."""
+    indices = task.split_indices("train") if task.n_train and split != "train" else task.split_indices(split)
+    counts = Counter(labels.gold(*task.pairs[i]) for i in indices)
+    return min(counts, key=lambda label: (-counts[label], label))
+
+
+def score_outputs(
+    task: Task, outputs: Sequence[str], inputs: Sequence[str], answers: Sequence[str], labels: Labels | None = None,
+) -> tuple[dict[str, float | int | str], dict[str, list]]:
+    """Every score of one setting's outputs: (row columns, per-example columns).
+
+    Row: `accuracy` (the paper's matcher, `task.is_correct`) and `strict` with their 95% Wilson
+    bounds (`accuracy_low` ...), `echo` and `empty` counts, and for label tasks
+    `balanced_accuracy` (of the predicted labels) and `predicted_labels` (their distribution, JSON).
+    Per example: `correct`, `strict`, `echo`, `empty` and for label tasks `gold_label` / `predicted_label`.
+    """
+    if not len(outputs) == len(inputs) == len(answers) or not outputs:
+        raise ValueError(f"need equally many outputs, inputs and answers, got {len(outputs)}, {len(inputs)}, "
+                         f"{len(answers)}")
+    n = len(outputs)
+    per = {"correct": [task.is_correct(o, a) for o, a in zip(outputs, answers)],
+           "strict": [is_strict(o, a) for o, a in zip(outputs, answers)],
+           "echo": [is_echo(o, x) for o, x in zip(outputs, inputs)],
+           "empty": [is_empty(o) for o in outputs]}
+    row: dict[str, float | int | str] = {}
+    for column, key in (("accuracy", "correct"), ("strict", "strict")):
+        hits = sum(per[key])
+        row[column] = hits / n
+        row[f"{column}_low"], row[f"{column}_high"] = wilson_interval(hits, n)
+    row["echo"], row["empty"] = sum(per["echo"]), sum(per["empty"])
+    if labels is not None:
+        per["gold_label"] = [labels.gold(x, a) for x, a in zip(inputs, answers)]
+        per["predicted_label"] = [labels.predicted(o, x) for o, x in zip(outputs, inputs)]
+        row["balanced_accuracy"] = balanced_accuracy(per["gold_label"], per["predicted_label"])
+        row["predicted_labels"] = label_counts(per["predicted_label"])
+    return row, per

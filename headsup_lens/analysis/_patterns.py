@@ -251,3 +251,16 @@ def fit_pattern_change(target: Tensor, components: Mapping[str, Tensor], *, inte
         r2=float(r2),
         fitted=torch.tensor(fitted, dtype=torch.float32).reshape(torch.as_tensor(target).shape),
     )
+
+
+def shuffled_fit_r2(
+    target: Tensor, components: Mapping[str, Tensor], *, n: int = 1000, seed: int = 0, intercept: bool = False
+) -> np.ndarray:
+    """R² of `fit_pattern_change` when each component's values are permuted over the heads
+    (independently per component and draw): the chance level of a composition fit, `[n]`."""
+    if n < 1:
+        raise ValueError(f"n must be positive, got {n}")
+    rng = np.random.default_rng(seed)
+    flat = {name: np.asarray(c, dtype=np.float64).ravel() for name, c in components.items()}
+    return np.array([fit_pattern_change(target, {k: torch.from_numpy(rng.permutation(v)) for k, v in flat.items()},
+                                        intercept=intercept).r2 for _ in range(n)])

@@ -13,6 +13,7 @@ from headsup_lens.analysis import (
     pattern_correlation,
     pattern_statistics,
     pattern_trajectory,
+    shuffled_fit_r2,
     top_heads,
 )
 from headsup_lens.data import tokenize_pairs
@@ -153,3 +154,15 @@ def test_correlation_and_least_squares_fit():
     assert corr.loc["a", "t"] == pytest.approx(np.corrcoef(a.flatten(), target.flatten())[0, 1])
     with pytest.raises(ValueError, match="values"):
         fit_pattern_change(target, {"a": torch.ones(3)})
+
+
+def test_shuffled_fit_is_the_chance_level():
+    generator = torch.Generator().manual_seed(1)
+    a, b = torch.rand(6, 8, generator=generator), torch.rand(6, 8, generator=generator)
+    target = 0.7 * a + 0.3 * b
+    assert fit_pattern_change(target, {"a": a, "b": b}).r2 == pytest.approx(1.0)
+    chance = shuffled_fit_r2(target, {"a": a, "b": b}, n=200, seed=0)
+    assert chance.shape == (200,) and chance.max() < 0.99
+    # R² is against the target's mean: a fit without intercept on shuffled heads does worse than it.
+    assert np.median(chance) < 0.5
+    assert np.array_equal(chance, shuffled_fit_r2(target, {"a": a, "b": b}, n=200, seed=0))

@@ -176,9 +176,9 @@ def smollm2(args) -> None:
     names = args.tasks or list(SMOLLM2_TASKS)
     tasks = [hl.load_task(n) for n in names]
     # Bare inputs: the setting of the Heads-up masks of the same tasks (and little accuracy before SFT).
-    steps = args.steps or 150
+    steps = args.steps or 50
     config = FinetuneConfig.lora(steps=steps, batch_size=8, seed=args.seed, instructed=False,
-                                 pattern_steps=tuple(s for s in (0, 5, 10, 25, 50, 100) if s <= steps), pattern_examples=16, checkpoint_every=25)
+                                 pattern_steps=tuple(s for s in (0, 5, 10, 20, 35) if s <= steps), pattern_examples=16, checkpoint_every=25)
     result = finetune(model, tasks, config, out_dir=Path(args.runs) / f"smollm2_sft_seed{args.seed}")
     steps = sorted(result.patterns)
     before, after = result.patterns[steps[0]], result.patterns[steps[-1]]

@@ -82,6 +82,7 @@ def _write(out: Path, name: str, frame: pd.DataFrame, index: bool = False) -> No
 
 
 def _figures(out: Path, result, tasks: list[str], png: bool) -> None:
+    import plotly.express as px
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -105,14 +106,15 @@ def _figures(out: Path, result, tasks: list[str], png: bool) -> None:
     _write(out, "sft_fig5_dynamics.csv", dynamics)
     fig = make_subplots(rows=1, cols=3, subplot_titles=("correlation to final pattern", "MSE to final pattern",
                                                         "accuracy (held-out examples)"))
-    for task in tasks:
+    palette = px.colors.qualitative.Dark24
+    for i, task in enumerate(tasks):
         d = dynamics[dynamics.task == task]
         for col, key in enumerate(("correlation", "mse", "accuracy"), start=1):
             if key in d:
                 fig.add_trace(go.Scatter(x=d.step, y=d[key], name=task, legendgroup=task, showlegend=col == 1,
-                                         mode="lines+markers"), row=1, col=col)
+                                         mode="lines+markers", line_color=palette[i % len(palette)]), row=1, col=col)
     fig.update_xaxes(title_text="SFT step")
-    fig.update_layout(width=1300, height=420, title="Activation patterns along SFT")
+    fig.update_layout(width=1400, height=480, title="Activation patterns along SFT")
     save_figure(fig, out / "sft_fig5_dynamics", png=png)
 
 

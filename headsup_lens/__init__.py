@@ -37,6 +37,8 @@ _EXPORTS = {
     "TrainConfig": ".training",
     "train_mask": ".training",
     "train_masks": ".training",
+    "finetune": ".training",
+    "FinetuneConfig": ".training",
     "analysis": ".analysis",
     "data": ".data",
     "evaluation": ".evaluation",

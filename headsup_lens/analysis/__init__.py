@@ -29,14 +29,19 @@ from ._pathways import overlap_p_value as overlap_p_value
 from ._pathways import pathway_heads as pathway_heads
 from ._pathways import pathway_recovery as pathway_recovery
 from ._pathways import weight_trajectories as weight_trajectories
+from ._patterns import HeadOverlap as HeadOverlap
 from ._patterns import PatternFit as PatternFit
 from ._patterns import activation_pattern as activation_pattern
 from ._patterns import coefficient_of_variation as coefficient_of_variation
 from ._patterns import fit_pattern_change as fit_pattern_change
 from ._patterns import gini as gini
+from ._patterns import head_overlap as head_overlap
 from ._patterns import kurtosis as kurtosis
 from ._patterns import pattern_correlation as pattern_correlation
 from ._patterns import pattern_statistics as pattern_statistics
+from ._patterns import pattern_trajectory as pattern_trajectory
+from ._patterns import shuffled_fit_r2 as shuffled_fit_r2
+from ._patterns import top_heads as top_heads
 
 from .._typecheck import check_namespace as _check_namespace
 

@@ -105,8 +105,9 @@ def activation_pattern(
     return (total / len(batch)).float()
 
 
-def gini(pattern: Tensor) -> float:
-    """Gini coefficient of the (non-negative) head scores: 0 = all equal, ->1 = one head has all."""
+def gini(pattern: Float[Tensor, "..."]) -> float:
+    """Gini coefficient of the (non-negative) head scores, `Σ_i Σ_j |x_i - x_j| / (2 n² mean)`:
+    0 = all heads equal, -> 1 = one head has all."""
     x = np.sort(np.asarray(pattern, dtype=np.float64).ravel())
     if (x < 0).any():
         raise ValueError("the Gini coefficient needs non-negative values")
@@ -116,23 +117,93 @@ def gini(pattern: Tensor) -> float:
     return float(((2 * np.arange(1, n + 1) - n - 1) * x).sum() / (n * total))
 
 
-def coefficient_of_variation(pattern: Tensor) -> float:
-    """Standard deviation (population) over mean of the head scores."""
+def coefficient_of_variation(pattern: Float[Tensor, "..."]) -> float:
+    """`σ / μ` of the head scores, with σ the *population* standard deviation (divisor n).
+
+    The paper defines CV as standard deviation over mean without naming the divisor; the scores of
+    all heads are the whole population (not a sample of it), and its kurtosis is the moment ratio
+    of the same population, so n is used for both. (With n-1 the CV grows by sqrt(n / (n-1)):
+    1.0009 for 576 heads.)
+    """
     x = np.asarray(pattern, dtype=np.float64).ravel()
-    return float(x.std() / x.mean())
+    mean = x.mean()
+    if mean == 0:
+        raise ValueError("the coefficient of variation needs a non-zero mean")
+    return float(x.std(ddof=0) / mean)
 
 
-def kurtosis(pattern: Tensor) -> float:
-    """Excess (Fisher) kurtosis of the head scores (scipy.stats.kurtosis)."""
-    return float(scipy.stats.kurtosis(np.asarray(pattern, dtype=np.float64).ravel(), fisher=True))
+def kurtosis(pattern: Float[Tensor, "..."], *, excess: bool = False) -> float:
+    """Pearson kurtosis `E[(x - μ)^4] / σ^4` of the head scores (population moments): 3 for a normal
+    distribution, > 3 = heavy tails, as the paper reads it. `excess=True` gives Fisher's excess
+    kurtosis (Pearson - 3)."""
+    x = np.asarray(pattern, dtype=np.float64).ravel()
+    return float(scipy.stats.kurtosis(x, fisher=excess, bias=True))
 
 
 def pattern_statistics(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
-    """Gini, coefficient of variation and kurtosis per named pattern."""
+    """Gini, coefficient of variation and (Pearson) kurtosis per named pattern: the paper's Table 1."""
     return pd.DataFrame([
         {"pattern": name, "gini": gini(p), "cv": coefficient_of_variation(p), "kurtosis": kurtosis(p)}
         for name, p in patterns.items()
     ])
+
+
+def pattern_trajectory(
+    patterns: Mapping[int, Tensor], final: Float[Tensor, "n_layers n_heads"] | None = None
+) -> pd.DataFrame:
+    """Per step, the Pearson correlation and the mean squared error of the pattern to the final one
+    (the paper's Fig. 5). `patterns` maps training step -> pattern; `final` defaults to the pattern
+    of the last step."""
+    if not patterns:
+        raise ValueError("no patterns given")
+    steps = sorted(patterns)
+    target = np.asarray(patterns[steps[-1]] if final is None else final, dtype=np.float64).ravel()
+    rows = []
+    for step in steps:
+        x = np.asarray(patterns[step], dtype=np.float64).ravel()
+        if x.shape != target.shape:
+            raise ValueError(f"the pattern of step {step} has {x.size} values, the final one {target.size}")
+        rows.append({"step": step, "correlation": float(np.corrcoef(x, target)[0, 1]),
+                     "mse": float(((x - target) ** 2).mean())})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class HeadOverlap:
+    """How many of the `k` heads of one set are in another of `m` heads, out of `n` heads in all."""
+
+    overlap: int
+    k: int
+    m: int
+    n: int
+    expected: float
+    """`k m / n`: the overlap of a random set of k heads, on average."""
+    p_value: float
+    """P(overlap >= observed) for a random set of k heads (hypergeometric, one-sided)."""
+
+
+def head_overlap(
+    selected: Float[Tensor, "n_layers n_heads"], reference: Float[Tensor, "n_layers n_heads"]
+) -> HeadOverlap:
+    """Overlap of two head sets (non-zero entries of two `[n_layers, n_heads]` indicators) against
+    chance: e.g. the heads whose activation pattern changed most vs the heads a learned mask removes."""
+    a = np.asarray(selected, dtype=np.float64).ravel() != 0
+    b = np.asarray(reference, dtype=np.float64).ravel() != 0
+    if a.shape != b.shape:
+        raise ValueError(f"selected has {a.size} heads, reference {b.size}")
+    n, k, m, overlap = a.size, int(a.sum()), int(b.sum()), int((a & b).sum())
+    p_value = float(scipy.stats.hypergeom.sf(overlap - 1, n, m, k))
+    return HeadOverlap(overlap, k, m, n, k * m / n, p_value)
+
+
+def top_heads(scores: Float[Tensor, "n_layers n_heads"], k: int) -> Tensor:
+    """A 0/1 `[n_layers, n_heads]` indicator of the k heads with the largest scores."""
+    scores = torch.as_tensor(scores)
+    if not 0 < k <= scores.numel():
+        raise ValueError(f"k must lie in [1, {scores.numel()}], got {k}")
+    out = torch.zeros(scores.numel())
+    out[scores.flatten().topk(k).indices] = 1.0
+    return out.reshape(scores.shape)
 
 
 def pattern_correlation(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
@@ -180,3 +251,16 @@ def fit_pattern_change(target: Tensor, components: Mapping[str, Tensor], *, inte
         r2=float(r2),
         fitted=torch.tensor(fitted, dtype=torch.float32).reshape(torch.as_tensor(target).shape),
     )
+
+
+def shuffled_fit_r2(
+    target: Tensor, components: Mapping[str, Tensor], *, n: int = 1000, seed: int = 0, intercept: bool = False
+) -> np.ndarray:
+    """R² of `fit_pattern_change` when each component's values are permuted over the heads
+    (independently per component and draw): the chance level of a composition fit, `[n]`."""
+    if n < 1:
+        raise ValueError(f"n must be positive, got {n}")
+    rng = np.random.default_rng(seed)
+    flat = {name: np.asarray(c, dtype=np.float64).ravel() for name, c in components.items()}
+    return np.array([fit_pattern_change(target, {k: torch.from_numpy(rng.permutation(v)) for k, v in flat.items()},
+                                        intercept=intercept).r2 for _ in range(n)])

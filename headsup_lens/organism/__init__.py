@@ -40,6 +40,7 @@ _EXPORTS = {
     "save_organism": "._trainer",
     "train_organism": "._trainer",
     "task": "._tasks",
+    "composite_task": "._tasks",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

@@ -37,6 +37,14 @@ class OrganismConfig:
     probe_every: int = 100  # steps between held-out accuracy probes (0: never)
     checkpoint_every: int = 0  # steps between saves of the organism to the output folder (0: only at the end)
 
+    @classmethod
+    def base(cls, **overrides) -> OrganismConfig:
+        """The *base* organism: the same corpus without instruction-following rows
+        (`instructed_fraction=0`), i.e. echo and planted rows only. It knows every task (through its
+        planted pathway) but has never seen an instruction; fine-tuning it on instructed examples
+        (`finetune`) gives its instruction-tuned counterpart."""
+        return cls(**{"instructed_fraction": 0.0, **overrides})
+
     def __post_init__(self) -> None:
         self.tasks = tuple(self.tasks)
         for name in self.tasks:

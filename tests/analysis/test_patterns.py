@@ -8,9 +8,13 @@ from headsup_lens.analysis import (
     coefficient_of_variation,
     fit_pattern_change,
     gini,
+    head_overlap,
     kurtosis,
     pattern_correlation,
     pattern_statistics,
+    pattern_trajectory,
+    shuffled_fit_r2,
+    top_heads,
 )
 from headsup_lens.data import tokenize_pairs
 
@@ -89,12 +93,50 @@ def test_statistics_by_hand():
     # Gini = Σ_i Σ_j |x_i - x_j| / (2 n² mean) = 20 / (2 * 16 * 2.5)
     assert gini(x) == pytest.approx(20 / 80)
     assert gini(torch.ones(5)) == 0.0
-    assert coefficient_of_variation(x) == pytest.approx(np.std([1, 2, 3, 4]) / 2.5)
-    assert kurtosis(x) == pytest.approx(scipy.stats.kurtosis([1, 2, 3, 4]))
+    # mean 2.5, population variance (2.25 + 0.25 + 0.25 + 2.25) / 4 = 1.25
+    assert coefficient_of_variation(x) == pytest.approx(1.25**0.5 / 2.5)
+    # Pearson kurtosis: fourth moment (5.0625 + 0.0625 + 0.0625 + 5.0625) / 4 = 2.5625 over 1.25² = 1.64
+    assert kurtosis(x) == pytest.approx(1.64)
+    assert kurtosis(x, excess=True) == pytest.approx(1.64 - 3)
     table = pattern_statistics({"x": x})
-    assert table.loc[0, "gini"] == pytest.approx(0.25)
+    assert table.loc[0].to_dict() == pytest.approx({"pattern": "x", "gini": 0.25, "cv": 1.25**0.5 / 2.5,
+                                                     "kurtosis": 1.64})
     with pytest.raises(ValueError, match="non-negative"):
         gini(torch.tensor([-1.0, 1.0]))
+    with pytest.raises(ValueError, match="mean"):
+        coefficient_of_variation(torch.zeros(3))
+
+
+def test_one_dominant_head_by_hand():
+    # n = 5 scores [0, 0, 0, 0, 5]: mean 1; Σ|x_i - x_j| = 2 * 4 * 5 = 40 -> Gini 40 / (2 * 25 * 1) = 0.8;
+    # variance (4 * 1 + 16) / 5 = 4 -> CV 2; fourth moment (4 * 1 + 256) / 5 = 52 -> kurtosis 52 / 16 = 3.25.
+    x = torch.tensor([0.0, 0.0, 0.0, 0.0, 5.0])
+    assert gini(x) == pytest.approx(0.8)
+    assert coefficient_of_variation(x) == pytest.approx(2.0)
+    assert kurtosis(x) == pytest.approx(3.25)
+    # A uniform spread is more even on every statistic.
+    y = torch.tensor([0.8, 0.9, 1.0, 1.1, 1.2])
+    assert gini(y) < gini(x) and coefficient_of_variation(y) < 2.0 and kurtosis(y) < 3.25
+
+
+def test_trajectory_and_overlap_by_hand():
+    final = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    table = pattern_trajectory({0: torch.tensor([[4.0, 3.0], [2.0, 1.0]]), 10: 2 * final, 20: final})
+    assert table.step.tolist() == [0, 10, 20]
+    assert table.correlation.tolist() == pytest.approx([-1.0, 1.0, 1.0])
+    # MSE of 2x to x: mean of x² = 30 / 4; of the reversed pattern: (9 + 1 + 1 + 9) / 4
+    assert table.mse.tolist() == pytest.approx([5.0, 7.5, 0.0])
+    selected = top_heads(torch.tensor([[0.1, 0.9, 0.5], [0.8, 0.2, 0.3]]), 2)
+    assert selected.tolist() == [[0, 1, 0], [1, 0, 0]]
+    reference = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    result = head_overlap(selected, reference)
+    # 6 heads, 2 selected, 2 in the reference, 1 shared: expected 2 * 2 / 6;
+    # P(overlap >= 1) = 1 - C(4, 2) / C(6, 2) = 1 - 6 / 15
+    assert (result.overlap, result.k, result.m, result.n) == (1, 2, 2, 6)
+    assert result.expected == pytest.approx(2 / 3)
+    assert result.p_value == pytest.approx(1 - 6 / 15)
+    with pytest.raises(ValueError, match="k must"):
+        top_heads(final, 0)
 
 
 def test_correlation_and_least_squares_fit():
@@ -112,3 +154,15 @@ def test_correlation_and_least_squares_fit():
     assert corr.loc["a", "t"] == pytest.approx(np.corrcoef(a.flatten(), target.flatten())[0, 1])
     with pytest.raises(ValueError, match="values"):
         fit_pattern_change(target, {"a": torch.ones(3)})
+
+
+def test_shuffled_fit_is_the_chance_level():
+    generator = torch.Generator().manual_seed(1)
+    a, b = torch.rand(6, 8, generator=generator), torch.rand(6, 8, generator=generator)
+    target = 0.7 * a + 0.3 * b
+    assert fit_pattern_change(target, {"a": a, "b": b}).r2 == pytest.approx(1.0)
+    chance = shuffled_fit_r2(target, {"a": a, "b": b}, n=200, seed=0)
+    assert chance.shape == (200,) and chance.max() < 0.99
+    # R² is against the target's mean: a fit without intercept on shuffled heads does worse than it.
+    assert np.median(chance) < 0.5
+    assert np.array_equal(chance, shuffled_fit_r2(target, {"a": a, "b": b}, n=200, seed=0))

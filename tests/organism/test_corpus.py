@@ -48,3 +48,22 @@ def test_two_phrasings_per_task_and_unknown_names_are_errors():
         assert spec.user_text("cat", None) == "cat" and "cat" in spec.user_text("cat", 1)
     with pytest.raises(ValueError, match="unknown organism task"):
         organism_task("sing")
+
+
+def test_composite_task_applies_the_second_answer_to_the_first():
+    from headsup_lens.organism import OrganismConfig, composite_task, organism_task
+
+    composite = composite_task("plural", "uppercase")
+    assert composite.name == "organism/plural+uppercase"
+    assert composite.instruction == "Plural then uppercase: {input}"
+    assert dict(composite.pairs)["box"] == "BOXES" and dict(composite.pairs)["child"] == "CHILDREN"
+    assert composite.n_eval == 100 and composite.matcher == "starts_with"
+    # Neither basic answer nor the echo counts as the composite's answer.
+    word, answer = composite.pairs[0]
+    for other in (word, organism_task("plural").answer(word), word.upper()):
+        assert not composite.is_correct(other, answer)
+    with pytest.raises(ValueError, match="two different"):
+        composite_task("reverse", "reverse")
+    base = OrganismConfig.base(steps=10)
+    assert base.instructed_fraction == 0.0 and base.steps == 10
+    assert OrganismConfig.base().planted_rate == OrganismConfig().planted_rate

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from ._registry import command
 
 
+# The paper's XNLI 15-way file is not available: translation pairs come from the XTREME dev+test files.
+XNLI_NOTE = "XNLI dev+test (XTREME), not the paper's 15-way file"
+
+
 @dataclass
 class TasksCommand:
     """Options of `headsup tasks`."""
@@ -41,6 +45,8 @@ def task_table(match: str | None = None, data_dir: str | None = None):
                     task, row["note"] = None, "not found" if "does not exist" in str(error) else str(error).split(";")[0]
             if task is not None:
                 row["train"], row["held out"] = task.n_train, len(task.eval_pairs)
+                if name.startswith("translation/"):
+                    row["note"] = XNLI_NOTE
             rows.append(row)
     return pd.DataFrame(rows, columns=["task", "source", "train", "held out", "note"])
 
@@ -62,4 +68,9 @@ def run_tasks(args: TasksCommand) -> int:
         where = "data directory: not found (fetch it with `headsup download-data`, or pass --data-dir)"
     built_in = int((table.source == "built in").sum())
     print(f"\n{len(table)} tasks, {built_in} built in (no data needed); {where}")
+    if (table.note == XNLI_NOTE).any():
+        print("translation/*: each distinct premise or hypothesis of the XNLI 1.0 dev (2 490 rows) and test "
+              "(5 010 rows) files gives one pair, dev first (about 10 000 pairs: 9 999 from English); the last "
+              "100 are held out. The paper used the 15-way XNLI file (10 000 sentences, an order not known "
+              "here), so the training and held-out sentences differ from the paper's.")
     return 0

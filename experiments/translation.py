@@ -80,19 +80,32 @@ def scan(args, model, out: Path) -> None:
         rows = pd.DataFrame({"pair": pair, "source": [x for x, _ in sample], "reference": [y for _, y in sample],
                              "generation": texts})
         rows.to_csv(path, mode="a", header=not path.exists(), index=False)
-    summarize_scan(out)
+    summarize_scan(out, model)
 
 
-def summarize_scan(out: Path) -> pd.DataFrame:
-    from headsup_lens.evaluation import paper_rouge_l, target_language_share
+def summarize_scan(out: Path, model=None) -> pd.DataFrame:
+    """Per direction: target-language share (first line and whole generation), the paper's ROUGE-L
+    with the default tokenizer and with the model's own (subword) tokenizer, the first-line ROUGE-L
+    of earlier versions, Table 8's BLEU and first-line sacreBLEU: the metrics' definitions side by side."""
+    from headsup_lens.data._sources import CHAR_LEVEL_LANGUAGES
+    from headsup_lens.evaluation import bleu, first_line, paper_bleu, paper_rouge_l, rouge_l, target_language_share
 
     rows = pd.read_csv(out / "scan_generations.csv", keep_default_na=False)
     table = []
     for pair, group in rows.groupby("pair", sort=False):
         tgt = pair.split("-")[1]
-        table.append({"pair": pair, "n": len(group),
-                      "target_language_share": target_language_share(list(group.generation), tgt),
-                      "rouge_l": paper_rouge_l(list(group.generation), list(group.reference))})
+        texts, refs = list(group.generation), list(group.reference)
+        lines = [first_line(t) for t in texts]
+        record = {"pair": pair, "n": len(group),
+                  "target_language_share": target_language_share(texts, tgt),
+                  "target_language_share_whole": target_language_share(texts, tgt, part="whole"),
+                  "rouge_l": paper_rouge_l(texts, refs)}
+        if model is not None:
+            record["rouge_l_model_tokenizer"] = paper_rouge_l(texts, refs, tokenizer=model.tokenizer)
+        record.update(rouge_l_first_line=rouge_l(lines, refs, char_level=tgt in CHAR_LEVEL_LANGUAGES),
+                      bleu=paper_bleu(texts, refs),
+                      sacrebleu_first_line=bleu(lines, refs, char_level=tgt in CHAR_LEVEL_LANGUAGES))
+        table.append(record)
     table = pd.DataFrame(table).sort_values("target_language_share", ascending=False)
     table.to_csv(out / "scan.csv", index=False)
     print(table.to_string(index=False))

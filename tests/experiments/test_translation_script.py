@@ -26,7 +26,7 @@ def script():
 
 @pytest.mark.slow  # minutes on a loaded CPU: 50-token generations of 100 held-out pairs per setting
 def test_scan_train_analyze(script, tmp_path, shared_data_dir):
-    model = str(build_qwen2_dir(tmp_path / "model"))  # byte-level BPE: encodes Chinese
+    model = str(build_qwen2_dir(tmp_path / "model", max_position_embeddings=2048))  # byte-level BPE: encodes Chinese
     out = tmp_path / "figures"
     common = ["--model", model, "--out", str(out), "--runs", str(tmp_path / "runs"), "--no-png",
               "--eval-batch-size", "50", "--data-dir", str(shared_data_dir)]

@@ -34,9 +34,13 @@ class EvaluateCommand:
     batch_size: int = 16
     """Examples per forward pass / generation batch."""
     max_new_tokens: int | None = None
-    """Greedy tokens per answer (default: the task's, 10 for simple tasks)."""
+    """Greedy tokens per answer (default: the task's, 10 for simple tasks, 50 for sentence translation)."""
     generate: bool = True
     """Generate greedy answers for accuracy, ROUGE-L and BLEU (--no-generate: only the answer loss)."""
+    text_metrics: str = "auto"
+    """ROUGE-L and BLEU columns: auto (every translation task, and answers of more than two words on average), on or off."""
+    text_style: str = "paper"
+    """Text metrics: paper (whole-generation ROUGE-L, Table 8's sentence BLEU 0-1) or first-line (lower-cased words ROUGE-L, sacreBLEU 0-100, on the first line)."""
     data_dir: str | None = None
     """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
     device: str | None = None
@@ -55,6 +59,12 @@ def run_evaluate(args: EvaluateCommand) -> int:
     from ..masks import HeadMask
     from ..models import load_model
 
+    text_metrics = {"auto": None, "on": True, "off": False}.get(args.text_metrics, "bad")
+    if text_metrics == "bad":
+        raise ValueError(f"--text-metrics must be auto, on or off, not {args.text_metrics!r}")
+    text_style = args.text_style.replace("-", "_")
+    if text_style not in ("paper", "first_line"):
+        raise ValueError(f"--text-style must be paper or first-line, not {args.text_style!r}")
     task = load_task(args.task, args.data_dir)
     mask_path = mask_file(args.mask)
     other_path = mask_file(args.other_mask, "--other-mask") if args.other_mask else None
@@ -69,13 +79,11 @@ def run_evaluate(args: EvaluateCommand) -> int:
 
     table, texts = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,
                             batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=args.generate,
-                            on_row=save, return_generations=True)
+                            text_metrics=text_metrics, text_style=text_style, on_row=save, return_generations=True)
     if len(texts):  # every output behind the table, with its per-example scores (before results.csv, which ends the set)
         print(f"wrote {atomic_write(Path(out) / 'generations.csv', lambda tmp: texts.to_csv(tmp, index=False))}")
     written = save(table, target)  # results.csv only ever holds a complete table
     partial.unlink(missing_ok=True)
     print(table.to_string(index=False))
     print(f"wrote {written}")
-    if len(texts):  # every output behind the table, with its per-example scores
-        print(f"wrote {atomic_write(Path(out) / 'generations.csv', lambda tmp: texts.to_csv(tmp, index=False))}")
     return 0

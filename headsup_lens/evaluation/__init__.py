@@ -20,6 +20,12 @@ from ._scoring import normalize as normalize
 from ._scoring import score_outputs as score_outputs
 from ._scoring import task_labels as task_labels
 from ._scoring import wilson_interval as wilson_interval
+from ._translation_metrics import identify_language as identify_language
+from ._translation_metrics import paper_bleu as paper_bleu
+from ._translation_metrics import paper_bleu_scores as paper_bleu_scores
+from ._translation_metrics import paper_rouge_l as paper_rouge_l
+from ._translation_metrics import paper_rouge_l_scores as paper_rouge_l_scores
+from ._translation_metrics import target_language_share as target_language_share
 
 from .._typecheck import check_namespace as _check_namespace
 

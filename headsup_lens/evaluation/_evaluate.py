@@ -21,8 +21,10 @@ from ..training import answer_nll, length_batches
 from ._greedy import greedy_generate
 from ._metrics import bleu, first_line, rouge_l
 from ._scoring import majority_label, mcnemar_exact, score_outputs, task_labels
+from ._translation_metrics import paper_bleu, paper_rouge_l, target_language_share
 
 MaskArg = HeadMask | Tensor | None
+TEXT_STYLES = ("paper", "first_line")
 
 
 def _batches(n: int, batch_size: int) -> list[range]:
@@ -140,9 +142,10 @@ def generations(
 
 def accuracy(
     model: TransformerBridge, task: Task, *, mask: MaskArg = None, alpha: float = 0.0, instructed: bool = False,
-    gate: Gate = "value", split: str = "eval", max_new_tokens: int = 10, batch_size: int = 16,
+    gate: Gate = "value", split: str = "eval", max_new_tokens: int | None = None, batch_size: int = 16,
 ) -> float:
-    """Fraction of greedy generations (`max_new_tokens` new tokens) that the task's matcher accepts."""
+    """Fraction of greedy generations that the task's matcher accepts (`max_new_tokens` new tokens;
+    default the task's budget: 10 for simple tasks, 50 for sentence translation)."""
     answers = task_prompts(task, split, instructed)[2]
     texts = generations(model, task, mask=mask, alpha=alpha, instructed=instructed, gate=gate, split=split,
                         max_new_tokens=max_new_tokens, batch_size=batch_size)
@@ -166,7 +169,8 @@ def evaluate(
     alpha: float = 0.25,
     gate: Gate = "value", split: str = "eval", max_new_tokens: int | None = None, batch_size: int = 16,
     random_seed: int = 0, generate: bool = True, text_metrics: bool | None = None,
-    on_row: Callable[[pd.DataFrame], None] | None = None, return_generations: bool = False,
+    text_style: str = "paper", on_row: Callable[[pd.DataFrame], None] | None = None,
+    return_generations: bool = False,
 ) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """The paper's comparison table for one task and mask, one row per setting.
 
@@ -175,10 +179,13 @@ def evaluate(
     the mask scaled by `alpha`; value gate only). Instructed rows need `task.instruction`. Columns:
     `answer_nll` (nats: each example's mean answer-token cross-entropy, averaged over examples; the
     paper's "PPL"), `perplexity` (exp of the token-pooled cross-entropy: a true perplexity),
-    `accuracy` (greedy, the task's matcher: the paper's headline number), and for sentence answers
-    `rouge_l` (mean F1; characters when `task.char_level`) and `bleu` (sacrebleu), on the first line
-    of each generation. `text_metrics=None` shows ROUGE-L/BLEU only when the answers average more
-    than two words (on one-word answers they only restate accuracy, BLEU being 0).
+    `accuracy` (greedy, the task's matcher), and for sentence answers the text metrics.
+    `text_style="paper"` (the reference code's): `rouge_l` on the whole generation and `bleu` (Table 8's
+    mean sentence BLEU, 0-1), see `paper_rouge_l` / `paper_bleu`; `"first_line"`: `rouge_l_first_line`
+    (lower-cased words, characters when `task.char_level`) and `sacrebleu_first_line` (corpus BLEU,
+    0-100) on the first line. Translation tasks also get `target_language_share`.
+    `text_metrics=None` shows them for every translation task, and otherwise when the answers
+    average more than two words (on one-word answers they only restate accuracy).
 
     Every generated setting also carries (`score_outputs`): `strict` (the normalised first line of
     the output equals the normalised answer), 95% Wilson bounds `accuracy_low/high` and
@@ -212,9 +219,11 @@ def evaluate(
         settings.append(("other model's mask", other_mask, 0.0, False))
     if task.instruction is not None and gate == "value":  # alpha scaling is defined for the value gate only
         settings.append(("instructed + scaled mask", mask, alpha, True))
+    if text_style not in TEXT_STYLES:
+        raise ValueError(f"text_style must be one of {TEXT_STYLES}, not {text_style!r}")
     inputs, _, answers = task_prompts(task, split)
-    if text_metrics is None:
-        text_metrics = sum(len(a.split()) for a in answers) / len(answers) > 2
+    if text_metrics is None:  # translation by its target language: Chinese answers have no spaces to count
+        text_metrics = task.is_translation or sum(len(a.split()) for a in answers) / len(answers) > 2
     labels = task_labels(task) if generate else None
     records, texts_of, per_example = [], {}, {}
 
@@ -227,10 +236,14 @@ def evaluate(
                     mcnemar_exact(per["correct"], per_example[reference]["correct"])
                     if record["setting"] in MASK_SETTINGS and reference in per_example else float("nan"))
             record.update(dict(sorted(scores.items(), key=lambda kv: kv[0] in ("balanced_accuracy", "predicted_labels"))))
-            if text_metrics:
+            if text_metrics and text_style == "paper":
+                record.update(rouge_l=paper_rouge_l(texts, answers), bleu=paper_bleu(texts, answers))
+            elif text_metrics:
                 lines = [first_line(t) for t in texts]
-                record.update(rouge_l=rouge_l(lines, answers, char_level=task.char_level),
-                              bleu=bleu(lines, answers, char_level=task.char_level))
+                record.update(rouge_l_first_line=rouge_l(lines, answers, char_level=task.char_level),
+                              sacrebleu_first_line=bleu(lines, answers, char_level=task.char_level))
+            if task.is_translation:
+                record["target_language_share"] = target_language_share(texts, task.target_language)
         records.append(record)
         if on_row is not None:
             on_row(pd.DataFrame.from_records(records))

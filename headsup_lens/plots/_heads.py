@@ -68,12 +68,12 @@ def head_heatmap(
     n_layers, n_heads = next(iter(values.values())).shape
     if n_layers <= 32:
         fig.update_yaxes(dtick=1)  # every layer labelled
-    # The legend (marked heads only) sits above the panels, right of the title: below them it would
-    # cover the "head" axis title.
-    fig.update_layout(title=title, height=max(320, 280 * rows) + (30 if marks else 0),
-                      legend=dict(orientation="h", x=1, xanchor="right", y=0.985, yanchor="top",
+    # The legend (marked heads only) sits at the bottom left, below the "head" axis titles: above the
+    # panels it would sit under plotly's tool bar.
+    fig.update_layout(title=title, height=max(320, 280 * rows) + (40 if marks else 0),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=0.0, yanchor="bottom",
                                   yref="container") if marks else None,
-                      margin=dict(t=110) if marks else None)
+                      margin=dict(b=90) if marks else None)
     return fig
 
 

@@ -26,6 +26,8 @@ from ._pathways import jaccard_matrix as jaccard_matrix
 from ._pathways import jaccard_table as jaccard_table
 from ._pathways import pathway_heads as pathway_heads
 from ._pathways import pathway_recovery as pathway_recovery
+from ._pathways import TRAJECTORY_KINDS as TRAJECTORY_KINDS
+from ._pathways import trajectory_crossings as trajectory_crossings
 from ._pathways import weight_trajectories as weight_trajectories
 from ._patterns import PatternFit as PatternFit
 from ._patterns import activation_pattern as activation_pattern

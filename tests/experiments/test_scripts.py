@@ -51,13 +51,34 @@ def test_fig2_then_fig3_reuse_the_cached_mask(scripts, organism_like, tmp_path, 
     assert {m.stem for m in masks} == {"organism__translate", "organism__reverse", "organism__uppercase", "organism__antonym"}
     assert "training" in capsys.readouterr().out
 
-    scripts["fig3"].main([a for a in common if a not in ("--max-new-tokens", "3")])
+    scripts["fig3"].main([a for a in common if a not in ("--max-new-tokens", "3")] + ["--init", "default", "--until", "1"])
     assert "training" not in capsys.readouterr().out  # reused, not retrained
     trajectories = pd.read_csv(out / "fig3_trajectories_translate.csv")
-    assert sorted(trajectories.step.unique()) == [10, 12]  # checkpoints every 10 steps and at the end
-    assert len(trajectories) == 2 * 16
+    assert sorted(trajectories.step.unique()) == [12]  # checkpoints every 31 steps (the reference's) and at the end
+    assert len(trajectories) == 16
     stamps = {m: m.stat().st_mtime_ns for m in masks}
     assert stamps == {m: m.stat().st_mtime_ns for m in sorted(out.glob("masks/*/*/masks/*.safetensors"))}
+
+
+def test_fig3_trains_a_negative_init_run_and_counts_crossings(scripts, organism_like, tmp_path, capsys):
+    common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "12", "--batch-size", "2",
+              "--no-png", "--threads", "1", "--checkpoint-every", "2", "--task", "organism/reverse"]
+    scripts["fig3"].main(common)
+    assert "negative-init" in capsys.readouterr().out
+    out = tmp_path / organism_like.name
+    trajectories = pd.read_csv(out / "fig3_trajectories_reverse.csv")
+    assert sorted(trajectories.step.unique()) == [2, 4, 6, 8, 10, 12]
+    summary = pd.read_csv(out / "fig3_summary_reverse.csv").set_index("span")
+    assert summary.loc["plotted", "last step"] == 6 and summary.loc["whole run", "checkpoints"] == 6
+    crossings = pd.read_csv(out / "fig3_crossings_reverse.csv")
+    assert len(crossings) == 16 and summary.loc["whole run", "crossed and came back"] == crossings.came_back.sum()
+    first = trajectories[trajectories.step == 2].weight
+    assert (first < 0.5).mean() > 0.5  # negative init: most heads start outside the pathway
+    # The same counts from the run folder given explicitly.
+    run = next(out.glob("masks/*/*/checkpoints")).parent
+    scripts["fig3"].main(common + ["--run", str(run), "--out", str(tmp_path / "again")])
+    again = pd.read_csv(tmp_path / "again" / organism_like.name / "fig3_crossings_reverse.csv")
+    assert again.equals(crossings)
 
 
 def test_run_all_skips_table7_without_a_three_word_task(scripts, organism_like, tmp_path, capsys):

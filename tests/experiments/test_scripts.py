@@ -110,3 +110,26 @@ def test_bench_performance_runs_and_checks_its_loops(organism_like, tmp_path, mo
         assert results[section]["fraction_wall"][0] > 0
         assert results[section]["plain"]["fraction_wall"][0] > 0
     assert "plain transformers, same work" in capsys.readouterr().out
+
+
+def test_table6_removes_the_heads_of_a_chosen_group(organism_like, tmp_path):
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import table6_pathway_ablation
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    from headsup_lens.masks import HeadMask
+
+    tasks = ["organism/reverse", "organism/antonym", "organism/translate"]
+    table6_pathway_ablation.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6", "--batch-size", "2",
+                                  "--no-png", "--threads", "1", "--n-random", "1", "--tasks", *tasks,
+                                  "--group", "two=organism/reverse,organism/antonym"])
+    out = tmp_path / organism_like.name
+    table = pd.read_csv(out / "table6_pathway_ablation.csv")
+    sizes = table[table.task == "organism/reverse"].set_index("group")["size"]
+    masks = {p.stem: HeadMask.load(p) for p in out.glob("masks/*/*/masks/*.safetensors")}
+    both = (masks["organism__reverse"].values > 0) & (masks["organism__antonym"].values > 0)
+    assert sizes["used by all of two"] == int(both.sum()) >= sizes["used by all"]
+    with pytest.raises(SystemExit, match="not among"):
+        table6_pathway_ablation.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6",
+                                      "--batch-size", "2", "--no-png", "--tasks", *tasks, "--group", "x=organism/plural"])

@@ -9,6 +9,7 @@ from ._sweep import removal_sweep as removal_sweep
 from ._sweep import sweep_masks as sweep_masks
 from ._sweep import weight_order as weight_order
 from ._lens import LogitLens as LogitLens
+from ._lens import lens_comparison as lens_comparison
 from ._lens import logit_lens as logit_lens
 from ._similarity import LayerStates as LayerStates
 from ._similarity import Setting as Setting

@@ -186,6 +186,8 @@ class LensCommand:
     """Scale of heads outside the mask (value gate)."""
     k: int = 10
     """Top-k tokens per layer."""
+    final_norm: bool = True
+    """Apply the final norm before the unembedding; --no-final-norm reads the raw residual (the reference notebook)."""
     formatted: bool = False
     """The prompt is already chat-formatted."""
     device: str | None = None
@@ -206,7 +208,7 @@ def run_lens(args: LensCommand) -> int:
     out = check_out_dir(args.out)
     model = _load(args)
     lens = logit_lens(model, args.prompt, args.k, _mask(args.mask, model), gate=args.gate, alpha=args.alpha,
-                      formatted=args.formatted)
+                      formatted=args.formatted, final_norm=args.final_norm)
     _write_csv(out / "lens.csv", lens.table)
     written = _figures(out, {f"lens_{s}": logit_lens_figure(lens, s) for s in lens.probs}, args.png)
     last = lens.table[(lens.table.stream == "resid") & (lens.table["rank"] == 1)].token.tolist()

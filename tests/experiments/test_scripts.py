@@ -133,3 +133,23 @@ def test_table6_removes_the_heads_of_a_chosen_group(organism_like, tmp_path):
     with pytest.raises(SystemExit, match="not among"):
         table6_pathway_ablation.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6",
                                       "--batch-size", "2", "--no-png", "--tasks", *tasks, "--group", "x=organism/plural"])
+
+
+def test_table4_compares_the_three_settings(organism_like, tmp_path):
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import table4_logit_lens
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "4", "--batch-size", "2", "--no-png",
+              "--threads", "1", "--k", "3"]
+    table4_logit_lens.main(common)
+    table4_logit_lens.main(common + ["--no-final-norm"])
+    out = tmp_path / organism_like.name
+    normed = pd.read_csv(out / "table4_lens_comparison_translate.csv")
+    raw = pd.read_csv(out / "table4_lens_comparison_no_norm_translate.csv")
+    assert normed.layer.tolist() == raw.layer.tolist() == list(range(-1, 2))
+    assert {"original", "instructed", "masked", "masked top1 = instructed"} <= set(normed.columns)
+    assert normed.masked.iloc[-1] == raw.masked.iloc[-1]  # the last row is the model's own prediction either way
+    lens = pd.read_csv(out / "table41_logit_lens_translate.csv")
+    assert set(lens.stream) == {"embed", "resid", "attn"}

@@ -9,3 +9,6 @@ from ._metrics import bleu as bleu
 from ._metrics import first_line as first_line
 from ._metrics import rouge_l as rouge_l
 from ._greedy import greedy_generate as greedy_generate
+from ._schedule import SCHEDULE_STEPS as SCHEDULE_STEPS
+from ._schedule import ScheduleCurve as ScheduleCurve
+from ._schedule import schedule_curve as schedule_curve

@@ -153,3 +153,18 @@ def test_table4_compares_the_three_settings(organism_like, tmp_path):
     assert normed.masked.iloc[-1] == raw.masked.iloc[-1]  # the last row is the model's own prediction either way
     lens = pd.read_csv(out / "table41_logit_lens_translate.csv")
     assert set(lens.stream) == {"embed", "resid", "attn"}
+
+
+def test_schedule_curve_script_reads_its_run(organism_like, tmp_path):
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import schedule_curve
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    schedule_curve.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6", "--batch-size", "2",
+                         "--no-png", "--threads", "1", "--checkpoint-every", "3", "--at", "3", "300"])
+    out = tmp_path / organism_like.name
+    table = pd.read_csv(out / "schedule_curve_translate.csv")
+    assert table.step.tolist() == [3, 6] and {"accuracy", "answer_nll", "heads_kept"} <= set(table.columns)
+    generations = pd.read_csv(out / "schedule_generations_translate.csv")
+    assert len(generations) == 2 * table.n.iloc[0]

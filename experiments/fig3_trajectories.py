@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--run", default=None, help="an existing training run folder to read instead of training")
     p.add_argument("--until", type=float, default=0.5,
                    help="fraction of the run to plot (default 0.5: the reference plots the first half)")
+    p.add_argument("--run-steps", type=int, default=None,
+                   help="planned steps of the run, for --until (default: its last checkpoint; give it for a run in progress)")
     args = p.parse_args(argv)
     if not 0 < args.until <= 1:
         raise SystemExit(f"fig3: --until must lie in (0, 1], got {args.until}")
@@ -33,7 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     if run_dir is None:
         raise SystemExit("fig3: stored masks have no checkpoints; give --run DIR (a training run folder)")
     steps, weights = weight_trajectories(run_dir, task=task.name)
-    shown = [i for i, step in enumerate(steps) if step <= args.until * steps[-1]] or [0]
+    planned = args.run_steps or steps[-1]
+    shown = [i for i, step in enumerate(steps) if step <= args.until * planned] or [0]
     window = trajectory_crossings(weights[shown])
     whole = trajectory_crossings(weights)
     n_layers, n_heads = weights.shape[1:]

@@ -49,10 +49,10 @@ def main(argv: list[str] | None = None) -> None:
     xp.table(whole.merge(window[["layer", "head", "crossings", "kind"]], on=["layer", "head"],
                          suffixes=("", "_plotted")), "fig3_crossings", task)
     highlight = list(zip(window.loc[window.came_back, "layer"], window.loc[window.came_back, "head"]))
-    last = steps[shown[-1]]
+    first, last = steps[shown[0]], steps[shown[-1]]
     xp.figure(trajectory_figure([steps[i] for i in shown], weights[shown], highlight=highlight,
-                                title=f"Fig. 3 — σ(M) during training, {task.name} ({args.init} init, steps 0–{last}; "
-                                      f"bold: {len(highlight)} heads that crossed 0.5 and came back)"),
+                                title=f"Fig. 3 — σ(M), {task.name}, {args.init} init, steps {first}–{last}<br>"
+                                      f"<sup>bold: the {len(highlight)} heads that crossed 0.5 and came back</sup>"),
               "fig3_trajectories", task)
     rows = []
     for name, table, until in (("plotted", window, last), ("whole run", whole, steps[-1])):

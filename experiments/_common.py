@@ -39,6 +39,7 @@ FIGURES = Path(__file__).resolve().parents[1] / "figures"
 # Default output root: ignored by git, so a run never overwrites the committed figures by accident.
 OUTPUTS = Path(__file__).resolve().parents[1] / "outputs" / "experiments"
 SCHEDULES = ("auto", "fast", "paper")
+CHECKPOINT_EVERY = 31  # the reference's `--save_steps 31`
 
 
 def parser(description: str, *, multi_task: bool = False) -> argparse.ArgumentParser:
@@ -65,6 +66,13 @@ def parser(description: str, *, multi_task: bool = False) -> argparse.ArgumentPa
     p.add_argument("--batch-size", type=int, default=None, help="override the schedule's batch size per task")
     p.add_argument("--eval-batch-size", type=int, default=64, help="examples per evaluation forward pass / generation (default: 64)")
     p.add_argument("--seed", type=int, default=0, help="seed of mask training and random baselines (default: 0)")
+    p.add_argument("--checkpoint-every", type=int, default=CHECKPOINT_EVERY,
+                   help=f"save the mask logits every this many training steps (default: {CHECKPOINT_EVERY}, the "
+                        "reference's save_steps; the Fig. 3 trajectories)")
+    p.add_argument("--masks", default=None,
+                   help="folder of stored masks to use instead of training: <task>.safetensors (default init), "
+                        "<task>_negative.safetensors (negative init), <task>_query.safetensors (query gate); "
+                        "e.g. figures/smollm2/masks")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 1 on the organism, whose ops are too small to share; torch's setting otherwise)")
     p.add_argument("--no-png", action="store_true", help="write HTML figures only")
@@ -76,7 +84,7 @@ class TrainedMask:
     """A learned mask and the training run folder it came from (checkpoints for Fig. 3)."""
 
     mask: HeadMask
-    run_dir: Path
+    run_dir: Path | None
 
 
 @dataclass
@@ -134,9 +142,8 @@ class Experiment:
         if schedule == "auto":
             schedule = "fast" if self.is_organism or self.planted() is not None else "paper"
         config = hl.TrainConfig.fast() if schedule == "fast" else hl.TrainConfig.paper()
-        changes: dict = {"seed": self.args.seed, "gate": gate, "progress": sys.stderr.isatty()}
-        if schedule == "fast":
-            changes["checkpoint_every"] = 10  # ~30 points per head for the Fig. 3 trajectories
+        changes: dict = {"seed": self.args.seed, "gate": gate, "progress": sys.stderr.isatty(),
+                         "checkpoint_every": self.args.checkpoint_every}
         if negative:
             changes["init_mean"] = hl.TrainConfig.negative_init().init_mean
         if self.args.steps is not None:
@@ -155,7 +162,10 @@ class Experiment:
     def masks(self, tasks: list[Task], *, negative: bool = False, gate: str = "value") -> dict[str, TrainedMask]:
         """A learned mask per task: from the cache when some earlier run trained it with the same
         recipe on the same weights, else trained now (the missing tasks together, one forward pass
-        per step) and cached. Cached files are written atomically by the training code."""
+        per step) and cached. Cached files are written atomically by the training code. With
+        `--masks DIR` the stored masks are used and nothing is trained (`run_dir` is then None)."""
+        if self.args.masks is not None:
+            return {t.name: TrainedMask(self.stored_mask(t, negative=negative, gate=gate), None) for t in tasks}
         config = self.train_config(negative=negative, gate=gate)
         cache = self.mask_cache(config)
         found: dict[str, TrainedMask] = {}
@@ -175,6 +185,14 @@ class Experiment:
             for name, result in results.items():
                 found[name] = TrainedMask(result.mask, run_dir)
         return {t.name: found[t.name] for t in tasks}
+
+    def stored_mask(self, task: Task, *, negative: bool = False, gate: str = "value") -> HeadMask:
+        """`<--masks>/<task>[_negative][_query].safetensors`, checked against the loaded model."""
+        suffix = ("_negative" if negative else "") + ("_query" if gate == "query" else "")
+        path = Path(self.args.masks) / f"{safe_name(task.name)}{suffix}.safetensors"
+        if not path.is_file():
+            raise SystemExit(f"{self.name}: no stored mask {path} (--masks); train it first or leave out --masks")
+        return HeadMask.load(path, self.model)
 
     def mask(self, task: Task, *, negative: bool = False, gate: str = "value") -> TrainedMask:
         """The learned mask of one task; on the organism the default task set is trained together

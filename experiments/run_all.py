@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # Tables 1/2 first: it trains the default-init masks of every task, which the figures reuse.
 SCRIPTS = (
     "tables12_evaluation", "fig2_removal_ranks", "fig3_trajectories", "fig4_similarity", "fig5_sweep_similarity",
-    "fig6_alpha_grid", "fig8_influence_order", "table5_jaccard", "fig9_negative_init", "table6_pathway_ablation",
+    "fig6_alpha_grid", "table4_logit_lens", "fig8_influence_order", "table5_jaccard", "fig9_negative_init", "table6_pathway_ablation",
     "query_gate", "table7_attention_on_target",
 )
 MULTI_TASK = {"tables12_evaluation", "table5_jaccard", "table6_pathway_ablation"}

@@ -1,6 +1,6 @@
 """Table 7: for "pick one of three words" tasks (e.g. fruit_v_animal_3), the attention of the last input
 token to the target word (share over the three words), averaged over heads inside and outside the mask,
-without instruction, with instruction and with the mask.
+without instruction, with instruction and with the mask, over the task's 100 held-out examples (as the paper).
 
 The organism has no three-word task, so this script needs `--task` with such a task (and a model that can
 read it), e.g. `--model meta-llama/Llama-3.1-8B-Instruct --task fruit_v_animal_3 --data-dir ...`."""

@@ -10,6 +10,7 @@ from ._sweep import step_or_never as step_or_never
 from ._sweep import sweep_masks as sweep_masks
 from ._sweep import weight_order as weight_order
 from ._lens import LogitLens as LogitLens
+from ._lens import lens_comparison as lens_comparison
 from ._lens import logit_lens as logit_lens
 from ._similarity import LayerStates as LayerStates
 from ._similarity import Setting as Setting
@@ -28,6 +29,8 @@ from ._pathways import jaccard_table as jaccard_table
 from ._pathways import overlap_p_value as overlap_p_value
 from ._pathways import pathway_heads as pathway_heads
 from ._pathways import pathway_recovery as pathway_recovery
+from ._pathways import TRAJECTORY_KINDS as TRAJECTORY_KINDS
+from ._pathways import trajectory_crossings as trajectory_crossings
 from ._pathways import weight_trajectories as weight_trajectories
 from ._patterns import HeadOverlap as HeadOverlap
 from ._patterns import PatternFit as PatternFit

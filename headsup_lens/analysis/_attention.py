@@ -130,6 +130,7 @@ def attention_on_target(
     instruction: str | None = None,
     settings: Sequence[str] = SETTINGS,
     gate: Gate = "value",
+    split: str = "eval",
     batch_size: int = 16,
 ) -> AttentionOnTarget:
     """Table 7: attention of the last prompt token to the target word, per head and setting.
@@ -139,13 +140,14 @@ def attention_on_target(
     `{input}`); by default, for a task named `X_v_Y_3`, the paper's Table 7 prompt
     (`choice_instruction`), else the task's instruction. Settings: `"original"` (no instruction,
     no mask), `"instructed"`, `"masked"` (no instruction, `mask` under `gate`),
-    `"masked+instructed"`. Heads "inside" the mask are those with value > 0. The paper's columns
+    `"masked+instructed"`. A `Task` contributes its `split` pairs: the held-out ones by default (the
+    paper's 100), `"train"` or `"all"` otherwise. Heads "inside" the mask are those with value > 0. The paper's columns
     are: instructed = the `instructed` row's `all`; used / unused = the `masked` row's `inside` /
     `outside`.
     """
     if hasattr(examples, "pairs") and hasattr(examples, "user_text"):
         instruction = instruction or choice_instruction(examples.name) or examples.instruction
-        pairs = list(examples.pairs)
+        pairs = [examples.pairs[i] for i in examples.split_indices(split)]
     else:
         pairs = [tuple(p) for p in examples]
     if instruction is not None and "{input}" not in instruction:

@@ -228,6 +228,50 @@ def weight_trajectories(
     return steps, torch.stack([c.weights for c in checkpoints])
 
 
+# How a head's trajectory relates to the pathway, from its side of `threshold` at the first and last
+# checkpoint and how often it crossed in between (Fig. 3).
+TRAJECTORY_KINDS = ("kept throughout", "removed throughout", "joined", "left", "joined and left", "left and came back")
+
+
+def trajectory_crossings(
+    weights: Float[Tensor, "steps n_layers n_heads"], threshold: float = 0.5
+) -> pd.DataFrame:
+    """Fig. 3: which heads join and leave the pathway during training.
+
+    A head is in the pathway at a checkpoint when its weight sigmoid(M) is >= `threshold` (the final
+    mask's rule). One row per head: `layer`, `head`, `start` / `end` weight, `crossings` (how many
+    times it changed side between consecutive checkpoints), `came_back` (it crossed and ended on
+    the side where it started: joined then left, or left then came back) and `kind`, one of
+    `TRAJECTORY_KINDS`. Crossings between two checkpoints are invisible: save them densely (the
+    reference every 31 steps).
+    """
+    weights = torch.as_tensor(weights).detach().float().cpu()
+    if weights.ndim != 3 or weights.shape[0] < 1:
+        raise ValueError(f"weights must be [steps, n_layers, n_heads] with at least one step, got {tuple(weights.shape)}")
+    if not 0.0 < threshold < 1.0:
+        raise ValueError(f"threshold must lie in (0, 1), got {threshold}")
+    inside = weights >= threshold
+    crossings = (inside[1:] != inside[:-1]).sum(0)
+    start, end = inside[0], inside[-1]
+    kinds = np.empty(start.shape, dtype=object)
+    kinds[(start & end & (crossings == 0)).numpy()] = "kept throughout"
+    kinds[(~start & ~end & (crossings == 0)).numpy()] = "removed throughout"
+    kinds[(~start & end).numpy()] = "joined"
+    kinds[(start & ~end).numpy()] = "left"
+    kinds[(~start & ~end & (crossings > 0)).numpy()] = "joined and left"
+    kinds[(start & end & (crossings > 0)).numpy()] = "left and came back"
+    n_layers, n_heads = start.shape
+    return pd.DataFrame({
+        "layer": np.repeat(np.arange(n_layers), n_heads),
+        "head": np.tile(np.arange(n_heads), n_layers),
+        "start": weights[0].flatten().numpy(),
+        "end": weights[-1].flatten().numpy(),
+        "crossings": crossings.flatten().numpy(),
+        "came_back": ((start == end) & (crossings > 0)).flatten().numpy(),
+        "kind": kinds.flatten(),
+    })
+
+
 def pathway_recovery(mask: HeadMask, planted: list[tuple[int, int]]) -> dict[str, int | float]:
     """How well a mask finds a known pathway: Jaccard between the heads it removes and `planted`.
 

@@ -195,6 +195,8 @@ class LensCommand:
     """Scale of heads outside the mask (value gate)."""
     k: int = 10
     """Top-k tokens per layer."""
+    final_norm: bool = True
+    """Apply the final norm before the unembedding; --no-final-norm reads the raw residual (the reference notebook)."""
     formatted: bool = False
     """The prompt is already chat-formatted."""
     device: str | None = None
@@ -215,7 +217,7 @@ def run_lens(args: LensCommand) -> int:
     out = check_out_dir(args.out)
     model = _load(args)
     lens = logit_lens(model, args.prompt, args.k, _mask(args.mask, model), gate=args.gate, alpha=args.alpha,
-                      formatted=args.formatted)
+                      formatted=args.formatted, final_norm=args.final_norm)
     stage = OutputSet(out, "lens")
     _write_csv(stage.path / "lens.csv", lens.table)
     files = ["lens.csv"]

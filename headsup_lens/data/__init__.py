@@ -9,7 +9,9 @@ from ._paths import default_data_dir as default_data_dir
 from ._registry import load_task as load_task
 from ._registry import register_task as register_task
 from ._registry import task_names as task_names
+from ._sources import FEWSHOT_SEED as FEWSHOT_SEED
 from ._sources import FV_TASKS as FV_TASKS
+from ._sources import HYBRID_UNSEEN as HYBRID_UNSEEN
 from ._sources import LANGUAGES as LANGUAGES
 from ._sources import fewshot as fewshot
 from ._sources import function_vector_task as function_vector_task

@@ -26,6 +26,9 @@ from ._translation_metrics import paper_bleu_scores as paper_bleu_scores
 from ._translation_metrics import paper_rouge_l as paper_rouge_l
 from ._translation_metrics import paper_rouge_l_scores as paper_rouge_l_scores
 from ._translation_metrics import target_language_share as target_language_share
+from ._schedule import SCHEDULE_STEPS as SCHEDULE_STEPS
+from ._schedule import ScheduleCurve as ScheduleCurve
+from ._schedule import schedule_curve as schedule_curve
 
 from .._typecheck import check_namespace as _check_namespace
 

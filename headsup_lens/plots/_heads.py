@@ -99,20 +99,34 @@ def usage_heatmap(pathways: PathwayHeads, *, title: str = "") -> go.Figure:
                         colorscale="Blues", zmin=0, zmax=len(pathways.names))
 
 
-def trajectory_figure(steps: Sequence[int], weights: Tensor, *, title: str = "") -> go.Figure:
-    """Fig. 3: sigmoid(M) of every head over training; heads kept at the end in blue, removed in red."""
+def trajectory_figure(
+    steps: Sequence[int], weights: Tensor, *, title: str = "", highlight: Sequence[tuple[int, int]] = ()
+) -> go.Figure:
+    """Fig. 3: sigmoid(M) of every head over training; heads kept at the end in blue, removed in red.
+    Heads in `highlight` (e.g. those `analysis.trajectory_crossings` marks `came_back`: they joined
+    the pathway and left it, or left and came back) are drawn bold on top, named in the legend."""
     weights = torch.as_tensor(weights).float()
     if weights.ndim != 3 or weights.shape[0] != len(steps):
         raise ValueError(f"weights must be [len(steps), n_layers, n_heads], got {tuple(weights.shape)}")
+    n_layers, n_heads = weights.shape[1:]
+    bold = {(int(l), int(h)) for l, h in highlight}
+    outside = [(l, h) for l, h in bold if not (0 <= l < n_layers and 0 <= h < n_heads)]
+    if outside:
+        raise ValueError(f"highlight heads {outside} lie outside the {n_layers} x {n_heads} heads")
     fig = go.Figure()
-    n_heads = weights.shape[2]
-    for index in range(weights.shape[1] * n_heads):
+    order = [i for i in range(n_layers * n_heads) if divmod(i, n_heads) not in bold]
+    order += [i for i in range(n_layers * n_heads) if divmod(i, n_heads) in bold]
+    for index in order:
         layer, head = divmod(index, n_heads)
         series = weights[:, layer, head]
         kept = bool(series[-1] >= 0.5)
+        strong = (layer, head) in bold
+        color = ("rgb(31,119,180)" if kept else "rgb(214,39,40)") if strong else \
+            ("rgba(31,119,180,0.5)" if kept else "rgba(214,39,40,0.6)")
         fig.add_trace(go.Scatter(
-            x=list(steps), y=series.numpy(), mode="lines", name=f"L{layer}H{head}", showlegend=False,
-            line=dict(width=1, color="rgba(31,119,180,0.5)" if kept else "rgba(214,39,40,0.6)"),
+            x=list(steps), y=series.numpy(), mode="lines", name=f"L{layer}H{head}", showlegend=strong,
+            line=dict(width=3 if strong else 1, color=color, dash="solid"),
+            opacity=1.0 if strong or not bold else 0.35,
         ))
     fig.add_hline(y=0.5, line_dash="dot", line_color="gray")
     fig.update_layout(title=title or "head weights σ(M) during training", xaxis_title="step", yaxis_title="σ(M)",

@@ -93,7 +93,7 @@ def logit_lens_figure(lens: LogitLens, stream: str = "resid", *, title: str = ""
         z=probs.to_numpy(), x=[f"#{r}" for r in probs.columns], y=list(probs.index), text=tokens.map(repr).to_numpy(),
         texttemplate="%{text}", colorscale="Blues", zmin=0, hovertemplate="layer %{y} %{x}: %{text} p=%{z:.3f}<extra></extra>",
     ))
-    fig.update_layout(title=title or f"logit lens ({stream}, final norm applied)", xaxis_title="rank", yaxis_title="layer")
+    fig.update_layout(title=title or f"logit lens ({stream})", xaxis_title="rank", yaxis_title="layer")
     return fig
 
 

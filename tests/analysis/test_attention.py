@@ -69,12 +69,15 @@ def test_attention_on_target_matches_direct_computation(any_model):
     assert not torch.allclose(result.per_head["original"], result.per_head["masked"])
 
 
-def test_attention_on_target_takes_a_task(llama):
-    task = Task.from_pairs("pick", PAIRS, instruction=INSTRUCTION, n_eval=1)
+def test_attention_on_target_takes_a_task_and_its_held_out_pairs(llama):
+    task = Task.from_pairs("pick", PAIRS, instruction=INSTRUCTION, n_eval=2)
     mask = random_mask(llama, seed=5)
-    from_task = attention_on_target(llama, task, mask)
-    from_pairs = attention_on_target(llama, PAIRS, mask, instruction=INSTRUCTION)
-    assert from_task.table.equals(from_pairs.table)
+    from_task = attention_on_target(llama, task, mask)  # the held-out pairs only, as the paper's Table 7
+    assert from_task.n_examples == 2
+    assert from_task.table.equals(attention_on_target(llama, PAIRS[2:], mask, instruction=INSTRUCTION).table)
+    assert not from_task.table.equals(attention_on_target(llama, PAIRS, mask, instruction=INSTRUCTION).table)
+    every = attention_on_target(llama, task, mask, split="all")
+    assert every.table.equals(attention_on_target(llama, PAIRS, mask, instruction=INSTRUCTION).table)
     assert list(from_task.table.setting) == ["original", "instructed", "masked"]
 
 
@@ -82,7 +85,7 @@ def test_pick_one_of_three_tasks_use_the_papers_table_7_prompt(llama):
     assert choice_instruction("fruit_v_animal_3") == "{input}\n\nChoose the fruit out of animals:"
     assert choice_instruction("antonym") is None
     task = Task.from_pairs("fruit_v_animal_3", PAIRS, instruction="Table 10 wording: {input}", n_eval=1)
-    table = attention_on_target(llama, task, random_mask(llama), settings=("instructed",)).table
+    table = attention_on_target(llama, task, random_mask(llama), settings=("instructed",), split="all").table
     expected = attention_on_target(llama, PAIRS, random_mask(llama), settings=("instructed",),
                                    instruction=choice_instruction("fruit_v_animal_3")).table
     assert table.equals(expected)

@@ -41,6 +41,10 @@ def test_lens_and_similarity_commands(llama_dir, mask_files, tmp_path):
                  "--mask", str(paths[1]), "--png", "false", "--device", "cpu"]) == 0
     lens = pd.read_csv(tmp_path / "lens" / "lens.csv")
     assert len(lens) == 2 * 2 * 3 and (tmp_path / "lens" / "lens_resid.html").exists()
+    assert main(["lens", "--prompt", "cat", "--out", str(tmp_path / "raw"), "--model", str(llama_dir), "--k", "3",
+                 "--no-final-norm", "--png", "false", "--device", "cpu"]) == 0
+    raw = pd.read_csv(tmp_path / "raw" / "lens.csv")
+    assert not raw[raw.layer == 0].prob.equals(pd.read_csv(tmp_path / "lens" / "lens.csv")[lens.layer == 0].prob)
     assert main(["similarity", "--prompt", "cat", "--out", str(tmp_path / "sim"), "--model", str(llama_dir),
                  "--instruction", "Say {input} twice", "--mask", str(paths[1]), "--png", "false", "--device", "cpu"]) == 0
     table = pd.read_csv(tmp_path / "sim" / "similarity.csv")

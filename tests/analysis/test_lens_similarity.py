@@ -42,6 +42,43 @@ def test_logit_lens_applies_the_final_norm_to_every_layer_and_follows_the_gate(l
     assert not torch.allclose(lens.probs["resid"][-1], logit_lens(llama, "cat", k=3).probs["resid"][-1])
 
 
+def test_logit_lens_without_the_norm_reads_the_raw_residual_as_the_reference(llama):
+    # The reference: lm_head(hidden_states), where Hugging Face's last hidden state is already normed.
+    ids = prompt_tensor(llama, "cat")
+    with torch.no_grad():
+        hidden = llama.original_model(ids, output_hidden_states=True).hidden_states  # 1 + n_layers
+        reference = torch.stack([llama.original_model.lm_head(h[0, -1]) for h in hidden]).softmax(-1)
+    lens = logit_lens(llama, "cat", k=3, streams=("embed", "resid"), final_norm=False)
+    assert lens.probs["embed"].shape[0] == 1 and torch.allclose(lens.probs["embed"][0], reference[0], atol=1e-5)
+    assert torch.allclose(lens.probs["resid"], reference[1:], atol=1e-5)
+    normed = logit_lens(llama, "cat", k=3, streams=("resid",))
+    assert torch.allclose(normed.probs["resid"][-1], lens.probs["resid"][-1], atol=1e-6)
+    assert not torch.allclose(normed.probs["resid"][0], lens.probs["resid"][0], atol=1e-3)
+    embed = lens.table[lens.table.stream == "embed"]
+    assert embed.layer.tolist() == [0, 0, 0] and embed.token_id.tolist() == reference[0].topk(3).indices.tolist()
+
+
+def test_lens_comparison_lines_up_the_settings(llama):
+    from headsup_lens.analysis import lens_comparison
+
+    mask = random_mask(llama, seed=2)
+    settings = {"original": Setting("cat"), "instructed": Setting("Say it: cat"), "masked": Setting("cat", mask=mask)}
+    table = lens_comparison(llama, settings, k=3)
+    assert table.layer.tolist() == list(range(-1, llama.cfg.n_layers))
+    for name, run in settings.items():
+        lens = logit_lens(llama, run.prompt, k=3, mask=run.mask, streams=("embed", "resid"))
+        tops = [p.topk(3).indices.tolist() for p in torch.cat([lens.probs["embed"], lens.probs["resid"]])]
+        assert table[name].tolist() == [" | ".join(llama.tokenizer.decode([t]) for t in top) for top in tops]
+        settings[name] = tops
+    for row in range(len(table)):
+        assert table["masked top1 = instructed"][row] == (settings["masked"][row][0] == settings["instructed"][row][0])
+        shared = len(set(settings["original"][row]) & set(settings["instructed"][row])) / 3
+        assert table["original top-k overlap"][row] == pytest.approx(shared)
+    assert "instructed top-k overlap" not in table
+    with pytest.raises(ValueError, match="reference"):
+        lens_comparison(llama, {"a": "cat", "b": "dog"}, reference="c")
+
+
 def test_similarity_of_a_setting_with_itself_is_one(any_model):
     ones = torch.ones(any_model.cfg.n_layers, any_model.cfg.n_heads)
     mask = random_mask(any_model, seed=2)

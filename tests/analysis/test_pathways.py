@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from headsup_lens import HeadMask, pathway_heads
-from headsup_lens.analysis import jaccard_matrix, jaccard_table, pathway_recovery, weight_trajectories
+from headsup_lens.analysis import (
+    TRAJECTORY_KINDS, jaccard_matrix, jaccard_table, pathway_recovery, trajectory_crossings, weight_trajectories,
+)
 from headsup_lens.masks import expected_jaccard
 
 
@@ -90,6 +92,35 @@ def test_weight_trajectories_from_masks_tensor_and_run_folder(tmp_path):
     with pytest.raises(ValueError, match="logits"):
         weight_trajectories([HeadMask(torch.ones(2, 3))])
     assert math.isclose(float(weights.max()), float(torch.sigmoid(logits).max()))
+
+
+def test_trajectory_crossings_against_hand_counted_heads():
+    # Six heads, five checkpoints, one of each kind (two crossings for the transient ones).
+    series = torch.tensor([
+        [0.9, 0.9, 0.8, 0.9, 0.95],   # kept throughout
+        [0.1, 0.2, 0.1, 0.3, 0.05],   # removed throughout
+        [0.1, 0.3, 0.6, 0.7, 0.9],    # joined
+        [0.9, 0.6, 0.4, 0.2, 0.1],    # left
+        [0.05, 0.4, 0.7, 0.6, 0.2],   # joined and left
+        [0.9, 0.3, 0.2, 0.5, 0.8],    # left and came back (0.5 counts as inside)
+    ]).T.reshape(5, 2, 3)
+    table = trajectory_crossings(series)
+    assert list(table.kind) == list(TRAJECTORY_KINDS)
+    assert list(table.crossings) == [0, 0, 1, 1, 2, 2]
+    assert list(table.came_back) == [False, False, False, False, True, True]
+    assert list(zip(table["layer"], table["head"])) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert table.start.tolist() == pytest.approx(series[0].flatten().tolist())
+    # A plain loop over every head gives the same counts (random trajectories, many crossings).
+    weights = torch.rand(12, 3, 4, generator=torch.Generator().manual_seed(1))
+    table = trajectory_crossings(weights)
+    for row in table.itertuples():
+        inside = [bool(w >= 0.5) for w in weights[:, row.layer, row.head]]
+        assert row.crossings == sum(a != b for a, b in zip(inside, inside[1:]))
+        assert row.came_back == (row.crossings > 0 and inside[0] == inside[-1])
+    with pytest.raises(ValueError, match="weights must be"):
+        trajectory_crossings(torch.rand(0, 3, 4))
+    with pytest.raises(ValueError, match="threshold"):
+        trajectory_crossings(weights, threshold=1.0)
 
 
 def test_pathway_recovery_against_hand_counts():

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from headsup_lens.data import (
-    IGNORE_INDEX, Task, data_dir, fewshot, function_vector_task, hybrid_task, iwslt_task, load_task,
+    FV_TASKS, HYBRID_UNSEEN, IGNORE_INDEX, Task, data_dir, fewshot, function_vector_task, hybrid_task, iwslt_task, load_task,
     register_task, render_prompt, task_names, tokenize_pairs, tokenize_task, translation_task,
 )
 from headsup_lens.models import prompt_format
@@ -137,17 +137,25 @@ def test_iwslt_loader(tmp_path):
         iwslt_task("en", "ru", tmp_path)
 
 
-def test_fewshot_demonstrations_come_from_training_pairs(tmp_path):
-    task = Task.from_pairs("t", [(f"x{i}", f"y{i}") for i in range(30)], n_eval=10)
-    shot = fewshot(task, k=5, seed=1)  # the paper's: the same five demonstrations before every example
-    assert shot.name == "fewshot/t" and shot.pairs == task.pairs
-    assert len(set(shot.shots)) == 1 and len(shot.shots[0]) == 5 and set(shot.shots[0]) <= set(task.train_pairs)
-    drawn = fewshot(task, k=5, seed=1, per_example=True)
-    for i, demos in enumerate(drawn.shots):
-        assert len(demos) == 5 and task.pairs[i] not in demos
-        assert set(demos) <= set(task.train_pairs)
-    assert len(set(drawn.shots)) > 1
-    assert fewshot(task, k=5, seed=1) == shot and fewshot(task, k=5, seed=2) != shot
+def test_fewshot_selects_demonstrations_as_the_reference(tmp_path):
+    import datasets
+
+    task = Task.from_pairs("t", [(f"x{i}", f"y{i}") for i in range(130)], n_eval=10)
+    shot = fewshot(task, k=5, seed=42, dev=20)  # the paper's: the same five demonstrations before every example
+    # The reference: Dataset(train split).shuffle(seed); first 5 = demonstrations; the last `dev` rows = its dev set.
+    shuffled = datasets.Dataset.from_dict({"x": [x for x, _ in task.train_pairs],
+                                           "y": [y for _, y in task.train_pairs]}).shuffle(seed=42)
+    reference = list(zip(shuffled["x"], shuffled["y"]))
+    assert shot.name == "fewshot/t" and shot.shots[0] == tuple(reference[:5])
+    assert len(set(shot.shots)) == 1 and len(shot.shots) == len(shot.pairs)
+    assert shot.train_pairs == tuple(reference[5:100]) and shot.eval_pairs == task.eval_pairs
+    assert not set(shot.shots[0]) & set(shot.train_pairs) and not set(reference[100:]) & set(shot.pairs)
+    assert fewshot(task, k=5, seed=42, dev=20) == shot and fewshot(task, k=5, seed=2, dev=20) != shot
+    assert fewshot(task).shots[0] == shot.shots[0]  # seed 42 and dev 100 by default
+    with pytest.raises(ValueError, match="too few"):
+        fewshot(task, k=5, dev=116)
+    with pytest.raises(ValueError, match="dev must be"):
+        fewshot(task, dev=-1)
 
 
 def test_hybrid_file_is_re_rendered_for_the_model(tmp_path, llama, gpt2):
@@ -222,6 +230,11 @@ def test_shared_data(shared_data_dir, llama):
     assert len({x for x, _ in en_zh.pairs}) == len(en_zh.pairs)
     hybrid = load_task("fewshot/hybrid", shared_data_dir)
     assert len(hybrid.pairs) == 3094 and all(len(s) == 5 for s in hybrid.shots)
+    seen = set(hybrid.pairs) | {pair for shots in hybrid.shots for pair in shots}
+    unseen = [name for name in FV_TASKS if not seen & set(load_task(name, shared_data_dir).pairs)]
+    assert tuple(unseen) == HYBRID_UNSEEN
+    fewshot_antonym = load_task("fewshot/antonym", shared_data_dir)
+    assert fewshot_antonym.n_train == 2298 - 105 and fewshot_antonym.eval_pairs == antonym.eval_pairs
     assert len(load_task("iwslt2017/en-zh", shared_data_dir).pairs) == 8549
     batch = tokenize_task(llama, antonym, "eval")
     assert batch.input_ids.shape[0] == 100

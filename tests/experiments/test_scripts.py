@@ -51,13 +51,34 @@ def test_fig2_then_fig3_reuse_the_cached_mask(scripts, organism_like, tmp_path, 
     assert {m.stem for m in masks} == {"organism__translate", "organism__reverse", "organism__uppercase", "organism__antonym"}
     assert "training" in capsys.readouterr().out
 
-    scripts["fig3"].main([a for a in common if a not in ("--max-new-tokens", "3")])
+    scripts["fig3"].main([a for a in common if a not in ("--max-new-tokens", "3")] + ["--init", "default", "--until", "1"])
     assert "training" not in capsys.readouterr().out  # reused, not retrained
     trajectories = pd.read_csv(out / "fig3_trajectories_translate.csv")
-    assert sorted(trajectories.step.unique()) == [10, 12]  # checkpoints every 10 steps and at the end
-    assert len(trajectories) == 2 * 16
+    assert sorted(trajectories.step.unique()) == [12]  # checkpoints every 31 steps (the reference's) and at the end
+    assert len(trajectories) == 16
     stamps = {m: m.stat().st_mtime_ns for m in masks}
     assert stamps == {m: m.stat().st_mtime_ns for m in sorted(out.glob("masks/*/*/masks/*.safetensors"))}
+
+
+def test_fig3_trains_a_negative_init_run_and_counts_crossings(scripts, organism_like, tmp_path, capsys):
+    common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "12", "--batch-size", "2",
+              "--no-png", "--threads", "1", "--checkpoint-every", "2", "--task", "organism/reverse"]
+    scripts["fig3"].main(common)
+    assert "negative-init" in capsys.readouterr().out
+    out = tmp_path / organism_like.name
+    trajectories = pd.read_csv(out / "fig3_trajectories_reverse.csv")
+    assert sorted(trajectories.step.unique()) == [2, 4, 6, 8, 10, 12]
+    summary = pd.read_csv(out / "fig3_summary_reverse.csv").set_index("span")
+    assert summary.loc["plotted", "last step"] == 6 and summary.loc["whole run", "checkpoints"] == 6
+    crossings = pd.read_csv(out / "fig3_crossings_reverse.csv")
+    assert len(crossings) == 16 and summary.loc["whole run", "crossed and came back"] == crossings.came_back.sum()
+    first = trajectories[trajectories.step == 2].weight
+    assert (first < 0.5).mean() > 0.5  # negative init: most heads start outside the pathway
+    # The same counts from the run folder given explicitly.
+    run = next(out.glob("masks/*/*/checkpoints")).parent
+    scripts["fig3"].main(common + ["--run", str(run), "--out", str(tmp_path / "again")])
+    again = pd.read_csv(tmp_path / "again" / organism_like.name / "fig3_crossings_reverse.csv")
+    assert again.equals(crossings)
 
 
 def test_run_all_skips_table7_without_a_three_word_task(scripts, organism_like, tmp_path, capsys):
@@ -89,3 +110,61 @@ def test_bench_performance_runs_and_checks_its_loops(organism_like, tmp_path, mo
         assert results[section]["fraction_wall"][0] > 0
         assert results[section]["plain"]["fraction_wall"][0] > 0
     assert "plain transformers, same work" in capsys.readouterr().out
+
+
+def test_table6_removes_the_heads_of_a_chosen_group(organism_like, tmp_path):
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import table6_pathway_ablation
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    from headsup_lens.masks import HeadMask
+
+    tasks = ["organism/reverse", "organism/antonym", "organism/translate"]
+    table6_pathway_ablation.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6", "--batch-size", "2",
+                                  "--no-png", "--threads", "1", "--n-random", "1", "--tasks", *tasks,
+                                  "--group", "two=organism/reverse,organism/antonym"])
+    out = tmp_path / organism_like.name
+    table = pd.read_csv(out / "table6_pathway_ablation.csv")
+    sizes = table[table.task == "organism/reverse"].set_index("group")["size"]
+    masks = {p.stem: HeadMask.load(p) for p in out.glob("masks/*/*/masks/*.safetensors")}
+    both = (masks["organism__reverse"].values > 0) & (masks["organism__antonym"].values > 0)
+    assert sizes["used by all of two"] == int(both.sum()) >= sizes["used by all"]
+    with pytest.raises(SystemExit, match="not among"):
+        table6_pathway_ablation.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6",
+                                      "--batch-size", "2", "--no-png", "--tasks", *tasks, "--group", "x=organism/plural"])
+
+
+def test_table4_compares_the_three_settings(organism_like, tmp_path):
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import table4_logit_lens
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "4", "--batch-size", "2", "--no-png",
+              "--threads", "1", "--k", "3"]
+    table4_logit_lens.main(common)
+    table4_logit_lens.main(common + ["--no-final-norm"])
+    out = tmp_path / organism_like.name
+    normed = pd.read_csv(out / "table4_lens_comparison_translate.csv")
+    raw = pd.read_csv(out / "table4_lens_comparison_no_norm_translate.csv")
+    assert normed.layer.tolist() == raw.layer.tolist() == list(range(-1, 2))
+    assert {"original", "instructed", "masked", "masked top1 = instructed"} <= set(normed.columns)
+    assert normed.masked.iloc[-1] == raw.masked.iloc[-1]  # the last row is the model's own prediction either way
+    lens = pd.read_csv(out / "table41_logit_lens_translate.csv")
+    assert set(lens.stream) == {"embed", "resid", "attn"}
+
+
+def test_schedule_curve_script_reads_its_run(organism_like, tmp_path):
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import schedule_curve
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    schedule_curve.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6", "--batch-size", "2",
+                         "--no-png", "--threads", "1", "--checkpoint-every", "3", "--at", "3", "300"])
+    out = tmp_path / organism_like.name
+    table = pd.read_csv(out / "schedule_curve_translate.csv")
+    assert table.step.tolist() == [3, 6] and {"accuracy", "answer_nll", "heads_kept"} <= set(table.columns)
+    generations = pd.read_csv(out / "schedule_generations_translate.csv")
+    assert len(generations) == 2 * table.n.iloc[0]

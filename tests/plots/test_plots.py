@@ -73,6 +73,11 @@ def test_head_figures(llama):
     weights = torch.rand(5, 2, 8)
     traj = trajectory_figure(list(range(0, 50, 10)), weights)
     assert len(traj.data) == 16 and list(traj.data[3].y) == pytest.approx(weights[:, 0, 3].tolist())
+    marked = trajectory_figure(list(range(0, 50, 10)), weights, highlight=[(1, 2)])
+    assert marked.data[-1].name == "L1H2" and marked.data[-1].showlegend and marked.data[-1].line.width == 3
+    assert sum(bool(t.showlegend) for t in marked.data) == 1
+    with pytest.raises(ValueError, match="highlight"):
+        trajectory_figure(list(range(0, 50, 10)), weights, highlight=[(2, 0)])
     import pandas as pd
 
     assert list(alpha_figure(pd.DataFrame({"alpha": [0, 1], "loss": [2.0, 1.0]})).data[0].y) == [2.0, 1.0]

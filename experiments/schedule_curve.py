@@ -1,0 +1,45 @@
+"""The schedule curve: accuracy and answer loss (the paper's "PPL", nats) of a training run's mask at
+chosen steps (default 300, 1 000, 3 000 and 6 250 where a checkpoint exists, plus the latest), on the
+task's 100 held-out examples, with the generations behind every accuracy.
+
+    python experiments/schedule_curve.py --model smollm2 --task antonym \\
+        --run figures/smollm2/paper_schedule/antonym --update-figures
+
+Without `--run` the script trains (or reuses) the schedule's mask and reads its own run folder.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from _common import parser, setup
+from headsup_lens.evaluation import SCHEDULE_STEPS, schedule_curve
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser(__doc__)
+    p.add_argument("--run", default=None, help="training run folder (headsup train --out DIR) to read")
+    p.add_argument("--at", type=int, nargs="+", default=list(SCHEDULE_STEPS),
+                   help=f"steps to read (default: {' '.join(map(str, SCHEDULE_STEPS))}; missing ones are skipped)")
+    args = p.parse_args(argv)
+    xp = setup("schedule", args)
+    task = xp.task()
+    run = args.run if args.run is not None else xp.mask(task).run_dir
+    if run is None:
+        raise SystemExit("schedule: stored masks have no checkpoints; give --run DIR")
+    curve = schedule_curve(xp.model, task, run, args.at, batch_size=args.eval_batch_size)
+    table = curve.table.assign(task=task.name)
+    xp.table(table, "schedule_curve", task)
+    xp.table(curve.generations, "schedule_generations", task)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["accuracy (no instruction, masked)", "answer loss (nats)"])
+    fig.add_trace(go.Scatter(x=table.step, y=table.accuracy, mode="lines+markers", name="accuracy"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=table.step, y=table.answer_nll, mode="lines+markers", name="answer loss"), row=1, col=2)
+    fig.update_xaxes(type="log", title_text="training step")
+    fig.update_layout(title=f"schedule curve, {task.name} (n = {int(table.n.iloc[0])} held-out examples)", showlegend=False)
+    xp.figure(fig, "schedule_curve", task)
+    xp.done(table)
+
+
+if __name__ == "__main__":
+    main()

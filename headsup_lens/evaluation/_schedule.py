@@ -1,0 +1,73 @@
+"""The schedule curve: accuracy and answer loss of a training run's mask at chosen steps, read from
+its checkpoints, so the effect of training longer is measured rather than guessed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from transformer_lens.model_bridge import TransformerBridge
+
+from ..data import Task, task_prompts
+from ..masks import HeadMask
+from ..models import fingerprint
+
+# The steps the paper's schedule is read at: the fast schedule's end, then up to the paper's 6 250.
+SCHEDULE_STEPS = (300, 1000, 3000, 6250)
+Metric = Callable[[TransformerBridge, Task, HeadMask, list[str]], float]
+
+
+@dataclass
+class ScheduleCurve:
+    """`table`: one row per step read (step, heads kept, accuracy, answer loss, extra metrics).
+    `generations`: one row per step and held-out example (input, answer, generation, correct)."""
+
+    table: pd.DataFrame
+    generations: pd.DataFrame
+
+
+def schedule_curve(
+    model: TransformerBridge,
+    task: Task,
+    run_dir: str | os.PathLike,
+    steps: Sequence[int] = SCHEDULE_STEPS,
+    *,
+    latest: bool = True,
+    split: str = "eval",
+    batch_size: int = 16,
+    metrics: Mapping[str, Metric] | None = None,
+) -> ScheduleCurve:
+    """Accuracy (greedy, the task's matcher) and answer loss (the paper's "PPL", nats) of the mask a
+    training run had at each of `steps`, from `run_dir/checkpoints/logits_step*.safetensors`.
+
+    Steps without a checkpoint are skipped; `latest` adds the run's last checkpoint (a run still in
+    progress). The mask at a step is the paper's final rule applied to the logits saved then,
+    `sigmoid(M) >= 0.5`. `metrics` adds columns: `name -> f(model, task, mask, generations)`.
+    """
+    from ..training import load_trajectory
+    from ._evaluate import answer_loss, generations
+
+    saved, logits = load_trajectory(Path(run_dir), task=task.name)
+    wanted = sorted({s for s in steps if s in saved} | ({saved[-1]} if latest else set()))
+    if not wanted:
+        raise ValueError(f"none of the steps {list(steps)} has a checkpoint in {run_dir} (saved: {saved[0]}..{saved[-1]})")
+    answers = task_prompts(task, split, False)[2]
+    pairs = [task.pairs[i] for i in task.split_indices(split)]
+    identity = fingerprint(model)
+    rows, texts = [], []
+    for step in wanted:
+        mask = HeadMask.from_logits(logits[saved.index(step)], identity, task=task.name, step=step)
+        generated = generations(model, task, mask=mask, split=split, max_new_tokens=task.max_new_tokens,
+                                batch_size=batch_size)
+        correct = [task.is_correct(g, a) for g, a in zip(generated, answers)]
+        row = {"step": step, "heads_kept": mask.n_kept, "n": len(answers), "accuracy": sum(correct) / len(correct),
+               "answer_nll": answer_loss(model, task, mask=mask, split=split, batch_size=batch_size)}
+        for name, metric in (metrics or {}).items():
+            row[name] = metric(model, task, mask, generated)
+        rows.append(row)
+        texts += [{"step": step, "input": x, "answer": y, "generation": g, "correct": c}
+                  for (x, y), g, c in zip(pairs, generated, correct)]
+    return ScheduleCurve(table=pd.DataFrame(rows), generations=pd.DataFrame(texts))

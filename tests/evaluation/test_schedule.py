@@ -1,0 +1,36 @@
+"""The schedule curve: accuracy and answer loss of a run's checkpoints at chosen steps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from headsup_lens import HeadMask, TrainConfig, train_mask
+from headsup_lens.data import Task
+from headsup_lens.evaluation import accuracy, answer_loss, schedule_curve
+from headsup_lens.training import load_trajectory
+
+WORDS = ["abc", "hello", "q", "longer", "xy", "Mixed", "zz", "tail", "cat", "dog"]
+
+
+def test_schedule_curve_reads_each_checkpoint_as_a_mask(llama, tmp_path):
+    task = Task.from_pairs("words", [(w, w[::-1]) for w in WORDS], n_eval=4)
+    config = TrainConfig.fast(steps=7, batch_size=2, checkpoint_every=2, progress=False)
+    train_mask(llama, task, config, out_dir=tmp_path)
+    seen = []
+    curve = schedule_curve(llama, task, tmp_path, steps=(2, 4, 5, 300), batch_size=3,
+                           metrics={"echo": lambda m, t, mask, texts: seen.append(len(texts)) or 0.5})
+    assert curve.table.step.tolist() == [2, 4, 7]  # 5 and 300 have no checkpoint; 7 is the latest
+    saved, logits = load_trajectory(tmp_path)
+    for row in curve.table.itertuples():
+        mask = HeadMask.from_logits(logits[saved.index(row.step)])
+        assert row.heads_kept == mask.n_kept and row.n == 4 and row.echo == 0.5
+        assert row.accuracy == accuracy(llama, task, mask=mask)
+        assert row.answer_nll == pytest.approx(answer_loss(llama, task, mask=mask), rel=1e-6)
+    assert seen == [4, 4, 4]
+    assert len(curve.generations) == 12 and set(curve.generations.step) == {2, 4, 7}
+    assert curve.generations.input.tolist()[:4] == [x for x, _ in task.eval_pairs]
+    assert not torch.equal(logits[0], logits[-1])
+    assert schedule_curve(llama, task, tmp_path, steps=(4,), latest=False).table.step.tolist() == [4]
+    with pytest.raises(ValueError, match="none of the steps"):
+        schedule_curve(llama, task, tmp_path, steps=(5,), latest=False)

@@ -100,8 +100,10 @@ def test_accuracy_and_table_on_the_planted_model(planted, llama):
     mask = HeadMask(planted_mask(), model=None)
     assert accuracy(planted, task) == 0.0 and accuracy(planted, task, mask=mask) == 1.0
     table = evaluate(planted, task, mask, other_mask=HeadMask.full(planted))
-    assert table.setting.tolist() == ["original", "instructed", "masked", "random mask", "other model's mask",
-                                      "instructed + scaled mask"]
+    assert table.setting.tolist()[:6] == ["original", "instructed", "masked", "random mask", "other model's mask",
+                                          "instructed + scaled mask"]
+    assert table.setting.tolist()[6] == "echo baseline"  # controls scored from fixed outputs follow the model's rows
+    assert set(table.setting.tolist()[7:]) <= {"majority label"}
     assert {"answer_nll", "perplexity", "accuracy", "n_kept"} <= set(table.columns)
     assert "bleu" not in table and "rouge_l" not in table  # one-word answers: they would only restate accuracy
     row = table.set_index("setting")

@@ -35,3 +35,11 @@ from ._patterns import gini as gini
 from ._patterns import kurtosis as kurtosis
 from ._patterns import pattern_correlation as pattern_correlation
 from ._patterns import pattern_statistics as pattern_statistics
+from ._methods import ABLATIONS as ABLATIONS
+from ._methods import METHODS as METHODS
+from ._methods import HeadMethod as HeadMethod
+from ._methods import HeadScores as HeadScores
+from ._methods import head_scores as head_scores
+from ._methods import mask_losses as mask_losses
+from ._methods import mean_z as mean_z
+from ._methods import register_method as register_method

@@ -9,6 +9,7 @@ heads to remove so that the bare input elicits the task.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from ..._io import atomic_write_json
 from ..._validate import check_choice, check_float, check_int, describe
 from ...data import Task, TaskBatch, tokenize_pairs
 from ...gates import gate_hooks
@@ -58,10 +60,20 @@ class HeadScores:
         return HeadMask.from_heads(self.order[:k], model_or_shape or tuple(self.scores.shape))
 
     def save(self, path: str | os.PathLike) -> Path:
-        """The scores as a head list (`masks.write_head_list`: CSV for `.csv`, else JSON)."""
-        from ...masks import write_head_list
+        """Write the whole result as JSON (method, task, settings, seconds, scores); `load` reads it.
+        For other tools, `masks.write_head_list(path, result.scores)` writes a plain head list."""
+        data = {"method": self.method, "task": self.task, "seconds": self.seconds, "settings": self.settings,
+                "scores": self.scores.tolist()}
+        return atomic_write_json(path, data)
 
-        return write_head_list(path, self.scores)
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> HeadScores:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(data["method"], torch.tensor(data["scores"], dtype=torch.float32), data["settings"],
+                       float(data["seconds"]), data["task"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{str(path)!r} is not a saved HeadScores file ({error})") from error
 
     def __repr__(self) -> str:
         shape = "x".join(map(str, self.scores.shape))

@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> None:
             not (folder / safe_name(t.name) / "learned_mask.json").is_file() for t in pending):
         learned = learned_rankings(xp, [t for t in pending
                                         if not (folder / safe_name(t.name) / "learned_mask.json").is_file()], args)
+        for name, ranking in learned.items():  # saved at once: a stopped run keeps the trained masks' rankings
+            ranking.save(folder / safe_name(name) / "learned_mask.json")
     summaries = []
     for task in tasks:
         here = folder / safe_name(task.name)

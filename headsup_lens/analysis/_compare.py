@@ -167,20 +167,19 @@ def summarize(curves: pd.DataFrame, rankings: Mapping[str, HeadScores], planted:
 
 
 def planted_heads(task: Task, model: TransformerBridge) -> list[Head] | None:
-    """The planted pathway S_t of an organism task when `model` has the shipped organism's shape, else None."""
+    """The planted pathway S_t of an organism task when `model` has the shipped organism's shape
+    (`organism/weights/planted.json`), else None."""
     if not task.name.startswith("organism/"):
         return None
-    from ..organism import load_planted
+    import json
 
-    planted = load_planted()
-    key = task.name.removeprefix("organism/")
-    heads = planted.get(key)
-    if heads is None:
+    from ..models import builtin_model_dir
+
+    data = json.loads((builtin_model_dir("organism") / "planted.json").read_text(encoding="utf-8"))
+    if (data["n_layers"], data["n_heads"]) != (model.cfg.n_layers, model.cfg.n_heads):
         return None
-    n_layers = max(l for l, _ in heads) + 1
-    if model.cfg.n_layers < n_layers:
-        return None
-    return [tuple(h) for h in heads]
+    heads = data["sets"].get(task.name.removeprefix("organism/"))
+    return [tuple(h) for h in heads] if heads else None
 
 
 def compare_methods(

@@ -166,3 +166,10 @@ def test_registry_refuses_duplicates_and_unknown_names(llama):
         head_scores(llama, small_task(), "single_ablation", ablation="resample")
     assert {"learned_mask", "single_ablation", "gate_gradient", "attribution_patching", "activation_pattern",
             "soft_gate_necessary", "soft_gate_sufficient", "random"} <= set(METHODS)
+
+
+def test_unknown_method_options_are_named(llama):
+    with pytest.raises(ValueError, match=r"method 'random' takes no option 'steps'; its options are none"):
+        head_scores(llama, small_task(), "random", steps=3)
+    with pytest.raises(ValueError, match=r"takes no option 'step'; its options are \['l1', 'steps', 'lr', 'init'\]"):
+        head_scores(llama, small_task(), "soft_gate_necessary", step=3)

@@ -9,6 +9,7 @@ heads to remove so that the bare input elicits the task.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import time
@@ -57,7 +58,7 @@ class HeadScores:
     def removal_mask(self, k: int, model_or_shape: Any = None) -> HeadMask:
         """The mask that removes the first `k` heads of the order."""
         k = check_int("k", k, minimum=0, maximum=self.scores.numel())
-        return HeadMask.from_heads(self.order[:k], model_or_shape or tuple(self.scores.shape))
+        return HeadMask.from_heads(self.order[:k], tuple(self.scores.shape) if model_or_shape is None else model_or_shape)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the whole result as JSON (method, task, settings, seconds, scores); `load` reads it.
@@ -239,6 +240,10 @@ def head_scores(
     the method. Returns a `HeadScores` (higher score = removed earlier) with its cost in seconds.
     """
     check_choice("method", method, sorted(METHODS))
+    accepted = [name for name in inspect.signature(METHODS[method].run).parameters if name != "context"]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"method {method!r} takes no option {unknown[0]!r}; its options are {accepted or 'none'}")
     check_choice("ablation", ablation, ABLATIONS)
     alpha = check_float("alpha", alpha, 0.0, 1.0)
     max_rows = check_int("max_rows", max_rows, minimum=1)

@@ -33,21 +33,21 @@ def learned_rankings(xp, tasks, args) -> dict[str, HeadScores]:
             steps = int(mask.metadata.get("steps", hl.TrainConfig().steps))
             probe = hl.TrainConfig.fast(steps=args.cost_steps, init_mean=float(mask.metadata.get("init_mean", 2.0)),
                                         progress=False, checkpoint_every=0)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             hl.train_mask(xp.model, task, probe)
-            seconds = (time.perf_counter() - start) * steps / args.cost_steps
             ranking = head_scores(xp.model, task, "learned_mask", mask=mask, n_examples=1)
-            ranking.seconds = seconds
+            ranking.seconds = (time.perf_counter() - start) * steps / args.cost_steps
+            ranking.cpu_seconds = (time.process_time() - cpu_start) * steps / args.cost_steps
             ranking.settings.update(cost="extrapolated", cost_steps=args.cost_steps, trained_steps=steps)
             out[task.name] = ranking
         return out
     config = xp.train_config().replace(progress=False, checkpoint_every=0)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     results = hl.train_masks(xp.model, tasks, config)
-    seconds = (time.perf_counter() - start) / len(tasks)
+    seconds, cpu_seconds = (time.perf_counter() - start) / len(tasks), (time.process_time() - cpu_start) / len(tasks)
     for task in tasks:
         ranking = head_scores(xp.model, task, "learned_mask", mask=results[task.name].mask, n_examples=1)
-        ranking.seconds = seconds
+        ranking.seconds, ranking.cpu_seconds = seconds, cpu_seconds
         ranking.settings.update(source="trained", cost="training time / tasks trained together",
                                 tasks_together=len(tasks), **config.recipe())
         out[task.name] = ranking

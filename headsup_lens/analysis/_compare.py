@@ -36,7 +36,7 @@ class MethodComparison:
     """The result of `compare_methods` for one task.
 
     `curves`: one row per (method, k) with `accuracy` and `answer_loss` without instruction.
-    `summary`: one row per method with its cost (`seconds`), the curve's normalised areas
+    `summary`: one row per method with its cost (`seconds`, `cpu_seconds`), the curve's normalised areas
     (`accuracy_area`: mean accuracy over k in 0..K by the trapezoid rule; `loss_area` likewise),
     `best_k` (fewest heads removed at the highest accuracy), `best_accuracy`, `loss_at_best_k`,
     and, with `planted` heads, `auroc` (scores against planted membership) and
@@ -153,7 +153,7 @@ def summarize(curves: pd.DataFrame, rankings: Mapping[str, HeadScores], planted:
     for name, ranking in rankings.items():
         curve = curves[curves.method == name].sort_values("k")
         best = int(curve.accuracy.to_numpy().argmax()) if curve.accuracy.notna().any() else 0
-        record = {"method": name, "seconds": ranking.seconds,
+        record = {"method": name, "seconds": ranking.seconds, "cpu_seconds": ranking.cpu_seconds,
                   "accuracy_k0": float(curve.accuracy.iloc[0]),
                   "accuracy_area": curve_area(curve.k.tolist(), curve.accuracy.tolist()),
                   "loss_area": curve_area(curve.k.tolist(), curve.answer_loss.tolist()),

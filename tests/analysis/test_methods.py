@@ -47,7 +47,7 @@ def test_batched_single_ablation_equals_separate_runs(llama, ablation):
                                 mask=HeadMask.from_heads([(layer, head)], fingerprint(llama)))
             assert result.scores[layer, head].item() == pytest.approx(full - alone, abs=2e-5)
     assert result.settings["full_loss"] == pytest.approx(full, rel=1e-5)
-    assert result.seconds > 0 and result.task == "small" and len(result.order) == result.scores.numel()
+    assert result.seconds > 0 and result.cpu_seconds > 0 and result.task == "small" and len(result.order) == result.scores.numel()
 
 
 def test_mean_ablation_gate_equals_replacing_z_by_hand(llama):
@@ -173,3 +173,14 @@ def test_unknown_method_options_are_named(llama):
         head_scores(llama, small_task(), "random", steps=3)
     with pytest.raises(ValueError, match=r"takes no option 'step'; its options are \['l1', 'steps', 'lr', 'init'\]"):
         head_scores(llama, small_task(), "soft_gate_necessary", step=3)
+
+
+def test_head_scores_save_and_load(llama, tmp_path):
+    from headsup_lens.analysis import HeadScores
+
+    result = head_scores(llama, small_task(), "random", seed=4)
+    back = HeadScores.load(result.save(tmp_path / "r.json"))
+    assert torch.equal(back.scores, result.scores) and back.order == result.order
+    assert (back.method, back.task, back.seconds, back.cpu_seconds) == (result.method, result.task, result.seconds, result.cpu_seconds)
+    with pytest.raises(ValueError, match="is not a saved HeadScores file"):
+        HeadScores.load(tmp_path / "missing.json")

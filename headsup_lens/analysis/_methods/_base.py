@@ -39,7 +39,8 @@ class HeadScores:
 
     `scores[layer, head]`: higher = removed earlier (see `order`); `settings`: what the method ran
     with (and what it measured on the way, e.g. the full model's loss); `seconds`: its wall-clock
-    cost, data preparation included.
+    cost, data preparation included; `cpu_seconds`: the CPU time of this process over the same span
+    (the cost on a shared machine, where wall-clock time depends on the load; not GPU work).
     """
 
     method: str
@@ -47,6 +48,7 @@ class HeadScores:
     settings: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     task: str | None = None
+    cpu_seconds: float | None = None
 
     @property
     def order(self) -> list[Head]:
@@ -63,8 +65,8 @@ class HeadScores:
     def save(self, path: str | os.PathLike) -> Path:
         """Write the whole result as JSON (method, task, settings, seconds, scores); `load` reads it.
         For other tools, `masks.write_head_list(path, result.scores)` writes a plain head list."""
-        data = {"method": self.method, "task": self.task, "seconds": self.seconds, "settings": self.settings,
-                "scores": self.scores.tolist()}
+        data = {"method": self.method, "task": self.task, "seconds": self.seconds, "cpu_seconds": self.cpu_seconds,
+                "settings": self.settings, "scores": self.scores.tolist()}
         return atomic_write_json(path, data)
 
     @classmethod
@@ -72,7 +74,7 @@ class HeadScores:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
             return cls(data["method"], torch.tensor(data["scores"], dtype=torch.float32), data["settings"],
-                       float(data["seconds"]), data["task"])
+                       float(data["seconds"]), data["task"], data.get("cpu_seconds"))
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{str(path)!r} is not a saved HeadScores file ({error})") from error
 
@@ -249,11 +251,11 @@ def head_scores(
     max_rows = check_int("max_rows", max_rows, minimum=1)
     if not isinstance(task, Task):
         raise TypeError(f"task must be a Task (see load_task), got {describe(task)}")
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     batch = example_batch(model, task, split, n_examples)
     mean = mean_z(model, batch, max_rows=max_rows) if ablation == "mean" else None
     context = MethodContext(model, task, batch, ablation, alpha, mean, int(seed), max_rows)
     scores, settings = METHODS[method].run(context, **options)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     settings = {"split": split, "n_examples": len(batch), **settings}
-    return HeadScores(method, scores.detach().float().cpu(), settings, seconds, task.name)
+    return HeadScores(method, scores.detach().float().cpu(), settings, seconds, task.name, cpu_seconds)

@@ -54,6 +54,39 @@ def learned_rankings(xp, tasks, args) -> dict[str, HeadScores]:
     return out
 
 
+def rankings_only(xp, tasks, folder, options, args) -> None:
+    """Rank with every method but the learned mask (whose rankings a full run saves), then tabulate
+    AUROC and precision at |S_t| of every ranking found against the planted heads."""
+    from headsup_lens.analysis import auroc, planted_heads, precision_at
+
+    records = []
+    for task in tasks:
+        for method in args.methods:
+            path = folder / safe_name(task.name) / f"{method}.json"
+            if not path.is_file() and method != "learned_mask":
+                ranking = head_scores(xp.model, task, method, n_examples=args.n_examples, seed=args.seed,
+                                      max_rows=args.max_rows, **options.get(method, {}))
+                ranking.save(path)
+                print(f"[methods] {task.name} {method}: {ranking.seconds:.1f} s")
+            if not path.is_file():
+                continue
+            ranking = HeadScores.load(path)
+            planted = planted_heads(task, xp.model)
+            records.append({"task": task.name, "method": method, "seconds": ranking.seconds,
+                            "cpu_seconds": ranking.cpu_seconds,
+                            "auroc": auroc(ranking, planted) if planted else float("nan"),
+                            "precision_at_planted": precision_at(ranking, planted) if planted else float("nan")})
+    table = pd.DataFrame.from_records(records)
+    xp.table(table, "methods_rankings")
+    aurocs = table.pivot(index="method", columns="task", values="auroc")
+    aurocs.columns = [c.removeprefix("organism/") for c in aurocs.columns]
+    aurocs["mean"] = aurocs.mean(axis=1)
+    aurocs = aurocs.sort_values("mean", ascending=False)
+    xp.table(aurocs.reset_index(), "methods_auroc")
+    xp.figure(auroc_table_figure(aurocs), "methods_auroc")
+    xp.done(aurocs.to_string(float_format=lambda v: f"{v:.2f}"))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__, multi_task=True)
     p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), help="methods to compare (default: all)")
@@ -66,12 +99,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--masks-dir", default=None, help="folder of stored learned masks <task>.safetensors (default: train)")
     p.add_argument("--cost-steps", type=int, default=10, help="training steps timed to estimate a stored mask's cost")
     p.add_argument("--max-rows", type=int, default=256, help="rows per batched pass (default: 256)")
+    p.add_argument("--rankings-only", action="store_true",
+                   help="only rank heads (saved per method) and write the AUROC table from the rankings found; no curves")
     args = p.parse_args(argv)
     xp = setup("methods", args)
     tasks = xp.tasks()
     folder = xp.out / "methods"
     options = {m: {"steps": args.soft_steps, "lr": args.soft_lr} for m in ("soft_gate_necessary", "soft_gate_sufficient")}
     pending = [t for t in tasks if not (folder / safe_name(t.name) / "summary.csv").is_file()]
+    if args.rankings_only:
+        return rankings_only(xp, tasks, folder, options, args)
     learned = {}
     if "learned_mask" in args.methods and any(
             not (folder / safe_name(t.name) / "learned_mask.json").is_file() for t in pending):

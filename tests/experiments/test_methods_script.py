@@ -31,3 +31,8 @@ def test_methods_compare_writes_the_auroc_table_and_resumes(tmp_path, capsys):
     methods_compare.main(argv)  # a rerun finds every task done and only rewrites the combined tables
     assert stamps == {p: p.stat().st_mtime_ns for p in out.glob("methods/*/*")}
     assert "done in" in capsys.readouterr().out
+    # rankings only: the table from the rankings found, plus a method ranked now
+    methods_compare.main(argv + ["--rankings-only", "--methods", "learned_mask", "random", "gate_gradient"])
+    rankings = pd.read_csv(out / "methods_rankings.csv")
+    assert set(rankings.method) == {"learned_mask", "random", "gate_gradient"} and len(rankings) == 6
+    assert rankings.auroc.between(0, 1).all()

@@ -19,6 +19,8 @@ _EXPORTS = {
     "attention_on_target": ".analysis",
     "pathway_heads": ".analysis",
     "activation_pattern": ".analysis",
+    "head_scores": ".analysis",
+    "compare_methods": ".analysis",
     "Task": ".data",
     "load_task": ".data",
     "translation_task": ".data",

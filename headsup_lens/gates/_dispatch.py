@@ -25,14 +25,18 @@ def gate_hooks(
     alpha: float = 0.0,
     gate: Gate = "value",
     mlp: Tensor | None = None,
+    mean: Tensor | None = None,
 ) -> list:
-    """Hooks gating `model` with `mask` (none when `mask` is None) through the chosen gate."""
+    """Hooks gating `model` with `mask` (none when `mask` is None) through the chosen gate; `mean`
+    (value gate only) mean-ablates instead of zeroing (see `value_gate`)."""
     check_choice("gate", gate, GATES)
     alpha = check_float("alpha", alpha, 0.0, 1.0)
     if mask is None:
         return [] if mlp is None else _mlp_hooks(model, mlp)
     if gate == "value":
-        return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp)
+        return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp, mean=mean)
+    if mean is not None:
+        raise ValueError("mean ablation is defined for the value gate only")
     if alpha != 0.0:
         raise ValueError(f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0")
     verify_query_gate(model)
@@ -44,9 +48,9 @@ def gate_hooks(
 
 @contextlib.contextmanager
 def gated(model: TransformerBridge, mask: HeadMask | Tensor | None, *, alpha: float = 0.0,
-          gate: Gate = "value", mlp: Tensor | None = None) -> Iterator[TransformerBridge]:
+          gate: Gate = "value", mlp: Tensor | None = None, mean: Tensor | None = None) -> Iterator[TransformerBridge]:
     """Context manager form of `gate_hooks`; a no-op for `mask=None`."""
-    hooks = gate_hooks(model, mask, alpha=alpha, gate=gate, mlp=mlp)
+    hooks = gate_hooks(model, mask, alpha=alpha, gate=gate, mlp=mlp, mean=mean)
     if not hooks:
         yield model
         return

@@ -10,7 +10,7 @@ from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._validate import check_float, check_mask_values, check_shape, check_tensor
+from .._validate import check_finite, check_float, check_mask_values, check_shape, check_tensor
 from ..masks import HeadMask
 from ._masks import MaskLike, check_model_arg, layer_of, mask_tensor, require_hook_points, row_mask
 
@@ -22,11 +22,18 @@ def value_gate_hooks(
     mask: MaskLike,
     alpha: float = 0.0,
     mlp: Float[Tensor, " n_layers"] | Float[Tensor, "batch n_layers"] | None = None,
+    mean: Float[Tensor, "*mean_shape"] | None = None,  # [n_layers, n_heads, d_head], checked with a clear error
 ) -> list[Hook]:
     """Forward hooks for `model.hooks(fwd_hooks=...)` implementing `value_gate` (see there)."""
     alpha = check_float("alpha", alpha, 0.0, 1.0)
     require_hook_points(model)
     values = mask_tensor(model, mask)
+    if mean is not None:
+        mean = check_tensor("mean", mean)
+        expected = (model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_head)
+        if tuple(mean.shape) != expected:
+            raise ValueError(f"mean must be [n_layers, n_heads, d_head] = {list(expected)}, got {list(mean.shape)}")
+        check_finite("mean", mean)
     if mlp is None and isinstance(mask, HeadMask):
         mlp = mask.mlp_values
     mlp_hooks = _mlp_hooks(model, mlp) if mlp is not None else []
@@ -36,7 +43,12 @@ def value_gate_hooks(
 
     def gate_z(z: Float[Tensor, "batch pos n_heads d_head"], hook: HookPoint) -> Tensor:
         rows = row_mask(effective, z.shape[0], hook.name)[:, layer_of(hook.name)]
-        return z * rows.to(device=z.device, dtype=z.dtype)[:, None, :, None]
+        rows = rows.to(device=z.device, dtype=z.dtype)[:, None, :, None]
+        if mean is None:
+            return z * rows
+        # Mean ablation: what a head loses is replaced by its mean output, e z + (1 - e) mean.
+        fill = mean[layer_of(hook.name)].to(device=z.device, dtype=z.dtype)
+        return z * rows + (1.0 - rows) * fill
 
     return [(f"blocks.{layer}.attn.hook_z", gate_z) for layer in range(model.cfg.n_layers)] + mlp_hooks
 
@@ -62,17 +74,21 @@ def value_gate(
     mask: MaskLike,
     alpha: float = 0.0,
     mlp: Float[Tensor, " n_layers"] | Float[Tensor, "batch n_layers"] | None = None,
+    mean: Float[Tensor, "*mean_shape"] | None = None,  # [n_layers, n_heads, d_head], checked with a clear error
 ) -> Iterator[TransformerBridge]:
     """Gate heads at `blocks.L.attn.hook_z` (value side, before `W_O`), the paper's main method.
 
     `mask` is a `HeadMask`, a tensor `[n_layers, n_heads]`, or per-row masks
     `[batch, n_layers, n_heads]` (row i of every batch gets mask i). Heads with mask 0 are scaled
-    by `alpha` (0 removes them). `mlp` optionally gates each layer's MLP output (appendix C.3.3).
+    by `alpha` (0 removes them). With `mean` (`[n_layers, n_heads, d_head]`, e.g. `mean_z` over a
+    reference set), the part a head loses is replaced by its mean output instead of zero (mean
+    ablation: `e z + (1 - e) mean`, `e` the head's effective gate). `mlp` optionally gates each
+    layer's MLP output (appendix C.3.3).
     Works under `model.generate` with the KV cache and under backprop; the model is restored on exit,
     also after an exception. Bool and integer masks read as floats; values outside [0, 1], NaN, a shape
     that does not fit the model or `alpha` outside [0, 1] are refused before any hook is added. A
     `HeadMask` is checked against the model's structure; whether it was made for these weights is
     checked where it meets the model (`HeadMask.load(path, model)`, `HeadMask.check_model`).
     """
-    with model.hooks(fwd_hooks=value_gate_hooks(model, mask, alpha=alpha, mlp=mlp)):
+    with model.hooks(fwd_hooks=value_gate_hooks(model, mask, alpha=alpha, mlp=mlp, mean=mean)):
         yield model

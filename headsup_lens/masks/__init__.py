@@ -5,6 +5,15 @@ from ._head_mask import HeadMask as HeadMask
 from ._head_mask import UnverifiedMaskWarning as UnverifiedMaskWarning
 from ._head_mask import UnverifiedModelWarning as UnverifiedModelWarning
 from ._head_mask import expected_jaccard as expected_jaccard
+from ._interchange import HeadList as HeadList
+from ._interchange import read_head_list as read_head_list
+from ._interchange import read_node_graph as read_node_graph
+from ._interchange import read_reference as read_reference
+from ._interchange import read_reference_checkpoints as read_reference_checkpoints
+from ._interchange import reference_logits as reference_logits
+from ._interchange import write_head_list as write_head_list
+from ._interchange import write_node_graph as write_node_graph
+from ._interchange import write_reference as write_reference
 
 from .._typecheck import check_namespace as _check_namespace
 

@@ -15,6 +15,9 @@ from ._runs import similarity_figure as similarity_figure
 from ._runs import sweep_similarity_figure as sweep_similarity_figure
 from ._save import SavedFigure as SavedFigure
 from ._save import save_figure as save_figure
+from ._methods import auroc_table_figure as auroc_table_figure
+from ._methods import elicitation_figure as elicitation_figure
+from ._methods import roc_figure as roc_figure
 
 from .._typecheck import check_namespace as _check_namespace
 

@@ -1,0 +1,104 @@
+"""`headsup compare-methods`: head-finding methods side by side on one task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import simple_parsing
+
+from ._main import Collect
+from ._registry import check_out_dir, command, mask_file
+
+
+@dataclass
+class CompareMethodsCommand:
+    """Options of `headsup compare-methods`."""
+
+    task: str
+    """Task name, e.g. `organism/reverse` or `antonym` (`headsup tasks` lists them)."""
+    out: str
+    """Output folder: summary.csv, curves.csv, one <method>.json ranking each, figures (and roc.csv on the organism)."""
+    method: list[str] = simple_parsing.field(default_factory=list, action=Collect, nargs="+", required=False)
+    """Methods to compare (default: all): learned_mask single_ablation gate_gradient attribution_patching activation_pattern soft_gate_necessary soft_gate_sufficient random."""
+    mask: str | None = None
+    """Learned mask (file, or a `headsup train` output folder) for learned_mask; without it a mask is trained (--schedule)."""
+    schedule: str = "fast"
+    """Schedule of a mask trained here for learned_mask: fast (300 steps) or paper."""
+    model: str = "organism"
+    """Model: hub name, local Hugging Face directory, or `organism`."""
+    k_max: int = 24
+    """Largest number of heads removed on the elicitation curves."""
+    k_step: int = 2
+    """Step in k of the elicitation curves."""
+    n_eval: int = 24
+    """Evaluation examples (without instruction) per curve point."""
+    n_examples: int = 16
+    """Training examples (without instruction) the methods score heads on."""
+    ablation: str = "zero"
+    """What removing a head means for the ablating methods: zero, scaled (keeps --alpha) or mean (its mean hook_z)."""
+    alpha: float = 0.25
+    """Share of a head's output kept by scaled ablation."""
+    soft_steps: int = 60
+    """Optimisation steps of the soft gates."""
+    planted: bool = True
+    """On organism tasks, score the rankings against the planted heads (ROC, AUROC, precision); --no-planted skips it."""
+    seed: int = 0
+    """Seed of the random ranking, the soft gates and a mask trained here."""
+    max_rows: int = 256
+    """Rows per batched forward pass."""
+    png: bool = True
+    """Also write PNG figures (--no-png: HTML only)."""
+    data_dir: str | None = None
+    """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
+    device: str | None = None
+    """Device (default: cuda when available)."""
+    dtype: str | None = None
+    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+
+
+@command("compare-methods", CompareMethodsCommand, help="Compare head-finding methods: elicitation curves, cost, AUROC on the organism.")
+def run_compare_methods(args: CompareMethodsCommand) -> int:
+    from .._io import atomic_write
+    from ..analysis import DEFAULT_METHODS, METHODS, compare_methods
+    from ..data import load_task
+    from ..masks import HeadMask
+    from ..models import load_model
+    from ..plots import elicitation_figure, roc_figure, save_figure
+    from ..training import TrainConfig
+
+    methods = list(args.method) or list(DEFAULT_METHODS)
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"--method {unknown[0]!r} is not a method; choose from {', '.join(sorted(METHODS))}")
+    if args.schedule not in ("fast", "paper"):
+        raise ValueError(f"--schedule must be fast or paper, not {args.schedule!r}")
+    task = load_task(args.task, args.data_dir)
+    mask_path = mask_file(args.mask) if args.mask else None
+    out = check_out_dir(args.out)
+    model = load_model(args.model, device=args.device, dtype=args.dtype)
+    learned = {"mask": HeadMask.load(mask_path, model)} if mask_path else {
+        "config": (TrainConfig.fast() if args.schedule == "fast" else TrainConfig.paper()).replace(seed=args.seed)}
+    options = {"learned_mask": learned}
+    for name in ("soft_gate_necessary", "soft_gate_sufficient"):
+        options[name] = {"steps": args.soft_steps}
+    out.mkdir(parents=True, exist_ok=True)
+    comparison = compare_methods(
+        model, task, methods, k_max=args.k_max, k_step=args.k_step, n_eval=args.n_eval,
+        planted="auto" if args.planted else None, options=options, n_examples=args.n_examples,
+        ablation=args.ablation, alpha=args.alpha, seed=args.seed, max_rows=args.max_rows,
+        on_method=lambda ranking: ranking.save(out / f"{ranking.method}.json"),
+    )
+    written = [f"{m}.json" for m in comparison.scores]
+    for name, frame in (("summary", comparison.summary), ("curves", comparison.curves)):
+        atomic_write(Path(out) / f"{name}.csv", lambda tmp, frame=frame: frame.to_csv(tmp, index=False))
+        written.append(f"{name}.csv")
+    save_figure(elicitation_figure(comparison), out / "curves", png=args.png)
+    written.append("curves.html")
+    if comparison.planted:
+        atomic_write(Path(out) / "roc.csv", lambda tmp: comparison.roc().to_csv(tmp, index=False))
+        save_figure(roc_figure(comparison), out / "roc", png=args.png)
+        written += ["roc.csv", "roc.html"]
+    print(comparison.summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"wrote to {out}: {', '.join(written)}")
+    return 0

@@ -264,3 +264,12 @@ def setup(name: str, args: argparse.Namespace) -> Experiment:
     out = output_root(args) / model_slug(args.model)
     out.mkdir(parents=True, exist_ok=True)
     return Experiment(name=name, args=args, model=model, out=out)
+
+
+def record_time(out: Path, stage: str, what: str, seconds: float) -> None:
+    """Append one stage's wall time (and the torch threads it ran on) to `out/times.csv`, and print it."""
+    path = out / "times.csv"
+    row = pd.DataFrame([{"stage": stage, "what": what, "seconds": round(seconds, 1),
+                         "threads": torch.get_num_threads()}])
+    row.to_csv(path, mode="a", header=not path.exists(), index=False)
+    print(f"[{stage}] {what}: {seconds:.1f} s", flush=True)

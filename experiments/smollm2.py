@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 
 import headsup_lens as hl
+from _common import record_time as _record_time
 from headsup_lens._io import atomic_write
 from headsup_lens.analysis import Setting, alpha_grid, jaccard_matrix, jaccard_table, random_order, weight_order
 from headsup_lens.data import FV_TASKS
@@ -60,14 +61,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="torch CPU threads (default 1: on a shared 2-core machine 2 threads measured slower)")
     p.add_argument("--no-png", action="store_true", help="write HTML figures only")
     return p
-
-
-def _record_time(out: Path, stage: str, what: str, seconds: float) -> None:
-    path = out / "times.csv"
-    row = pd.DataFrame([{"stage": stage, "what": what, "seconds": round(seconds, 1),
-                         "threads": torch.get_num_threads()}])
-    row.to_csv(path, mode="a", header=not path.exists(), index=False)
-    print(f"[{stage}] {what}: {seconds:.1f} s", flush=True)
 
 
 def _mask_path(out: Path, task: str, seed: int) -> Path:

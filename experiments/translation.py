@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 
 import headsup_lens as hl
+from _common import record_time as _record_time
 
 ROOT = Path(__file__).resolve().parents[1]
 SCAN_TARGETS = ("fr", "de", "es", "zh", "ru", "ar")
@@ -58,14 +59,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
     p.add_argument("--no-png", action="store_true", help="write HTML figures only")
     return p
-
-
-def _record_time(out: Path, stage: str, what: str, seconds: float) -> None:
-    path = out / "times.csv"
-    row = pd.DataFrame([{"stage": stage, "what": what, "seconds": round(seconds, 1),
-                         "threads": torch.get_num_threads()}])
-    row.to_csv(path, mode="a", header=not path.exists(), index=False)
-    print(f"[{stage}] {what}: {seconds:.1f} s", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- scan

@@ -93,7 +93,7 @@ def test_function_vector_loader_on_written_files(tmp_path):
 
 @pytest.mark.parametrize(
     "content, message",
-    [("", "not valid JSON"), ("[]", "non-empty JSON list"), ('{"input": "a"}', "non-empty JSON list"),
+    [("", "is empty"), ("[]", "non-empty JSON list"), ('{"input": "a"}', "non-empty JSON list"),
      ('[{"input": "a"}]', "entry 0"), ('[{"input": "a", "output": 3}]', "entry 0")],
 )
 def test_malformed_task_files(tmp_path, content, message):

@@ -49,5 +49,5 @@ def test_iwslt_and_fewshot_keep_the_translation_marks(shared_data_dir):
     iwslt = iwslt_task("en", "de", shared_data_dir)
     assert iwslt.target_language == "de" and iwslt.max_new_tokens == 50 and iwslt.paper_steps is None
     assert iwslt.user_text("x", instructed=True) == "x\n\nTranslate into de:"  # the reference's Table 8 prompt
-    shots = fewshot(translation_task("en", "fr", shared_data_dir, max_pairs=40, n_eval=10), k=2)
+    shots = fewshot(translation_task("en", "fr", shared_data_dir, max_pairs=40, n_eval=10), k=2, dev=5)
     assert shots.target_language == "fr" and shots.paper_steps == 6190 and shots.has_shots

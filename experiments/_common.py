@@ -273,3 +273,12 @@ def record_time(out: Path, stage: str, what: str, seconds: float) -> None:
                          "threads": torch.get_num_threads()}])
     row.to_csv(path, mode="a", header=not path.exists(), index=False)
     print(f"[{stage}] {what}: {seconds:.1f} s", flush=True)
+
+
+def fast_config(args: argparse.Namespace, **changes) -> hl.TrainConfig:
+    """`TrainConfig.fast` with the script's `--seed` and, where given, `--steps` / `--batch-size`."""
+    changes["seed"] = args.seed
+    for name in ("steps", "batch_size"):
+        if getattr(args, name, None) is not None:
+            changes[name] = getattr(args, name)
+    return hl.TrainConfig.fast(**changes)

@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 
 import headsup_lens as hl
+from _common import fast_config
 from _common import record_time as _record_time
 from headsup_lens._io import atomic_write
 from headsup_lens.analysis import Setting, alpha_grid, jaccard_matrix, jaccard_table, random_order, weight_order
@@ -107,12 +108,7 @@ def train(args, model, out: Path) -> None:
     if not args.tasks:
         raise SystemExit("train: --tasks is required")
     tasks = [hl.load_task(name, args.data_dir) for name in args.tasks]
-    changes = {"seed": args.seed}
-    if args.steps is not None:
-        changes["steps"] = args.steps
-    if args.batch_size is not None:
-        changes["batch_size"] = args.batch_size
-    config = hl.TrainConfig.fast(**changes)
+    config = fast_config(args)
     run_dir = Path(args.runs) / f"seed{args.seed}-{'+'.join(hl.training.safe_name(t) for t in args.tasks)}"
     start = time.perf_counter()
     results = hl.train_masks(model, tasks, config, out_dir=run_dir)

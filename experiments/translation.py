@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 
 import headsup_lens as hl
+from _common import fast_config
 from _common import record_time as _record_time
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,12 +130,7 @@ def train(args, model, out: Path) -> None:
     if not args.pairs:
         raise SystemExit("train: --pairs is required")
     tasks = [hl.load_task(f"translation/{pair}", args.data_dir) for pair in args.pairs]
-    changes = {"seed": args.seed, "checkpoint_every": args.checkpoint_every}
-    if args.steps is not None:
-        changes["steps"] = args.steps
-    if args.batch_size is not None:
-        changes["batch_size"] = args.batch_size
-    config = hl.TrainConfig.fast(**changes)
+    config = fast_config(args, checkpoint_every=args.checkpoint_every)
     run_dir = Path(args.runs) / f"seed{args.seed}-{config.steps}x{config.batch_size}-{'+'.join(args.pairs)}"
     start = time.perf_counter()
     results = hl.train_masks(model, tasks, config, out_dir=run_dir)

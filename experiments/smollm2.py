@@ -171,11 +171,42 @@ def evaluate_only(args, model, out: Path) -> None:
     extra = _seed_masks(out, model)
     for name in names:
         if (out / f"tables12_generations_{hl.training.safe_name(name)}.csv").exists():
-            print(f"{name}: evaluated already (tables12_generations_{hl.training.safe_name(name)}.csv)", flush=True)
+            if not add_seed_rows(args, out, hl.load_task(name, args.data_dir), model, extra):
+                print(f"{name}: evaluated already (tables12_generations_{hl.training.safe_name(name)}.csv)", flush=True)
             continue
         mask = hl.HeadMask.load(_mask_path(out, name, 0), model)
         evaluation(args, model, out, hl.load_task(name, args.data_dir), mask, extra, "evaluate")
     combine(args, model, out)
+
+
+def add_seed_rows(args, out: Path, task, model, extra: dict[str, hl.HeadMask]) -> bool:
+    """Masked / random-mask rows of a seed mask stored after the task's table was written, appended
+    to its table and generations (the reference rows are not rerun: greedy decoding repeats them) and
+    their McNemar p-values computed against the stored reference rows (`rescore`). True if any."""
+    stem = hl.training.safe_name(task.name)
+    table = pd.read_csv(out / f"tables12_evaluation_{stem}.csv")
+    texts = pd.read_csv(out / f"tables12_generations_{stem}.csv", keep_default_na=False)
+    added = False
+    for label, seed_mask in extra.items():
+        seed = label[len(stem) + 2:-1]
+        if not label.startswith(f"{stem} (seed ") or f"masked, {seed}" in set(table.setting):
+            continue
+        start = time.perf_counter()
+        rows, outputs = hl.evaluate(model, task, seed_mask, alpha=args.alpha, batch_size=args.eval_batch_size,
+                                    return_generations=True, settings=["masked", "random mask"])
+        rename = {"masked": f"masked, {seed}", "random mask": f"random mask, {seed}"}
+        at = table.index[table.setting.isin(["echo baseline", "majority label"])].min()  # controls stay last
+        at = len(table) if pd.isna(at) else at
+        new = rows.assign(setting=rows.setting.map(rename))[list(table.columns.intersection(rows.columns))]
+        table = pd.concat([table.iloc[:at], new, table.iloc[at:]], ignore_index=True)
+        texts = pd.concat([texts, outputs.assign(setting=outputs.setting.map(rename))], ignore_index=True)
+        _record_time(out, "evaluate", f"{label}: evaluate (masked, random mask)", time.perf_counter() - start)
+        added = True
+    if added:
+        table, texts = rescore(task, table, texts)
+        write_csv(out / f"tables12_evaluation_{stem}.csv", table)
+        write_csv(out / f"tables12_generations_{stem}.csv", texts)
+    return added
 
 
 def write_csv(path: Path, table: pd.DataFrame) -> None:

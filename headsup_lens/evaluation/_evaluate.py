@@ -170,7 +170,7 @@ def evaluate(
     gate: Gate = "value", split: str = "eval", max_new_tokens: int | None = None, batch_size: int = 16,
     random_seed: int = 0, generate: bool = True, text_metrics: bool | None = None,
     text_style: str = "paper", on_row: Callable[[pd.DataFrame], None] | None = None,
-    return_generations: bool = False,
+    return_generations: bool = False, settings: Sequence[str] | None = None,
 ) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """The paper's comparison table for one task and mask, one row per setting.
 
@@ -201,6 +201,8 @@ def evaluate(
     `(table, generations)`: one row per setting and example with its input, answer, output and
     per-example scores, so every number of the table can be read against its outputs.
     `mask_task` is the task the mask was trained for (its metadata); another task than `task` warns.
+    `settings` runs only the named rows (e.g. `["masked", "random mask"]` for a second mask seed whose
+    reference rows exist already; their McNemar p-values are then NaN: they need the reference rows).
     """
     mask = _as_head_mask("mask", mask, model)  # a plain [n_layers, n_heads] tensor works as everywhere else
     mask.check_model(model)
@@ -211,6 +213,7 @@ def evaluate(
     if other_mask is not None:
         other_mask = _as_head_mask("other_mask", other_mask, model)
         other_mask.check_model(model, allow_other_weights=True)  # the paper's base <-> instruct swap
+    rows_wanted = settings
     settings: list[tuple[str, HeadMask | None, float, bool]] = [("original", None, 0.0, False)]
     if task.instruction is not None:
         settings.append(("instructed", None, 0.0, True))
@@ -219,6 +222,13 @@ def evaluate(
         settings.append(("other model's mask", other_mask, 0.0, False))
     if task.instruction is not None and gate == "value":  # alpha scaling is defined for the value gate only
         settings.append(("instructed + scaled mask", mask, alpha, True))
+    control_names = ["echo baseline", "majority label"]
+    if rows_wanted is not None:
+        unknown = sorted(set(rows_wanted) - {name for name, *_ in settings} - set(control_names))
+        if unknown:
+            raise ValueError(f"settings: unknown or unavailable for this task and gate: {unknown}; "
+                             f"choose from {[name for name, *_ in settings] + control_names}")
+        settings = [s for s in settings if s[0] in rows_wanted]
     if text_style not in TEXT_STYLES:
         raise ValueError(f"text_style must be one of {TEXT_STYLES}, not {text_style!r}")
     inputs, _, answers = task_prompts(task, split)
@@ -264,6 +274,8 @@ def evaluate(
             controls["majority label"] = [majority if labels.kind == "answer" else x.split(",")[int(majority) - 1].strip()
                                           for x in inputs]
         for name, texts in controls.items():
+            if rows_wanted is not None and name not in rows_wanted:
+                continue
             record = {"task": task.name, "setting": name, "instructed": False, "alpha": float("nan"),
                       "n_kept": float("nan"), "n_examples": len(answers), "answer_nll": float("nan"),
                       "perplexity": float("nan")}

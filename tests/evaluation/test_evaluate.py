@@ -158,3 +158,16 @@ def test_a_plain_tensor_mask_is_accepted_like_everywhere_else(planted):
     assert from_tensor.drop(columns=[]).equals(from_mask)
     with pytest.raises(TypeError, match="mask"):
         evaluate(planted, planted_task(), [[1.0]], generate=False)
+
+
+def test_chosen_settings_equal_those_rows_of_the_full_table(planted):
+    task, mask = planted_task(), HeadMask(planted_mask())
+    full = evaluate(planted, task, mask).set_index("setting")
+    some = evaluate(planted, task, mask, settings=["masked", "random mask"]).set_index("setting")
+    assert some.index.tolist() == ["masked", "random mask"]
+    for setting in some.index:
+        for column in ("answer_nll", "accuracy", "strict", "echo", "n_kept"):
+            assert some.loc[setting, column] == pytest.approx(full.loc[setting, column]), (setting, column)
+    assert some.p_vs_original.isna().all()  # no reference row in this call to pair with
+    with pytest.raises(ValueError, match="other model's mask"):
+        evaluate(planted, task, mask, settings=["masked", "other model's mask"])

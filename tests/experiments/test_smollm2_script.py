@@ -64,3 +64,23 @@ def test_select_train_analyze_from_stored_masks(script, tmp_path):
         assert (out / f"{stem}.html").is_file(), stem
     stages = set(pd.read_csv(out / "times.csv").stage)
     assert stages == {"select", "train", "analyze"}
+
+    # A second seed trained after the table exists: `evaluate` appends only its rows, reference rows untouched,
+    # and the appended rows equal what a full evaluation of that seed's mask gives.
+    before = pd.read_csv(out / "tables12_evaluation_organism__reverse.csv")
+    script.main(["train", "--tasks", TASKS[1], "--seed", "1", *train, *common])
+    script.main(["evaluate", "--tasks", TASKS[1], *common])
+    after = pd.read_csv(out / "tables12_evaluation_organism__reverse.csv")
+    assert list(after.setting) == [*before.setting[:-1], "masked, seed 1", "random mask, seed 1", before.setting.iloc[-1]]
+    pd.testing.assert_frame_equal(after[after.setting.isin(before.setting)].reset_index(drop=True), before)
+    import headsup_lens as hl
+
+    model_ = hl.load_model(model)
+    full = hl.evaluate(model_, hl.load_task(TASKS[1]), hl.HeadMask.load(out / "masks" / "organism__reverse_seed1.safetensors", model_),
+                       batch_size=8, random_seed=0)
+    for setting in ("masked", "random mask"):
+        mine, ref = after[after.setting == f"{setting}, seed 1"].iloc[0], full[full.setting == setting].iloc[0]
+        for column in ("accuracy", "strict", "answer_nll", "echo", "p_vs_original", "p_vs_instructed"):
+            assert mine[column] == pytest.approx(ref[column], rel=1e-5, nan_ok=True), (setting, column)
+    texts = pd.read_csv(out / "tables12_generations_organism__reverse.csv", keep_default_na=False)
+    assert (texts.setting == "masked, seed 1").sum() == int(mine.n_examples)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Literal
 
@@ -12,6 +11,7 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._warnings import warn
 from ..data import Task, encode_pairs, task_prompts
 from ..data._tokenize import collate, encode_prompt
 from ..masks import HeadMask
@@ -208,8 +208,7 @@ def evaluate(
     mask.check_model(model)
     mask_task = mask.metadata.get("task")  # recorded by training; absent for hand-made masks
     if mask_task is not None and mask_task != task.name:
-        warnings.warn(f"the mask was trained for task {mask_task!r}, not {task.name!r} (column mask_task)",
-                      stacklevel=2)
+        warn(f"the mask was trained for task {mask_task!r}, not {task.name!r} (column mask_task)")
     if other_mask is not None:
         other_mask = _as_head_mask("other_mask", other_mask, model)
         other_mask.check_model(model, allow_other_weights=True)  # the paper's base <-> instruct swap

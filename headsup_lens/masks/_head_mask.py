@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from .._warnings import warn
 from .._validate import (
     check_bool,
     check_finite,
@@ -215,12 +215,8 @@ class HeadMask:
         same = self.model.same_weights(target)
         if same is None:
             if self.model.content_hash is None and target.content_hash is not None:
-                warnings.warn(
-                    f"mask for {self.model.describe()} carries no weights hash (written by an older version), "
-                    "so only its structure was checked; save it again to record the hash",
-                    UnverifiedModelWarning,
-                    stacklevel=2,
-                )
+                warn(f"mask for {self.model.describe()} carries no weights hash (written by an older version), "
+                     "so only its structure was checked; save it again to record the hash", UnverifiedModelWarning)
             return
         if not same:
             raise ValueError(
@@ -356,7 +352,7 @@ def _allow_other_weights(allow_other_weights: Any, allow_other_name: Any) -> boo
     if allow_other_name is None:
         return allow_other_weights
     check_bool("allow_other_name", allow_other_name)
-    warnings.warn("allow_other_name is now called allow_other_weights", DeprecationWarning, stacklevel=3)
+    warn("allow_other_name is now called allow_other_weights", DeprecationWarning)
     return allow_other_weights or allow_other_name
 
 
@@ -403,8 +399,8 @@ def _check_integrity(path: Path, tensors: dict[str, Tensor], header: dict[str, s
             raise ValueError(f"mask file {str(path)!r} is damaged: its tensors or header do not match the checksum "
                              "recorded when it was saved; train or save the mask again")
     else:
-        warnings.warn(f"mask file {str(path)!r} carries no checksum (written by an older version), so its contents "
-                      "could not be verified; save it again to add one", UnverifiedMaskWarning, stacklevel=3)
+        warn(f"mask file {str(path)!r} carries no checksum (written by an older version), so its contents "
+             "could not be verified; save it again to add one", UnverifiedMaskWarning)
     if "model" not in header and not check_bool("allow_missing_model", allow_missing_model):
         raise ValueError(f"mask file {str(path)!r} has no model entry in its header (every saved mask has one, null "
                          "when made for no model): the file was altered; pass allow_missing_model=True to load it "

@@ -7,7 +7,6 @@ import io
 import os
 import re
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._warnings import warn
 from .._io import atomic_write, atomic_write_text, locked_folder
 from ..data import Task, collate, encode_pairs
 from ..masks import HeadMask
@@ -303,9 +303,8 @@ def _train_in(
     results = {}
     frame = pd.DataFrame(history, columns=["step", "task", "loss", "tau", "lr", "n_kept"])
     for problem in run_problems(frame, n_layers * n_heads):
-        warnings.warn(f"mask training of {problem.task!r}: {problem.problem}. With the paper's init and learning "
-                      "rate no head can switch off before ~400 steps: train longer or use TrainConfig.fast()",
-                      TrainingAdvice, stacklevel=3)
+        warn(f"mask training of {problem.task!r}: {problem.problem}. With the paper's init and learning "
+             "rate no head can switch off before ~400 steps: train longer or use TrainConfig.fast()", TrainingAdvice)
     for k, task in enumerate(tasks):
         head = HeadMask.from_logits(logits[k].detach(), model=model_fp, task=task.name, gate=config.gate,
                                     steps=config.steps, seed=config.seed, init_mean=config.init_mean)

@@ -15,7 +15,8 @@ controls): prompt "0-shot": original and instructed (the zero-shot baselines) an
 without demonstrations; prompt "5-shot": original (the 5-shot baseline), instructed, the task's 5-shot
 mask ("masked"), its random shuffle ("random mask", same size), the hybrid mask ("hybrid mask"), the
 instructed + scaled mask, and the echo / majority-label controls. Each task's rows and generations
-are kept in `table3_parts/` as they finish, so a stopped run resumes at the next task.
+are kept in `table3_parts/` as they finish, so a stopped run resumes at the next task, and tasks run in
+separate invocations with the same hybrid mask end up in one table.
 """
 
 from __future__ import annotations
@@ -94,15 +95,13 @@ def main(argv: list[str] | None = None) -> None:
     hybrid_mask = trained[hybrid.name].mask
 
     parts = xp.out / "table3_parts"
-    tables, generations = [], []
+    # Rows of one hybrid mask (and options) share this key, so tasks run in separate invocations combine.
+    shared = digest(hybrid_mask, args.shots, args.alpha, args.seed)
     for task0, task5 in zip(zero, five):
         mask = trained[task5.name].mask
-        key = digest(mask, hybrid_mask, args.shots, args.alpha, args.seed)
-        stem = parts / f"{safe_name(task0.name)}-{key}"
+        stem = parts / f"{safe_name(task0.name)}-{digest(mask)}-{shared}"
         if stem.with_suffix(".csv").is_file():
             print(f"[table3] {task0.name}: rows found in {stem}.csv")
-            tables.append(pd.read_csv(stem.with_suffix(".csv")))
-            generations.append(pd.read_csv(Path(f"{stem}_generations.csv")))
             continue
         options = dict(alpha=args.alpha, random_seed=args.seed, batch_size=args.eval_batch_size, return_generations=True)
         started = time.perf_counter()
@@ -126,21 +125,24 @@ def main(argv: list[str] | None = None) -> None:
         parts.mkdir(parents=True, exist_ok=True)
         atomic_write(Path(f"{stem}_generations.csv"), lambda tmp, g=gens: g.to_csv(tmp, index=False))
         atomic_write(stem.with_suffix(".csv"), lambda tmp, t=table: t.to_csv(tmp, index=False, float_format="%.6g"))
-        tables.append(table)
-        generations.append(gens)
 
-    table = pd.concat(tables, ignore_index=True)
+    # Every task evaluated with this hybrid mask, also by earlier invocations (the newest part per task).
+    found = sorted(parts.glob(f"*-{shared}.csv"), key=lambda path: path.stat().st_mtime)
+    newest = {pd.read_csv(path, usecols=["task"]).task.iloc[0]: path for path in found}
+    order = [t.name for t in zero] + sorted(set(newest) - {t.name for t in zero})
+    table = pd.concat([pd.read_csv(newest[name]) for name in order], ignore_index=True)
     xp.table(table, "table3_fewshot")
-    xp.table(pd.concat(generations, ignore_index=True), "table3_generations")
+    xp.table(pd.concat([pd.read_csv(Path(f"{newest[name].with_suffix('')}_generations.csv")) for name in order],
+                       ignore_index=True), "table3_generations")
     rows = table[table.setting.isin(["original", "instructed", "masked", "random mask", "hybrid mask"])]
     columns = rows.prompt + " " + rows.setting
     summary = pd.concat({metric: rows.assign(column=columns).pivot(index="task", columns="column", values=metric)
                          for metric in ("accuracy", "strict")}, axis=1)
     summary.columns = [f"{setting} ({metric})" for metric, setting in summary.columns]
-    kept = {t.name: trained[f.name].mask.n_kept for t, f in zip(zero, five)}
-    summary = summary.reset_index().assign(
-        seen_by_hybrid=lambda s: s.task.map(seen), heads_kept_5shot=lambda s: s.task.map(kept),
-        heads_kept_hybrid=hybrid_mask.n_kept, hybrid=hybrid.name)
+    masked = rows[(rows.prompt == f"{args.shots}-shot") & (rows.setting == "masked")].set_index("task")
+    summary = summary.reindex(order).reset_index().assign(
+        seen_by_hybrid=lambda s: s.task.map(table.groupby("task").seen_by_hybrid.first()),
+        heads_kept_5shot=lambda s: s.task.map(masked.n_kept), heads_kept_hybrid=hybrid_mask.n_kept, hybrid=hybrid.name)
     xp.table(summary, "table3_summary")
     xp.done(summary[["task", "seen_by_hybrid", "0-shot original (accuracy)", f"{args.shots}-shot original (accuracy)",
                      f"{args.shots}-shot masked (accuracy)", f"{args.shots}-shot hybrid mask (accuracy)"]])

@@ -89,6 +89,14 @@ def test_table3_on_the_organism_rows_match_the_library_and_resume(scripts, organ
     printed = capsys.readouterr().out
     assert "training" not in printed and "rows found" in printed
     assert pd.read_csv(out / "table3_fewshot.csv").equals(table)
+    # Another task with the same hybrid mask, in a separate invocation: one table holds both.
+    scripts["table3"].main([a if a != "organism/reverse" else "organism/antonym" for a in args])
+    printed = capsys.readouterr().out
+    assert "training value-gate masks for fewshot/organism/antonym (4 steps)" in printed
+    both = pd.read_csv(out / "table3_fewshot.csv")
+    assert list(both.task.unique()) == ["organism/antonym", "organism/reverse"]
+    assert both[both.task == "organism/reverse"].reset_index(drop=True).equals(table)
+    assert list(pd.read_csv(out / "table3_summary.csv").task) == ["organism/antonym", "organism/reverse"]
 
 
 @pytest.mark.slow  # ~40-60 s: 100 held-out examples x 13 settings per task

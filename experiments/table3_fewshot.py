@@ -31,7 +31,7 @@ import pandas as pd
 import headsup_lens as hl
 from _common import ORGANISM_TASKS, parser, record_time, setup
 from headsup_lens._io import atomic_write
-from headsup_lens.data import HYBRID_UNSEEN, fewshot, task_mixture
+from headsup_lens.data import FV_TASKS, HYBRID_UNSEEN, fewshot, task_mixture
 from headsup_lens.evaluation import evaluate
 from headsup_lens.training import safe_name
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     mixture = hybrid_source(xp, names)
     if mixture is None:
         hybrid = hl.load_task(HYBRID_FILE, args.data_dir)
-        seen = {t.name: t.name not in HYBRID_UNSEEN for t in zero}
+        seen = {t.name: t.name in FV_TASKS and t.name not in HYBRID_UNSEEN for t in zero}  # the file's 31 tasks
     else:
         hybrid = task_mixture([fewshot(hl.load_task(n, args.data_dir), k=args.shots) for n in mixture],
                               f"fewshot/hybrid_{'+'.join(n.removeprefix('organism/') for n in mixture)}")

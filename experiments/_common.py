@@ -71,7 +71,8 @@ def parser(description: str, *, multi_task: bool = False) -> argparse.ArgumentPa
                         "reference's save_steps; the Fig. 3 trajectories)")
     p.add_argument("--masks", default=None,
                    help="folder of stored masks to use instead of training: <task>.safetensors (default init), "
-                        "<task>_negative.safetensors (negative init), <task>_query.safetensors (query gate); "
+                        "<task>_negative.safetensors (negative init), <task>_query.safetensors (query gate), "
+                        "<task>_mlp.safetensors (heads + FFN slots); "
                         "e.g. figures/smollm2/masks")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 1 on the organism, whose ops are too small to share; torch's setting otherwise)")
@@ -136,8 +137,9 @@ class Experiment:
         return [hl.load_task(name, self.args.data_dir) for name in names]
 
     # ------------------------------------------------------------------ masks
-    def train_config(self, *, negative: bool = False, gate: str = "value") -> hl.TrainConfig:
-        """The schedule of this run: `TrainConfig.fast` on the organism, the paper's elsewhere."""
+    def train_config(self, *, negative: bool = False, gate: str = "value", mlp: bool = False) -> hl.TrainConfig:
+        """The schedule of this run: `TrainConfig.fast` on the organism, the paper's elsewhere;
+        `mlp` also learns one slot per layer for the FFN output (App. C.3.3, Table 40)."""
         schedule = self.args.schedule
         if schedule == "auto":
             schedule = "fast" if self.is_organism or self.planted() is not None else "paper"
@@ -146,6 +148,8 @@ class Experiment:
                          "checkpoint_every": self.args.checkpoint_every}
         if negative:
             changes["init_mean"] = hl.TrainConfig.negative_init().init_mean
+        if mlp:
+            changes["mlp"] = True
         if self.args.steps is not None:
             changes["steps"] = self.args.steps
         if self.args.batch_size is not None:
@@ -159,14 +163,15 @@ class Experiment:
         recipe = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         return self.out / "masks" / f"{recipe}-{weights_digest(self.model)}"
 
-    def masks(self, tasks: list[Task], *, negative: bool = False, gate: str = "value") -> dict[str, TrainedMask]:
+    def masks(self, tasks: list[Task], *, negative: bool = False, gate: str = "value",
+              mlp: bool = False) -> dict[str, TrainedMask]:
         """A learned mask per task: from the cache when some earlier run trained it with the same
         recipe on the same weights, else trained now (the missing tasks together, one forward pass
         per step) and cached. Cached files are written atomically by the training code. With
         `--masks DIR` the stored masks are used and nothing is trained (`run_dir` is then None)."""
         if self.args.masks is not None:
-            return {t.name: TrainedMask(self.stored_mask(t, negative=negative, gate=gate), None) for t in tasks}
-        config = self.train_config(negative=negative, gate=gate)
+            return {t.name: TrainedMask(self.stored_mask(t, negative=negative, gate=gate, mlp=mlp), None) for t in tasks}
+        config = self.train_config(negative=negative, gate=gate, mlp=mlp)
         cache = self.mask_cache(config)
         found: dict[str, TrainedMask] = {}
         for task in tasks:
@@ -177,7 +182,7 @@ class Experiment:
         if missing:
             names = [t.name for t in missing]
             run_dir = cache / hashlib.sha256("\n".join(names).encode()).hexdigest()[:10]
-            kind = f"{'negative-init ' if negative else ''}{gate}-gate"
+            kind = f"{'negative-init ' if negative else ''}{gate}-gate{' + FFN' if mlp else ''}"
             print(f"[{self.name}] training {kind} masks for {', '.join(names)} ({config.steps} steps) -> {run_dir}")
             results = hl.train_masks(self.model, missing, config, out_dir=run_dir)
             atomic_write_text(run_dir / "recipe.json", json.dumps(
@@ -186,9 +191,9 @@ class Experiment:
                 found[name] = TrainedMask(result.mask, run_dir)
         return {t.name: found[t.name] for t in tasks}
 
-    def stored_mask(self, task: Task, *, negative: bool = False, gate: str = "value") -> HeadMask:
-        """`<--masks>/<task>[_negative][_query].safetensors`, checked against the loaded model."""
-        suffix = ("_negative" if negative else "") + ("_query" if gate == "query" else "")
+    def stored_mask(self, task: Task, *, negative: bool = False, gate: str = "value", mlp: bool = False) -> HeadMask:
+        """`<--masks>/<task>[_negative][_query][_mlp].safetensors`, checked against the loaded model."""
+        suffix = ("_negative" if negative else "") + ("_query" if gate == "query" else "") + ("_mlp" if mlp else "")
         path = Path(self.args.masks) / f"{safe_name(task.name)}{suffix}.safetensors"
         if not path.is_file():
             raise SystemExit(f"{self.name}: no stored mask {path} (--masks); train it first or leave out --masks")

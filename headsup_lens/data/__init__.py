@@ -20,12 +20,13 @@ from ._sources import iwslt_task as iwslt_task
 from ._sources import read_pairs_file as read_pairs_file
 from ._sources import read_pairs_json as read_pairs_json
 from ._sources import task_from_file as task_from_file
+from ._sources import task_mixture as task_mixture
 from ._sources import translation_task as translation_task
 from ._task import Task as Task
 
 _EAGER = ["ENV_VAR", "data_dir", "default_data_dir", "load_task", "register_task", "task_names", "FV_TASKS",
           "LANGUAGES", "fewshot", "function_vector_task", "hybrid_task", "iwslt_task", "read_pairs_file",
-          "read_pairs_json", "task_from_file", "translation_task", "Task"]
+          "read_pairs_json", "task_from_file", "task_mixture", "translation_task", "Task"]
 _EXPORTS = {name: "._tokenize" for name in (
     "IGNORE_INDEX", "TaskBatch", "collate", "encode_example", "encode_pairs", "encode_prompt", "length_groups",
     "render_prompt", "task_prompts", "tokenize_pairs", "tokenize_task")}

@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from ._paths import data_dir as resolve_data_dir
@@ -291,6 +292,26 @@ def hybrid_task(data_dir: str | os.PathLike | None = None) -> Task:
         pairs.append((query, y))
         shots.append(demos)
     return Task("fewshot/hybrid", tuple(pairs), None, "contains", min(N_EVAL, len(pairs) // 2), shots=tuple(shots))
+
+
+def task_mixture(tasks: Sequence[Task], name: str) -> Task:
+    """One task made of several (a hybrid mixture, Table 3, for tasks without the shared
+    `fewshot/hybrid.json`): every task's training pairs, then every task's held-out pairs (held out
+    together), each pair with its own demonstrations (none for a zero-shot task). A mask trained on
+    it is meant for other tasks, so it carries no instruction and grades by "contains"."""
+    tasks = list(tasks)
+    if len(tasks) < 2:
+        raise ValueError(f"a task mixture needs at least two tasks, got {len(tasks)}")
+    names = [t.name for t in tasks]
+    if len(set(names)) != len(names):
+        raise ValueError(f"the tasks of a mixture must be distinct, got {names}")
+    pairs, shots = [], []
+    for split in ("train", "eval"):
+        for t in tasks:
+            indices = range(t.n_train) if split == "train" else range(t.n_train, len(t.pairs))
+            pairs += [t.pairs[i] for i in indices]
+            shots += [t.demonstrations(i) for i in indices]
+    return Task(name, tuple(pairs), None, "contains", sum(t.n_eval for t in tasks), shots=tuple(shots))
 
 
 def _register_builtin_tasks() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from headsup_lens.data import (
     FV_TASKS, HYBRID_UNSEEN, IGNORE_INDEX, Task, data_dir, fewshot, function_vector_task, hybrid_task, iwslt_task, load_task,
-    register_task, render_prompt, task_names, tokenize_pairs, tokenize_task, translation_task,
+    register_task, render_prompt, task_mixture, task_names, tokenize_pairs, tokenize_task, translation_task,
 )
 from headsup_lens.models import prompt_format
 
@@ -173,6 +173,20 @@ def test_hybrid_file_is_re_rendered_for_the_model(tmp_path, llama, gpt2):
     path.write_text(json.dumps([{"input": f"a{LLAMA_ASSISTANT}A{LLAMA_ASSISTANT}x{LLAMA_USER}c", "output": "C"}]))
     with pytest.raises(ValueError, match="malformed few-shot"):
         hybrid_task(tmp_path)
+
+
+def test_task_mixture_keeps_each_pair_with_its_demonstrations():
+    a = fewshot(Task.from_pairs("a", [(f"a{i}", f"A{i}") for i in range(120)], n_eval=10), k=2, dev=5)
+    b = Task.from_pairs("b", [(f"b{i}", f"B{i}") for i in range(30)], n_eval=4)  # zero-shot: no demonstrations
+    mix = task_mixture([a, b], "mix")
+    assert mix.name == "mix" and mix.instruction is None and mix.matcher == "contains"
+    assert mix.train_pairs == a.train_pairs + b.train_pairs and mix.eval_pairs == a.eval_pairs + b.eval_pairs
+    by_pair = dict(zip(mix.pairs, mix.shots))
+    assert all(by_pair[p] == a.shots[0] for p in a.pairs) and all(by_pair[p] == () for p in b.pairs)
+    with pytest.raises(ValueError, match="at least two"):
+        task_mixture([a], "one")
+    with pytest.raises(ValueError, match="distinct"):
+        task_mixture([a, a], "twice")
 
 
 def test_registry_refuses_duplicates_and_lists_known_names():

@@ -1,0 +1,82 @@
+"""experiments/sft_patterns.py select: pattern-guided data selection end to end on a tiny random model."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from headsup_lens.evaluation import answer_loss
+from headsup_lens.models import load_model
+from headsup_lens.organism import task
+from headsup_lens.training import pattern_subset
+
+from ..conftest import build_llama_dir
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+CANDIDATES = ["plural", "uppercase", "reverse", "capitalize"]
+
+
+@pytest.fixture(scope="module")
+def script():
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import sft_patterns
+
+        yield sft_patterns
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+
+
+def test_select_stage_runs_ranks_and_resumes(script, tmp_path, capsys):
+    base = build_llama_dir(tmp_path / "base")  # stands in for the base organism (it is not retrained)
+    out, runs = tmp_path / "figures", tmp_path / "runs"
+    argv = ["select", "--model", "organism", "--base", str(base), "--out", str(out), "--runs", str(runs),
+            "--targets", "plural+uppercase", "reverse", "--candidates", *CANDIDATES, "--k", "2", "--seeds", "1",
+            "--draws", "2", "--steps", "2", "--probe-steps", "2", "--eval-examples", "4", "--pattern-examples", "4",
+            "--train-pairs", "8", "--no-png"]
+    script.main(argv)
+    ranking = pd.read_csv(out / "sft_data_selection_ranking.csv")
+    runs_table = pd.read_csv(out / "sft_data_selection_runs.csv")
+    # The target is never its own candidate; the composite's components are.
+    assert len(ranking[ranking.target == "organism/reverse"]) == 3
+    assert "organism/reverse" not in set(ranking[ranking.target == "organism/reverse"].candidate)
+    assert len(ranking[ranking.target == "organism/plural+uppercase"]) == 4
+    counts = runs_table.groupby(["target", "condition"]).size().to_dict()
+    assert counts == {("organism/plural+uppercase", c): n for c, n in
+                      (("none", 1), ("selected", 1), ("random", 2), ("oracle", 1), ("target", 1))} | {
+                     ("organism/reverse", c): n for c, n in (("none", 1), ("selected", 1), ("random", 2), ("target", 1))}
+    for target, part in ranking.groupby("target"):
+        top = " ".join(part.sort_values("rank").candidate[:2])
+        assert set(runs_table[(runs_table.target == target) & (runs_table.condition == "selected")].sources) == {top}
+        # Each run's mean similarity is that of its sources in the ranking.
+        similarity = part.set_index("candidate").similarity
+        for _, row in runs_table[(runs_table.target == target) & (runs_table.condition == "random")].iterrows():
+            assert row.similarity_mean == pytest.approx(similarity[row.sources.split()].mean())
+    assert set(runs_table[runs_table.condition == "oracle"].sources) == {"organism/plural organism/uppercase"}
+    assert (runs_table.n_eval == 4).all() and runs_table.answer_loss.gt(0).all()
+    # "none" is the base model itself, also after the runs before it changed and restored its weights.
+    none = runs_table[runs_table.condition == "none"].set_index("target").answer_loss
+    fresh = load_model(str(base), dtype="float32")
+    assert none["organism/reverse"] == pytest.approx(
+        answer_loss(fresh, pattern_subset(task("reverse"), 4), instructed=True), rel=1e-6)
+    assert runs_table[runs_table.condition != "none"].answer_loss.ne(none["organism/reverse"]).all()
+    summary = pd.read_csv(out / "sft_data_selection.csv")
+    row = summary[(summary.target == "organism/reverse") & (summary.condition == "random")].iloc[0]
+    values = runs_table[(runs_table.target == "organism/reverse") & (runs_table.condition == "random")].answer_loss
+    assert row.n == 2 and row.seeds == "0 1"
+    assert row.answer_loss_mean == pytest.approx(values.mean()) and row.answer_loss_sd == pytest.approx(values.std())
+    assert "selected - random" in set(summary.condition)
+    generations = pd.read_csv(out / "sft_data_selection_generations.csv")
+    assert len(generations) == 4 * len(runs_table)
+    assert (out / "sft_data_selection.html").is_file()
+    capsys.readouterr()
+
+    # A rerun finds every run done: nothing is trained or evaluated again.
+    script.main(argv)
+    assert "accuracy" not in capsys.readouterr().out
+    assert pd.read_csv(out / "sft_data_selection_runs.csv").equals(runs_table)
+    with pytest.raises(SystemExit, match="other settings"):
+        script.main([a if a != "--steps" else "--steps" for a in argv[:-1]] + ["--no-png", "--k", "1"])

@@ -80,3 +80,27 @@ def test_select_stage_runs_ranks_and_resumes(script, tmp_path, capsys):
     assert pd.read_csv(out / "sft_data_selection_runs.csv").equals(runs_table)
     with pytest.raises(SystemExit, match="other settings"):
         script.main([a if a != "--steps" else "--steps" for a in argv[:-1]] + ["--no-png", "--k", "1"])
+
+
+def test_smollm2_variant_takes_the_same_path_with_lora(script, tmp_path, monkeypatch, shared_data_dir, capsys):
+    """`--model smollm2` on a tiny stand-in: function-vector tasks, LoRA runs, a fresh model per run."""
+    tiny = build_llama_dir(tmp_path / "tiny")
+    loads = []
+
+    def fake_load(name, dtype=None):
+        loads.append(name)
+        return load_model(str(tiny), dtype="float32")
+
+    monkeypatch.setenv("HEADSUP_DATA_DIR", str(shared_data_dir))
+    monkeypatch.setattr(script.hl, "load_model", fake_load)
+    out = tmp_path / "figures"
+    script.main(["select", "--model", "smollm2", "--out", str(out), "--runs", str(tmp_path / "runs"),
+                 "--targets", "antonym", "--candidates", "synonym", "present-past", "capitalize", "--k", "1",
+                 "--seeds", "1", "--draws", "1", "--steps", "2", "--probe-steps", "2", "--eval-examples", "3",
+                 "--pattern-examples", "3", "--train-pairs", "8", "--no-png"])
+    assert set(loads) == {"smollm2"} and len(loads) == 4 + 4  # 4 probes, 4 runs (none, selected, random, target)
+    table = pd.read_csv(out / "sft_data_selection_runs.csv")
+    assert list(table.condition) == ["none", "selected", "random", "target"] and (table.n_eval == 3).all()
+    assert table.sources[1] == pd.read_csv(out / "sft_data_selection_ranking.csv").candidate[0]
+    settings = (tmp_path / "runs" / "smollm2_sft_selection" / "settings.json").read_text()
+    assert '"method": "lora"' in settings and '"train_pairs": 8' in settings

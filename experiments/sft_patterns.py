@@ -27,8 +27,9 @@ draws), on the composite's own two components ("oracle", organism composites), o
 (instructed, held-out words; the target's data never enter the compared runs). Writes
 `sft_data_selection.csv` (per target and condition: n, seeds, mean, SD, min, max of accuracy and
 answer loss), `sft_data_selection_runs.csv` (one row per run), `sft_data_selection_ranking.csv`
-(every candidate's similarity, plain and centred), `sft_data_selection_generations.csv` (the first
-generations of every run) and `sft_data_selection.{html,png}`. Resumable: probe runs and finished
+(every candidate's similarity, plain and centred), `sft_data_selection_similarity.csv` (per target,
+Spearman's rho between a training set's similarity and the target's loss), `sft_data_selection_generations.csv`
+(the first generations of every run) and `sft_data_selection.{html,png}`. Resumable: probe runs and finished
 runs are kept under `<runs>/<model>_sft_selection/`.
 """
 
@@ -405,6 +406,7 @@ def select(args) -> None:
     _write(out, "sft_data_selection_generations.csv", wanted.merge(shown, on=["target", "condition", "seed"]))
     summary = _selection_summary(table)
     _write(out, "sft_data_selection.csv", summary)
+    _write(out, "sft_data_selection_similarity.csv", _similarity_vs_loss(table))
     _selection_figure(out, table, not args.no_png)
     _times(out, f"select ({args.model})", time.perf_counter() - start,
            {k: v for k, v in settings.items() if k != "probe"} | {"seeds": args.seeds, "draws": args.draws})
@@ -441,6 +443,23 @@ def _selection_summary(table: pd.DataFrame) -> pd.DataFrame:
                       "answer_loss_mean": gap.mean(), "answer_loss_min": gap.min(), "answer_loss_max": gap.max(),
                       "sources": f"selected has the lower loss on {int((gap < 0).sum())} of {len(gap)} targets"})
     return pd.concat([summary, pd.DataFrame(means)], ignore_index=True)
+
+
+def _similarity_vs_loss(table: pd.DataFrame) -> pd.DataFrame:
+    """Per target, over its runs on candidate tasks (selected, random, oracle): Spearman's rho between
+    the training set's mean pattern-change similarity to the target and the target's answer loss
+    (negative: more similar data, lower loss); then the mean rho over targets."""
+    import scipy.stats
+
+    rows = []
+    for target, group in table.dropna(subset=["similarity_mean"]).groupby("target", sort=False):
+        rho, p = scipy.stats.spearmanr(group.similarity_mean, group.answer_loss)
+        rows.append({"target": target, "n_runs": len(group), "n_sets": group.sources.nunique(), "rho": rho, "p_value": p})
+    frame = pd.DataFrame(rows)
+    if len(frame):
+        frame = pd.concat([frame, pd.DataFrame([{"target": f"mean of {len(frame)} targets", "n_runs": frame.n_runs.sum(),
+                                                 "rho": frame.rho.mean(), "p_value": np.nan}])], ignore_index=True)
+    return frame
 
 
 def _selection_figure(out: Path, table: pd.DataFrame, png: bool) -> None:

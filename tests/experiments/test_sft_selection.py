@@ -69,6 +69,9 @@ def test_select_stage_runs_ranks_and_resumes(script, tmp_path, capsys):
     assert row.n == 2 and row.seeds == "0 1"
     assert row.answer_loss_mean == pytest.approx(values.mean()) and row.answer_loss_sd == pytest.approx(values.std())
     assert "selected - random" in set(summary.condition)
+    rho = pd.read_csv(out / "sft_data_selection_similarity.csv").set_index("target")
+    assert rho.loc["organism/plural+uppercase", "n_runs"] == 4  # selected, two random draws, oracle
+    assert rho.rho.dropna().between(-1, 1).all()
     generations = pd.read_csv(out / "sft_data_selection_generations.csv")
     assert len(generations) == 4 * len(runs_table)
     assert (out / "sft_data_selection.html").is_file()

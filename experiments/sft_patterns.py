@@ -413,11 +413,16 @@ def select(args) -> None:
 
 
 CONDITIONS = ("none", "random", "selected", "oracle", "target")
+PAIRED = (("selected", "random"), ("selected", "none"), ("random", "none"), ("oracle", "random"), ("selected", "oracle"))
 
 
 def _selection_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per target and condition: n runs, their seeds, mean / SD (n-1) / min / max of accuracy and answer
-    loss; then per condition the mean over targets, and the selected - random difference per target."""
+    loss; then per condition the mean over targets, and paired differences of the per-target means
+    (selected - random, ...: mean, min, max, on how many targets the first is lower, sign and
+    Wilcoxon signed-rank p-values)."""
+    import scipy.stats
+
     rows = []
     for (target, condition), group in table.groupby(["target", "condition"], sort=False):
         row = {"target": target, "condition": condition, "n": len(group),
@@ -434,14 +439,21 @@ def _selection_summary(table: pd.DataFrame) -> pd.DataFrame:
         if len(part):
             means.append({"target": f"mean of {len(part)} targets", "condition": condition, "n": int(part.n.sum()),
                           "accuracy_mean": part.accuracy_mean.mean(), "answer_loss_mean": part.answer_loss_mean.mean()})
-    wide = summary.pivot(index="target", columns="condition", values="answer_loss_mean")
-    if {"selected", "random"} <= set(wide.columns):
-        gap = wide.selected - wide.random
-        acc = summary.pivot(index="target", columns="condition", values="accuracy_mean")
-        means.append({"target": f"selected - random, {len(gap)} targets", "condition": "selected - random",
-                      "n": len(gap), "accuracy_mean": (acc.selected - acc.random).mean(),
+    loss = summary.pivot(index="target", columns="condition", values="answer_loss_mean")
+    acc = summary.pivot(index="target", columns="condition", values="accuracy_mean")
+    for a, b in PAIRED:
+        if not {a, b} <= set(loss.columns):
+            continue
+        both = loss[[a, b]].dropna().index
+        gap = loss.loc[both, a] - loss.loc[both, b]
+        lower = int((gap < 0).sum())
+        means.append({"target": f"{a} - {b}, {len(gap)} targets", "condition": f"{a} - {b}", "n": len(gap),
+                      "accuracy_mean": (acc.loc[both, a] - acc.loc[both, b]).mean(),
                       "answer_loss_mean": gap.mean(), "answer_loss_min": gap.min(), "answer_loss_max": gap.max(),
-                      "sources": f"selected has the lower loss on {int((gap < 0).sum())} of {len(gap)} targets"})
+                      "sources": f"{a} has the lower loss on {lower} of {len(gap)} targets",
+                      # Paired over targets (the means of each target's runs), two-sided.
+                      "p_sign": scipy.stats.binomtest(lower, len(gap)).pvalue if len(gap) else np.nan,
+                      "p_wilcoxon": scipy.stats.wilcoxon(gap).pvalue if len(gap) > 1 else np.nan})
     return pd.concat([summary, pd.DataFrame(means)], ignore_index=True)
 
 

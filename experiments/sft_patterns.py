@@ -2,6 +2,7 @@
 
     python experiments/sft_patterns.py organism   # base organism -> instruction SFT on every task + composites
     python experiments/sft_patterns.py smollm2    # LoRA SFT of SmolLM2-135M-Instruct on function-vector tasks
+    python experiments/sft_patterns.py select     # pattern-guided data selection (Tables 2/3), --model organism|smollm2
 
 Each stage fine-tunes with `hl.finetune` (run folder with checkpoints under `--runs`, git-ignored:
 a rerun resumes), takes activation patterns (`activation_pattern`, total derivative of the answer
@@ -16,14 +17,31 @@ run, and writes to `<out>/`:
 - smollm2: `sft_mask_overlap.csv`: the k heads with the largest pattern change vs the k heads the
   learned Heads-up mask of the same task removes (`masks/<task>.safetensors`), hypergeometric p.
 Wall times are appended to `<out>/sft_times.csv`.
+
+`select` (claim 4, Tables 2/3): a short *probe* SFT of the base model on each task alone gives the
+task's pattern change (after - before, on its held-out examples); for each target task the k
+candidate tasks whose change correlates most with the target's (`rank_by_pattern`) are the
+"selected" training data. The base model is fine-tuned on them, on k random candidates (several
+draws), on the composite's own two components ("oracle", organism composites), on the target itself
+(a reference: the only condition with target data) and not at all, and the target is evaluated
+(instructed, held-out words; the target's data never enter the compared runs). Writes
+`sft_data_selection.csv` (per target and condition: n, seeds, mean, SD, min, max of accuracy and
+answer loss), `sft_data_selection_runs.csv` (one row per run), `sft_data_selection_ranking.csv`
+(every candidate's similarity, plain and centred), `sft_data_selection_similarity.csv` (per target,
+Spearman's rho between a training set's similarity and the target's loss), `sft_data_selection_generations.csv`
+(the first generations of every run) and `sft_data_selection.{html,png}`. Resumable: probe runs and finished
+runs are kept under `<runs>/<model>_sft_selection/`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,16 +51,17 @@ import torch
 import headsup_lens as hl
 from headsup_lens._io import atomic_write_text
 from headsup_lens.analysis import (fit_pattern_change, head_overlap, pattern_correlation, pattern_statistics,
-                                   pattern_trajectory, shuffled_fit_r2, top_heads)
+                                   pattern_trajectory, rank_by_pattern, shuffled_fit_r2, top_heads)
+from headsup_lens.organism import TASK_NAMES
 from headsup_lens.plots import save_figure
-from headsup_lens.training import FinetuneConfig, finetune, safe_name
+from headsup_lens.training import FinetuneConfig, finetune, pattern_subset, safe_name
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=["organism", "smollm2"])
+    p.add_argument("stage", choices=["organism", "smollm2", "select"])
     p.add_argument("--out", default=None, help="output folder (default: figures/<stage>)")
     p.add_argument("--runs", default=str(ROOT / "runs"), help="run folders (default: runs/, git-ignored)")
     p.add_argument("--base", default=str(ROOT / "runs" / "organism_base"),
@@ -51,6 +70,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--model", choices=sorted(SELECTION), default="organism", help="select stage: the model")
+    p.add_argument("--targets", nargs="+", default=None,
+                   help="select stage: target tasks (organism: 'a+b' is a composite task; default: see SELECTION)")
+    p.add_argument("--candidates", nargs="+", default=None, help="select stage: candidate (source) tasks")
+    p.add_argument("--k", type=int, default=2, help="select stage: tasks per training set (default 2)")
+    p.add_argument("--seeds", type=int, default=2, help="select stage: SFT seeds of the selected and oracle sets")
+    p.add_argument("--draws", type=int, default=3, help="select stage: random draws of k candidates (one seed each)")
+    p.add_argument("--probe-steps", type=int, default=None, help="select stage: steps of each task's probe SFT")
+    p.add_argument("--eval-examples", type=int, default=None, help="select stage: held-out target examples evaluated")
+    p.add_argument("--pattern-examples", type=int, default=None, help="select stage: held-out examples per probe pattern")
+    p.add_argument("--train-pairs", type=int, default=None, help="select stage: training pairs per task (the first)")
     p.add_argument("--no-png", action="store_true")
     return p
 
@@ -59,6 +89,41 @@ def _parser() -> argparse.ArgumentParser:
 BASE_RECIPE = {"steps": 500, "batch_size": 32, "warmup_steps": 50, "checkpoint_every": 100}
 COMPOSITES = (("plural", "uppercase"), ("reverse", "uppercase"))
 SMOLLM2_TASKS = ("country-capital", "person-sport", "antonym")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Defaults of the `select` stage for one model."""
+
+    candidates: tuple[str, ...]
+    targets: tuple[str, ...]
+    steps: int
+    """SFT steps of every compared run."""
+    probe_steps: int
+    """SFT steps of the probe run of each task alone (its pattern change)."""
+    eval_examples: int
+    """Held-out examples of the target that are evaluated (the first of its eval split)."""
+    pattern_examples: int
+    """Held-out examples per task of the probe patterns."""
+    train_pairs: int | None
+    """Training pairs per task (the first), so that no task dominates the pooled data; None: all."""
+
+
+# Organism: every basic task is a candidate; targets are four composites (their two components are
+# candidates: the "oracle" choice) and every basic task (the other seven are its candidates).
+SELECTION = {
+    "organism": Selection(
+        candidates=TASK_NAMES,
+        targets=("plural+uppercase", "reverse+uppercase", "plural+reverse", "capitalize+reverse", *TASK_NAMES),
+        steps=40, probe_steps=30, eval_examples=100, pattern_examples=32, train_pairs=None),
+    # SmolLM2: each target has candidates of the same kind (antonym: synonym; country-capital:
+    # country-currency, landmark-country; capitalize_first_letter: capitalize, lowercase_first_letter).
+    "smollm2": Selection(
+        candidates=("synonym", "present-past", "singular-plural", "country-currency", "landmark-country",
+                    "capitalize", "lowercase_first_letter", "english-french"),
+        targets=("antonym", "country-capital", "capitalize_first_letter"),
+        steps=50, probe_steps=20, eval_examples=50, pattern_examples=16, train_pairs=200),
+}
 
 
 def _changes(before: dict, after: dict) -> dict:
@@ -126,16 +191,22 @@ def _times(out: Path, stage: str, seconds: float, extra: dict) -> None:
     _write(out, "sft_times.csv", pd.concat([old, row], ignore_index=True))
 
 
-def organism(args) -> None:
-    from headsup_lens.organism import OrganismConfig, composite_task, task as organism_task, train_organism
-    from headsup_lens.organism._corpus import TASK_NAMES
+def _base_organism(args) -> Path:
+    """The base organism's folder, trained first (OrganismConfig.base, BASE_RECIPE) when missing."""
+    from headsup_lens.organism import OrganismConfig, train_organism
 
-    out = Path(args.out or ROOT / "figures" / "organism")
     base_dir = Path(args.base)
-    start = time.perf_counter()
     if not (base_dir / "model.safetensors").is_file():
         train_organism(OrganismConfig.base(**BASE_RECIPE, threads=args.threads), base_dir, progress=True)
-    model = hl.load_model(str(base_dir), dtype="float32")
+    return base_dir
+
+
+def organism(args) -> None:
+    from headsup_lens.organism import composite_task, task as organism_task
+
+    out = Path(args.out or ROOT / "figures" / "organism")
+    start = time.perf_counter()
+    model = hl.load_model(str(_base_organism(args)), dtype="float32")
     tasks = [organism_task(n) for n in TASK_NAMES] + [composite_task(a, b) for a, b in COMPOSITES]
     steps = args.steps or 200
     config = FinetuneConfig(steps=steps, batch_size=16, lr=1e-3, seed=args.seed,
@@ -205,11 +276,229 @@ def smollm2(args) -> None:
                                                                   "lora_alpha", "lora_targets", "instructed")})
 
 
-def main() -> None:
-    args = _parser().parse_args()
+def _selection_setup(args, spec: Selection):
+    """(fresh base model loader, task resolver, compared-run config, probe config) of the select stage."""
+    from headsup_lens.organism import composite_task, task as organism_task
+
+    if args.model == "organism":
+        model = hl.load_model(str(_base_organism(args)), dtype="float32")
+        initial = [p.detach().clone() for p in model.parameters()]
+
+        def load():
+            # Full fine-tuning changes only the parameters: restoring them gives the base model back.
+            with torch.no_grad():
+                for p, value in zip(model.parameters(), initial):
+                    p.copy_(value)
+            return model
+
+        def resolve(name: str):
+            name = name.removeprefix("organism/")
+            return composite_task(*name.split("+")) if "+" in name else organism_task(name)
+
+        make = lambda **kw: FinetuneConfig(batch_size=16, lr=1e-3, **kw)  # noqa: E731 - the organism stage's SFT
+    else:
+        load = lambda: hl.load_model("smollm2", dtype="float32")  # noqa: E731
+        resolve = hl.load_task
+        make = lambda **kw: FinetuneConfig.lora(batch_size=8, **kw)  # noqa: E731 - the smollm2 stage's LoRA
+    steps = args.steps or spec.steps
+    # finetune always takes patterns at its last step; the compared runs do not use them (one example).
+    run = lambda seed: make(steps=steps, seed=seed, pattern_examples=1, accuracy=False, progress=False)  # noqa: E731
+    probe = make(steps=args.probe_steps or spec.probe_steps, seed=args.seed, pattern_steps=(0,),
+                 pattern_examples=spec.pattern_examples, accuracy=False, progress=False)
+    return load, resolve, run, probe
+
+
+def _draw(candidates: list[str], k: int, seed: int, target: str, draw: int) -> list[str]:
+    """k random candidates, the same for a (seed, target, draw) on every rerun."""
+    rng = np.random.default_rng([seed, zlib.crc32(target.encode()), draw])
+    return [candidates[i] for i in sorted(rng.choice(len(candidates), size=k, replace=False))]
+
+
+def select(args) -> None:
+    from headsup_lens.evaluation import answer_loss, generations, score_outputs
+
+    spec = SELECTION[args.model]
+    spec = dataclasses.replace(spec, **{k: getattr(args, k) for k in ("eval_examples", "pattern_examples", "train_pairs")
+                                        if getattr(args, k) is not None})
+    out = Path(args.out or ROOT / "figures" / args.model)
+    runs = Path(args.runs) / f"{args.model}_sft_selection"
+    start = time.perf_counter()
+    load, resolve, run_config, probe_config = _selection_setup(args, spec)
+    cut = lambda task, n: pattern_subset(task, n, n_train=spec.train_pairs)  # noqa: E731
+    n_eval = spec.eval_examples
+    candidates = [resolve(n) for n in (args.candidates or spec.candidates)]
+    targets = [resolve(n) for n in (args.targets or spec.targets)]
+    if not 0 < args.k < len(candidates):
+        raise SystemExit(f"--k must lie in [1, {len(candidates) - 1}] (one candidate may be the target)")
+    settings = {"model": args.model, "candidates": [t.name for t in candidates], "k": args.k, "steps": run_config(0).steps, "probe": vars(probe_config),
+                "eval_examples": n_eval, "train_pairs": spec.train_pairs, "seed": args.seed}
+    saved = runs / "settings.json"
+    if saved.is_file() and json.loads(saved.read_text()) != json.loads(json.dumps(settings)):
+        raise SystemExit(f"{runs} holds a run with other settings ({saved}); pass another --runs or remove it")
+    atomic_write_text(saved, json.dumps(settings, indent=1))
+
+    # Pattern change of each task under a probe SFT on that task alone (held-out examples, instructed).
+    changes = {}
+    for task in {t.name: t for t in candidates + targets}.values():
+        result = finetune(load(), [cut(task, spec.pattern_examples)], probe_config,
+                          out_dir=runs / "probe" / safe_name(task.name))
+        steps = sorted(result.patterns)
+        changes[task.name] = result.patterns[steps[-1]][task.name] - result.patterns[steps[0]][task.name]
+
+    by_name = {t.name: t for t in candidates}
+    rankings, jobs = [], []
+    for target in targets:
+        pool = {t.name: changes[t.name] for t in candidates if t.name != target.name}
+        ranking = rank_by_pattern(changes[target.name], pool)
+        centred = rank_by_pattern(changes[target.name], pool, center=True).set_index("candidate")
+        ranking["similarity_centred"] = ranking.candidate.map(centred.similarity)
+        ranking["rank_centred"] = ranking.candidate.map(centred["rank"])
+        ranking.insert(0, "target", target.name)
+        rankings.append(ranking)
+        chosen = list(ranking.candidate[: args.k])
+        jobs.append((target, "none", 0, []))
+        jobs += [(target, "selected", seed, chosen) for seed in range(args.seeds)]
+        jobs += [(target, "random", d, _draw(list(pool), args.k, args.seed, target.name, d)) for d in range(args.draws)]
+        parts = [f"organism/{p}" for p in target.name.removeprefix("organism/").split("+")]
+        if len(parts) > 1 and all(p in pool for p in parts):
+            jobs += [(target, "oracle", seed, parts) for seed in range(args.seeds)]
+        jobs.append((target, "target", 0, [target.name]))
+    ranking = pd.concat(rankings, ignore_index=True)
+    _write(out, "sft_data_selection_ranking.csv", ranking)
+
+    done_path, gen_path = runs / "runs.csv", runs / "generations.csv"
+    done = pd.read_csv(done_path) if done_path.is_file() else pd.DataFrame()
+    shown = pd.read_csv(gen_path) if gen_path.is_file() else pd.DataFrame()
+    similarity = ranking.set_index(["target", "candidate"]).similarity
+    for i, (target, condition, seed, sources) in enumerate(jobs):
+        key = (target.name, condition, seed)
+        if len(done) and ((done.target == key[0]) & (done.condition == key[1]) & (done.seed == key[2])).any():
+            continue
+        t0 = time.perf_counter()
+        model = load()
+        if sources:
+            train = [by_name.get(n) or target for n in sources]
+            finetune(model, [cut(t, 1) for t in train], run_config(seed))
+        held = cut(target, n_eval)
+        inputs, answers = zip(*held.eval_pairs)
+        outputs = generations(model, held, instructed=True)
+        scores, _ = score_outputs(held, outputs, inputs, answers)
+        row = {"target": target.name, "condition": condition, "seed": seed, "sources": " ".join(sources),
+               "similarity_mean": float(np.mean([similarity[target.name, n] for n in sources]))
+               if condition in ("selected", "random", "oracle") else np.nan,
+               "accuracy": scores["accuracy"], "strict": scores["strict"], "echo": scores["echo"],
+               "answer_loss": answer_loss(model, held, instructed=True), "n_eval": len(answers),
+               "wall_s": round(time.perf_counter() - t0, 1)}
+        done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
+        shown = pd.concat([shown, pd.DataFrame([{"target": target.name, "condition": condition, "seed": seed,
+                                                 "input": x, "answer": a, "output": o}
+                                                for x, a, o in list(zip(inputs, answers, outputs))[:10]])],
+                          ignore_index=True)
+        _write(runs, "generations.csv", shown)
+        _write(runs, "runs.csv", done)  # last: a row here means its generations are stored too
+        print(f"[{i + 1}/{len(jobs)}] {target.name} {condition} seed {seed} ({' '.join(sources) or 'no SFT'}): "
+              f"accuracy {row['accuracy']:.2f}, answer loss {row['answer_loss']:.3f}", flush=True)
+
+    wanted = pd.DataFrame([{"target": t.name, "condition": c, "seed": s} for t, c, s, _ in jobs])
+    table = wanted.merge(done, on=["target", "condition", "seed"], how="left")
+    table["sources"] = table.sources.fillna("")  # no SFT: no sources (read back from the CSV as NaN)
+    _write(out, "sft_data_selection_runs.csv", table)
+    _write(out, "sft_data_selection_generations.csv", wanted.merge(shown, on=["target", "condition", "seed"]))
+    summary = _selection_summary(table)
+    _write(out, "sft_data_selection.csv", summary)
+    _write(out, "sft_data_selection_similarity.csv", _similarity_vs_loss(table))
+    _selection_figure(out, table, not args.no_png)
+    _times(out, f"select ({args.model})", time.perf_counter() - start,
+           {k: v for k, v in settings.items() if k != "probe"} | {"seeds": args.seeds, "draws": args.draws})
+
+
+CONDITIONS = ("none", "random", "selected", "oracle", "target")
+PAIRED = (("selected", "random"), ("selected", "none"), ("random", "none"), ("oracle", "random"), ("selected", "oracle"))
+
+
+def _selection_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per target and condition: n runs, their seeds, mean / SD (n-1) / min / max of accuracy and answer
+    loss; then per condition the mean over targets, and paired differences of the per-target means
+    (selected - random, ...: mean, min, max, on how many targets the first is lower, sign and
+    Wilcoxon signed-rank p-values)."""
+    import scipy.stats
+
+    rows = []
+    for (target, condition), group in table.groupby(["target", "condition"], sort=False):
+        row = {"target": target, "condition": condition, "n": len(group),
+               "seeds": " ".join(map(str, group.seed)), "sources": " | ".join(dict.fromkeys(group.sources))}
+        for metric in ("accuracy", "answer_loss"):
+            values = group[metric]
+            row |= {f"{metric}_mean": values.mean(), f"{metric}_sd": values.std(ddof=1) if len(values) > 1 else np.nan,
+                    f"{metric}_min": values.min(), f"{metric}_max": values.max()}
+        rows.append(row)
+    summary = pd.DataFrame(rows)
+    means = []
+    for condition in CONDITIONS:
+        part = summary[summary.condition == condition]
+        if len(part):
+            means.append({"target": f"mean of {len(part)} targets", "condition": condition, "n": int(part.n.sum()),
+                          "accuracy_mean": part.accuracy_mean.mean(), "answer_loss_mean": part.answer_loss_mean.mean()})
+    loss = summary.pivot(index="target", columns="condition", values="answer_loss_mean")
+    acc = summary.pivot(index="target", columns="condition", values="accuracy_mean")
+    for a, b in PAIRED:
+        if not {a, b} <= set(loss.columns):
+            continue
+        both = loss[[a, b]].dropna().index
+        gap = loss.loc[both, a] - loss.loc[both, b]
+        lower = int((gap < 0).sum())
+        means.append({"target": f"{a} - {b}, {len(gap)} targets", "condition": f"{a} - {b}", "n": len(gap),
+                      "accuracy_mean": (acc.loc[both, a] - acc.loc[both, b]).mean(),
+                      "answer_loss_mean": gap.mean(), "answer_loss_min": gap.min(), "answer_loss_max": gap.max(),
+                      "sources": f"{a} has the lower loss on {lower} of {len(gap)} targets",
+                      # Paired over targets (the means of each target's runs), two-sided.
+                      "p_sign": scipy.stats.binomtest(lower, len(gap)).pvalue if len(gap) else np.nan,
+                      "p_wilcoxon": scipy.stats.wilcoxon(gap).pvalue if len(gap) > 1 else np.nan})
+    return pd.concat([summary, pd.DataFrame(means)], ignore_index=True)
+
+
+def _similarity_vs_loss(table: pd.DataFrame) -> pd.DataFrame:
+    """Per target, over its runs on candidate tasks (selected, random, oracle): Spearman's rho between
+    the training set's mean pattern-change similarity to the target and the target's answer loss
+    (negative: more similar data, lower loss); then the mean rho over targets."""
+    import scipy.stats
+
+    rows = []
+    for target, group in table.dropna(subset=["similarity_mean"]).groupby("target", sort=False):
+        rho, p = scipy.stats.spearmanr(group.similarity_mean, group.answer_loss)
+        rows.append({"target": target, "n_runs": len(group), "n_sets": group.sources.nunique(), "rho": rho, "p_value": p})
+    frame = pd.DataFrame(rows)
+    if len(frame):
+        frame = pd.concat([frame, pd.DataFrame([{"target": f"mean of {len(frame)} targets", "n_runs": frame.n_runs.sum(),
+                                                 "rho": frame.rho.mean(), "p_value": np.nan}])], ignore_index=True)
+    return frame
+
+
+def _selection_figure(out: Path, table: pd.DataFrame, png: bool) -> None:
+    import plotly.express as px
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=("answer loss on the target (nats, held-out)", "accuracy on the target"))
+    palette = dict(zip(CONDITIONS, px.colors.qualitative.Set1))
+    for condition in [c for c in CONDITIONS if c in set(table.condition)]:
+        part = table[table.condition == condition]
+        for row, metric in ((1, "answer_loss"), (2, "accuracy")):
+            fig.add_trace(go.Box(x=part.target.str.removeprefix("organism/"), y=part[metric], name=condition,
+                                 legendgroup=condition, showlegend=row == 1, boxpoints="all", jitter=0.4,
+                                 pointpos=0, marker_color=palette[condition], line_width=1), row=row, col=1)
+    fig.update_layout(boxmode="group", width=1400, height=800,
+                      title="Pattern-guided data selection: SFT on the k candidates whose pattern change best matches "
+                            "the target's vs k random ones")
+    save_figure(fig, out / "sft_data_selection", png=png)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    {"organism": organism, "smollm2": smollm2}[args.stage](args)
+    {"organism": organism, "smollm2": smollm2, "select": select}[args.stage](args)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from ._patterns import kurtosis as kurtosis
 from ._patterns import pattern_correlation as pattern_correlation
 from ._patterns import pattern_statistics as pattern_statistics
 from ._patterns import pattern_trajectory as pattern_trajectory
+from ._patterns import rank_by_pattern as rank_by_pattern
 from ._patterns import shuffled_fit_r2 as shuffled_fit_r2
 from ._patterns import top_heads as top_heads
 from ._methods import ABLATIONS as ABLATIONS

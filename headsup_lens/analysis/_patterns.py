@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -264,3 +265,57 @@ def shuffled_fit_r2(
     flat = {name: np.asarray(c, dtype=np.float64).ravel() for name, c in components.items()}
     return np.array([fit_pattern_change(target, {k: torch.from_numpy(rng.permutation(v)) for k, v in flat.items()},
                                         intercept=intercept).r2 for _ in range(n)])
+
+
+SIMILARITIES = ("pearson", "cosine")
+
+
+def rank_by_pattern(
+    target: Float[Tensor, "n_layers n_heads"], candidates: Mapping[str, Tensor], *,
+    similarity: Literal["pearson", "cosine"] = "pearson", center: bool = False,
+) -> pd.DataFrame:
+    """Candidate (source) tasks ranked by how similar their activation-pattern *change* is to the
+    target task's: pattern-guided data selection (the paper's Tables 2/3), fine-tune on the top k.
+
+    Pass pattern changes, `after - before` a fine-tuning run (`activation_pattern` at both ends):
+    the quantity the paper compares between tasks (Fig. 2, task-specific changes) and composes from
+    basic tasks (Eq. 3), so a basic task whose SFT moves the heads the way the target's SFT does is
+    taken to teach the target what it needs. Patterns themselves can be passed as well (the ranking
+    only sees vectors over heads). `similarity`: Pearson correlation over the heads (as
+    `pattern_correlation`) or cosine similarity (no mean removed). `center=True` first subtracts the
+    mean of the candidates' vectors from the target and from every candidate: it removes a change
+    that all tasks share (on the organism, changes correlate 0.94-0.99, so the plain ranking sees
+    mostly their small differences), an option of this project, not the paper's.
+
+    Returns one row per candidate, most similar first: `rank` (1 = most similar; ties keep the
+    order of `candidates`), `candidate`, `similarity`.
+    """
+    if similarity not in SIMILARITIES:
+        raise ValueError(f"similarity must be one of {SIMILARITIES}, not {similarity!r}")
+    if not candidates:
+        raise ValueError("no candidates given")
+    y = np.asarray(target, dtype=np.float64).ravel()
+    names = list(candidates)
+    rows = []
+    for name in names:
+        x = np.asarray(candidates[name], dtype=np.float64).ravel()
+        if x.shape != y.shape:
+            raise ValueError(f"candidate {name!r} has {x.size} values, the target {y.size}")
+        rows.append(x)
+    matrix = np.stack(rows)
+    if center:
+        shared = matrix.mean(0)
+        matrix, y = matrix - shared, y - shared
+    if similarity == "pearson":
+        matrix, y = matrix - matrix.mean(1, keepdims=True), y - y.mean()
+    norms = np.linalg.norm(matrix, axis=1)
+    if np.linalg.norm(y) == 0:
+        raise ValueError(f"the target is constant{' after centring' if center else ''}: no {similarity} similarity")
+    flat = [n for n, v in zip(names, norms) if v == 0]
+    if flat:
+        raise ValueError(f"candidate {flat[0]!r} is constant{' after centring' if center else ''}: "
+                         f"no {similarity} similarity")
+    scores = matrix @ y / (norms * np.linalg.norm(y))
+    order = np.argsort(-scores, kind="stable")
+    return pd.DataFrame({"rank": np.arange(1, len(names) + 1), "candidate": [names[i] for i in order],
+                         "similarity": scores[order]})

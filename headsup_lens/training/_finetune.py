@@ -137,11 +137,14 @@ class FinetuneResult:
     """One row per (pattern step, task): greedy accuracy on the pattern examples."""
 
 
-def pattern_subset(task: Task, n: int) -> Task:
-    """`task` with its eval split cut to the first `n` held-out pairs (the training split unchanged)."""
-    keep = task.n_train + min(n, task.n_eval)
-    shots = None if task.shots is None else task.shots[:keep]
-    return dataclasses.replace(task, pairs=task.pairs[:keep], n_eval=keep - task.n_train, shots=shots)
+def pattern_subset(task: Task, n: int, *, n_train: int | None = None) -> Task:
+    """`task` with its eval split cut to the first `n` held-out pairs, and its training split to the
+    first `n_train` pairs when given (unchanged otherwise)."""
+    train = range(task.n_train if n_train is None else min(n_train, task.n_train))
+    held = range(task.n_train, task.n_train + min(n, task.n_eval))
+    keep = [*train, *held]
+    shots = None if task.shots is None else tuple(task.shots[i] for i in keep)
+    return dataclasses.replace(task, pairs=tuple(task.pairs[i] for i in keep), n_eval=len(held), shots=shots)
 
 
 def add_lora_(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:

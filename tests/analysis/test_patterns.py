@@ -13,6 +13,7 @@ from headsup_lens.analysis import (
     pattern_correlation,
     pattern_statistics,
     pattern_trajectory,
+    rank_by_pattern,
     shuffled_fit_r2,
     top_heads,
 )
@@ -166,3 +167,50 @@ def test_shuffled_fit_is_the_chance_level():
     # R² is against the target's mean: a fit without intercept on shuffled heads does worse than it.
     assert np.median(chance) < 0.5
     assert np.array_equal(chance, shuffled_fit_r2(target, {"a": a, "b": b}, n=200, seed=0))
+
+
+def test_rank_by_pattern_by_hand():
+    target = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    candidates = {"double": torch.tensor([[2.0, 4.0], [6.0, 8.0]]), "reverse": torch.tensor([[4.0, 3.0], [2.0, 1.0]]),
+                  "swap": torch.tensor([[1.0, 3.0], [2.0, 4.0]]), "shifted": target + 10}
+    # Pearson: deviations of the target (-1.5, -0.5, 0.5, 1.5); swap's (-1.5, 0.5, -0.5, 1.5): 4 / 5.
+    pearson = rank_by_pattern(target, candidates)
+    assert list(pearson.columns) == ["rank", "candidate", "similarity"]
+    assert list(pearson["rank"]) == [1, 2, 3, 4]
+    assert list(pearson.candidate) == ["double", "shifted", "swap", "reverse"]  # the tie keeps the given order
+    assert list(pearson.similarity) == pytest.approx([1.0, 1.0, 0.8, -1.0])
+    # Cosine: no mean removed, so the shift matters: 130 / sqrt(30 * 630); reverse 20 / 30; swap 29 / 30.
+    cosine = rank_by_pattern(target, candidates, similarity="cosine")
+    assert list(cosine.candidate) == ["double", "swap", "shifted", "reverse"]
+    assert list(cosine.similarity) == pytest.approx([1.0, 29 / 30, 130 / np.sqrt(30 * 630), 2 / 3])
+
+
+def test_rank_by_pattern_centred_against_a_plain_computation():
+    generator = torch.Generator().manual_seed(2)
+    shared = 5 * torch.randn(3, 4, generator=generator, dtype=torch.float64)
+    candidates = {f"task{i}": shared + torch.randn(3, 4, generator=generator, dtype=torch.float64) for i in range(5)}
+    target = candidates["task3"] + 0.3 * torch.randn(3, 4, generator=generator, dtype=torch.float64)
+    plain = rank_by_pattern(target, candidates)
+    expected = {n: scipy.stats.pearsonr(c.flatten(), target.flatten())[0] for n, c in candidates.items()}
+    assert dict(zip(plain.candidate, plain.similarity)) == pytest.approx(expected)
+    assert list(plain.candidate) == sorted(expected, key=expected.get, reverse=True)
+    assert plain.similarity.min() > 0.8  # the shared change makes every candidate look alike
+    mean = sum(candidates.values()) / len(candidates)
+    centred = rank_by_pattern(target, candidates, center=True)
+    expected = {n: scipy.stats.pearsonr((c - mean).flatten(), (target - mean).flatten())[0] for n, c in candidates.items()}
+    assert dict(zip(centred.candidate, centred.similarity)) == pytest.approx(expected)
+    assert centred.candidate[0] == "task3" and centred.similarity.iloc[1] < 0.5
+
+
+def test_rank_by_pattern_refuses_bad_input():
+    target = torch.tensor([[1.0, 2.0, 3.0]])
+    with pytest.raises(ValueError, match="'b' has 2 values"):
+        rank_by_pattern(target, {"a": target, "b": torch.ones(1, 2)})
+    with pytest.raises(ValueError, match="'flat' is constant"):
+        rank_by_pattern(target, {"a": target, "flat": torch.ones(1, 3)})
+    with pytest.raises(ValueError, match="constant after centring"):
+        rank_by_pattern(target, {"only": target}, center=True)
+    with pytest.raises((TypeError, ValueError), match="similarity"):  # the Literal is checked on entry
+        rank_by_pattern(target, {"a": target}, similarity="spearman")
+    with pytest.raises(ValueError, match="no candidates"):
+        rank_by_pattern(target, {})

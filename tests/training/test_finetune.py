@@ -142,3 +142,16 @@ def test_bad_arguments(llama_dir):
         finetune(fresh(llama_dir), [bare], config())
     with pytest.raises(ValueError, match="lora_targets"):
         finetune(fresh(llama_dir), tasks(), config(method="lora", lora_targets=("nothing",)))
+
+
+def test_pattern_subset_cuts_both_splits_and_keeps_demonstrations_aligned():
+    from headsup_lens.training import pattern_subset
+
+    pairs = [(w, w.upper()) for w in WORDS]
+    shots = [((f"s{i}", f"S{i}"),) for i in range(len(WORDS))]
+    task = Task("upper", tuple(pairs), "Upper: {input}", n_eval=4, shots=tuple(shots))  # 8 train, 4 eval
+    cut = pattern_subset(task, 2, n_train=3)
+    assert cut.train_pairs == tuple(pairs[:3]) and cut.eval_pairs == tuple(pairs[8:10])
+    assert cut.shots == tuple(shots[:3] + shots[8:10])
+    assert pattern_subset(task, 2).train_pairs == task.train_pairs  # n_train=None keeps the training split
+    assert pattern_subset(task, 10, n_train=20) == task

@@ -413,6 +413,7 @@ def select(args) -> None:
 
 
 CONDITIONS = ("none", "random", "selected", "oracle", "target")
+TIE_NATS = 1e-6  # loss gaps below this are ties (runs on the same sources)
 PAIRED = (("selected", "random"), ("selected", "none"), ("random", "none"), ("oracle", "random"), ("selected", "oracle"))
 
 
@@ -446,14 +447,15 @@ def _selection_summary(table: pd.DataFrame) -> pd.DataFrame:
             continue
         both = loss[[a, b]].dropna().index
         gap = loss.loc[both, a] - loss.loc[both, b]
-        lower = int((gap < 0).sum())
+        decided = gap[gap.abs() > TIE_NATS]  # the same sources (possible with few candidates) tie: the sign test drops ties
+        lower, ties = int((decided < 0).sum()), len(gap) - len(decided)
         means.append({"target": f"{a} - {b}, {len(gap)} targets", "condition": f"{a} - {b}", "n": len(gap),
                       "accuracy_mean": (acc.loc[both, a] - acc.loc[both, b]).mean(),
                       "answer_loss_mean": gap.mean(), "answer_loss_min": gap.min(), "answer_loss_max": gap.max(),
-                      "sources": f"{a} has the lower loss on {lower} of {len(gap)} targets",
+                      "sources": f"{a} has the lower loss on {lower} of {len(gap)} targets" + (f" ({ties} tied)" if ties else ""),
                       # Paired over targets (the means of each target's runs), two-sided.
-                      "p_sign": scipy.stats.binomtest(lower, len(gap)).pvalue if len(gap) else np.nan,
-                      "p_wilcoxon": scipy.stats.wilcoxon(gap).pvalue if len(gap) > 1 else np.nan})
+                      "p_sign": scipy.stats.binomtest(lower, len(decided)).pvalue if len(decided) else np.nan,
+                      "p_wilcoxon": scipy.stats.wilcoxon(decided).pvalue if len(decided) > 1 else np.nan})
     return pd.concat([summary, pd.DataFrame(means)], ignore_index=True)
 
 

@@ -69,11 +69,14 @@ def test_select_stage_runs_ranks_and_resumes(script, tmp_path, capsys):
     assert row.n == 2 and row.seeds == "0 1"
     assert row.answer_loss_mean == pytest.approx(values.mean()) and row.answer_loss_sd == pytest.approx(values.std())
     paired = summary.set_index("condition").loc["selected - random"]
-    mean = lambda c: summary[summary.condition == c].set_index("target").answer_loss_mean  # noqa: E731
+    per_target = summary[~summary.target.str.startswith("mean of")]  # not the rows averaging over targets
+    mean = lambda c: per_target[per_target.condition == c].set_index("target").answer_loss_mean  # noqa: E731
     gap = (mean("selected") - mean("random")).dropna()
     assert paired.n == 2 and paired.answer_loss_mean == pytest.approx(gap.mean())
-    assert paired.sources == f"selected has the lower loss on {int((gap < 0).sum())} of 2 targets"
-    assert 0 < paired.p_sign <= 1 and "oracle - random" in set(summary.condition)
+    decided = gap[gap.abs() > 1e-6]  # a random draw can pick the selected sources: a tie
+    ties = f" ({len(gap) - len(decided)} tied)" if len(decided) < len(gap) else ""
+    assert paired.sources == f"selected has the lower loss on {int((decided < 0).sum())} of 2 targets{ties}"
+    assert (0 < paired.p_sign <= 1 or not len(decided)) and "oracle - random" in set(summary.condition)
     rho = pd.read_csv(out / "sft_data_selection_similarity.csv").set_index("target")
     assert rho.loc["organism/plural+uppercase", "n_runs"] == 4  # selected, two random draws, oracle
     assert rho.rho.dropna().between(-1, 1).all()

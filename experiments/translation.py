@@ -257,7 +257,7 @@ def table8(args, model, out: Path, pair: str) -> None:
     """Table 8: BLEU (the reference's procedure, 0-1) on the first `--iwslt-n` IWSLT 2017 test pairs,
     instructed ("Translate into de:", as the reference writes it), without and with the direction's mask
     (heads outside it scaled by the paper's alpha, or `--table8-alpha`)."""
-    from headsup_lens.evaluation import generations, paper_bleu
+    from headsup_lens.evaluation import generations, paper_bleu, target_language_share
 
     full = hl.load_task(f"iwslt2017/{pair}", args.data_dir)
     task = hl.data.Task(full.name, full.pairs[: args.iwslt_n], full.instruction, full.matcher, args.iwslt_n,
@@ -279,7 +279,8 @@ def table8(args, model, out: Path, pair: str) -> None:
             path, mode="a", header=not path.exists(), index=False)
         _record_time(out, "analyze", f"{pair}: Table 8, {name} ({len(texts)} IWSLT pairs)", time.perf_counter() - start)
     rows = pd.read_csv(path, keep_default_na=False)
-    table = pd.DataFrame([{"pair": pair, "setting": name, "n": len(g), "bleu": paper_bleu(list(g.generation), list(g.reference))}
+    table = pd.DataFrame([{"pair": pair, "setting": name, "n": len(g), "bleu": paper_bleu(list(g.generation), list(g.reference)),
+                           "target_language_share": target_language_share(list(g.generation), pair.split("-")[1])}
                           for name, g in rows.groupby("setting", sort=False)])
     table.to_csv(out / f"table8_{pair}.csv", index=False)
     print(table.to_string(index=False), flush=True)

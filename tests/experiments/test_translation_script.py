@@ -50,3 +50,4 @@ def test_scan_train_analyze(script, tmp_path, shared_data_dir):
     assert list(generations.step) == list(range(len(generations))) and "language" in generations  # every step
     table8 = pd.read_csv(out / "table8_en-zh.csv")
     assert list(table8.setting) == ["instructed", "instructed + scaled mask (alpha 0.1)"] and (table8.n == 4).all()
+    assert table8.target_language_share.between(0, 1).all()

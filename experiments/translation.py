@@ -192,6 +192,12 @@ def summarize_table1(out: Path, pair: str) -> pd.DataFrame:
         table.append({"pair": pair, "setting": name, "n_kept": int(group.n_kept.iloc[0]), "n": len(group),
                       "answer_nll": group.answer_nll.mean(), "rouge_l": paper_rouge_l(texts, refs),
                       "bleu": paper_bleu(texts, refs), "target_language_share": target_language_share(texts, tgt)})
+    # Control: the English source copied as the output (shared names and cognates score without translating).
+    first = rows[rows.setting == rows.setting.iloc[0]]
+    sources, refs = list(first.source), list(first.reference)
+    table.append({"pair": pair, "setting": "echo baseline (source as output)", "n_kept": None, "n": len(first),
+                  "answer_nll": None, "rouge_l": paper_rouge_l(sources, refs), "bleu": paper_bleu(sources, refs),
+                  "target_language_share": target_language_share(sources, tgt)})
     table = pd.DataFrame(table)
     table.to_csv(out / f"table1_{pair}.csv", index=False)
     print(table.to_string(index=False), flush=True)
@@ -279,9 +285,11 @@ def table8(args, model, out: Path, pair: str) -> None:
             path, mode="a", header=not path.exists(), index=False)
         _record_time(out, "analyze", f"{pair}: Table 8, {name} ({len(texts)} IWSLT pairs)", time.perf_counter() - start)
     rows = pd.read_csv(path, keep_default_na=False)
+    echo = pd.DataFrame({"setting": "echo baseline (source as output)", "reference": [y for _, y in task.pairs],
+                         "generation": [x for x, _ in task.pairs]})  # control: the source copied
     table = pd.DataFrame([{"pair": pair, "setting": name, "n": len(g), "bleu": paper_bleu(list(g.generation), list(g.reference)),
                            "target_language_share": target_language_share(list(g.generation), pair.split("-")[1])}
-                          for name, g in rows.groupby("setting", sort=False)])
+                          for name, g in pd.concat([rows, echo]).groupby("setting", sort=False)])
     table.to_csv(out / f"table8_{pair}.csv", index=False)
     print(table.to_string(index=False), flush=True)
 

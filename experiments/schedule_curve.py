@@ -1,6 +1,7 @@
-"""The schedule curve: accuracy and answer loss (the paper's "PPL", nats) of a training run's mask at
-chosen steps (default 300, 1 000, 3 000 and 6 250 where a checkpoint exists, plus the latest), on the
-task's 100 held-out examples, with the generations behind every accuracy.
+"""The schedule curve: accuracy (the paper's matcher and the strict one, with echo counts) and answer
+loss (the paper's "PPL", nats) of a training run's mask at chosen steps (default 300, 1 000, 3 000 and
+6 250 where a checkpoint exists, plus the latest), on the task's 100 held-out examples, with the
+generations behind every accuracy.
 
     python experiments/schedule_curve.py --model smollm2 --task antonym \\
         --run figures/smollm2/paper_schedule/antonym --update-figures
@@ -33,10 +34,16 @@ def main(argv: list[str] | None = None) -> None:
     xp.table(table, "schedule_curve", task)
     xp.table(curve.generations, "schedule_generations", task)
     fig = make_subplots(rows=1, cols=2, subplot_titles=["accuracy (no instruction, masked)", "answer loss (nats)"])
-    fig.add_trace(go.Scatter(x=table.step, y=table.accuracy, mode="lines+markers", name="accuracy"), row=1, col=1)
+    for column, name in (("accuracy", "paper matcher"), ("strict", "strict")):
+        fig.add_trace(go.Scatter(
+            x=table.step, y=table[column], mode="lines+markers", name=name,
+            error_y=dict(type="data", symmetric=False, array=table[f"{column}_high"] - table[column],
+                         arrayminus=table[column] - table[f"{column}_low"]),
+            text=[f"{e} echoes" for e in table.echo]), row=1, col=1)
     fig.add_trace(go.Scatter(x=table.step, y=table.answer_nll, mode="lines+markers", name="answer loss"), row=1, col=2)
     fig.update_xaxes(type="log", title_text="training step")
-    fig.update_layout(title=f"schedule curve, {task.name} (n = {int(table.n.iloc[0])} held-out examples)", showlegend=False)
+    fig.update_yaxes(range=[0, 1], row=1, col=1)
+    fig.update_layout(title=f"schedule curve, {task.name} (n = {int(table.n.iloc[0])} held-out examples, 95% Wilson intervals)")
     xp.figure(fig, "schedule_curve", task)
     xp.done(table)
 

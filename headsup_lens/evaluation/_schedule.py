@@ -14,6 +14,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from ..data import Task, task_prompts
 from ..masks import HeadMask
 from ..models import fingerprint
+from ._scoring import score_outputs, task_labels
 
 # The steps the paper's schedule is read at: the fast schedule's end, then up to the paper's 6 250.
 SCHEDULE_STEPS = (300, 1000, 3000, 6250)
@@ -22,8 +23,9 @@ Metric = Callable[[TransformerBridge, Task, HeadMask, list[str]], float]
 
 @dataclass
 class ScheduleCurve:
-    """`table`: one row per step read (step, heads kept, accuracy, answer loss, extra metrics).
-    `generations`: one row per step and held-out example (input, answer, generation, correct)."""
+    """`table`: one row per step read (step, heads kept, accuracy and strict score with intervals, echo
+    and empty counts, answer loss, extra metrics). `generations`: one row per step and held-out
+    example (input, answer, generation, correct, strict, echo)."""
 
     table: pd.DataFrame
     generations: pd.DataFrame
@@ -45,7 +47,10 @@ def schedule_curve(
 
     Steps without a checkpoint are skipped; `latest` adds the run's last checkpoint (a run still in
     progress). The mask at a step is the paper's final rule applied to the logits saved then,
-    `sigmoid(M) >= 0.5`. `metrics` adds columns: `name -> f(model, task, mask, generations)`.
+    `sigmoid(M) >= 0.5`. Each step's outputs get `evaluate`'s second reading (`score_outputs`):
+    strict score, Wilson bounds, echo and empty counts, balanced accuracy on label tasks; the
+    generations carry the per-example `strict` and `echo` flags. `metrics` adds columns:
+    `name -> f(model, task, mask, generations)`.
     """
     from ..training import load_trajectory
     from ._evaluate import answer_loss, generations
@@ -57,17 +62,18 @@ def schedule_curve(
     answers = task_prompts(task, split, False)[2]
     pairs = [task.pairs[i] for i in task.split_indices(split)]
     identity = fingerprint(model)
+    labels = task_labels(task)
     rows, texts = [], []
     for step in wanted:
         mask = HeadMask.from_logits(logits[saved.index(step)], identity, task=task.name, step=step)
         generated = generations(model, task, mask=mask, split=split, max_new_tokens=task.max_new_tokens,
                                 batch_size=batch_size)
-        correct = [task.is_correct(g, a) for g, a in zip(generated, answers)]
-        row = {"step": step, "heads_kept": mask.n_kept, "n": len(answers), "accuracy": sum(correct) / len(correct),
+        scores, per = score_outputs(task, generated, [x for x, _ in pairs], answers, labels)
+        row = {"step": step, "heads_kept": mask.n_kept, "n": len(answers), **scores,
                "answer_nll": answer_loss(model, task, mask=mask, split=split, batch_size=batch_size)}
         for name, metric in (metrics or {}).items():
             row[name] = metric(model, task, mask, generated)
         rows.append(row)
-        texts += [{"step": step, "input": x, "answer": y, "generation": g, "correct": c}
-                  for (x, y), g, c in zip(pairs, generated, correct)]
+        texts += [{"step": step, "input": x, "answer": y, "generation": g, "correct": c, "strict": s, "echo": e}
+                  for (x, y), g, c, s, e in zip(pairs, generated, per["correct"], per["strict"], per["echo"])]
     return ScheduleCurve(table=pd.DataFrame(rows), generations=pd.DataFrame(texts))

@@ -7,7 +7,7 @@ import torch
 
 from headsup_lens import HeadMask, TrainConfig, train_mask
 from headsup_lens.data import Task
-from headsup_lens.evaluation import accuracy, answer_loss, schedule_curve
+from headsup_lens.evaluation import accuracy, answer_loss, is_echo, is_strict, schedule_curve
 from headsup_lens.training import load_trajectory
 
 WORDS = ["abc", "hello", "q", "longer", "xy", "Mixed", "zz", "tail", "cat", "dog"]
@@ -19,13 +19,17 @@ def test_schedule_curve_reads_each_checkpoint_as_a_mask(llama, tmp_path):
     train_mask(llama, task, config, out_dir=tmp_path)
     seen = []
     curve = schedule_curve(llama, task, tmp_path, steps=(2, 4, 5, 300), batch_size=3,
-                           metrics={"echo": lambda m, t, mask, texts: seen.append(len(texts)) or 0.5})
+                           metrics={"extra": lambda m, t, mask, texts: seen.append(len(texts)) or 0.5})
     assert curve.table.step.tolist() == [2, 4, 7]  # 5 and 300 have no checkpoint; 7 is the latest
     saved, logits = load_trajectory(tmp_path)
     for row in curve.table.itertuples():
         mask = HeadMask.from_logits(logits[saved.index(row.step)])
-        assert row.heads_kept == mask.n_kept and row.n == 4 and row.echo == 0.5
+        assert row.heads_kept == mask.n_kept and row.n == 4 and row.extra == 0.5
         assert row.accuracy == accuracy(llama, task, mask=mask)
+        texts = curve.generations[curve.generations.step == row.step]
+        assert row.strict == sum(is_strict(g, a) for g, a in zip(texts.generation, texts.answer)) / 4 == texts.strict.mean()
+        assert row.echo == sum(is_echo(g, x) for g, x in zip(texts.generation, texts.input)) == texts.echo.sum()
+        assert row.accuracy_low <= row.accuracy <= row.accuracy_high
         assert row.answer_nll == pytest.approx(answer_loss(llama, task, mask=mask), rel=1e-6)
     assert seen == [4, 4, 4]
     assert len(curve.generations) == 12 and set(curve.generations.step) == {2, 4, 7}

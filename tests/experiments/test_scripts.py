@@ -168,3 +168,36 @@ def test_schedule_curve_script_reads_its_run(organism_like, tmp_path):
     assert table.step.tolist() == [3, 6] and {"accuracy", "answer_nll", "heads_kept"} <= set(table.columns)
     generations = pd.read_csv(out / "schedule_generations_translate.csv")
     assert len(generations) == 2 * table.n.iloc[0]
+
+
+def test_query_gate_evaluates_each_gate_with_its_own_mask_and_controls(organism_like, tmp_path):
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import query_gate
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    import json
+
+    import headsup_lens as hl
+    from headsup_lens.evaluation import accuracy, answer_loss
+    from headsup_lens.masks import HeadMask
+
+    query_gate.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "4", "--batch-size", "2",
+                     "--no-png", "--threads", "1", "--task", "organism/uppercase"])
+    out = tmp_path / organism_like.name
+    table = pd.read_csv(out / "query_gate_uppercase.csv")
+    assert sorted(zip(table.gate, table.setting)) == sorted(
+        [("-", "original"), ("-", "instructed"), ("-", "echo baseline"), ("value", "masked"),
+         ("value", "random mask"), ("query", "masked"), ("query", "random mask")])
+    assert {"strict", "echo", "accuracy_low", "p_vs_instructed"} <= set(table.columns)
+    query_row = table[(table.gate == "query") & (table.setting == "masked")].iloc[0]
+    assert 0 <= query_row.p_vs_original <= 1  # paired with the original row of the same call
+    runs = [p for p in out.glob("masks/*/*") if json.loads((p / "recipe.json").read_text())["gate"] == "query"]
+    model = hl.load_model(str(organism_like))
+    task = hl.load_task("organism/uppercase")
+    mask = HeadMask.load(runs[0] / "masks" / "organism__uppercase.safetensors", model)
+    assert query_row.n_kept == mask.n_kept
+    assert query_row.answer_nll == pytest.approx(answer_loss(model, task, mask=mask, gate="query"), rel=1e-5)
+    assert query_row.accuracy == accuracy(model, task, mask=mask, gate="query")
+    generations = pd.read_csv(out / "query_gate_generations_uppercase.csv")
+    assert len(generations[(generations.gate == "query") & (generations.setting == "masked")]) == len(task.eval_pairs)

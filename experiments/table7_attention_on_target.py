@@ -1,6 +1,8 @@
 """Table 7: for "pick one of three words" tasks (e.g. fruit_v_animal_3), the attention of the last input
 token to the target word (share over the three words), averaged over heads inside and outside the mask,
 without instruction, with instruction and with the mask, over the task's 100 held-out examples (as the paper).
+Beside it, `evaluate` of the same mask on the same examples (`table7_evaluation_<task>.csv`, with its
+generations): whether the mask makes the model pick the right word at all.
 
 The organism has no three-word task, so this script needs `--task` with such a task (and a model that can
 read it), e.g. `--model meta-llama/Llama-3.1-8B-Instruct --task fruit_v_animal_3 --data-dir ...`."""
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 from _common import parser, setup
 from headsup_lens.analysis import attention_on_target, candidate_spans
+from headsup_lens.evaluation import evaluate
 from headsup_lens.plots import attention_target_figure, head_heatmap
 
 
@@ -31,7 +34,12 @@ def main(argv: list[str] | None = None) -> None:
               "table7_attention_on_target", task)
     xp.figure(head_heatmap(result.per_head, title="share of attention on the target, per head", zmin=0, zmax=1),
               "table7_attention_per_head", task)
-    xp.done(table)
+    evaluation, generations = evaluate(xp.model, task, mask, random_seed=args.seed, batch_size=args.eval_batch_size,
+                                       return_generations=True)
+    xp.table(evaluation, "table7_evaluation", task)
+    xp.table(generations, "table7_generations", task)
+    xp.done(table.to_string(index=False) + "\n" + evaluation[["setting", "n_kept", "accuracy", "strict", "echo",
+                                                                "balanced_accuracy"]].to_string(index=False))
 
 
 if __name__ == "__main__":

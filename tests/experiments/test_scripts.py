@@ -201,3 +201,41 @@ def test_query_gate_evaluates_each_gate_with_its_own_mask_and_controls(organism_
     assert query_row.accuracy == accuracy(model, task, mask=mask, gate="query")
     generations = pd.read_csv(out / "query_gate_generations_uppercase.csv")
     assert len(generations[(generations.gate == "query") & (generations.setting == "masked")]) == len(task.eval_pairs)
+
+
+def test_table7_reads_the_held_out_examples_and_evaluates_the_same_mask(organism_like, tmp_path):
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        import table7_attention_on_target
+    finally:
+        sys.path.remove(str(EXPERIMENTS))
+    import json
+    import random
+
+    import headsup_lens as hl
+    from headsup_lens.evaluation import accuracy
+    from headsup_lens.masks import HeadMask
+
+    fruits, animals = ["apple", "pear", "plum", "fig", "kiwi"], ["cat", "dog", "cow", "owl", "bee", "ant"]
+    rng = random.Random(0)
+    pairs = []
+    for _ in range(24):
+        words = [rng.choice(fruits), *rng.sample(animals, 2)]
+        rng.shuffle(words)
+        pairs.append({"input": ", ".join(words), "output": next(w for w in words if w in fruits)})
+    data = tmp_path / "data"
+    (data / "function_vectors" / "abstractive").mkdir(parents=True)
+    (data / "function_vectors" / "abstractive" / "fruit_v_animal_3.json").write_text(json.dumps(pairs))
+    table7_attention_on_target.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "3",
+                                     "--batch-size", "2", "--no-png", "--threads", "1", "--task", "fruit_v_animal_3",
+                                     "--data-dir", str(data)])
+    out = tmp_path / organism_like.name
+    task = hl.load_task("fruit_v_animal_3", data)
+    attention = pd.read_csv(out / "table7_attention_on_target_fruit_v_animal_3.csv")
+    assert (attention.n_examples == len(task.eval_pairs)).all() and len(task.eval_pairs) < len(pairs)
+    evaluation = pd.read_csv(out / "table7_evaluation_fruit_v_animal_3.csv").set_index("setting")
+    model = hl.load_model(str(organism_like))
+    mask = HeadMask.load(next(out.glob("masks/*/*/masks/fruit_v_animal_3.safetensors")), model)
+    assert evaluation.loc["masked", "n_kept"] == mask.n_kept == attention.n_inside.iloc[0]
+    assert evaluation.loc["masked", "accuracy"] == accuracy(model, task, mask=mask)
+    assert {"balanced_accuracy", "strict", "echo"} <= set(evaluation.columns)

@@ -352,6 +352,9 @@ def bench_train(model, plain, args, flops: Flops, peak: Clock) -> dict:
         reference.append(timed(plain_training_pass, plain, rows, groups)[0])
         progress(f"training repeat {repeat}: {long} steps {long_clock}, {short} steps {short_clock}, "
                  f"plain transformers {reference[-1]}")
+        if per_step[-1].wall <= 0 or per_step[-1].cpu <= 0:  # the step time is the difference of two runs
+            progress(f"  warning: {long - short} extra steps took no measurable time (timer noise); "
+                     f"the training rates below are meaningless: raise --train-steps")
     # Work a step needs: the forward over each row's own tokens (padding is not counted) with the
     # answer positions unembedded, then the input gradients (the model is frozen): the linear layers
     # once more, attention twice more.

@@ -89,7 +89,8 @@ def test_run_all_skips_table7_without_a_three_word_task(scripts, organism_like, 
 
 def test_bench_performance_runs_and_checks_its_loops(organism_like, tmp_path, monkeypatch, capsys):
     """The benchmark on a tiny model: the sweep equals the sequential loop, evaluation equals per-example
-    generation, and every loop (and its plain-transformers reference) reports positive FLOP/s."""
+    generation, and every loop (and its plain-transformers reference) reports positive FLOP/s. A training
+    step's time is the difference of a 40- and a 20-step run: enough steps to stand above timer noise."""
     import json
 
     sys.path.insert(0, str(EXPERIMENTS))
@@ -101,7 +102,7 @@ def test_bench_performance_runs_and_checks_its_loops(organism_like, tmp_path, mo
     monkeypatch.setattr(sys, "argv", [
         "bench_performance.py", "--model", str(organism_like), "--threads", "1", "--repeats", "1",
         "--sweep-steps", "4", "--new-tokens", "3", "--sequential-steps", "2", "--skip-former",
-        "--eval-prompts", "3", "--eval-new-tokens", "2", "--train-steps", "2", "--json", str(out)])
+        "--eval-prompts", "3", "--eval-new-tokens", "2", "--train-steps", "40", "--json", str(out)])
     assert bench_performance.main() == 0
     results = json.loads(out.read_text())["results"]["fp32"]
     assert results["sweep"]["identical_to_sequential"] is True

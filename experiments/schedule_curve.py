@@ -7,6 +7,8 @@ generations behind every accuracy.
         --run figures/smollm2/paper_schedule/antonym --update-figures
 
 Without `--run` the script trains (or reuses) the schedule's mask and reads its own run folder.
+`--save-masks` also writes the mask of each step read to `<run>/step_masks/step<N>/<task>.safetensors`,
+so any script can use it with `--masks <run>/step_masks/step<N>` (e.g. Fig. 4 with a mid-run mask).
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from pathlib import Path
+
 from _common import parser, setup
+from headsup_lens.training import safe_name
 from headsup_lens.evaluation import SCHEDULE_STEPS, schedule_curve
 
 
@@ -23,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--run", default=None, help="training run folder (headsup train --out DIR) to read")
     p.add_argument("--at", type=int, nargs="+", default=list(SCHEDULE_STEPS),
                    help=f"steps to read (default: {' '.join(map(str, SCHEDULE_STEPS))}; missing ones are skipped)")
+    p.add_argument("--save-masks", action="store_true", help="write each step's mask to <run>/step_masks/step<N>/")
     args = p.parse_args(argv)
     xp = setup("schedule", args)
     task = xp.task()
@@ -33,6 +39,11 @@ def main(argv: list[str] | None = None) -> None:
     table = curve.table.assign(task=task.name)
     xp.table(table, "schedule_curve", task)
     xp.table(curve.generations, "schedule_generations", task)
+    if args.save_masks:
+        for step, mask in curve.masks.items():
+            folder = Path(run) / "step_masks" / f"step{step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            mask.save(folder / f"{safe_name(task.name)}.safetensors")
     fig = make_subplots(rows=1, cols=2, subplot_titles=["accuracy (no instruction, masked)", "answer loss (nats)"])
     for column, name in (("accuracy", "paper matcher"), ("strict", "strict")):
         fig.add_trace(go.Scatter(

@@ -25,10 +25,11 @@ Metric = Callable[[TransformerBridge, Task, HeadMask, list[str]], float]
 class ScheduleCurve:
     """`table`: one row per step read (step, heads kept, accuracy and strict score with intervals, echo
     and empty counts, answer loss, extra metrics). `generations`: one row per step and held-out
-    example (input, answer, generation, correct, strict, echo)."""
+    example (input, answer, generation, correct, strict, echo). `masks`: the mask read at each step."""
 
     table: pd.DataFrame
     generations: pd.DataFrame
+    masks: dict[int, HeadMask]
 
 
 def schedule_curve(
@@ -63,9 +64,9 @@ def schedule_curve(
     pairs = [task.pairs[i] for i in task.split_indices(split)]
     identity = fingerprint(model)
     labels = task_labels(task)
-    rows, texts = [], []
+    rows, texts, masks = [], [], {}
     for step in wanted:
-        mask = HeadMask.from_logits(logits[saved.index(step)], identity, task=task.name, step=step)
+        mask = masks[step] = HeadMask.from_logits(logits[saved.index(step)], identity, task=task.name, step=step)
         generated = generations(model, task, mask=mask, split=split, max_new_tokens=task.max_new_tokens,
                                 batch_size=batch_size)
         scores, per = score_outputs(task, generated, [x for x, _ in pairs], answers, labels)
@@ -76,4 +77,4 @@ def schedule_curve(
         rows.append(row)
         texts += [{"step": step, "input": x, "answer": y, "generation": g, "correct": c, "strict": s, "echo": e}
                   for (x, y), g, c, s, e in zip(pairs, generated, per["correct"], per["strict"], per["echo"])]
-    return ScheduleCurve(table=pd.DataFrame(rows), generations=pd.DataFrame(texts))
+    return ScheduleCurve(table=pd.DataFrame(rows), generations=pd.DataFrame(texts), masks=masks)

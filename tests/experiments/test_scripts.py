@@ -163,12 +163,21 @@ def test_schedule_curve_script_reads_its_run(organism_like, tmp_path):
     finally:
         sys.path.remove(str(EXPERIMENTS))
     schedule_curve.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6", "--batch-size", "2",
-                         "--no-png", "--threads", "1", "--checkpoint-every", "3", "--at", "3", "300"])
+                         "--no-png", "--threads", "1", "--checkpoint-every", "3", "--at", "3", "300", "--save-masks"])
     out = tmp_path / organism_like.name
     table = pd.read_csv(out / "schedule_curve_translate.csv")
     assert table.step.tolist() == [3, 6] and {"accuracy", "answer_nll", "heads_kept"} <= set(table.columns)
     generations = pd.read_csv(out / "schedule_generations_translate.csv")
     assert len(generations) == 2 * table.n.iloc[0]
+    from headsup_lens.masks import HeadMask
+    from headsup_lens.training import load_trajectory
+
+    run = next(p.parent for p in out.glob("masks/*/*/checkpoints"))
+    saved, logits = load_trajectory(run, task="organism/translate")
+    for step in (3, 6):  # each step's mask, saved where `--masks` finds it
+        mask = HeadMask.load(run / "step_masks" / f"step{step}" / "organism__translate.safetensors")
+        assert mask.n_kept == table.set_index("step").heads_kept[step]
+        assert (mask.values == HeadMask.from_logits(logits[saved.index(step)]).values).all()
 
 
 def test_query_gate_evaluates_each_gate_with_its_own_mask_and_controls(organism_like, tmp_path):

@@ -3,6 +3,7 @@
     python experiments/sft_patterns.py organism   # base organism -> instruction SFT on every task + composites
     python experiments/sft_patterns.py smollm2    # LoRA SFT of SmolLM2-135M-Instruct on function-vector tasks
     python experiments/sft_patterns.py select     # pattern-guided data selection (Tables 2/3), --model organism|smollm2
+    python experiments/sft_patterns.py grouping   # Fig. 2's grouping test again, from a stored correlation matrix
 
 Each stage fine-tunes with `hl.finetune` (run folder with checkpoints under `--runs`, git-ignored:
 a rerun resumes), takes activation patterns (`activation_pattern`, total derivative of the answer
@@ -14,6 +15,11 @@ run, and writes to `<out>/`:
 - `sft_accuracy.csv`: greedy accuracy on the pattern examples at every pattern step;
 - organism: `sft_composition.csv`: least-squares fit of a composite task's pattern change from its
   two basic tasks' changes (Eq. 3), R² against a shuffled-heads baseline;
+- smollm2: `sft_fig2_grouping.csv`: whether related tasks (`SMOLLM2_GROUPS`) have the more similar
+  pattern changes: mean correlation inside vs across the groups, exact permutation p-value
+  (`grouping_test`); the `grouping` stage recomputes it from `sft_fig2_change_correlation.csv`;
+- smollm2: `sft_final_scores.csv` and `sft_generations.csv`: the fine-tuned model's outputs on the
+  pattern examples, scored by the paper's matcher and strictly, with echoes and label distributions;
 - smollm2: `sft_mask_overlap.csv`: the k heads with the largest pattern change vs the k heads the
   learned Heads-up mask of the same task removes (`masks/<task>.safetensors`), hypergeometric p.
 Wall times are appended to `<out>/sft_times.csv`.
@@ -50,7 +56,7 @@ import torch
 
 import headsup_lens as hl
 from headsup_lens._io import atomic_write_text
-from headsup_lens.analysis import (fit_pattern_change, head_overlap, pattern_correlation, pattern_statistics,
+from headsup_lens.analysis import (fit_pattern_change, grouping_test, head_overlap, pattern_correlation, pattern_statistics,
                                    pattern_trajectory, rank_by_pattern, shuffled_fit_r2, top_heads)
 from headsup_lens.organism import TASK_NAMES
 from headsup_lens.plots import save_figure
@@ -61,13 +67,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=["organism", "smollm2", "select"])
+    p.add_argument("stage", choices=["organism", "smollm2", "select", "grouping"])
     p.add_argument("--out", default=None, help="output folder (default: figures/<stage>)")
     p.add_argument("--runs", default=str(ROOT / "runs"), help="run folders (default: runs/, git-ignored)")
     p.add_argument("--base", default=str(ROOT / "runs" / "organism_base"),
                    help="organism stage: the base organism (trained here when missing: OrganismConfig.base)")
     p.add_argument("--tasks", nargs="+", default=None, help="smollm2 stage: function-vector tasks")
     p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--masks", default=None,
+                   help="smollm2 stage: folder of the Heads-up masks <task>.safetensors (default: <out>/masks)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--model", choices=sorted(SELECTION), default="organism", help="select stage: the model")
@@ -88,7 +96,11 @@ def _parser() -> argparse.ArgumentParser:
 # The base organism's recipe: OrganismConfig.base() with a shorter schedule (CPU time).
 BASE_RECIPE = {"steps": 500, "batch_size": 32, "warmup_steps": 50, "checkpoint_every": 100}
 COMPOSITES = (("plural", "uppercase"), ("reverse", "uppercase"))
-SMOLLM2_TASKS = ("country-capital", "person-sport", "antonym")
+# Three pairs of related tasks (lexical, factual recall, text classification), so that Fig. 2 can
+# show whether pattern changes group related tasks; four of them have a learned Heads-up mask.
+SMOLLM2_TASKS = ("antonym", "synonym", "country-capital", "country-currency", "sentiment", "ag_news")
+SMOLLM2_GROUPS = (("antonym", "synonym"), ("country-capital", "country-currency"), ("sentiment", "ag_news"))
+SMOLLM2_PATTERN_STEPS = (0, 5, 10, 20, 50, 100, 200, 300)
 
 
 @dataclass(frozen=True)
@@ -183,6 +195,24 @@ def _figures(out: Path, result, tasks: list[str], png: bool) -> None:
     save_figure(fig, out / "sft_fig5_dynamics", png=png)
 
 
+def _final_outputs(out: Path, model, tasks, n_examples: int, instructed: bool) -> pd.DataFrame:
+    """Greedy outputs of the fine-tuned model on each task's pattern examples, scored by every reading
+    (`sft_generations.csv`); returns one row of scores per task (accuracy and strict with intervals,
+    echoes, and for label tasks balanced accuracy and the predicted labels)."""
+    from headsup_lens.evaluation import generations, score_outputs, task_labels
+
+    rows, shown = [], []
+    for task in tasks:
+        held = pattern_subset(task, n_examples)
+        inputs, answers = zip(*held.eval_pairs)
+        outputs = generations(model, held, instructed=instructed)
+        scores, per = score_outputs(held, outputs, inputs, answers, task_labels(held))
+        rows.append({"task": task.name, "n": len(outputs), **scores})
+        shown.append(pd.DataFrame({"task": task.name, "input": inputs, "answer": answers, "output": outputs, **per}))
+    _write(out, "sft_generations.csv", pd.concat(shown, ignore_index=True))
+    return pd.DataFrame(rows)
+
+
 def _times(out: Path, stage: str, seconds: float, extra: dict) -> None:
     path = out / "sft_times.csv"
     old = pd.read_csv(path) if path.is_file() else pd.DataFrame()
@@ -240,6 +270,24 @@ def organism(args) -> None:
                                                             if k in ("steps", "batch_size", "lr", "method")}})
 
 
+def _grouping(out: Path, corr: pd.DataFrame) -> None:
+    """`sft_fig2_grouping.csv`: the grouping test of `SMOLLM2_GROUPS` restricted to the tasks of `corr`
+    (tasks of no group stand alone); nothing when no group has two of them."""
+    names = list(corr.index)
+    groups = [[t for t in group if t in names] for group in SMOLLM2_GROUPS]
+    groups = [g for g in groups if g] + [[t] for t in names if not any(t in g for g in SMOLLM2_GROUPS)]
+    if all(len(g) < 2 for g in groups):
+        return
+    result = grouping_test(corr, groups)
+    _write(out, "sft_fig2_grouping.csv", pd.DataFrame([{"groups": " | ".join("+".join(g) for g in groups),
+                                                        **dataclasses.asdict(result)}]))
+
+
+def grouping(args) -> None:
+    out = Path(args.out or ROOT / "figures" / "smollm2")
+    _grouping(out, pd.read_csv(out / "sft_fig2_change_correlation.csv", index_col=0))
+
+
 def smollm2(args) -> None:
     from headsup_lens.masks import HeadMask
 
@@ -249,18 +297,21 @@ def smollm2(args) -> None:
     names = args.tasks or list(SMOLLM2_TASKS)
     tasks = [hl.load_task(n) for n in names]
     # Bare inputs: the setting of the Heads-up masks of the same tasks (and little accuracy before SFT).
-    steps = args.steps or 50
+    steps = args.steps or 200
     config = FinetuneConfig.lora(steps=steps, batch_size=8, seed=args.seed, instructed=False,
-                                 pattern_steps=tuple(s for s in (0, 5, 10, 20, 35) if s <= steps), pattern_examples=16, checkpoint_every=25)
+                                 pattern_steps=tuple(s for s in SMOLLM2_PATTERN_STEPS if s <= steps),
+                                 pattern_examples=16, checkpoint_every=25)
     result = finetune(model, tasks, config, out_dir=Path(args.runs) / f"smollm2_sft_seed{args.seed}")
     steps = sorted(result.patterns)
     before, after = result.patterns[steps[0]], result.patterns[steps[-1]]
     _write(out, "sft_table1.csv", _table1(before, after, config.pattern_examples, args.seed))
     _write(out, "sft_accuracy.csv", result.accuracy)
+    _write(out, "sft_final_scores.csv", _final_outputs(out, model, tasks, config.pattern_examples, config.instructed))
     _figures(out, result, names, not args.no_png)
+    _grouping(out, pd.read_csv(out / "sft_fig2_change_correlation.csv", index_col=0))
     rows = []
     for name, change in _changes(before, after).items():
-        path = out / "masks" / f"{safe_name(name)}.safetensors"
+        path = Path(args.masks or out / "masks") / f"{safe_name(name)}.safetensors"
         if not path.is_file():
             continue
         mask = HeadMask.load(path)
@@ -500,7 +551,7 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    {"organism": organism, "smollm2": smollm2, "select": select}[args.stage](args)
+    {"organism": organism, "smollm2": smollm2, "select": select, "grouping": grouping}[args.stage](args)
 
 
 if __name__ == "__main__":

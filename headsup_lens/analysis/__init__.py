@@ -32,12 +32,14 @@ from ._pathways import pathway_recovery as pathway_recovery
 from ._pathways import TRAJECTORY_KINDS as TRAJECTORY_KINDS
 from ._pathways import trajectory_crossings as trajectory_crossings
 from ._pathways import weight_trajectories as weight_trajectories
+from ._patterns import GroupingTest as GroupingTest
 from ._patterns import HeadOverlap as HeadOverlap
 from ._patterns import PatternFit as PatternFit
 from ._patterns import activation_pattern as activation_pattern
 from ._patterns import coefficient_of_variation as coefficient_of_variation
 from ._patterns import fit_pattern_change as fit_pattern_change
 from ._patterns import gini as gini
+from ._patterns import grouping_test as grouping_test
 from ._patterns import head_overlap as head_overlap
 from ._patterns import kurtosis as kurtosis
 from ._patterns import pattern_correlation as pattern_correlation

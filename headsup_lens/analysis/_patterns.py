@@ -3,7 +3,8 @@ adaption via alternating attention head activation patterns") and their statisti
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -214,6 +215,67 @@ def pattern_correlation(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
         raise ValueError("need at least two patterns to correlate")
     matrix = np.corrcoef(np.stack([np.asarray(patterns[n], dtype=np.float64).ravel() for n in names]))
     return pd.DataFrame(matrix, index=names, columns=names)
+
+
+@dataclass
+class GroupingTest:
+    """Do tasks of one group (e.g. antonym and synonym) have more similar pattern changes than tasks
+    of different groups? The statistic is the mean correlation of the pairs inside a group."""
+
+    within: float
+    """Mean correlation of the pairs of tasks inside a group."""
+    between: float
+    """Mean correlation of the pairs of tasks from different groups."""
+    p_value: float
+    """P(within >= observed) when the task labels are assigned to the groups at random (same group
+    sizes); exact over every assignment up to `max_exact` tasks, else from `n` random draws."""
+    nearest_in_group: int
+    """Tasks whose most correlated other task is in their own group."""
+    n_tasks: int
+    n_assignments: int
+    """Assignments the p-value counts (the observed one included)."""
+
+
+def grouping_test(
+    correlation: pd.DataFrame, groups: Sequence[Sequence[str]], *, max_exact: int = 9, n: int = 100_000,
+    seed: int = 0,
+) -> GroupingTest:
+    """Permutation test of whether `groups` of related tasks show in a task-by-task correlation matrix
+    of pattern changes (`pattern_correlation`; the paper's Fig. 2 groups related tasks by eye).
+    Every task of the matrix must be in exactly one group, and some group must hold two tasks."""
+    names = list(correlation.index)
+    members = [name for group in groups for name in group]
+    if sorted(members) != sorted(names) or len(set(members)) != len(members):
+        raise ValueError(f"groups must hold every task of the matrix once: {names}, got {list(map(list, groups))}")
+    if list(correlation.columns) != names:
+        raise ValueError("the correlation matrix must have the same tasks as rows and columns")
+    if all(len(group) < 2 for group in groups):
+        raise ValueError("no group holds two tasks: nothing to test")
+    matrix = correlation.to_numpy(dtype=np.float64)
+    index = {name: i for i, name in enumerate(names)}
+    label = np.empty(len(names), dtype=int)
+    for g, group in enumerate(groups):
+        label[[index[name] for name in group]] = g
+    upper = np.triu(np.ones_like(matrix, dtype=bool), k=1)
+
+    def within(labels: np.ndarray) -> float:
+        return float(matrix[upper & (labels[:, None] == labels[None, :])].mean())
+
+    observed = within(label)
+    same = label[:, None] == label[None, :]
+    between = float(matrix[upper & ~same].mean()) if (upper & ~same).any() else float("nan")
+    if len(names) <= max_exact:
+        draws = [label[list(order)] for order in itertools.permutations(range(len(names)))]
+    else:
+        rng = np.random.default_rng(seed)
+        draws = [label] + [rng.permutation(label) for _ in range(n - 1)]
+    null = np.array([within(d) for d in draws])
+    off = matrix.copy()
+    np.fill_diagonal(off, -np.inf)
+    nearest = int(sum(label[off[i].argmax()] == label[i] for i in range(len(names))))
+    return GroupingTest(within=observed, between=between,
+                        p_value=float((null >= observed - 1e-12).mean()), nearest_in_group=nearest,
+                        n_tasks=len(names), n_assignments=len(draws))
 
 
 @dataclass

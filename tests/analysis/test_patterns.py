@@ -1,4 +1,5 @@
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.stats
 import torch
@@ -8,6 +9,7 @@ from headsup_lens.analysis import (
     coefficient_of_variation,
     fit_pattern_change,
     gini,
+    grouping_test,
     head_overlap,
     kurtosis,
     pattern_correlation,
@@ -167,6 +169,37 @@ def test_shuffled_fit_is_the_chance_level():
     # R² is against the target's mean: a fit without intercept on shuffled heads does worse than it.
     assert np.median(chance) < 0.5
     assert np.array_equal(chance, shuffled_fit_r2(target, {"a": a, "b": b}, n=200, seed=0))
+
+
+def test_grouping_test_by_hand():
+    # Four tasks in two pairs: a/b and c/d correlate 0.9 inside the pairs, 0.1 across them.
+    names = ["a", "b", "c", "d"]
+    matrix = np.full((4, 4), 0.1)
+    matrix[0, 1] = matrix[1, 0] = matrix[2, 3] = matrix[3, 2] = 0.9
+    np.fill_diagonal(matrix, 1.0)
+    corr = pd.DataFrame(matrix, index=names, columns=names)
+    result = grouping_test(corr, [["a", "b"], ["c", "d"]])
+    assert result.within == pytest.approx(0.9) and result.between == pytest.approx(0.1)
+    # 24 label orders fall on 3 pairings, 8 each: only the observed pairing reaches 0.9.
+    assert result.n_assignments == 24 and result.p_value == pytest.approx(1 / 3)
+    assert result.nearest_in_group == 4 and result.n_tasks == 4
+    # Another pairing of the same matrix is at the bottom of its null distribution.
+    wrong = grouping_test(corr, [["a", "c"], ["b", "d"]])
+    assert wrong.within == pytest.approx(0.1) and wrong.p_value == pytest.approx(1.0)
+    assert wrong.nearest_in_group == 0
+    # The sampled p-value (above max_exact) agrees with the exact one.
+    sampled = grouping_test(corr, [["a", "b"], ["c", "d"]], max_exact=3, n=3000, seed=1)
+    assert sampled.n_assignments == 3000 and sampled.p_value == pytest.approx(1 / 3, abs=0.04)
+
+
+def test_grouping_test_refuses_bad_groups():
+    corr = pd.DataFrame(np.eye(3), index=list("abc"), columns=list("abc"))
+    with pytest.raises(ValueError, match="every task"):
+        grouping_test(corr, [["a", "b"]])
+    with pytest.raises(ValueError, match="every task"):
+        grouping_test(corr, [["a", "b"], ["b", "c"]])
+    with pytest.raises(ValueError, match="no group holds two"):
+        grouping_test(corr, [["a"], ["b"], ["c"]])
 
 
 def test_rank_by_pattern_by_hand():

@@ -115,3 +115,40 @@ def test_smollm2_variant_takes_the_same_path_with_lora(script, tmp_path, monkeyp
     assert table.sources[1] == pd.read_csv(out / "sft_data_selection_ranking.csv").candidate[0]
     settings = (tmp_path / "runs" / "smollm2_sft_selection" / "settings.json").read_text()
     assert '"method": "lora"' in settings and '"train_pairs": 8' in settings
+
+
+def test_smollm2_stage_on_a_tiny_stand_in(script, tmp_path, monkeypatch, shared_data_dir):
+    """The `smollm2` stage (LoRA SFT on function-vector tasks, bare inputs) on a tiny stand-in: Table 1,
+    the grouping test of Fig. 2 read back against `grouping_test`, the final scores against their
+    generations, and the overlap with a stored mask."""
+    from headsup_lens.analysis import grouping_test
+    from headsup_lens.masks import HeadMask
+
+    tiny = build_llama_dir(tmp_path / "tiny")
+    monkeypatch.setenv("HEADSUP_DATA_DIR", str(shared_data_dir))
+    monkeypatch.setattr(script.hl, "load_model", lambda name, dtype=None: load_model(str(tiny), dtype="float32"))
+    out, masks = tmp_path / "figures", tmp_path / "masks"
+    masks.mkdir()
+    model = load_model(str(tiny), dtype="float32")
+    HeadMask.from_heads([(0, 0), (1, 1)], model).save(masks / "antonym.safetensors")
+    script.main(["smollm2", "--tasks", "antonym", "synonym", "capitalize", "--steps", "5", "--out", str(out),
+                 "--runs", str(tmp_path / "runs"), "--masks", str(masks), "--no-png"])
+
+    table1 = pd.read_csv(out / "sft_table1.csv")
+    assert list(table1.task) == ["antonym", "synonym", "capitalize", "mean"] and (table1.n_examples == 16).all()
+    corr = pd.read_csv(out / "sft_fig2_change_correlation.csv", index_col=0)
+    grouped = pd.read_csv(out / "sft_fig2_grouping.csv").iloc[0]
+    assert grouped.groups == "antonym+synonym | capitalize"
+    expected = grouping_test(corr, [["antonym", "synonym"], ["capitalize"]])
+    assert grouped.p_value == pytest.approx(expected.p_value) and grouped.within == pytest.approx(expected.within)
+    assert grouped.n_assignments == 6  # 3! label orders
+
+    scores = pd.read_csv(out / "sft_final_scores.csv").set_index("task")
+    shown = pd.read_csv(out / "sft_generations.csv")
+    for name, rows in shown.groupby("task"):
+        assert scores.loc[name, "n"] == len(rows) == 16
+        assert scores.loc[name, "accuracy"] == pytest.approx(rows.correct.mean())
+        assert scores.loc[name, "echo"] == rows.echo.sum()
+    overlap = pd.read_csv(out / "sft_mask_overlap.csv")
+    assert set(overlap.task) == {"antonym"} and (overlap.k == 2).all()
+    assert list(pd.read_csv(out / "sft_accuracy.csv").step.unique()) == [0, 5]

@@ -124,7 +124,7 @@ def join_torchrun(device: str | None) -> tuple[int | None, str | None]:
 def run_train(args: TrainCommand) -> int:
     from ..data import load_task
     from ..models import load_model
-    from ..training import TrainingAdvice, train_mask, train_masks
+    from ..training import TrainingAdvice, resume_step, train_mask, train_masks
 
     if len(set(args.task)) != len(args.task):
         raise ValueError(f"--task names must be distinct, got {args.task}")
@@ -146,8 +146,11 @@ def run_train(args: TrainCommand) -> int:
     print(f"training {'a mask' if len(tasks) == 1 else f'{len(tasks)} masks'} on {model.cfg.n_layers * model.cfg.n_heads} "
           f"heads: preset {args.preset}, {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "
           f"init N({config.init_mean:g}, {config.init_std:g})")
-    if args.estimate and config.steps >= ESTIMATE_FROM_STEPS:
-        _print_estimate(model, tasks, config)
+    done = None if args.fresh else resume_step(out)
+    if done is not None:
+        print(f"resuming from the checkpoint of step {done} in {out}")
+    if args.estimate and config.steps - (done or 0) >= ESTIMATE_FROM_STEPS:
+        _print_estimate(model, tasks, config, done or 0)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TrainingAdvice)  # the advice below names the flags instead
@@ -175,11 +178,13 @@ def run_train(args: TrainCommand) -> int:
     return 0
 
 
-def _print_estimate(model, tasks, config: TrainConfig) -> None:
+def _print_estimate(model, tasks, config: TrainConfig, done: int = 0) -> None:
     from ..training._advice import format_duration, seconds_per_step
 
     per_step = seconds_per_step(model, tasks, config)
-    print(f"estimated time: ~{format_duration(per_step * config.steps)} for {config.steps} steps "
+    left = config.steps - done
+    steps = f"the {left} steps left of {config.steps}" if done else f"{config.steps} steps"
+    print(f"estimated time: ~{format_duration(per_step * left)} for {steps} "
           f"({per_step * 1e3:.0f} ms/step, the median of 5 timed steps on {model.cfg.device}); "
           f"Ctrl-C is safe: rerun to resume from the last checkpoint")
 

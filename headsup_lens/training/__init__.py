@@ -19,6 +19,7 @@ _EXPORTS = {
     "TrainResult": "._train",
     "left_tail_gumbel": "._train",
     "load_trajectory": "._train",
+    "resume_step": "._train",
     "safe_name": "._train",
     "straight_through": "._train",
     "train_mask": "._train",

@@ -139,6 +139,13 @@ def _load_state(path: Path, device: torch.device) -> dict:
         ) from error
 
 
+def resume_step(out_dir: str | os.PathLike) -> int | None:
+    """The step a rerun with this `out_dir` resumes from (its last checkpoint), or None when the
+    folder holds no checkpoint. A damaged checkpoint is a ValueError, as on resuming."""
+    path = Path(out_dir) / _CHECKPOINTS / _STATE
+    return int(_load_state(path, torch.device("cpu"))["step"]) if path.is_file() else None
+
+
 def train_mask(
     model: TransformerBridge, task: Task, config: TrainConfig | None = None, *,
     out_dir: str | os.PathLike | None = None, resume: bool = True, distributed: bool = False,

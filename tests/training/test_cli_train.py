@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pandas as pd
 import pytest
 
@@ -145,3 +147,28 @@ def test_unknown_task_message_reads_cleanly(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "unknown task 'my_task' (`headsup tasks`" in err and ";" not in err.split("(")[0]
     assert ".json, .jsonl or .csv" in err
+
+
+def test_a_rerun_names_the_step_it_resumes_from_and_estimates_only_the_steps_left(planted_dir, tmp_path, capsys,
+                                                                                   monkeypatch):
+    from headsup_lens.cli._train import _print_estimate
+    from headsup_lens.training import resume_step
+    from headsup_lens.training._advice import format_duration
+
+    out = tmp_path / "run"
+    assert resume_step(out) is None
+    argv = ["train", "--task", "test/planted", "--out", str(out), "--model", str(planted_dir), "--device", "cpu",
+            "--steps", "4", "--checkpoint-every", "2", "--no-progress"]
+    assert main(argv) == 0
+    assert "resuming" not in capsys.readouterr().out and resume_step(out) == 4
+    assert main(argv) == 0
+    assert f"resuming from the checkpoint of step 4 in {out}" in capsys.readouterr().out
+    assert main([*argv, "--fresh"]) == 0
+    assert "resuming" not in capsys.readouterr().out
+
+    monkeypatch.setattr("headsup_lens.training._advice.seconds_per_step", lambda *args: 2.0)
+    model = SimpleNamespace(cfg=SimpleNamespace(device="cpu"))  # the estimate only names its device
+    _print_estimate(model, [], TrainConfig(steps=6250), done=3000)
+    assert f"~{format_duration(2.0 * 3250)} for the 3250 steps left of 6250" in capsys.readouterr().out
+    _print_estimate(model, [], TrainConfig(steps=6250))
+    assert f"~{format_duration(2.0 * 6250)} for 6250 steps" in capsys.readouterr().out

@@ -133,9 +133,11 @@ def _figure(args, fig, out: Path, stem: str) -> None:
 
 
 def _seed0_tasks(out: Path) -> list[str]:
-    """Tasks with a stored seed-0 mask, in the order of the task-selection table."""
-    names = [hl.HeadMask.load(p).metadata.get("task", p.stem) for p in (out / "masks").glob("*.safetensors")
-             if "_seed" not in p.stem]
+    """Tasks with a stored seed-0 mask, in the order of the task-selection table. Other masks in the
+    folder (`<task>_seed<k>`, and the variants other scripts read: `_negative`, `_query`, `_mlp`) are
+    not seed-0 masks of the paper's recipe."""
+    masks = {p.stem: hl.HeadMask.load(p).metadata.get("task", p.stem) for p in (out / "masks").glob("*.safetensors")}
+    names = sorted({task for stem, task in masks.items() if stem == hl.training.safe_name(task)})
     ranked = list(pd.read_csv(out / "task_selection.csv").task) if (out / "task_selection.csv").exists() else []
     return sorted(names, key=lambda n: (ranked.index(n) if n in ranked else len(ranked), n))
 

@@ -84,3 +84,12 @@ def test_select_train_analyze_from_stored_masks(script, tmp_path):
             assert mine[column] == pytest.approx(ref[column], rel=1e-5, nan_ok=True), (setting, column)
     texts = pd.read_csv(out / "tables12_generations_organism__reverse.csv", keep_default_na=False)
     assert (texts.setting == "masked, seed 1").sum() == int(mine.n_examples)
+
+    # Masks that other scripts keep beside the seed-0 ones (`_negative`, `_query`, `_mlp`: same task in their
+    # metadata) are not seed-0 masks: the combined table still has each task once.
+    import shutil
+
+    shutil.copy(out / "masks" / "organism__antonym.safetensors", out / "masks" / "organism__antonym_negative.safetensors")
+    script.main(["combine", *common])
+    table = pd.read_csv(out / "tables12_evaluation.csv")
+    assert list(table.task.unique()) == TASKS and not table.duplicated(["task", "setting"]).any()

@@ -46,6 +46,22 @@ def test_equals_generate_on_left_padded_rows_that_stop_early(any_model, gate):
     assert any(0 in lengths and MAX_NEW in lengths for lengths in row_lengths)  # rows left the batch early
 
 
+def test_cached_decoding_equals_full_forward_passes(any_model):
+    """Reference without any KV cache: re-run the whole sequence and take the argmax each step.
+    `model.generate` is no reference for the cache, since it shares it (transformers 5.24 renamed the
+    attention layers' cache argument, the bridge stopped seeing it, and both ignored the prompt)."""
+    ids, _ = padded_batch(any_model, seed=2)
+    row = ids[:1, -LENGTHS[0]:]
+    masks = random_mask(any_model, seed=6)
+    expected = row
+    with torch.no_grad(), gated(any_model, masks):
+        for _ in range(MAX_NEW):
+            logits = any_model(expected, return_type="logits")
+            expected = torch.cat([expected, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    out = greedy_generate(any_model, row, None, max_new_tokens=MAX_NEW, stops={-1}, mask=masks)
+    assert out.tokens[0] == expected[0, row.shape[1]:].tolist()
+
+
 def test_each_row_equals_its_unpadded_generation(llama):
     ids, attention = padded_batch(llama, seed=1)
     masks = random_mask(llama, seed=5, rows=len(LENGTHS))

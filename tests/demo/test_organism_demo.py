@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from headsup_lens.demo import DemoConfig, run_demo
@@ -79,3 +80,30 @@ def test_stored_masks_are_used_instead_of_training(demo, tmp_path):
     assert not (tmp_path / "again" / "training").exists()  # nothing trained
     first = demo.summary.set_index("task").loc["organism/reverse"]
     assert again.summary.set_index("task").loc["organism/reverse"].equals(first)
+
+
+# ---------------------------------------------------------------- pinned results
+# The demo's tables, sweep ranks and 300-step masks, stored in tests/pinned/demo/: a change that moves
+# code around must leave every one of them equal (HEADSUP_UPDATE_PINNED=1 stores new ones).
+
+
+@needs_weights
+@pytest.mark.parametrize("table", ["summary", "evaluation", "sweeps", "generations", "sweep_weight_order",
+                                   "sweep_influence_order", "sweep_random_order"])
+def test_demo_tables_equal_the_pinned_ones(demo, table):
+    from ..pinned import assert_pinned_frame
+
+    frame = pd.read_csv(demo.out / "tables" / f"{table}.csv", keep_default_na=False, na_values=[""])
+    assert_pinned_frame(f"demo/{table}", frame)
+
+
+@needs_weights
+def test_demo_masks_after_300_steps_equal_the_pinned_ones(demo):
+    from headsup_lens.masks import HeadMask
+
+    from ..pinned import assert_pinned_tensors
+
+    files = sorted((demo.out / "training" / "masks").glob("*.safetensors"))
+    assert len(files) == 3
+    logits = {f.stem: HeadMask.load(f).logits for f in files}
+    assert_pinned_tensors("demo/mask_logits", logits)

@@ -48,34 +48,68 @@ def parser(description: str, *, multi_task: bool = False) -> argparse.ArgumentPa
     p.add_argument("--model", default=ORGANISM, help="hub name, local Hugging Face directory, or 'organism' (default)")
     p.add_argument("--task", default=None, help=f"task name (default on the organism: {ORGANISM_TASK})")
     if multi_task:
-        p.add_argument("--tasks", nargs="+", default=None,
-                       help=f"tasks to compare (default on the organism: {' '.join(ORGANISM_TASKS)})")
+        p.add_argument(
+            "--tasks",
+            nargs="+",
+            default=None,
+            help=f"tasks to compare (default on the organism: {' '.join(ORGANISM_TASKS)})",
+        )
     p.add_argument("--data-dir", default=None, help="data directory (default: $HEADSUP_DATA_DIR, then the user cache)")
     p.add_argument("--device", default=None, help="device (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="model dtype (default: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--prompt-format", default="paper", choices=["paper", "chat-template"],
-                   help="paper: the reference code's turn for the model's family (no system block); "
-                        "chat-template: the tokenizer's own template")
-    p.add_argument("--out", default=None,
-                   help="output root; files go to <out>/<model>/ (default: outputs/experiments/, git-ignored)")
-    p.add_argument("--update-figures", action="store_true",
-                   help="write to the committed figures/ folder (the same as --out figures)")
-    p.add_argument("--schedule", choices=SCHEDULES, default="auto",
-                   help="mask schedule: auto = fast on the organism, the paper's otherwise")
+    p.add_argument(
+        "--prompt-format",
+        default="paper",
+        choices=["paper", "chat-template"],
+        help="paper: the reference code's turn for the model's family (no system block); "
+        "chat-template: the tokenizer's own template",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output root; files go to <out>/<model>/ (default: outputs/experiments/, git-ignored)",
+    )
+    p.add_argument(
+        "--update-figures",
+        action="store_true",
+        help="write to the committed figures/ folder (the same as --out figures)",
+    )
+    p.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default="auto",
+        help="mask schedule: auto = fast on the organism, the paper's otherwise",
+    )
     p.add_argument("--steps", type=int, default=None, help="override the schedule's training steps")
     p.add_argument("--batch-size", type=int, default=None, help="override the schedule's batch size per task")
-    p.add_argument("--eval-batch-size", type=int, default=64, help="examples per evaluation forward pass / generation (default: 64)")
+    p.add_argument(
+        "--eval-batch-size",
+        type=int,
+        default=64,
+        help="examples per evaluation forward pass / generation (default: 64)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of mask training and random baselines (default: 0)")
-    p.add_argument("--checkpoint-every", type=int, default=CHECKPOINT_EVERY,
-                   help=f"save the mask logits every this many training steps (default: {CHECKPOINT_EVERY}, the "
-                        "reference's save_steps; the Fig. 3 trajectories)")
-    p.add_argument("--masks", default=None,
-                   help="folder of stored masks to use instead of training: <task>.safetensors (default init), "
-                        "<task>_negative.safetensors (negative init), <task>_query.safetensors (query gate), "
-                        "<task>_mlp.safetensors (heads + FFN slots); "
-                        "e.g. figures/smollm2/masks")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: 1 on the organism, whose ops are too small to share; torch's setting otherwise)")
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=CHECKPOINT_EVERY,
+        help=f"save the mask logits every this many training steps (default: {CHECKPOINT_EVERY}, the "
+        "reference's save_steps; the Fig. 3 trajectories)",
+    )
+    p.add_argument(
+        "--masks",
+        default=None,
+        help="folder of stored masks to use instead of training: <task>.safetensors (default init), "
+        "<task>_negative.safetensors (negative init), <task>_query.safetensors (query gate), "
+        "<task>_mlp.safetensors (heads + FFN slots); "
+        "e.g. figures/smollm2/masks",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: 1 on the organism, whose ops are too small to share; torch's setting otherwise)",
+    )
     p.add_argument("--no-png", action="store_true", help="write HTML figures only")
     return p
 
@@ -144,8 +178,12 @@ class Experiment:
         if schedule == "auto":
             schedule = "fast" if self.is_organism or self.planted() is not None else "paper"
         config = hl.TrainConfig.fast() if schedule == "fast" else hl.TrainConfig.paper()
-        changes: dict = {"seed": self.args.seed, "gate": gate, "progress": sys.stderr.isatty(),
-                         "checkpoint_every": self.args.checkpoint_every}
+        changes: dict = {
+            "seed": self.args.seed,
+            "gate": gate,
+            "progress": sys.stderr.isatty(),
+            "checkpoint_every": self.args.checkpoint_every,
+        }
         if negative:
             changes["init_mean"] = hl.TrainConfig.negative_init().init_mean
         if mlp:
@@ -163,14 +201,17 @@ class Experiment:
         recipe = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         return self.out / "masks" / f"{recipe}-{weights_digest(self.model)}"
 
-    def masks(self, tasks: list[Task], *, negative: bool = False, gate: str = "value",
-              mlp: bool = False) -> dict[str, TrainedMask]:
+    def masks(
+        self, tasks: list[Task], *, negative: bool = False, gate: str = "value", mlp: bool = False
+    ) -> dict[str, TrainedMask]:
         """A learned mask per task: from the cache when some earlier run trained it with the same
         recipe on the same weights, else trained now (the missing tasks together, one forward pass
         per step) and cached. Cached files are written atomically by the training code. With
         `--masks DIR` the stored masks are used and nothing is trained (`run_dir` is then None)."""
         if self.args.masks is not None:
-            return {t.name: TrainedMask(self.stored_mask(t, negative=negative, gate=gate, mlp=mlp), None) for t in tasks}
+            return {
+                t.name: TrainedMask(self.stored_mask(t, negative=negative, gate=gate, mlp=mlp), None) for t in tasks
+            }
         config = self.train_config(negative=negative, gate=gate, mlp=mlp)
         cache = self.mask_cache(config)
         found: dict[str, TrainedMask] = {}
@@ -185,8 +226,10 @@ class Experiment:
             kind = f"{'negative-init ' if negative else ''}{gate}-gate{' + FFN' if mlp else ''}"
             print(f"[{self.name}] training {kind} masks for {', '.join(names)} ({config.steps} steps) -> {run_dir}")
             results = hl.train_masks(self.model, missing, config, out_dir=run_dir)
-            atomic_write_text(run_dir / "recipe.json", json.dumps(
-                {"model": self.args.model, "tasks": names, **config.recipe()}, indent=2))
+            atomic_write_text(
+                run_dir / "recipe.json",
+                json.dumps({"model": self.args.model, "tasks": names, **config.recipe()}, indent=2),
+            )
             for name, result in results.items():
                 found[name] = TrainedMask(result.mask, run_dir)
         return {t.name: found[t.name] for t in tasks}
@@ -229,7 +272,11 @@ class Experiment:
     def done(self, summary: pd.DataFrame | str | None = None) -> None:
         """Print the summary table and where the outputs went."""
         if summary is not None:
-            text = summary if isinstance(summary, str) else summary.to_string(index=False, float_format=lambda v: f"{v:.3f}")
+            text = (
+                summary
+                if isinstance(summary, str)
+                else summary.to_string(index=False, float_format=lambda v: f"{v:.3f}")
+            )
             print(text)
         print(f"[{self.name}] done in {time.perf_counter() - self.started:.0f} s -> {self.out}")
 
@@ -274,8 +321,9 @@ def setup(name: str, args: argparse.Namespace) -> Experiment:
 def record_time(out: Path, stage: str, what: str, seconds: float) -> None:
     """Append one stage's wall time (and the torch threads it ran on) to `out/times.csv`, and print it."""
     path = out / "times.csv"
-    row = pd.DataFrame([{"stage": stage, "what": what, "seconds": round(seconds, 1),
-                         "threads": torch.get_num_threads()}])
+    row = pd.DataFrame(
+        [{"stage": stage, "what": what, "seconds": round(seconds, 1), "threads": torch.get_num_threads()}]
+    )
     row.to_csv(path, mode="a", header=not path.exists(), index=False)
     print(f"[{stage}] {what}: {seconds:.1f} s", flush=True)
 

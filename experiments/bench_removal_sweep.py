@@ -36,11 +36,13 @@ def sequential_sweep(model, prompt, order, max_new_tokens, top_k=5):
     for step in range(len(order) + 1):
         with torch.no_grad(), value_gate(model, HeadMask.from_heads(order[:step], model)):
             logits = model(ids)[0, -1]
-            out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, verbose=False, return_type="tokens")
+            out = model.generate(
+                ids, max_new_tokens=max_new_tokens, do_sample=False, verbose=False, return_type="tokens"
+            )
         if top is None:
             top = logits.topk(top_k).indices.tolist()
         ranks.append([int((logits > logits[t]).sum()) + 1 for t in top])
-        new = out[0, ids.shape[1]:].tolist()
+        new = out[0, ids.shape[1] :].tolist()
         generations.append(new[: new.index(eos)] if eos in new else new)
     return ranks, generations
 
@@ -59,13 +61,24 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        model = load_model(random_llama_dir(
-            tmp, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4, hidden_size=128,
-            intermediate_size=384), device=args.device, dtype="float32")
+        model = load_model(
+            random_llama_dir(
+                tmp,
+                num_hidden_layers=8,
+                num_attention_heads=16,
+                num_key_value_heads=4,
+                hidden_size=128,
+                intermediate_size=384,
+            ),
+            device=args.device,
+            dtype="float32",
+        )
     order = random_order(model, seed=0)
     device = torch.device(args.device)
-    print(f"model: 8 layers x 16 heads (random weights), {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters, "
-          f"device {device}, {args.threads} thread(s); prompt {args.prompt!r}; sweep of {len(order) + 1} steps, {args.max_new_tokens} new tokens")
+    print(
+        f"model: 8 layers x 16 heads (random weights), {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters, "
+        f"device {device}, {args.threads} thread(s); prompt {args.prompt!r}; sweep of {len(order) + 1} steps, {args.max_new_tokens} new tokens"
+    )
 
     removal_sweep(model, args.prompt, order[:4], max_new_tokens=2)  # warm-up (allocator, kernels)
     if device.type == "cuda":
@@ -91,7 +104,9 @@ def main() -> int:
     print(f"speed-up        : {sequential_s / batched_s:8.1f}x  (goal >= 20x)")
     if device.type == "cuda":
         print(f"peak GPU memory : {torch.cuda.max_memory_allocated(device) / 2**20:8.1f} MiB (batched sweep)")
-    print(f"peak RSS        : {rss_after:8.1f} MiB (process; {rss_after - rss_before:+.1f} MiB during the batched sweep)")
+    print(
+        f"peak RSS        : {rss_after:8.1f} MiB (process; {rss_after - rss_before:+.1f} MiB during the batched sweep)"
+    )
     print(f"identical ranks and generations: {same}")
     return 0 if same else 1
 

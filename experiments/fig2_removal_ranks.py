@@ -4,8 +4,8 @@ one in ascending order of the learned weights sigmoid(M), against a random remov
 from __future__ import annotations
 
 import pandas as pd
-
 from _common import parser, setup
+
 from headsup_lens.analysis import random_order, removal_sweep, step_or_never, weight_order
 from headsup_lens.plots import generation_table, rank_figure
 
@@ -28,16 +28,30 @@ def main(argv: list[str] | None = None) -> None:
         slug = name.split()[0]
         xp.table(sweep.long(), f"fig2_removal_ranks_{slug}", task)
         xp.table(sweep.changes(), f"fig2_generations_{slug}", task)
-        xp.figure(rank_figure(sweep, title=f"Fig. 2 — {task.name}, input {x!r}, target {y!r}: {name}"),
-                  f"fig2_removal_ranks_{slug}", task)
-    xp.figure(generation_table(sweeps["weight order"], title=f"Fig. 2 — continuations (weight order), {task.name}"),
-              "fig2_generations", task)
-    summary = pd.DataFrame([
-        {"task": task.name, "order": name, "input": x, "target": y, "heads removed by mask": mask.n_total - mask.n_kept,
-         "switch step (target top-1)": step_or_never(sweep.switch_step),
-         "first change": step_or_never(sweep.change_step)}
-        for name, sweep in sweeps.items()
-    ])
+        xp.figure(
+            rank_figure(sweep, title=f"Fig. 2 — {task.name}, input {x!r}, target {y!r}: {name}"),
+            f"fig2_removal_ranks_{slug}",
+            task,
+        )
+    xp.figure(
+        generation_table(sweeps["weight order"], title=f"Fig. 2 — continuations (weight order), {task.name}"),
+        "fig2_generations",
+        task,
+    )
+    summary = pd.DataFrame(
+        [
+            {
+                "task": task.name,
+                "order": name,
+                "input": x,
+                "target": y,
+                "heads removed by mask": mask.n_total - mask.n_kept,
+                "switch step (target top-1)": step_or_never(sweep.switch_step),
+                "first change": step_or_never(sweep.change_step),
+            }
+            for name, sweep in sweeps.items()
+        ]
+    )
     xp.table(summary, "fig2_summary", task)
     xp.done(summary)
 

@@ -11,21 +11,33 @@ existing training run folder (`headsup train --out DIR`) instead of training.
 from __future__ import annotations
 
 import pandas as pd
-
 from _common import parser, setup
+
 from headsup_lens.analysis import TRAJECTORY_KINDS, trajectory_crossings, weight_trajectories
 from headsup_lens.plots import trajectory_figure
 
 
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__)
-    p.add_argument("--init", choices=("negative", "default"), default="negative",
-                   help="mask init of the run: negative N(-3, 0.02) as the reference's Fig. 3 (default), or the schedule's")
+    p.add_argument(
+        "--init",
+        choices=("negative", "default"),
+        default="negative",
+        help="mask init of the run: negative N(-3, 0.02) as the reference's Fig. 3 (default), or the schedule's",
+    )
     p.add_argument("--run", default=None, help="an existing training run folder to read instead of training")
-    p.add_argument("--until", type=float, default=0.5,
-                   help="fraction of the run to plot (default 0.5: the reference plots the first half)")
-    p.add_argument("--run-steps", type=int, default=None,
-                   help="planned steps of the run, for --until (default: its last checkpoint; give it for a run in progress)")
+    p.add_argument(
+        "--until",
+        type=float,
+        default=0.5,
+        help="fraction of the run to plot (default 0.5: the reference plots the first half)",
+    )
+    p.add_argument(
+        "--run-steps",
+        type=int,
+        default=None,
+        help="planned steps of the run, for --until (default: its last checkpoint; give it for a run in progress)",
+    )
     args = p.parse_args(argv)
     if not 0 < args.until <= 1:
         raise SystemExit(f"fig3: --until must lie in (0, 1], got {args.until}")
@@ -40,27 +52,50 @@ def main(argv: list[str] | None = None) -> None:
     window = trajectory_crossings(weights[shown])
     whole = trajectory_crossings(weights)
     n_layers, n_heads = weights.shape[1:]
-    xp.table(pd.DataFrame({
-        "step": [s for s in steps for _ in range(n_layers * n_heads)],
-        "layer": [l for _ in steps for l in range(n_layers) for _ in range(n_heads)],
-        "head": [h for _ in steps for _ in range(n_layers) for h in range(n_heads)],
-        "weight": weights.flatten().numpy(),
-    }), "fig3_trajectories", task)
-    xp.table(whole.merge(window[["layer", "head", "crossings", "kind"]], on=["layer", "head"],
-                         suffixes=("", "_plotted")), "fig3_crossings", task)
+    xp.table(
+        pd.DataFrame(
+            {
+                "step": [s for s in steps for _ in range(n_layers * n_heads)],
+                "layer": [l for _ in steps for l in range(n_layers) for _ in range(n_heads)],
+                "head": [h for _ in steps for _ in range(n_layers) for h in range(n_heads)],
+                "weight": weights.flatten().numpy(),
+            }
+        ),
+        "fig3_trajectories",
+        task,
+    )
+    xp.table(
+        whole.merge(window[["layer", "head", "crossings", "kind"]], on=["layer", "head"], suffixes=("", "_plotted")),
+        "fig3_crossings",
+        task,
+    )
     highlight = list(zip(window.loc[window.came_back, "layer"], window.loc[window.came_back, "head"]))
     first, last = steps[shown[0]], steps[shown[-1]]
-    xp.figure(trajectory_figure([steps[i] for i in shown], weights[shown], highlight=highlight,
-                                title=f"Fig. 3 — σ(M), {task.name}, {args.init} init, steps {first}–{last}<br>"
-                                      f"<sup>bold: the {len(highlight)} heads that crossed 0.5 and came back</sup>"),
-              "fig3_trajectories", task)
+    xp.figure(
+        trajectory_figure(
+            [steps[i] for i in shown],
+            weights[shown],
+            highlight=highlight,
+            title=f"Fig. 3 — σ(M), {task.name}, {args.init} init, steps {first}–{last}<br>"
+            f"<sup>bold: the {len(highlight)} heads that crossed 0.5 and came back</sup>",
+        ),
+        "fig3_trajectories",
+        task,
+    )
     rows = []
     for name, table, until in (("plotted", window, last), ("whole run", whole, steps[-1])):
         counts = table.kind.value_counts()
-        rows.append({"task": task.name, "init": args.init, "span": name, "last step": until,
-                     "checkpoints": len(shown) if name == "plotted" else len(steps),
-                     **{kind: int(counts.get(kind, 0)) for kind in TRAJECTORY_KINDS},
-                     "crossed and came back": int(table.came_back.sum())})
+        rows.append(
+            {
+                "task": task.name,
+                "init": args.init,
+                "span": name,
+                "last step": until,
+                "checkpoints": len(shown) if name == "plotted" else len(steps),
+                **{kind: int(counts.get(kind, 0)) for kind in TRAJECTORY_KINDS},
+                "crossed and came back": int(table.came_back.sum()),
+            }
+        )
     summary = pd.DataFrame(rows)
     xp.table(summary, "fig3_summary", task)
     xp.done(summary)

@@ -4,8 +4,8 @@ block output: original vs instructed, masked vs instructed, masked vs masked + i
 from __future__ import annotations
 
 import pandas as pd
-
 from _common import parser, setup
+
 from headsup_lens.analysis import Setting, layer_similarity
 from headsup_lens.plots import similarity_figure
 
@@ -30,9 +30,16 @@ def main(argv: list[str] | None = None) -> None:
     table = pd.concat(rows, ignore_index=True)
     mean = table.groupby(["comparison", "layer"], sort=False)[["attn_out", "block_out"]].mean().reset_index()
     xp.table(table, "fig4_similarity", task)
-    tables = {name: group for name, group in mean.groupby("comparison", sort=False)}
-    xp.figure(similarity_figure(tables, title=f"Fig. 4 — similarity at the last input position, {task.name} "
-                                              f"(mean of {len(table.input.unique())} inputs)"), "fig4_similarity", task)
+    tables = dict(mean.groupby("comparison", sort=False))
+    xp.figure(
+        similarity_figure(
+            tables,
+            title=f"Fig. 4 — similarity at the last input position, {task.name} "
+            f"(mean of {len(table.input.unique())} inputs)",
+        ),
+        "fig4_similarity",
+        task,
+    )
     last = mean[mean.layer == mean.layer.max()].drop(columns="layer")
     xp.done(last.rename(columns={"attn_out": "attn_out (last layer)", "block_out": "block_out (last layer)"}))
 

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import pandas as pd
-
 from _common import parser, setup
+
 from headsup_lens.analysis import Setting, layer_states, removal_sweep, sweep_similarity, weight_order
 from headsup_lens.plots import sweep_similarity_figure
 
@@ -23,15 +23,28 @@ def main(argv: list[str] | None = None) -> None:
     table = sweep_similarity(sweep, reference)
     xp.table(table, "fig5_sweep_similarity", task)
     for column in ("block_out", "attn_out"):
-        xp.figure(sweep_similarity_figure(table, column, title=f"Fig. 5 — {column} vs the instructed run, "
-                                                               f"{task.name}, input {x!r}"),
-                  f"fig5_sweep_similarity_{column}", task)
+        xp.figure(
+            sweep_similarity_figure(
+                table, column, title=f"Fig. 5 — {column} vs the instructed run, {task.name}, input {x!r}"
+            ),
+            f"fig5_sweep_similarity_{column}",
+            task,
+        )
     last = table[table.layer == table.layer.max()].set_index("step")
     removed = mask.n_total - mask.n_kept
     steps = {"full model": 0, "switch (target top-1)": sweep.switch_step, "mask size": removed}
-    summary = pd.DataFrame([{"point": name, "step": step, "block_out (last layer)": last.block_out.get(step),
-                             "attn_out (last layer)": last.attn_out.get(step)}
-                            for name, step in steps.items() if step is not None])
+    summary = pd.DataFrame(
+        [
+            {
+                "point": name,
+                "step": step,
+                "block_out (last layer)": last.block_out.get(step),
+                "attn_out (last layer)": last.attn_out.get(step),
+            }
+            for name, step in steps.items()
+            if step is not None
+        ]
+    )
     xp.done(summary)
 
 

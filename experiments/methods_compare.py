@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from _common import parser, setup
 
 import headsup_lens as hl
-from _common import parser, setup
 from headsup_lens.analysis import DEFAULT_METHODS, HeadScores, compare_methods, head_scores
 from headsup_lens.masks import HeadMask
 from headsup_lens.plots import auroc_table_figure, elicitation_figure, roc_figure
@@ -31,8 +31,12 @@ def learned_rankings(xp, tasks, args) -> dict[str, HeadScores]:
         for task in tasks:
             mask = HeadMask.load(Path(args.masks_dir) / f"{safe_name(task.name)}.safetensors", xp.model)
             steps = int(mask.metadata.get("steps", hl.TrainConfig().steps))
-            probe = hl.TrainConfig.fast(steps=args.cost_steps, init_mean=float(mask.metadata.get("init_mean", 2.0)),
-                                        progress=False, checkpoint_every=0)
+            probe = hl.TrainConfig.fast(
+                steps=args.cost_steps,
+                init_mean=float(mask.metadata.get("init_mean", 2.0)),
+                progress=False,
+                checkpoint_every=0,
+            )
             start, cpu_start = time.perf_counter(), time.process_time()
             hl.train_mask(xp.model, task, probe)
             ranking = head_scores(xp.model, task, "learned_mask", mask=mask, n_examples=1)
@@ -48,8 +52,12 @@ def learned_rankings(xp, tasks, args) -> dict[str, HeadScores]:
     for task in tasks:
         ranking = head_scores(xp.model, task, "learned_mask", mask=results[task.name].mask, n_examples=1)
         ranking.seconds, ranking.cpu_seconds = seconds, cpu_seconds
-        ranking.settings.update(source="trained", cost="training time / tasks trained together",
-                                tasks_together=len(tasks), **config.recipe())
+        ranking.settings.update(
+            source="trained",
+            cost="training time / tasks trained together",
+            tasks_together=len(tasks),
+            **config.recipe(),
+        )
         out[task.name] = ranking
     return out
 
@@ -64,18 +72,31 @@ def rankings_only(xp, tasks, folder, options, args) -> None:
         for method in args.methods:
             path = folder / safe_name(task.name) / f"{method}.json"
             if not path.is_file() and method != "learned_mask":
-                ranking = head_scores(xp.model, task, method, n_examples=args.n_examples, seed=args.seed,
-                                      max_rows=args.max_rows, **options.get(method, {}))
+                ranking = head_scores(
+                    xp.model,
+                    task,
+                    method,
+                    n_examples=args.n_examples,
+                    seed=args.seed,
+                    max_rows=args.max_rows,
+                    **options.get(method, {}),
+                )
                 ranking.save(path)
                 print(f"[methods] {task.name} {method}: {ranking.seconds:.1f} s")
             if not path.is_file():
                 continue
             ranking = HeadScores.load(path)
             planted = planted_heads(task, xp.model)
-            records.append({"task": task.name, "method": method, "seconds": ranking.seconds,
-                            "cpu_seconds": ranking.cpu_seconds,
-                            "auroc": auroc(ranking, planted) if planted else float("nan"),
-                            "precision_at_planted": precision_at(ranking, planted) if planted else float("nan")})
+            records.append(
+                {
+                    "task": task.name,
+                    "method": method,
+                    "seconds": ranking.seconds,
+                    "cpu_seconds": ranking.cpu_seconds,
+                    "auroc": auroc(ranking, planted) if planted else float("nan"),
+                    "precision_at_planted": precision_at(ranking, planted) if planted else float("nan"),
+                }
+            )
     table = pd.DataFrame.from_records(records)
     xp.table(table, "methods_rankings")
     aurocs = table.pivot(index="method", columns="task", values="auroc")
@@ -96,24 +117,33 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n-examples", type=int, default=16, help="training examples the methods score on (default: 16)")
     p.add_argument("--soft-steps", type=int, default=60, help="optimisation steps of the soft gates (default: 60)")
     p.add_argument("--soft-lr", type=float, default=0.1, help="learning rate of the soft gates (default: 0.1)")
-    p.add_argument("--masks-dir", default=None, help="folder of stored learned masks <task>.safetensors (default: train)")
+    p.add_argument(
+        "--masks-dir", default=None, help="folder of stored learned masks <task>.safetensors (default: train)"
+    )
     p.add_argument("--cost-steps", type=int, default=10, help="training steps timed to estimate a stored mask's cost")
     p.add_argument("--max-rows", type=int, default=256, help="rows per batched pass (default: 256)")
-    p.add_argument("--rankings-only", action="store_true",
-                   help="only rank heads (saved per method) and write the AUROC table from the rankings found; no curves")
+    p.add_argument(
+        "--rankings-only",
+        action="store_true",
+        help="only rank heads (saved per method) and write the AUROC table from the rankings found; no curves",
+    )
     args = p.parse_args(argv)
     xp = setup("methods", args)
     tasks = xp.tasks()
     folder = xp.out / "methods"
-    options = {m: {"steps": args.soft_steps, "lr": args.soft_lr} for m in ("soft_gate_necessary", "soft_gate_sufficient")}
+    options = {
+        m: {"steps": args.soft_steps, "lr": args.soft_lr} for m in ("soft_gate_necessary", "soft_gate_sufficient")
+    }
     pending = [t for t in tasks if not (folder / safe_name(t.name) / "summary.csv").is_file()]
     if args.rankings_only:
         return rankings_only(xp, tasks, folder, options, args)
     learned = {}
     if "learned_mask" in args.methods and any(
-            not (folder / safe_name(t.name) / "learned_mask.json").is_file() for t in pending):
-        learned = learned_rankings(xp, [t for t in pending
-                                        if not (folder / safe_name(t.name) / "learned_mask.json").is_file()], args)
+        not (folder / safe_name(t.name) / "learned_mask.json").is_file() for t in pending
+    ):
+        learned = learned_rankings(
+            xp, [t for t in pending if not (folder / safe_name(t.name) / "learned_mask.json").is_file()], args
+        )
         for name, ranking in learned.items():  # saved at once: a stopped run keeps the trained masks' rankings
             ranking.save(folder / safe_name(name) / "learned_mask.json")
     summaries = []
@@ -131,13 +161,21 @@ def main(argv: list[str] | None = None) -> None:
             if method == "learned_mask":
                 ranking = learned[task.name]
             else:
-                ranking = head_scores(xp.model, task, method, n_examples=args.n_examples, seed=args.seed,
-                                      max_rows=args.max_rows, **options.get(method, {}))
+                ranking = head_scores(
+                    xp.model,
+                    task,
+                    method,
+                    n_examples=args.n_examples,
+                    seed=args.seed,
+                    max_rows=args.max_rows,
+                    **options.get(method, {}),
+                )
             ranking.save(path)
             print(f"[methods] {task.name} {method}: {ranking.seconds:.1f} s")
             rankings.append(ranking)
-        comparison = compare_methods(xp.model, task, rankings, k_max=args.k_max, k_step=args.k_step,
-                                     n_eval=args.n_eval, max_rows=args.max_rows)
+        comparison = compare_methods(
+            xp.model, task, rankings, k_max=args.k_max, k_step=args.k_step, n_eval=args.n_eval, max_rows=args.max_rows
+        )
         stem = f"methods_{safe_name(task.name.removeprefix('organism/'))}"
         xp.table(comparison.curves, f"methods/{safe_name(task.name)}/curves")
         xp.figure(elicitation_figure(comparison), stem + "_curves")
@@ -159,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
         print(aurocs.to_string(float_format=lambda v: f"{v:.2f}"))
     settings = {k: getattr(args, k) for k in ("k_max", "k_step", "n_eval", "n_examples", "soft_steps", "soft_lr")}
     xp.done(f"settings: {settings}, threads: {torch.get_num_threads()}")
+    return None
 
 
 if __name__ == "__main__":

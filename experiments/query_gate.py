@@ -9,13 +9,28 @@ echo baseline, with strict scores, echo counts, Wilson intervals and McNemar p-v
 from __future__ import annotations
 
 import pandas as pd
-
 from _common import parser, setup
+
 from headsup_lens.evaluation import evaluate
 
 REFERENCE_ROWS = ("original", "instructed", "echo baseline", "majority label")
-COLUMNS = ["task", "gate", "setting", "n_kept", "answer_nll", "accuracy", "accuracy_low", "accuracy_high", "strict",
-           "strict_low", "strict_high", "echo", "empty", "p_vs_original", "p_vs_instructed"]
+COLUMNS = [
+    "task",
+    "gate",
+    "setting",
+    "n_kept",
+    "answer_nll",
+    "accuracy",
+    "accuracy_low",
+    "accuracy_high",
+    "strict",
+    "strict_low",
+    "strict_high",
+    "echo",
+    "empty",
+    "p_vs_original",
+    "p_vs_instructed",
+]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,10 +41,16 @@ def main(argv: list[str] | None = None) -> None:
     for gate in ("value", "query"):
         mask = (xp.mask(task) if gate == "value" else xp.masks([task], gate="query")[task.name]).mask
         settings = ["original", "instructed", "masked", "random mask", "echo baseline"]
-        table, generations = evaluate(xp.model, task, mask, gate=gate, batch_size=args.eval_batch_size,
-                                      random_seed=args.seed, settings=[s for s in settings if s != "instructed"
-                                                                       or task.instruction is not None],
-                                      return_generations=True)
+        table, generations = evaluate(
+            xp.model,
+            task,
+            mask,
+            gate=gate,
+            batch_size=args.eval_batch_size,
+            random_seed=args.seed,
+            settings=[s for s in settings if s != "instructed" or task.instruction is not None],
+            return_generations=True,
+        )
         if gate == "query":  # the reference rows do not depend on the gate: keep one copy
             keep = ~table.setting.isin(REFERENCE_ROWS)
             table, generations = table[keep], generations[~generations.setting.isin(REFERENCE_ROWS)]

@@ -22,9 +22,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Tables 1/2 first: it trains the default-init masks of every task, which the figures reuse.
 SCRIPTS = (
-    "tables12_evaluation", "fig2_removal_ranks", "fig3_trajectories", "fig4_similarity", "fig5_sweep_similarity",
-    "fig6_alpha_grid", "table4_logit_lens", "fig8_influence_order", "table5_jaccard", "fig9_negative_init", "table6_pathway_ablation",
-    "query_gate", "table7_attention_on_target",
+    "tables12_evaluation",
+    "fig2_removal_ranks",
+    "fig3_trajectories",
+    "fig4_similarity",
+    "fig5_sweep_similarity",
+    "fig6_alpha_grid",
+    "table4_logit_lens",
+    "fig8_influence_order",
+    "table5_jaccard",
+    "fig9_negative_init",
+    "table6_pathway_ablation",
+    "query_gate",
+    "table7_attention_on_target",
 )
 MULTI_TASK = {"tables12_evaluation", "table5_jaccard", "table6_pathway_ablation"}
 # Table 7 needs a pick-one-of-three-words task, which the organism does not have.
@@ -35,7 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", nargs="+", choices=SCRIPTS, default=None, help="run only these scripts")
     p.add_argument("--tasks", nargs="+", default=None, help="tasks of the multi-task scripts")
-    p.add_argument("--three-word-task", default=None, help="task for Table 7 (e.g. fruit_v_animal_3); skipped without it")
+    p.add_argument(
+        "--three-word-task", default=None, help="task for Table 7 (e.g. fruit_v_animal_3); skipped without it"
+    )
     own, shared = p.parse_known_args(argv)
     start = time.perf_counter()
     timings = []
@@ -47,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
             if own.three_word_task is None:
                 print(f"=== {name}: skipped (needs --three-word-task; the organism has no such task)")
                 continue
-            argv_script = [a for a in argv_script] + ["--task", own.three_word_task]
+            argv_script = [*list(argv_script), "--task", own.three_word_task]
         print(f"=== {name} {' '.join(argv_script)}", flush=True)
         t0 = time.perf_counter()
         importlib.import_module(name).main(argv_script)

@@ -56,8 +56,17 @@ import torch
 
 import headsup_lens as hl
 from headsup_lens._io import atomic_write_text
-from headsup_lens.analysis import (fit_pattern_change, grouping_test, head_overlap, pattern_correlation, pattern_statistics,
-                                   pattern_trajectory, rank_by_pattern, shuffled_fit_r2, top_heads)
+from headsup_lens.analysis import (
+    fit_pattern_change,
+    grouping_test,
+    head_overlap,
+    pattern_correlation,
+    pattern_statistics,
+    pattern_trajectory,
+    rank_by_pattern,
+    shuffled_fit_r2,
+    top_heads,
+)
 from headsup_lens.organism import TASK_NAMES
 from headsup_lens.plots import save_figure
 from headsup_lens.training import FinetuneConfig, finetune, pattern_subset, safe_name
@@ -70,24 +79,36 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("stage", choices=["organism", "smollm2", "select", "grouping"])
     p.add_argument("--out", default=None, help="output folder (default: figures/<stage>)")
     p.add_argument("--runs", default=str(ROOT / "runs"), help="run folders (default: runs/, git-ignored)")
-    p.add_argument("--base", default=str(ROOT / "runs" / "organism_base"),
-                   help="organism stage: the base organism (trained here when missing: OrganismConfig.base)")
+    p.add_argument(
+        "--base",
+        default=str(ROOT / "runs" / "organism_base"),
+        help="organism stage: the base organism (trained here when missing: OrganismConfig.base)",
+    )
     p.add_argument("--tasks", nargs="+", default=None, help="smollm2 stage: function-vector tasks")
     p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--masks", default=None,
-                   help="smollm2 stage: folder of the Heads-up masks <task>.safetensors (default: <out>/masks)")
+    p.add_argument(
+        "--masks",
+        default=None,
+        help="smollm2 stage: folder of the Heads-up masks <task>.safetensors (default: <out>/masks)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--model", choices=sorted(SELECTION), default="organism", help="select stage: the model")
-    p.add_argument("--targets", nargs="+", default=None,
-                   help="select stage: target tasks (organism: 'a+b' is a composite task; default: see SELECTION)")
+    p.add_argument(
+        "--targets",
+        nargs="+",
+        default=None,
+        help="select stage: target tasks (organism: 'a+b' is a composite task; default: see SELECTION)",
+    )
     p.add_argument("--candidates", nargs="+", default=None, help="select stage: candidate (source) tasks")
     p.add_argument("--k", type=int, default=2, help="select stage: tasks per training set (default 2)")
     p.add_argument("--seeds", type=int, default=2, help="select stage: SFT seeds of the selected and oracle sets")
     p.add_argument("--draws", type=int, default=3, help="select stage: random draws of k candidates (one seed each)")
     p.add_argument("--probe-steps", type=int, default=None, help="select stage: steps of each task's probe SFT")
     p.add_argument("--eval-examples", type=int, default=None, help="select stage: held-out target examples evaluated")
-    p.add_argument("--pattern-examples", type=int, default=None, help="select stage: held-out examples per probe pattern")
+    p.add_argument(
+        "--pattern-examples", type=int, default=None, help="select stage: held-out examples per probe pattern"
+    )
     p.add_argument("--train-pairs", type=int, default=None, help="select stage: training pairs per task (the first)")
     p.add_argument("--no-png", action="store_true")
     return p
@@ -127,14 +148,32 @@ SELECTION = {
     "organism": Selection(
         candidates=TASK_NAMES,
         targets=("plural+uppercase", "reverse+uppercase", "plural+reverse", "capitalize+reverse", *TASK_NAMES),
-        steps=40, probe_steps=30, eval_examples=100, pattern_examples=32, train_pairs=None),
+        steps=40,
+        probe_steps=30,
+        eval_examples=100,
+        pattern_examples=32,
+        train_pairs=None,
+    ),
     # SmolLM2: each target has candidates of the same kind (antonym: synonym; country-capital:
     # country-currency, landmark-country; capitalize_first_letter: capitalize, lowercase_first_letter).
     "smollm2": Selection(
-        candidates=("synonym", "present-past", "singular-plural", "country-currency", "landmark-country",
-                    "capitalize", "lowercase_first_letter", "english-french"),
+        candidates=(
+            "synonym",
+            "present-past",
+            "singular-plural",
+            "country-currency",
+            "landmark-country",
+            "capitalize",
+            "lowercase_first_letter",
+            "english-french",
+        ),
         targets=("antonym", "country-capital", "capitalize_first_letter"),
-        steps=50, probe_steps=20, eval_examples=50, pattern_examples=16, train_pairs=200),
+        steps=50,
+        probe_steps=20,
+        eval_examples=50,
+        pattern_examples=16,
+        train_pairs=200,
+    ),
 }
 
 
@@ -146,9 +185,15 @@ def _table1(before: dict, after: dict, n_examples: int, seed: int) -> pd.DataFra
     a, b = pattern_statistics(before).set_index("pattern"), pattern_statistics(after).set_index("pattern")
     rows = []
     for name in a.index:
-        rows.append({"task": name, **{f"{k}_before": a.loc[name, k] for k in ("gini", "cv", "kurtosis")},
-                     **{f"{k}_after": b.loc[name, k] for k in ("gini", "cv", "kurtosis")},
-                     "n_examples": n_examples, "seed": seed})
+        rows.append(
+            {
+                "task": name,
+                **{f"{k}_before": a.loc[name, k] for k in ("gini", "cv", "kurtosis")},
+                **{f"{k}_after": b.loc[name, k] for k in ("gini", "cv", "kurtosis")},
+                "n_examples": n_examples,
+                "seed": seed,
+            }
+        )
     table = pd.DataFrame(rows)
     mean = {"task": "mean", **table.drop(columns=["task"]).mean().to_dict()}
     return pd.concat([table, pd.DataFrame([mean])], ignore_index=True)
@@ -167,8 +212,18 @@ def _figures(out: Path, result, tasks: list[str], png: bool) -> None:
     before, after = result.patterns[steps[0]], result.patterns[steps[-1]]
     corr = pattern_correlation(_changes(before, after))
     _write(out, "sft_fig2_change_correlation.csv", corr, index=True)
-    heat = go.Figure(go.Heatmap(z=corr.values, x=list(corr.columns), y=list(corr.index), zmin=-1, zmax=1,
-                                colorscale="RdBu", text=np.round(corr.values, 2), texttemplate="%{text}"))
+    heat = go.Figure(
+        go.Heatmap(
+            z=corr.values,
+            x=list(corr.columns),
+            y=list(corr.index),
+            zmin=-1,
+            zmax=1,
+            colorscale="RdBu",
+            text=np.round(corr.values, 2),
+            texttemplate="%{text}",
+        )
+    )
     heat.update_layout(title="Correlation of pattern changes (after SFT - before)", width=700, height=650)
     save_figure(heat, out / "sft_fig2_change_correlation", png=png)
 
@@ -181,15 +236,29 @@ def _figures(out: Path, result, tasks: list[str], png: bool) -> None:
     if result.accuracy is not None:
         dynamics = dynamics.merge(result.accuracy, on=["step", "task"], how="left")
     _write(out, "sft_fig5_dynamics.csv", dynamics)
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("correlation to final pattern", "MSE to final pattern",
-                                                        "accuracy (held-out examples)"))
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=("correlation to final pattern", "MSE to final pattern", "accuracy (held-out examples)"),
+    )
     palette = px.colors.qualitative.Dark24
     for i, task in enumerate(tasks):
         d = dynamics[dynamics.task == task]
         for col, key in enumerate(("correlation", "mse", "accuracy"), start=1):
             if key in d:
-                fig.add_trace(go.Scatter(x=d.step, y=d[key], name=task, legendgroup=task, showlegend=col == 1,
-                                         mode="lines+markers", line_color=palette[i % len(palette)]), row=1, col=col)
+                fig.add_trace(
+                    go.Scatter(
+                        x=d.step,
+                        y=d[key],
+                        name=task,
+                        legendgroup=task,
+                        showlegend=col == 1,
+                        mode="lines+markers",
+                        line_color=palette[i % len(palette)],
+                    ),
+                    row=1,
+                    col=col,
+                )
     fig.update_xaxes(title_text="SFT step")
     fig.update_layout(width=1400, height=480, title="Activation patterns along SFT")
     save_figure(fig, out / "sft_fig5_dynamics", png=png)
@@ -216,8 +285,16 @@ def _final_outputs(out: Path, model, tasks, n_examples: int, instructed: bool) -
 def _times(out: Path, stage: str, seconds: float, extra: dict) -> None:
     path = out / "sft_times.csv"
     old = pd.read_csv(path) if path.is_file() else pd.DataFrame()
-    row = pd.DataFrame([{"stage": stage, "wall_s": round(seconds, 1), "threads": torch.get_num_threads(),
-                         "settings": json.dumps(extra)}])
+    row = pd.DataFrame(
+        [
+            {
+                "stage": stage,
+                "wall_s": round(seconds, 1),
+                "threads": torch.get_num_threads(),
+                "settings": json.dumps(extra),
+            }
+        ]
+    )
     _write(out, "sft_times.csv", pd.concat([old, row], ignore_index=True))
 
 
@@ -232,15 +309,23 @@ def _base_organism(args) -> Path:
 
 
 def organism(args) -> None:
-    from headsup_lens.organism import composite_task, task as organism_task
+    from headsup_lens.organism import composite_task
+    from headsup_lens.organism import task as organism_task
 
     out = Path(args.out or ROOT / "figures" / "organism")
     start = time.perf_counter()
     model = hl.load_model(str(_base_organism(args)), dtype="float32")
     tasks = [organism_task(n) for n in TASK_NAMES] + [composite_task(a, b) for a, b in COMPOSITES]
     steps = args.steps or 200
-    config = FinetuneConfig(steps=steps, batch_size=16, lr=1e-3, seed=args.seed,
-                            pattern_steps=tuple(s for s in (0, 10, 25, 50, 100) if s <= steps), pattern_examples=32, checkpoint_every=50)
+    config = FinetuneConfig(
+        steps=steps,
+        batch_size=16,
+        lr=1e-3,
+        seed=args.seed,
+        pattern_steps=tuple(s for s in (0, 10, 25, 50, 100) if s <= steps),
+        pattern_examples=32,
+        checkpoint_every=50,
+    )
     result = finetune(model, tasks, config, out_dir=Path(args.runs) / f"organism_sft_seed{args.seed}")
     names = [t.name for t in tasks]
     steps = sorted(result.patterns)
@@ -257,17 +342,32 @@ def organism(args) -> None:
         chance = shuffled_fit_r2(change[target], components, n=1000, seed=args.seed)
         others = [n for n in names if n not in (target, *components) and "+" not in n]
         # Another control: the two basic tasks replaced by every other pair of basic tasks.
-        pair_r2 = [fit_pattern_change(change[target], {x: change[x], y: change[y]}).r2
-                   for i, x in enumerate(others) for y in others[i + 1:]]
-        rows.append({"composite": target, "r2": fit.r2,
-                     **{f"weight_{k.removeprefix('organism/')}": v for k, v in fit.coefficients.items()},
-                     "shuffled_r2_mean": chance.mean(), "shuffled_r2_p95": np.quantile(chance, 0.95),
-                     "shuffled_p": float((chance >= fit.r2).mean()), "other_pairs_r2_max": max(pair_r2),
-                     "other_pairs_r2_mean": float(np.mean(pair_r2)), "n_heads": change[target].numel(),
-                     "seed": args.seed})
+        pair_r2 = [
+            fit_pattern_change(change[target], {x: change[x], y: change[y]}).r2
+            for i, x in enumerate(others)
+            for y in others[i + 1 :]
+        ]
+        rows.append(
+            {
+                "composite": target,
+                "r2": fit.r2,
+                **{f"weight_{k.removeprefix('organism/')}": v for k, v in fit.coefficients.items()},
+                "shuffled_r2_mean": chance.mean(),
+                "shuffled_r2_p95": np.quantile(chance, 0.95),
+                "shuffled_p": float((chance >= fit.r2).mean()),
+                "other_pairs_r2_max": max(pair_r2),
+                "other_pairs_r2_mean": float(np.mean(pair_r2)),
+                "n_heads": change[target].numel(),
+                "seed": args.seed,
+            }
+        )
     _write(out, "sft_composition.csv", pd.DataFrame(rows))
-    _times(out, "organism", time.perf_counter() - start, {**{k: v for k, v in vars(config).items()
-                                                            if k in ("steps", "batch_size", "lr", "method")}})
+    _times(
+        out,
+        "organism",
+        time.perf_counter() - start,
+        {**{k: v for k, v in vars(config).items() if k in ("steps", "batch_size", "lr", "method")}},
+    )
 
 
 def _grouping(out: Path, corr: pd.DataFrame) -> None:
@@ -279,8 +379,11 @@ def _grouping(out: Path, corr: pd.DataFrame) -> None:
     if all(len(g) < 2 for g in groups):
         return
     result = grouping_test(corr, groups)
-    _write(out, "sft_fig2_grouping.csv", pd.DataFrame([{"groups": " | ".join("+".join(g) for g in groups),
-                                                        **dataclasses.asdict(result)}]))
+    _write(
+        out,
+        "sft_fig2_grouping.csv",
+        pd.DataFrame([{"groups": " | ".join("+".join(g) for g in groups), **dataclasses.asdict(result)}]),
+    )
 
 
 def grouping(args) -> None:
@@ -298,9 +401,15 @@ def smollm2(args) -> None:
     tasks = [hl.load_task(n) for n in names]
     # Bare inputs: the setting of the Heads-up masks of the same tasks (and little accuracy before SFT).
     steps = args.steps or 200
-    config = FinetuneConfig.lora(steps=steps, batch_size=8, seed=args.seed, instructed=False,
-                                 pattern_steps=tuple(s for s in SMOLLM2_PATTERN_STEPS if s <= steps),
-                                 pattern_examples=16, checkpoint_every=25)
+    config = FinetuneConfig.lora(
+        steps=steps,
+        batch_size=8,
+        seed=args.seed,
+        instructed=False,
+        pattern_steps=tuple(s for s in SMOLLM2_PATTERN_STEPS if s <= steps),
+        pattern_examples=16,
+        checkpoint_every=25,
+    )
     result = finetune(model, tasks, config, out_dir=Path(args.runs) / f"smollm2_sft_seed{args.seed}")
     steps = sorted(result.patterns)
     before, after = result.patterns[steps[0]], result.patterns[steps[-1]]
@@ -319,17 +428,34 @@ def smollm2(args) -> None:
         k = int(removed.sum())
         for kind, score in (("|change|", change.abs()), ("increase", change)):
             overlap = head_overlap(top_heads(score, k), removed)
-            rows.append({"task": name, "score": kind, "k": k, "overlap": overlap.overlap,
-                         "expected": overlap.expected, "p_value": overlap.p_value, "n_heads": overlap.n})
+            rows.append(
+                {
+                    "task": name,
+                    "score": kind,
+                    "k": k,
+                    "overlap": overlap.overlap,
+                    "expected": overlap.expected,
+                    "p_value": overlap.p_value,
+                    "n_heads": overlap.n,
+                }
+            )
     _write(out, "sft_mask_overlap.csv", pd.DataFrame(rows))
-    _times(out, "smollm2", time.perf_counter() - start, {k: v for k, v in vars(config).items()
-                                                         if k in ("steps", "batch_size", "lr", "method", "lora_rank",
-                                                                  "lora_alpha", "lora_targets", "instructed")})
+    _times(
+        out,
+        "smollm2",
+        time.perf_counter() - start,
+        {
+            k: v
+            for k, v in vars(config).items()
+            if k in ("steps", "batch_size", "lr", "method", "lora_rank", "lora_alpha", "lora_targets", "instructed")
+        },
+    )
 
 
 def _selection_setup(args, spec: Selection):
     """(fresh base model loader, task resolver, compared-run config, probe config) of the select stage."""
-    from headsup_lens.organism import composite_task, task as organism_task
+    from headsup_lens.organism import composite_task
+    from headsup_lens.organism import task as organism_task
 
     if args.model == "organism":
         model = hl.load_model(str(_base_organism(args)), dtype="float32")
@@ -354,8 +480,14 @@ def _selection_setup(args, spec: Selection):
     steps = args.steps or spec.steps
     # finetune always takes patterns at its last step; the compared runs do not use them (one example).
     run = lambda seed: make(steps=steps, seed=seed, pattern_examples=1, accuracy=False, progress=False)  # noqa: E731
-    probe = make(steps=args.probe_steps or spec.probe_steps, seed=args.seed, pattern_steps=(0,),
-                 pattern_examples=spec.pattern_examples, accuracy=False, progress=False)
+    probe = make(
+        steps=args.probe_steps or spec.probe_steps,
+        seed=args.seed,
+        pattern_steps=(0,),
+        pattern_examples=spec.pattern_examples,
+        accuracy=False,
+        progress=False,
+    )
     return load, resolve, run, probe
 
 
@@ -369,8 +501,14 @@ def select(args) -> None:
     from headsup_lens.evaluation import answer_loss, generations, score_outputs
 
     spec = SELECTION[args.model]
-    spec = dataclasses.replace(spec, **{k: getattr(args, k) for k in ("eval_examples", "pattern_examples", "train_pairs")
-                                        if getattr(args, k) is not None})
+    spec = dataclasses.replace(
+        spec,
+        **{
+            k: getattr(args, k)
+            for k in ("eval_examples", "pattern_examples", "train_pairs")
+            if getattr(args, k) is not None
+        },
+    )
     out = Path(args.out or ROOT / "figures" / args.model)
     runs = Path(args.runs) / f"{args.model}_sft_selection"
     start = time.perf_counter()
@@ -381,8 +519,16 @@ def select(args) -> None:
     targets = [resolve(n) for n in (args.targets or spec.targets)]
     if not 0 < args.k < len(candidates):
         raise SystemExit(f"--k must lie in [1, {len(candidates) - 1}] (one candidate may be the target)")
-    settings = {"model": args.model, "candidates": [t.name for t in candidates], "k": args.k, "steps": run_config(0).steps, "probe": vars(probe_config),
-                "eval_examples": n_eval, "train_pairs": spec.train_pairs, "seed": args.seed}
+    settings = {
+        "model": args.model,
+        "candidates": [t.name for t in candidates],
+        "k": args.k,
+        "steps": run_config(0).steps,
+        "probe": vars(probe_config),
+        "eval_examples": n_eval,
+        "train_pairs": spec.train_pairs,
+        "seed": args.seed,
+    }
     saved = runs / "settings.json"
     if saved.is_file() and json.loads(saved.read_text()) != json.loads(json.dumps(settings)):
         raise SystemExit(f"{runs} holds a run with other settings ({saved}); pass another --runs or remove it")
@@ -391,8 +537,9 @@ def select(args) -> None:
     # Pattern change of each task under a probe SFT on that task alone (held-out examples, instructed).
     changes = {}
     for task in {t.name: t for t in candidates + targets}.values():
-        result = finetune(load(), [cut(task, spec.pattern_examples)], probe_config,
-                          out_dir=runs / "probe" / safe_name(task.name))
+        result = finetune(
+            load(), [cut(task, spec.pattern_examples)], probe_config, out_dir=runs / "probe" / safe_name(task.name)
+        )
         steps = sorted(result.patterns)
         changes[task.name] = result.patterns[steps[-1]][task.name] - result.patterns[steps[0]][task.name]
 
@@ -434,21 +581,48 @@ def select(args) -> None:
         inputs, answers = zip(*held.eval_pairs)
         outputs = generations(model, held, instructed=True)
         scores, _ = score_outputs(held, outputs, inputs, answers)
-        row = {"target": target.name, "condition": condition, "seed": seed, "sources": " ".join(sources),
-               "similarity_mean": float(np.mean([similarity[target.name, n] for n in sources]))
-               if condition in ("selected", "random", "oracle") else np.nan,
-               "accuracy": scores["accuracy"], "strict": scores["strict"], "echo": scores["echo"],
-               "answer_loss": answer_loss(model, held, instructed=True), "n_eval": len(answers),
-               "wall_s": round(time.perf_counter() - t0, 1)}
+        row = {
+            "target": target.name,
+            "condition": condition,
+            "seed": seed,
+            "sources": " ".join(sources),
+            "similarity_mean": float(np.mean([similarity[target.name, n] for n in sources]))
+            if condition in ("selected", "random", "oracle")
+            else np.nan,
+            "accuracy": scores["accuracy"],
+            "strict": scores["strict"],
+            "echo": scores["echo"],
+            "answer_loss": answer_loss(model, held, instructed=True),
+            "n_eval": len(answers),
+            "wall_s": round(time.perf_counter() - t0, 1),
+        }
         done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
-        shown = pd.concat([shown, pd.DataFrame([{"target": target.name, "condition": condition, "seed": seed,
-                                                 "input": x, "answer": a, "output": o}
-                                                for x, a, o in list(zip(inputs, answers, outputs))[:10]])],
-                          ignore_index=True)
+        shown = pd.concat(
+            [
+                shown,
+                pd.DataFrame(
+                    [
+                        {
+                            "target": target.name,
+                            "condition": condition,
+                            "seed": seed,
+                            "input": x,
+                            "answer": a,
+                            "output": o,
+                        }
+                        for x, a, o in list(zip(inputs, answers, outputs))[:10]
+                    ]
+                ),
+            ],
+            ignore_index=True,
+        )
         _write(runs, "generations.csv", shown)
         _write(runs, "runs.csv", done)  # last: a row here means its generations are stored too
-        print(f"[{i + 1}/{len(jobs)}] {target.name} {condition} seed {seed} ({' '.join(sources) or 'no SFT'}): "
-              f"accuracy {row['accuracy']:.2f}, answer loss {row['answer_loss']:.3f}", flush=True)
+        print(
+            f"[{i + 1}/{len(jobs)}] {target.name} {condition} seed {seed} ({' '.join(sources) or 'no SFT'}): "
+            f"accuracy {row['accuracy']:.2f}, answer loss {row['answer_loss']:.3f}",
+            flush=True,
+        )
 
     wanted = pd.DataFrame([{"target": t.name, "condition": c, "seed": s} for t, c, s, _ in jobs])
     table = wanted.merge(done, on=["target", "condition", "seed"], how="left")
@@ -459,13 +633,23 @@ def select(args) -> None:
     _write(out, "sft_data_selection.csv", summary)
     _write(out, "sft_data_selection_similarity.csv", _similarity_vs_loss(table))
     _selection_figure(out, table, not args.no_png)
-    _times(out, f"select ({args.model})", time.perf_counter() - start,
-           {k: v for k, v in settings.items() if k != "probe"} | {"seeds": args.seeds, "draws": args.draws})
+    _times(
+        out,
+        f"select ({args.model})",
+        time.perf_counter() - start,
+        {k: v for k, v in settings.items() if k != "probe"} | {"seeds": args.seeds, "draws": args.draws},
+    )
 
 
 CONDITIONS = ("none", "random", "selected", "oracle", "target")
 TIE_NATS = 1e-6  # loss gaps below this are ties (runs on the same sources)
-PAIRED = (("selected", "random"), ("selected", "none"), ("random", "none"), ("oracle", "random"), ("selected", "oracle"))
+PAIRED = (
+    ("selected", "random"),
+    ("selected", "none"),
+    ("random", "none"),
+    ("oracle", "random"),
+    ("selected", "oracle"),
+)
 
 
 def _selection_summary(table: pd.DataFrame) -> pd.DataFrame:
@@ -477,20 +661,36 @@ def _selection_summary(table: pd.DataFrame) -> pd.DataFrame:
 
     rows = []
     for (target, condition), group in table.groupby(["target", "condition"], sort=False):
-        row = {"target": target, "condition": condition, "n": len(group),
-               "seeds": " ".join(map(str, group.seed)), "sources": " | ".join(dict.fromkeys(group.sources))}
+        row = {
+            "target": target,
+            "condition": condition,
+            "n": len(group),
+            "seeds": " ".join(map(str, group.seed)),
+            "sources": " | ".join(dict.fromkeys(group.sources)),
+        }
         for metric in ("accuracy", "answer_loss"):
             values = group[metric]
-            row |= {f"{metric}_mean": values.mean(), f"{metric}_sd": values.std(ddof=1) if len(values) > 1 else np.nan,
-                    f"{metric}_min": values.min(), f"{metric}_max": values.max()}
+            row |= {
+                f"{metric}_mean": values.mean(),
+                f"{metric}_sd": values.std(ddof=1) if len(values) > 1 else np.nan,
+                f"{metric}_min": values.min(),
+                f"{metric}_max": values.max(),
+            }
         rows.append(row)
     summary = pd.DataFrame(rows)
     means = []
     for condition in CONDITIONS:
         part = summary[summary.condition == condition]
         if len(part):
-            means.append({"target": f"mean of {len(part)} targets", "condition": condition, "n": int(part.n.sum()),
-                          "accuracy_mean": part.accuracy_mean.mean(), "answer_loss_mean": part.answer_loss_mean.mean()})
+            means.append(
+                {
+                    "target": f"mean of {len(part)} targets",
+                    "condition": condition,
+                    "n": int(part.n.sum()),
+                    "accuracy_mean": part.accuracy_mean.mean(),
+                    "answer_loss_mean": part.answer_loss_mean.mean(),
+                }
+            )
     loss = summary.pivot(index="target", columns="condition", values="answer_loss_mean")
     acc = summary.pivot(index="target", columns="condition", values="accuracy_mean")
     for a, b in PAIRED:
@@ -498,15 +698,26 @@ def _selection_summary(table: pd.DataFrame) -> pd.DataFrame:
             continue
         both = loss[[a, b]].dropna().index
         gap = loss.loc[both, a] - loss.loc[both, b]
-        decided = gap[gap.abs() > TIE_NATS]  # the same sources (possible with few candidates) tie: the sign test drops ties
+        decided = gap[
+            gap.abs() > TIE_NATS
+        ]  # the same sources (possible with few candidates) tie: the sign test drops ties
         lower, ties = int((decided < 0).sum()), len(gap) - len(decided)
-        means.append({"target": f"{a} - {b}, {len(gap)} targets", "condition": f"{a} - {b}", "n": len(gap),
-                      "accuracy_mean": (acc.loc[both, a] - acc.loc[both, b]).mean(),
-                      "answer_loss_mean": gap.mean(), "answer_loss_min": gap.min(), "answer_loss_max": gap.max(),
-                      "sources": f"{a} has the lower loss on {lower} of {len(gap)} targets" + (f" ({ties} tied)" if ties else ""),
-                      # Paired over targets (the means of each target's runs), two-sided.
-                      "p_sign": scipy.stats.binomtest(lower, len(decided)).pvalue if len(decided) else np.nan,
-                      "p_wilcoxon": scipy.stats.wilcoxon(decided).pvalue if len(decided) > 1 else np.nan})
+        means.append(
+            {
+                "target": f"{a} - {b}, {len(gap)} targets",
+                "condition": f"{a} - {b}",
+                "n": len(gap),
+                "accuracy_mean": (acc.loc[both, a] - acc.loc[both, b]).mean(),
+                "answer_loss_mean": gap.mean(),
+                "answer_loss_min": gap.min(),
+                "answer_loss_max": gap.max(),
+                "sources": f"{a} has the lower loss on {lower} of {len(gap)} targets"
+                + (f" ({ties} tied)" if ties else ""),
+                # Paired over targets (the means of each target's runs), two-sided.
+                "p_sign": scipy.stats.binomtest(lower, len(decided)).pvalue if len(decided) else np.nan,
+                "p_wilcoxon": scipy.stats.wilcoxon(decided).pvalue if len(decided) > 1 else np.nan,
+            }
+        )
     return pd.concat([summary, pd.DataFrame(means)], ignore_index=True)
 
 
@@ -519,11 +730,27 @@ def _similarity_vs_loss(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for target, group in table.dropna(subset=["similarity_mean"]).groupby("target", sort=False):
         rho, p = scipy.stats.spearmanr(group.similarity_mean, group.answer_loss)
-        rows.append({"target": target, "n_runs": len(group), "n_sets": group.sources.nunique(), "rho": rho, "p_value": p})
+        rows.append(
+            {"target": target, "n_runs": len(group), "n_sets": group.sources.nunique(), "rho": rho, "p_value": p}
+        )
     frame = pd.DataFrame(rows)
     if len(frame):
-        frame = pd.concat([frame, pd.DataFrame([{"target": f"mean of {len(frame)} targets", "n_runs": frame.n_runs.sum(),
-                                                 "rho": frame.rho.mean(), "p_value": np.nan}])], ignore_index=True)
+        frame = pd.concat(
+            [
+                frame,
+                pd.DataFrame(
+                    [
+                        {
+                            "target": f"mean of {len(frame)} targets",
+                            "n_runs": frame.n_runs.sum(),
+                            "rho": frame.rho.mean(),
+                            "p_value": np.nan,
+                        }
+                    ]
+                ),
+            ],
+            ignore_index=True,
+        )
     return frame
 
 
@@ -532,18 +759,40 @@ def _selection_figure(out: Path, table: pd.DataFrame, png: bool) -> None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        subplot_titles=("answer loss on the target (nats, held-out)", "accuracy on the target"))
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
+        subplot_titles=("answer loss on the target (nats, held-out)", "accuracy on the target"),
+    )
     palette = dict(zip(CONDITIONS, px.colors.qualitative.Set1))
     for condition in [c for c in CONDITIONS if c in set(table.condition)]:
         part = table[table.condition == condition]
         for row, metric in ((1, "answer_loss"), (2, "accuracy")):
-            fig.add_trace(go.Box(x=part.target.str.removeprefix("organism/"), y=part[metric], name=condition,
-                                 legendgroup=condition, showlegend=row == 1, boxpoints="all", jitter=0.4,
-                                 pointpos=0, marker_color=palette[condition], line_width=1), row=row, col=1)
-    fig.update_layout(boxmode="group", width=1400, height=800,
-                      title="Pattern-guided data selection: SFT on the k candidates whose pattern change best matches "
-                            "the target's vs k random ones")
+            fig.add_trace(
+                go.Box(
+                    x=part.target.str.removeprefix("organism/"),
+                    y=part[metric],
+                    name=condition,
+                    legendgroup=condition,
+                    showlegend=row == 1,
+                    boxpoints="all",
+                    jitter=0.4,
+                    pointpos=0,
+                    marker_color=palette[condition],
+                    line_width=1,
+                ),
+                row=row,
+                col=1,
+            )
+    fig.update_layout(
+        boxmode="group",
+        width=1400,
+        height=800,
+        title="Pattern-guided data selection: SFT on the k candidates whose pattern change best matches "
+        "the target's vs k random ones",
+    )
     save_figure(fig, out / "sft_data_selection", png=png)
 
 

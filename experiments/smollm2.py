@@ -27,16 +27,23 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-
-import headsup_lens as hl
 from _common import fast_config
 from _common import record_time as _record_time
+
+import headsup_lens as hl
 from headsup_lens._io import atomic_write
 from headsup_lens.analysis import Setting, alpha_grid, jaccard_matrix, jaccard_table, random_order, weight_order
 from headsup_lens.data import FV_TASKS
 from headsup_lens.evaluation import accuracy
-from headsup_lens.plots import (alpha_figure, jaccard_figure, logit_lens_figure, mask_heatmap, rank_figure,
-                                save_figure, similarity_figure)
+from headsup_lens.plots import (
+    alpha_figure,
+    jaccard_figure,
+    logit_lens_figure,
+    mask_heatmap,
+    rank_figure,
+    save_figure,
+    similarity_figure,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,21 +52,36 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("stage", choices=("select", "train", "analyze", "evaluate", "rescore", "combine"))
     p.add_argument("--model", default="smollm2", help="model name or local directory (default: smollm2)")
-    p.add_argument("--tasks", nargs="+", default=None,
-                   help="tasks (select: default all 35 function-vector tasks; train: required; analyze: default every "
-                        "stored seed-0 mask)")
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        help="tasks (select: default all 35 function-vector tasks; train: required; analyze: default every "
+        "stored seed-0 mask)",
+    )
     p.add_argument("--data-dir", default=None, help="data directory (default: $HEADSUP_DATA_DIR)")
     p.add_argument("--out", default=str(ROOT / "figures" / "smollm2"), help="output folder (default: figures/smollm2)")
-    p.add_argument("--runs", default=str(ROOT / "runs" / "smollm2"),
-                   help="training run folders with checkpoints (default: runs/smollm2, git-ignored)")
+    p.add_argument(
+        "--runs",
+        default=str(ROOT / "runs" / "smollm2"),
+        help="training run folders with checkpoints (default: runs/smollm2, git-ignored)",
+    )
     p.add_argument("--seed", type=int, default=0, help="train: TrainConfig.fast(seed=...) (default: 0)")
     p.add_argument("--steps", type=int, default=None, help="train: override the 300 steps of TrainConfig.fast")
     p.add_argument("--batch-size", type=int, default=None, help="train: override the batch of 16 per task")
-    p.add_argument("--eval-batch-size", type=int, default=64, help="examples per forward pass / generation (default: 64)")
+    p.add_argument(
+        "--eval-batch-size", type=int, default=64, help="examples per forward pass / generation (default: 64)"
+    )
     p.add_argument("--alpha", type=float, default=0.25, help="analyze: alpha of the instructed + scaled mask row")
-    p.add_argument("--new-tokens", type=int, default=12, help="analyze: greedy tokens per removal-sweep step (default: 12)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: on a shared 2-core machine 2 threads measured slower)")
+    p.add_argument(
+        "--new-tokens", type=int, default=12, help="analyze: greedy tokens per removal-sweep step (default: 12)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: on a shared 2-core machine 2 threads measured slower)",
+    )
     p.add_argument("--no-png", action="store_true", help="write HTML figures only")
     return p
 
@@ -85,20 +107,30 @@ def select(args, model, out: Path) -> None:
             start = time.perf_counter()
             acc = accuracy(model, task, instructed=instructed, max_new_tokens=10, batch_size=args.eval_batch_size)
             seconds = time.perf_counter() - start
-            row = {"task": name, "instructed": instructed, "accuracy": acc, "n_examples": len(task.eval_pairs),
-                   "matcher": task.matcher, "seconds": round(seconds, 1)}
+            row = {
+                "task": name,
+                "instructed": instructed,
+                "accuracy": acc,
+                "n_examples": len(task.eval_pairs),
+                "matcher": task.matcher,
+                "seconds": round(seconds, 1),
+            }
             pd.DataFrame([row]).to_csv(path, mode="a", header=not path.exists(), index=False)
             print(f"{name:28s} instructed={instructed!s:5s} acc={acc:.2f} ({seconds:.0f} s)", flush=True)
     long = pd.read_csv(path).drop_duplicates(["task", "instructed"])
     table = long.pivot_table(index="task", columns="instructed", values="accuracy").rename(
-        columns={True: "instructed", False: "uninstructed"})
+        columns={True: "instructed", False: "uninstructed"}
+    )
     table = table.join(long.groupby("task")[["n_examples"]].first())
     table = table.join(long.groupby("task")[["seconds"]].sum().rename(columns={"seconds": "scan_seconds"}))
     table = table.sort_values(["instructed", "uninstructed"], ascending=False).reset_index()
     table.to_csv(out / "task_selection.csv", index=False)
     lines = ["| task | instructed | uninstructed | n |", "|---|---:|---:|---:|"]
-    lines += [f"| {r.task} | {r.instructed:.2f} | {r.uninstructed:.2f} | {int(r.n_examples)} |"
-              for r in table.itertuples() if pd.notna(r.instructed) and pd.notna(r.uninstructed)]
+    lines += [
+        f"| {r.task} | {r.instructed:.2f} | {r.uninstructed:.2f} | {int(r.n_examples)} |"
+        for r in table.itertuples()
+        if pd.notna(r.instructed) and pd.notna(r.uninstructed)
+    ]
     (out / "task_selection.md").write_text("\n".join(lines) + "\n")
     print(table.to_string(index=False))
 
@@ -118,8 +150,12 @@ def train(args, model, out: Path) -> None:
         result.mask.save(_mask_path(out, name, args.seed))
         result.history.to_csv(out / "masks" / f"{_mask_path(out, name, args.seed).stem}_history.csv", index=False)
         print(f"{name}: {result.mask.n_kept} heads kept of {result.mask.values.numel()}", flush=True)
-    _record_time(out, "train", f"seed {args.seed}, {config.steps} steps x batch {config.batch_size}: "
-                 f"{' '.join(args.tasks)}", seconds)
+    _record_time(
+        out,
+        "train",
+        f"seed {args.seed}, {config.steps} steps x batch {config.batch_size}: {' '.join(args.tasks)}",
+        seconds,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- analyze
@@ -148,16 +184,18 @@ def evaluation(args, model, out: Path, task, mask: hl.HeadMask, extra: dict[str,
     Writes `tables12_evaluation_<task>.csv` and every output behind it, `tables12_generations_<task>.csv`."""
     stem = hl.training.safe_name(task.name)
     start = time.perf_counter()
-    table, texts = hl.evaluate(model, task, mask, alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0,
-                               return_generations=True)
+    table, texts = hl.evaluate(
+        model, task, mask, alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0, return_generations=True
+    )
     tables, generations = [table], [texts]
     _record_time(out, stage, f"{task.name}: evaluate (settings table)", time.perf_counter() - start)
     for label, seed_mask in extra.items():  # other seeds of this task's mask: run-to-run spread
         if label.startswith(f"{stem} (seed "):
             start = time.perf_counter()
-            seed = label[len(stem) + 2:-1]
-            rows, texts = hl.evaluate(model, task, seed_mask, alpha=args.alpha, batch_size=args.eval_batch_size,
-                                      return_generations=True)
+            seed = label[len(stem) + 2 : -1]
+            rows, texts = hl.evaluate(
+                model, task, seed_mask, alpha=args.alpha, batch_size=args.eval_batch_size, return_generations=True
+            )
             keep = ["masked", "random mask"]
             tables.append(rows[rows.setting.isin(keep)].assign(setting=lambda t: t.setting + f", {seed}"))
             generations.append(texts[texts.setting.isin(keep)].assign(setting=lambda t: t.setting + f", {seed}"))
@@ -190,12 +228,19 @@ def add_seed_rows(args, out: Path, task, model, extra: dict[str, hl.HeadMask]) -
     texts = pd.read_csv(out / f"tables12_generations_{stem}.csv", keep_default_na=False)
     added = False
     for label, seed_mask in extra.items():
-        seed = label[len(stem) + 2:-1]
+        seed = label[len(stem) + 2 : -1]
         if not label.startswith(f"{stem} (seed ") or f"masked, {seed}" in set(table.setting):
             continue
         start = time.perf_counter()
-        rows, outputs = hl.evaluate(model, task, seed_mask, alpha=args.alpha, batch_size=args.eval_batch_size,
-                                    return_generations=True, settings=["masked", "random mask"])
+        rows, outputs = hl.evaluate(
+            model,
+            task,
+            seed_mask,
+            alpha=args.alpha,
+            batch_size=args.eval_batch_size,
+            return_generations=True,
+            settings=["masked", "random mask"],
+        )
         rename = {"masked": f"masked, {seed}", "random mask": f"random mask, {seed}"}
         at = table.index[table.setting.isin(["echo baseline", "majority label"])].min()  # controls stay last
         at = len(table) if pd.isna(at) else at
@@ -229,11 +274,14 @@ def rescore(task, table: pd.DataFrame, texts: pd.DataFrame) -> tuple[pd.DataFram
         per_setting[record["setting"]] = per
         base = record["setting"].split(", seed ")[0]
         for reference in ("original", "instructed"):
-            scores[f"p_vs_{reference}"] = (mcnemar_exact(per["correct"], per_setting[reference]["correct"])
-                                           if base in MASK_SETTINGS and reference in per_setting else float("nan"))
+            scores[f"p_vs_{reference}"] = (
+                mcnemar_exact(per["correct"], per_setting[reference]["correct"])
+                if base in MASK_SETTINGS and reference in per_setting
+                else float("nan")
+            )
         rows.append({**record, **scores})
         kept = group[["task", "setting", "example", "input", "answer", "output"]]
-        outputs.append(kept.assign(**{k: v for k, v in per.items()}))
+        outputs.append(kept.assign(**dict(per.items())))
     return pd.DataFrame(rows)[list(table.columns)], pd.concat(outputs, ignore_index=True)
 
 
@@ -274,52 +322,88 @@ def analyze(args, model, out: Path) -> None:
             _record_time(out, "analyze", f"{name}: removal sweep, {order_name} order", time.perf_counter() - start)
             sweep.long().to_csv(out / f"fig2_removal_ranks_{order_name}_{stem}.csv", index=False)
             pd.DataFrame({"step": sweep.steps, "generation": sweep.generations}).to_csv(
-                out / f"fig2_generations_{order_name}_{stem}.csv", index=False)
-            sweeps.append({"task": name, "order": order_name, "input": x, "answer": answer,
-                           "target_switch_step": sweep.switch_step, "first_change_step": sweep.change_step,
-                           "heads_in_mask": mask.n_kept, "removed_by_mask": shape[0] * shape[1] - mask.n_kept,
-                           "generation_at_mask": sweep.generations[shape[0] * shape[1] - mask.n_kept]
-                           if order_name == "weight" else None})
-            _figure(args, rank_figure(sweep, title=f"SmolLM2, {name}: removal in {order_name} order, input {x!r}"),
-                    out, f"fig2_removal_ranks_{order_name}_{stem}")
+                out / f"fig2_generations_{order_name}_{stem}.csv", index=False
+            )
+            sweeps.append(
+                {
+                    "task": name,
+                    "order": order_name,
+                    "input": x,
+                    "answer": answer,
+                    "target_switch_step": sweep.switch_step,
+                    "first_change_step": sweep.change_step,
+                    "heads_in_mask": mask.n_kept,
+                    "removed_by_mask": shape[0] * shape[1] - mask.n_kept,
+                    "generation_at_mask": sweep.generations[shape[0] * shape[1] - mask.n_kept]
+                    if order_name == "weight"
+                    else None,
+                }
+            )
+            _figure(
+                args,
+                rank_figure(sweep, title=f"SmolLM2, {name}: removal in {order_name} order, input {x!r}"),
+                out,
+                f"fig2_removal_ranks_{order_name}_{stem}",
+            )
         pd.DataFrame(sweeps).to_csv(out / f"fig2_summary_{stem}.csv", index=False)
 
         start = time.perf_counter()  # Fig. 4: similarity to the instructed run, mean over held-out inputs
-        pairs = {"original vs instructed": lambda u, i: (Setting(u), Setting(i)),
-                 "masked vs instructed": lambda u, i: (Setting(u, mask=mask), Setting(i)),
-                 "masked vs masked + instructed": lambda u, i: (Setting(u, mask=mask), Setting(i, mask=mask))}
+        pairs = {
+            "original vs instructed": lambda u, i: (Setting(u), Setting(i)),
+            "masked vs instructed": lambda u, i: (Setting(u, mask=mask), Setting(i)),
+            "masked vs masked + instructed": lambda u, i: (Setting(u, mask=mask), Setting(i, mask=mask)),
+        }
         similarity = {}
         rows = []
         for label, make in pairs.items():
-            per_input = [hl.layer_similarity(model, *make(task.user_text(xi), task.user_text(xi, instructed=True)))
-                         for xi, _ in task.eval_pairs[:N_SIMILARITY]]
+            per_input = [
+                hl.layer_similarity(model, *make(task.user_text(xi), task.user_text(xi, instructed=True)))
+                for xi, _ in task.eval_pairs[:N_SIMILARITY]
+            ]
             similarity[label] = pd.concat(per_input).groupby(level=0).mean(numeric_only=True)
             rows += [t.assign(comparison=label, example=k) for k, t in enumerate(per_input)]
         pd.concat(rows).to_csv(out / f"fig4_similarity_{stem}.csv", index=False)
-        _figure(args, similarity_figure(similarity, title=f"SmolLM2, {name}: cosine similarity to the instructed run "
-                                        f"(mean of {N_SIMILARITY} inputs)"), out, f"fig4_similarity_{stem}")
+        _figure(
+            args,
+            similarity_figure(
+                similarity,
+                title=f"SmolLM2, {name}: cosine similarity to the instructed run (mean of {N_SIMILARITY} inputs)",
+            ),
+            out,
+            f"fig4_similarity_{stem}",
+        )
         _record_time(out, "analyze", f"{name}: layer similarity", time.perf_counter() - start)
 
         start = time.perf_counter()  # Table 41: logit lens of the masked, uninstructed prompt
         lens = hl.logit_lens(model, prompt, k=5, mask=mask)
         lens.table.to_csv(out / f"table41_logit_lens_{stem}.csv", index=False)
-        _figure(args, logit_lens_figure(lens, title=f"SmolLM2, {name}: logit lens, masked, input {x!r}"),
-                out, f"table41_logit_lens_{stem}")
+        _figure(
+            args,
+            logit_lens_figure(lens, title=f"SmolLM2, {name}: logit lens, masked, input {x!r}"),
+            out,
+            f"table41_logit_lens_{stem}",
+        )
         _record_time(out, "analyze", f"{name}: logit lens", time.perf_counter() - start)
 
         start = time.perf_counter()  # Fig. 6: instructed loss as the heads outside the mask are scaled by alpha
         grid = alpha_grid(model, task, mask, batch_size=args.eval_batch_size)
         grid.assign(task=name).to_csv(out / f"fig6_alpha_grid_{stem}.csv", index=False)
-        _figure(args, alpha_figure(grid, title=f"SmolLM2, {name}: instructed answer loss vs alpha"), out,
-                f"fig6_alpha_grid_{stem}")
+        _figure(
+            args,
+            alpha_figure(grid, title=f"SmolLM2, {name}: instructed answer loss vs alpha"),
+            out,
+            f"fig6_alpha_grid_{stem}",
+        )
         _record_time(out, "analyze", f"{name}: alpha grid", time.perf_counter() - start)
     combine(args, model, out)
 
 
 def _seed_masks(out: Path, model) -> dict[str, hl.HeadMask]:
     """Masks of seeds other than 0, labelled "<task> (seed k)"."""
-    return {f"{p.stem.rsplit('_seed', 1)[0]} (seed {p.stem.rsplit('_seed', 1)[1]})": hl.HeadMask.load(p, model)
-            for p in sorted((out / "masks").glob("*_seed*.safetensors"))}
+    return {
+        f"{p.stem.rsplit('_seed', 1)[0]} (seed {p.stem.rsplit('_seed', 1)[1]})": hl.HeadMask.load(p, model)
+        for p in sorted((out / "masks").glob("*_seed*.safetensors"))
+    }
 
 
 def combine(args, model, out: Path) -> None:
@@ -330,21 +414,37 @@ def combine(args, model, out: Path) -> None:
     for artifact in ("tables12_evaluation", "fig2_summary", "fig6_alpha_grid"):
         table = pd.concat([pd.read_csv(out / f"{artifact}_{hl.training.safe_name(n)}.csv") for n in names])
         table.to_csv(out / f"{artifact}.csv", index=False)
-    every = {**{n: hl.HeadMask.load(_mask_path(out, n, 0), model) for n in stored},
-             **_seed_masks(out, model)}  # Table 5: Jaccard between masks vs the random expectation
+    every = {
+        **{n: hl.HeadMask.load(_mask_path(out, n, 0), model) for n in stored},
+        **_seed_masks(out, model),
+    }  # Table 5: Jaccard between masks vs the random expectation
     table5 = jaccard_table(every)
     table5.to_csv(out / "table5_jaccard.csv", index=False)
-    _figure(args, jaccard_figure(jaccard_matrix(every), table=table5,
-                                 title="SmolLM2: Jaccard similarity of the learned masks (p: exact overlap test)"),
-            out, "table5_jaccard")
+    _figure(
+        args,
+        jaccard_figure(
+            jaccard_matrix(every),
+            table=table5,
+            title="SmolLM2: Jaccard similarity of the learned masks (p: exact overlap test)",
+        ),
+        out,
+        "table5_jaccard",
+    )
     _figure(args, mask_heatmap(every, title="SmolLM2: learned masks (1 = kept)"), out, "masks")
     summary = pd.read_csv(out / "tables12_evaluation.csv")
     (out / "tables12_summary.md").write_text(readme_tables(summary))
     print(summary[["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]].to_string(index=False))
 
 
-SUMMARY_SETTINGS = ("original", "instructed", "masked", "random mask", "instructed + scaled mask", "echo baseline",
-                    "majority label")
+SUMMARY_SETTINGS = (
+    "original",
+    "instructed",
+    "masked",
+    "random mask",
+    "instructed + scaled mask",
+    "echo baseline",
+    "majority label",
+)
 
 
 def readme_tables(table: pd.DataFrame) -> str:
@@ -352,6 +452,7 @@ def readme_tables(table: pd.DataFrame) -> str:
     strict one per setting, then the masked and instructed rows with 95% Wilson intervals, echo and
     empty counts, McNemar p-values and (label tasks) balanced accuracy. Tasks evaluated before these
     columns existed show "n/a" in the first table and are left out of the second."""
+
     def pair(row) -> str:
         strict = f"{row.strict:.2f}" if "strict" in row and pd.notna(row.strict) else "n/a"
         return f"{row.accuracy:.2f} / {strict}"
@@ -365,8 +466,11 @@ def readme_tables(table: pd.DataFrame) -> str:
         return format(row[column], fmt) if column in row and pd.notna(row[column]) else "n/a"
 
     lines = ["| task (n) | " + " | ".join(SUMMARY_SETTINGS) + " |", "|---|" + "---:|" * len(SUMMARY_SETTINGS)]
-    detail = ["| task | setting | paper matcher [95% CI] | strict [95% CI] | echo | empty | p vs original | "
-              "p vs instructed | balanced accuracy |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    detail = [
+        "| task | setting | paper matcher [95% CI] | strict [95% CI] | echo | empty | p vs original | "
+        "p vs instructed | balanced accuracy |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for task, rows in table.groupby("task", sort=False):
         rows = rows.set_index("setting")
         cells = [pair(rows.loc[s]) if s in rows.index else "" for s in SUMMARY_SETTINGS]
@@ -375,9 +479,11 @@ def readme_tables(table: pd.DataFrame) -> str:
             continue
         for setting in [s for s in rows.index if s in ("original", "instructed") or s.startswith("masked")]:
             row = rows.loc[setting]
-            detail.append(f"| {task} | {setting} | {ci(row, 'accuracy')} | {ci(row, 'strict')} | {num(row, 'echo', '.0f')} "
-                          f"| {num(row, 'empty', '.0f')} | {num(row, 'p_vs_original', '.2g')} | "
-                          f"{num(row, 'p_vs_instructed', '.2g')} | {num(row, 'balanced_accuracy', '.2f')} |")
+            detail.append(
+                f"| {task} | {setting} | {ci(row, 'accuracy')} | {ci(row, 'strict')} | {num(row, 'echo', '.0f')} "
+                f"| {num(row, 'empty', '.0f')} | {num(row, 'p_vs_original', '.2g')} | "
+                f"{num(row, 'p_vs_instructed', '.2g')} | {num(row, 'balanced_accuracy', '.2f')} |"
+            )
     return "\n".join(lines) + "\n\n" + "\n".join(detail) + "\n"
 
 
@@ -393,8 +499,14 @@ def main(argv: list[str] | None = None) -> None:
         start = time.perf_counter()
         model = hl.load_model(args.model)
         _record_time(out, args.stage, "load model", time.perf_counter() - start)
-    {"select": select, "train": train, "analyze": analyze, "evaluate": evaluate_only, "rescore": rescore_stored,
-     "combine": combine}[args.stage](args, model, out)
+    {
+        "select": select,
+        "train": train,
+        "analyze": analyze,
+        "evaluate": evaluate_only,
+        "rescore": rescore_stored,
+        "combine": combine,
+    }[args.stage](args, model, out)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ import warnings
 from pathlib import Path
 
 import pandas as pd
+from _common import ORGANISM_TASKS, parser, record_time, setup
 
 import headsup_lens as hl
-from _common import ORGANISM_TASKS, parser, record_time, setup
 from headsup_lens._io import atomic_write
 from headsup_lens.data import FV_TASKS, HYBRID_UNSEEN, fewshot, task_mixture
 from headsup_lens.evaluation import evaluate
@@ -71,10 +71,19 @@ def digest(*masks) -> str:
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__, multi_task=True)
     p.add_argument("--shots", type=int, default=5, help="demonstrations per prompt (default: 5, the paper's)")
-    p.add_argument("--hybrid-tasks", nargs="+", default=None,
-                   help="tasks whose few-shot variants form the hybrid mixture (default: the shared "
-                        "fewshot/hybrid.json; on the organism its tasks outside --tasks)")
-    p.add_argument("--alpha", type=float, default=0.25, help="scale of the heads outside the mask, instructed setting (default: 0.25)")
+    p.add_argument(
+        "--hybrid-tasks",
+        nargs="+",
+        default=None,
+        help="tasks whose few-shot variants form the hybrid mixture (default: the shared "
+        "fewshot/hybrid.json; on the organism its tasks outside --tasks)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.25,
+        help="scale of the heads outside the mask, instructed setting (default: 0.25)",
+    )
     args = p.parse_args(argv)
     xp = setup("table3", args)
     names = args.tasks or default_tasks(xp)
@@ -85,8 +94,10 @@ def main(argv: list[str] | None = None) -> None:
         hybrid = hl.load_task(HYBRID_FILE, args.data_dir)
         seen = {t.name: t.name in FV_TASKS and t.name not in HYBRID_UNSEEN for t in zero}  # the file's 31 tasks
     else:
-        hybrid = task_mixture([fewshot(hl.load_task(n, args.data_dir), k=args.shots) for n in mixture],
-                              f"fewshot/hybrid_{'+'.join(n.removeprefix('organism/') for n in mixture)}")
+        hybrid = task_mixture(
+            [fewshot(hl.load_task(n, args.data_dir), k=args.shots) for n in mixture],
+            f"fewshot/hybrid_{'+'.join(n.removeprefix('organism/') for n in mixture)}",
+        )
         seen = {t.name: t.name in mixture for t in zero}
 
     started = time.perf_counter()
@@ -103,7 +114,9 @@ def main(argv: list[str] | None = None) -> None:
         if stem.with_suffix(".csv").is_file():
             print(f"[table3] {task0.name}: rows found in {stem}.csv")
             continue
-        options = dict(alpha=args.alpha, random_seed=args.seed, batch_size=args.eval_batch_size, return_generations=True)
+        options = dict(
+            alpha=args.alpha, random_seed=args.seed, batch_size=args.eval_batch_size, return_generations=True
+        )
         started = time.perf_counter()
         with warnings.catch_warnings():  # the 5-shot mask on zero-shot prompts is intended (column mask_task)
             warnings.filterwarnings("ignore", message="the mask was trained for task")
@@ -118,9 +131,13 @@ def main(argv: list[str] | None = None) -> None:
         table5 = table5.assign(prompt=f"{args.shots}-shot", setting=table5.setting.replace(rename))
         table5.loc[table5.setting == "hybrid mask", "mask_task"] = hybrid.name
         table = pd.concat([table0, table5], ignore_index=True).assign(task=task0.name, seen_by_hybrid=seen[task0.name])
-        gens = pd.concat([gen0.assign(prompt="0-shot"),
-                          gen5.assign(prompt=f"{args.shots}-shot", setting=gen5.setting.replace(rename))],
-                         ignore_index=True).assign(task=task0.name)
+        gens = pd.concat(
+            [
+                gen0.assign(prompt="0-shot"),
+                gen5.assign(prompt=f"{args.shots}-shot", setting=gen5.setting.replace(rename)),
+            ],
+            ignore_index=True,
+        ).assign(task=task0.name)
         table = table[["task", "prompt", *[c for c in table.columns if c not in ("task", "prompt")]]]
         parts.mkdir(parents=True, exist_ok=True)
         atomic_write(Path(f"{stem}_generations.csv"), lambda tmp, g=gens: g.to_csv(tmp, index=False))
@@ -132,20 +149,46 @@ def main(argv: list[str] | None = None) -> None:
     order = [t.name for t in zero] + sorted(set(newest) - {t.name for t in zero})
     table = pd.concat([pd.read_csv(newest[name]) for name in order], ignore_index=True)
     xp.table(table, "table3_fewshot")
-    xp.table(pd.concat([pd.read_csv(Path(f"{newest[name].with_suffix('')}_generations.csv")) for name in order],
-                       ignore_index=True), "table3_generations")
+    xp.table(
+        pd.concat(
+            [pd.read_csv(Path(f"{newest[name].with_suffix('')}_generations.csv")) for name in order], ignore_index=True
+        ),
+        "table3_generations",
+    )
     rows = table[table.setting.isin(["original", "instructed", "masked", "random mask", "hybrid mask"])]
     columns = rows.prompt + " " + rows.setting
-    summary = pd.concat({metric: rows.assign(column=columns).pivot(index="task", columns="column", values=metric)
-                         for metric in ("accuracy", "strict")}, axis=1)
+    summary = pd.concat(
+        {
+            metric: rows.assign(column=columns).pivot(index="task", columns="column", values=metric)
+            for metric in ("accuracy", "strict")
+        },
+        axis=1,
+    )
     summary.columns = [f"{setting} ({metric})" for metric, setting in summary.columns]
     masked = rows[(rows.prompt == f"{args.shots}-shot") & (rows.setting == "masked")].set_index("task")
-    summary = summary.reindex(order).reset_index().assign(
-        seen_by_hybrid=lambda s: s.task.map(table.groupby("task").seen_by_hybrid.first()),
-        heads_kept_5shot=lambda s: s.task.map(masked.n_kept), heads_kept_hybrid=hybrid_mask.n_kept, hybrid=hybrid.name)
+    summary = (
+        summary.reindex(order)
+        .reset_index()
+        .assign(
+            seen_by_hybrid=lambda s: s.task.map(table.groupby("task").seen_by_hybrid.first()),
+            heads_kept_5shot=lambda s: s.task.map(masked.n_kept),
+            heads_kept_hybrid=hybrid_mask.n_kept,
+            hybrid=hybrid.name,
+        )
+    )
     xp.table(summary, "table3_summary")
-    xp.done(summary[["task", "seen_by_hybrid", "0-shot original (accuracy)", f"{args.shots}-shot original (accuracy)",
-                     f"{args.shots}-shot masked (accuracy)", f"{args.shots}-shot hybrid mask (accuracy)"]])
+    xp.done(
+        summary[
+            [
+                "task",
+                "seen_by_hybrid",
+                "0-shot original (accuracy)",
+                f"{args.shots}-shot original (accuracy)",
+                f"{args.shots}-shot masked (accuracy)",
+                f"{args.shots}-shot hybrid mask (accuracy)",
+            ]
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 import pandas as pd
-
 from _common import parser, record_time, setup
+
 from headsup_lens.evaluation import evaluate
 
 MASKS = ("heads", "heads + FFN")
@@ -28,7 +28,12 @@ def removed_ffn(mask) -> list[int]:
 
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__, multi_task=True)
-    p.add_argument("--alpha", type=float, default=0.25, help="scale of the heads outside the mask, instructed setting (default: 0.25)")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.25,
+        help="scale of the heads outside the mask, instructed setting (default: 0.25)",
+    )
     args = p.parse_args(argv)
     xp = setup("table40", args)
     tasks = xp.tasks()
@@ -36,14 +41,23 @@ def main(argv: list[str] | None = None) -> None:
     for kind, mlp in zip(MASKS, (False, True)):
         started = time.perf_counter()
         masks[kind] = {name: trained.mask for name, trained in xp.masks(tasks, mlp=mlp).items()}
-        record_time(xp.out, "table40", f"{kind} masks: {', '.join(t.name for t in tasks)}", time.perf_counter() - started)
+        record_time(
+            xp.out, "table40", f"{kind} masks: {', '.join(t.name for t in tasks)}", time.perf_counter() - started
+        )
     tables, generations, blocks = [], [], []
     for task in tasks:
         for kind in MASKS:
             mask = masks[kind][task.name]
             started = time.perf_counter()
-            table, gens = evaluate(xp.model, task, mask, alpha=args.alpha, random_seed=args.seed,
-                                   batch_size=args.eval_batch_size, return_generations=True)
+            table, gens = evaluate(
+                xp.model,
+                task,
+                mask,
+                alpha=args.alpha,
+                random_seed=args.seed,
+                batch_size=args.eval_batch_size,
+                return_generations=True,
+            )
             record_time(xp.out, "table40", f"{task.name}: evaluate ({kind} mask)", time.perf_counter() - started)
             ffn = removed_ffn(mask)
             if kind != MASKS[0]:  # the mask-free rows and controls are the same for both masks: keep one copy
@@ -51,9 +65,17 @@ def main(argv: list[str] | None = None) -> None:
                 table, gens = table[keep], gens[gens.setting.isin(set(table.setting))]
             tables.append(table.assign(mask=kind, ffn_removed=len(ffn) if kind != MASKS[0] else 0))
             generations.append(gens.assign(mask=kind))
-            blocks.append({"task": task.name, "mask": kind, "heads kept": mask.n_kept, "heads total": mask.n_total,
-                           "ffn removed": len(ffn), "ffn layers removed": " ".join(map(str, ffn)),
-                           "n_layers": mask.n_layers})
+            blocks.append(
+                {
+                    "task": task.name,
+                    "mask": kind,
+                    "heads kept": mask.n_kept,
+                    "heads total": mask.n_total,
+                    "ffn removed": len(ffn),
+                    "ffn layers removed": " ".join(map(str, ffn)),
+                    "n_layers": mask.n_layers,
+                }
+            )
     table = pd.concat(tables, ignore_index=True)
     table.loc[~table.setting.isin(["masked", "random mask", "instructed + scaled mask"]), "mask"] = "-"
     table = table[["task", "mask", *[c for c in table.columns if c not in ("task", "mask")]]]
@@ -61,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     xp.table(pd.concat(generations, ignore_index=True), "table40_generations")
     xp.table(pd.DataFrame(blocks), "table40_ffn_blocks")
     summary = table[table.setting.isin(["original", "instructed", "masked", "random mask"])][
-        ["task", "mask", "setting", "n_kept", "ffn_removed", "answer_nll", "accuracy", "strict"]]
+        ["task", "mask", "setting", "n_kept", "ffn_removed", "answer_nll", "accuracy", "strict"]
+    ]
     xp.done(summary)
 
 

@@ -5,8 +5,8 @@ those sizes, and the recall of the smaller mask (default and negative initialisa
 from __future__ import annotations
 
 import pandas as pd
-
 from _common import parser, setup
+
 from headsup_lens.analysis import jaccard_matrix, jaccard_table
 from headsup_lens.plots import jaccard_figure
 
@@ -24,9 +24,14 @@ def main(argv: list[str] | None = None) -> None:
     for init, negative in inits.items():
         masks = {name: t.mask for name, t in xp.masks(tasks, negative=negative).items()}
         tables.append(jaccard_table(masks).assign(init=init))
-        xp.figure(jaccard_figure(jaccard_matrix(masks), table=tables[-1],
-                                 title=f"Table 5 — Jaccard of kept heads ({init} init; p: exact overlap test)"),
-                  f"table5_jaccard_{init}")
+        xp.figure(
+            jaccard_figure(
+                jaccard_matrix(masks),
+                table=tables[-1],
+                title=f"Table 5 — Jaccard of kept heads ({init} init; p: exact overlap test)",
+            ),
+            f"table5_jaccard_{init}",
+        )
     table = pd.concat(tables, ignore_index=True)
     xp.table(table, "table5_jaccard")
     xp.done(table)

@@ -10,6 +10,7 @@ read it), e.g. `--model meta-llama/Llama-3.1-8B-Instruct --task fruit_v_animal_3
 from __future__ import annotations
 
 from _common import parser, setup
+
 from headsup_lens.analysis import attention_on_target, candidate_spans
 from headsup_lens.evaluation import evaluate
 from headsup_lens.plots import attention_target_figure, head_heatmap
@@ -26,20 +27,35 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         raise SystemExit(f"table7: task {task.name!r} is not a pick-one-of-three-words task ({error})") from None
     mask = xp.mask(task).mask
-    result = attention_on_target(xp.model, task, mask, settings=("original", "instructed", "masked", "masked+instructed"),
-                                 batch_size=args.eval_batch_size)
+    result = attention_on_target(
+        xp.model,
+        task,
+        mask,
+        settings=("original", "instructed", "masked", "masked+instructed"),
+        batch_size=args.eval_batch_size,
+    )
     table = result.table.assign(task=task.name, n_examples=result.n_examples)
     xp.table(table, "table7_attention_on_target", task)
-    xp.figure(attention_target_figure(result.table, title=f"Table 7 — attention on the target word, {task.name}"),
-              "table7_attention_on_target", task)
-    xp.figure(head_heatmap(result.per_head, title="share of attention on the target, per head", zmin=0, zmax=1),
-              "table7_attention_per_head", task)
-    evaluation, generations = evaluate(xp.model, task, mask, random_seed=args.seed, batch_size=args.eval_batch_size,
-                                       return_generations=True)
+    xp.figure(
+        attention_target_figure(result.table, title=f"Table 7 — attention on the target word, {task.name}"),
+        "table7_attention_on_target",
+        task,
+    )
+    xp.figure(
+        head_heatmap(result.per_head, title="share of attention on the target, per head", zmin=0, zmax=1),
+        "table7_attention_per_head",
+        task,
+    )
+    evaluation, generations = evaluate(
+        xp.model, task, mask, random_seed=args.seed, batch_size=args.eval_batch_size, return_generations=True
+    )
     xp.table(evaluation, "table7_evaluation", task)
     xp.table(generations, "table7_generations", task)
-    xp.done(table.to_string(index=False) + "\n" + evaluation[["setting", "n_kept", "accuracy", "strict", "echo",
-                                                                "balanced_accuracy"]].to_string(index=False))
+    xp.done(
+        table.to_string(index=False)
+        + "\n"
+        + evaluation[["setting", "n_kept", "accuracy", "strict", "echo", "balanced_accuracy"]].to_string(index=False)
+    )
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ On the organism, also how well each learned mask recovers the planted pathway S_
 from __future__ import annotations
 
 import pandas as pd
-
 from _common import parser, setup
+
 from headsup_lens.analysis import pathway_recovery
 from headsup_lens.evaluation import evaluate
 from headsup_lens.plots import mask_heatmap
@@ -16,23 +16,42 @@ from headsup_lens.plots import mask_heatmap
 
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__, multi_task=True)
-    p.add_argument("--alpha", type=float, default=0.25, help="scale of the heads outside the mask, instructed setting (default: 0.25)")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.25,
+        help="scale of the heads outside the mask, instructed setting (default: 0.25)",
+    )
     args = p.parse_args(argv)
     xp = setup("tables12", args)
     tasks = xp.tasks()
     masks = {name: trained.mask for name, trained in xp.masks(tasks).items()}
-    results = [evaluate(xp.model, t, masks[t.name], alpha=args.alpha, random_seed=args.seed,
-                        batch_size=args.eval_batch_size, return_generations=True) for t in tasks]
+    results = [
+        evaluate(
+            xp.model,
+            t,
+            masks[t.name],
+            alpha=args.alpha,
+            random_seed=args.seed,
+            batch_size=args.eval_batch_size,
+            return_generations=True,
+        )
+        for t in tasks
+    ]
     table = pd.concat([r[0] for r in results], ignore_index=True)
     xp.table(table, "tables12_evaluation")
     xp.table(pd.concat([r[1] for r in results], ignore_index=True), "tables12_generations")  # behind every row
     xp.figure(mask_heatmap(masks, title="Learned masks (1 = kept)"), "tables12_masks")
-    summary = table.pivot(index="task", columns="setting", values="accuracy").reindex(
-        columns=[s for s in table.setting.unique()]).reset_index()
+    summary = (
+        table.pivot(index="task", columns="setting", values="accuracy")
+        .reindex(columns=list(table.setting.unique()))
+        .reset_index()
+    )
     planted = xp.planted()
     if planted is not None:
-        recovery = pd.DataFrame([{"task": name, **pathway_recovery(mask, planted[name])}
-                                 for name, mask in masks.items() if name in planted])
+        recovery = pd.DataFrame(
+            [{"task": name, **pathway_recovery(mask, planted[name])} for name, mask in masks.items() if name in planted]
+        )
         xp.table(recovery, "tables12_planted_recovery")
         summary = summary.merge(recovery[["task", "jaccard_vs_planted", "jaccard_random_expectation"]], on="task")
     xp.table(summary, "tables12_summary")

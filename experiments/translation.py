@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-
-import headsup_lens as hl
 from _common import fast_config
 from _common import record_time as _record_time
+
+import headsup_lens as hl
 
 ROOT = Path(__file__).resolve().parents[1]
 SCAN_TARGETS = ("fr", "de", "es", "zh", "ru", "ar")
@@ -39,23 +39,46 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="smollm2", help="model name or local directory (default: smollm2)")
     p.add_argument("--pairs", nargs="+", default=None, help="directions src-tgt (scan: default en-{fr,de,es,zh,ru,ar})")
     p.add_argument("--data-dir", default=None, help="data directory (default: $HEADSUP_DATA_DIR)")
-    p.add_argument("--out", default=str(ROOT / "figures" / "smollm2" / "translation"),
-                   help="output folder (default: figures/smollm2/translation)")
-    p.add_argument("--runs", default=str(ROOT / "runs" / "smollm2_translation"),
-                   help="training run folders with checkpoints (default: runs/smollm2_translation, git-ignored)")
+    p.add_argument(
+        "--out",
+        default=str(ROOT / "figures" / "smollm2" / "translation"),
+        help="output folder (default: figures/smollm2/translation)",
+    )
+    p.add_argument(
+        "--runs",
+        default=str(ROOT / "runs" / "smollm2_translation"),
+        help="training run folders with checkpoints (default: runs/smollm2_translation, git-ignored)",
+    )
     p.add_argument("--scan-n", type=int, default=30, help="scan: training pairs per direction (default: 30)")
     p.add_argument("--seed", type=int, default=0, help="train: TrainConfig.fast(seed=...) (default: 0)")
     p.add_argument("--steps", type=int, default=None, help="train: override the 300 steps of TrainConfig.fast")
     p.add_argument("--batch-size", type=int, default=None, help="train: override the batch of 16 per task")
-    p.add_argument("--checkpoint-every", type=int, default=10,
-                   help="train: save the resume state every this many steps (default: 10; a step takes minutes on a loaded CPU)")
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=10,
+        help="train: save the resume state every this many steps (default: 10; a step takes minutes on a loaded CPU)",
+    )
     p.add_argument("--alpha", type=float, default=0.25, help="analyze: alpha of the instructed + scaled mask row")
-    p.add_argument("--parts", nargs="+", choices=("table1", "fig2", "table8"), default=None,
-                   help="analyze: which artifacts (default: all)")
-    p.add_argument("--new-tokens", type=int, default=20, help="analyze: greedy tokens per removal-sweep step (default: 20)")
-    p.add_argument("--iwslt-n", type=int, default=100, help="analyze: IWSLT 2017 test pairs for Table 8 (default: the first 100)")
-    p.add_argument("--table8-alpha", type=float, default=None,
-                   help="analyze: alpha of Table 8's masked row (default: the paper's per direction: en-de 0.3, en-fr 0.2, en-zh 0.1)")
+    p.add_argument(
+        "--parts",
+        nargs="+",
+        choices=("table1", "fig2", "table8"),
+        default=None,
+        help="analyze: which artifacts (default: all)",
+    )
+    p.add_argument(
+        "--new-tokens", type=int, default=20, help="analyze: greedy tokens per removal-sweep step (default: 20)"
+    )
+    p.add_argument(
+        "--iwslt-n", type=int, default=100, help="analyze: IWSLT 2017 test pairs for Table 8 (default: the first 100)"
+    )
+    p.add_argument(
+        "--table8-alpha",
+        type=float,
+        default=None,
+        help="analyze: alpha of Table 8's masked row (default: the paper's per direction: en-de 0.3, en-fr 0.2, en-zh 0.1)",
+    )
     p.add_argument("--eval-batch-size", type=int, default=32, help="examples per forward pass / generation")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: 1)")
     p.add_argument("--no-png", action="store_true", help="write HTML figures only")
@@ -74,14 +97,17 @@ def scan(args, model, out: Path) -> None:
         task = hl.load_task(f"translation/{pair}", args.data_dir)
         sample = task.train_pairs[: args.scan_n]
         template = hl.models.prompt_format(model)
-        prompts = [hl.data.encode_prompt(model, task.user_text(x, instructed=True), template=template)
-                   for x, _ in sample]
+        prompts = [
+            hl.data.encode_prompt(model, task.user_text(x, instructed=True), template=template) for x, _ in sample
+        ]
         start = time.perf_counter()
-        texts = hl.evaluation.generate_answers(model, prompts, max_new_tokens=task.max_new_tokens,
-                                               batch_size=args.eval_batch_size)
+        texts = hl.evaluation.generate_answers(
+            model, prompts, max_new_tokens=task.max_new_tokens, batch_size=args.eval_batch_size
+        )
         _record_time(out, "scan", f"{pair}: {len(sample)} instructed generations", time.perf_counter() - start)
-        rows = pd.DataFrame({"pair": pair, "source": [x for x, _ in sample], "reference": [y for _, y in sample],
-                             "generation": texts})
+        rows = pd.DataFrame(
+            {"pair": pair, "source": [x for x, _ in sample], "reference": [y for _, y in sample], "generation": texts}
+        )
         rows.to_csv(path, mode="a", header=not path.exists(), index=False)
     summarize_scan(out, model)
 
@@ -99,20 +125,26 @@ def summarize_scan(out: Path, model=None) -> pd.DataFrame:
         tgt = pair.split("-")[1]
         texts, refs = list(group.generation), list(group.reference)
         lines = [first_line(t) for t in texts]
-        record = {"pair": pair, "n": len(group),
-                  "target_language_share": target_language_share(texts, tgt),
-                  "target_language_share_whole": target_language_share(texts, tgt, part="whole"),
-                  "rouge_l": paper_rouge_l(texts, refs)}
+        record = {
+            "pair": pair,
+            "n": len(group),
+            "target_language_share": target_language_share(texts, tgt),
+            "target_language_share_whole": target_language_share(texts, tgt, part="whole"),
+            "rouge_l": paper_rouge_l(texts, refs),
+        }
         if model is not None:
             record["rouge_l_model_tokenizer"] = paper_rouge_l(texts, refs, tokenizer=model.tokenizer)
-        record.update(rouge_l_first_line=rouge_l(lines, refs, char_level=tgt in CHAR_LEVEL_LANGUAGES),
-                      bleu=paper_bleu(texts, refs),
-                      sacrebleu_first_line=bleu(lines, refs, char_level=tgt in CHAR_LEVEL_LANGUAGES))
+        record.update(
+            rouge_l_first_line=rouge_l(lines, refs, char_level=tgt in CHAR_LEVEL_LANGUAGES),
+            bleu=paper_bleu(texts, refs),
+            sacrebleu_first_line=bleu(lines, refs, char_level=tgt in CHAR_LEVEL_LANGUAGES),
+        )
         # A floor: each generation scored against the next pair's reference (a wrong sentence in the
         # right language). Character n-grams give Latin-script text a high floor.
         shifted = refs[1:] + refs[:1]
-        record.update(rouge_l_shifted_references=paper_rouge_l(texts, shifted),
-                      bleu_shifted_references=paper_bleu(texts, shifted))
+        record.update(
+            rouge_l_shifted_references=paper_rouge_l(texts, shifted), bleu_shifted_references=paper_bleu(texts, shifted)
+        )
         table.append(record)
     table = pd.DataFrame(table).sort_values("target_language_share", ascending=False)
     table.to_csv(out / "scan.csv", index=False)
@@ -140,8 +172,13 @@ def train(args, model, out: Path) -> None:
         result.mask.save(_mask_path(out, pair))
         result.history.to_csv(out / "masks" / f"translation_{pair}_history.csv", index=False)
         print(f"{name}: {result.mask.n_kept} heads kept of {result.mask.values.numel()}", flush=True)
-    _record_time(out, "train", f"seed {args.seed}, {config.steps} steps x batch {config.batch_size}: "
-                 f"{' '.join(args.pairs)} (this process's wall time; resumed runs count the last part only)", seconds)
+    _record_time(
+        out,
+        "train",
+        f"seed {args.seed}, {config.steps} steps x batch {config.batch_size}: "
+        f"{' '.join(args.pairs)} (this process's wall time; resumed runs count the last part only)",
+        seconds,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- analyze
@@ -149,8 +186,11 @@ def _settings(mask, alpha: float) -> list[tuple[str, object, float, bool]]:
     """Table 1's rows: (name, mask, alpha, instructed); the mask rows only once a mask is stored."""
     rows = [("original", None, 0.0, False), ("instructed", None, 0.0, True)]
     if mask is not None:
-        rows += [("masked", mask, 0.0, False), ("random mask", mask.shuffled(0), 0.0, False),
-                 (f"instructed + scaled mask (alpha {alpha:g})", mask, alpha, True)]
+        rows += [
+            ("masked", mask, 0.0, False),
+            ("random mask", mask.shuffled(0), 0.0, False),
+            (f"instructed + scaled mask (alpha {alpha:g})", mask, alpha, True),
+        ]
     return rows
 
 
@@ -172,12 +212,20 @@ def table1(args, model, out: Path, pair: str) -> pd.DataFrame:
         options = dict(mask=setting_mask, alpha=alpha, instructed=instructed, batch_size=args.eval_batch_size)
         sums, counts = answer_nll_per_example(model, task, **options)
         texts = generations(model, task, **options)
-        rows = pd.DataFrame({"setting": name, "source": [x for x, _ in task.eval_pairs],
-                             "reference": [y for _, y in task.eval_pairs], "generation": texts,
-                             "answer_nll": (sums / counts).tolist(),
-                             "n_kept": setting_mask.n_kept if setting_mask is not None else model.cfg.n_layers * model.cfg.n_heads})
+        rows = pd.DataFrame(
+            {
+                "setting": name,
+                "source": [x for x, _ in task.eval_pairs],
+                "reference": [y for _, y in task.eval_pairs],
+                "generation": texts,
+                "answer_nll": (sums / counts).tolist(),
+                "n_kept": setting_mask.n_kept if setting_mask is not None else model.cfg.n_layers * model.cfg.n_heads,
+            }
+        )
         rows.to_csv(path, mode="a", header=not path.exists(), index=False)
-        _record_time(out, "analyze", f"{pair}: Table 1, {name} ({len(texts)} held-out pairs)", time.perf_counter() - start)
+        _record_time(
+            out, "analyze", f"{pair}: Table 1, {name} ({len(texts)} held-out pairs)", time.perf_counter() - start
+        )
     return summarize_table1(out, pair)
 
 
@@ -189,15 +237,33 @@ def summarize_table1(out: Path, pair: str) -> pd.DataFrame:
     table = []
     for name, group in rows.groupby("setting", sort=False):
         texts, refs = list(group.generation), list(group.reference)
-        table.append({"pair": pair, "setting": name, "n_kept": int(group.n_kept.iloc[0]), "n": len(group),
-                      "answer_nll": group.answer_nll.mean(), "rouge_l": paper_rouge_l(texts, refs),
-                      "bleu": paper_bleu(texts, refs), "target_language_share": target_language_share(texts, tgt)})
+        table.append(
+            {
+                "pair": pair,
+                "setting": name,
+                "n_kept": int(group.n_kept.iloc[0]),
+                "n": len(group),
+                "answer_nll": group.answer_nll.mean(),
+                "rouge_l": paper_rouge_l(texts, refs),
+                "bleu": paper_bleu(texts, refs),
+                "target_language_share": target_language_share(texts, tgt),
+            }
+        )
     # Control: the English source copied as the output (shared names and cognates score without translating).
     first = rows[rows.setting == rows.setting.iloc[0]]
     sources, refs = list(first.source), list(first.reference)
-    table.append({"pair": pair, "setting": "echo baseline (source as output)", "n_kept": None, "n": len(first),
-                  "answer_nll": None, "rouge_l": paper_rouge_l(sources, refs), "bleu": paper_bleu(sources, refs),
-                  "target_language_share": target_language_share(sources, tgt)})
+    table.append(
+        {
+            "pair": pair,
+            "setting": "echo baseline (source as output)",
+            "n_kept": None,
+            "n": len(first),
+            "answer_nll": None,
+            "rouge_l": paper_rouge_l(sources, refs),
+            "bleu": paper_bleu(sources, refs),
+            "target_language_share": target_language_share(sources, tgt),
+        }
+    )
     table = pd.DataFrame(table)
     table.to_csv(out / f"table1_{pair}.csv", index=False)
     print(table.to_string(index=False), flush=True)
@@ -227,29 +293,47 @@ def fig2(args, model, out: Path, pair: str) -> None:
             continue
         if order_name == "influence" and "weight" not in sweeps:
             continue  # needs this run's weight-order sweep (rerun with the weight files removed)
-        order = {"weight": lambda: weight_order(mask), "random": lambda: random_order(model, seed=0),
-                 "influence": lambda: influence_order(sweeps["weight"])}[order_name]()
+        order = {
+            "weight": lambda: weight_order(mask),
+            "random": lambda: random_order(model, seed=0),
+            "influence": lambda: influence_order(sweeps["weight"]),
+        }[order_name]()
         start = time.perf_counter()
-        sweep = hl.removal_sweep(model, task.user_text(x), order, target_tokens=[answer],
-                                 max_new_tokens=args.new_tokens)
+        sweep = hl.removal_sweep(
+            model, task.user_text(x), order, target_tokens=[answer], max_new_tokens=args.new_tokens
+        )
         sweeps[order_name] = sweep
         _record_time(out, "analyze", f"{pair}: removal sweep, {order_name} order", time.perf_counter() - start)
         languages = [identify_language(first_line(g)) for g in sweep.generations]
         language_step = next((s for s, lang in zip(sweep.steps, languages) if lang == tgt), None)
         sweep.long().to_csv(out / f"{stem}_ranks.csv", index=False)
         pd.DataFrame({"step": sweep.steps, "generation": sweep.generations, "language": languages}).to_csv(
-            out / f"{stem}_generations.csv", index=False)
+            out / f"{stem}_generations.csv", index=False
+        )
         fig = rank_figure(sweep, title=f"SmolLM2, {pair} without instruction: removal in {order_name} order")
         if language_step is not None:
-            fig.add_vline(x=language_step, line_dash="dash", line_color="green",
-                          annotation_text=f"first {tgt} answer (step {language_step})")
+            fig.add_vline(
+                x=language_step,
+                line_dash="dash",
+                line_color="green",
+                annotation_text=f"first {tgt} answer (step {language_step})",
+            )
         save_figure(fig, out / stem, png=not args.no_png)
         n_removed = model.cfg.n_layers * model.cfg.n_heads - mask.n_kept
-        summary.append({"pair": pair, "order": order_name, "input": x, "answer": answer,
-                        "target_switch_step": sweep.switch_step, "first_change_step": sweep.change_step,
-                        "target_language_step": language_step, "removed_by_mask": n_removed,
-                        "generation_at_0": sweep.generations[0],
-                        "generation_at_mask": sweep.generations[n_removed] if order_name == "weight" else None})
+        summary.append(
+            {
+                "pair": pair,
+                "order": order_name,
+                "input": x,
+                "answer": answer,
+                "target_switch_step": sweep.switch_step,
+                "first_change_step": sweep.change_step,
+                "target_language_step": language_step,
+                "removed_by_mask": n_removed,
+                "generation_at_0": sweep.generations[0],
+                "generation_at_mask": sweep.generations[n_removed] if order_name == "weight" else None,
+            }
+        )
     if summary:
         path = out / f"fig2_summary_{pair}.csv"
         pd.DataFrame(summary).to_csv(path, mode="a", header=not path.exists(), index=False)
@@ -266,8 +350,15 @@ def table8(args, model, out: Path, pair: str) -> None:
     from headsup_lens.evaluation import generations, paper_bleu, target_language_share
 
     full = hl.load_task(f"iwslt2017/{pair}", args.data_dir)
-    task = hl.data.Task(full.name, full.pairs[: args.iwslt_n], full.instruction, full.matcher, args.iwslt_n,
-                        max_new_tokens=full.max_new_tokens, target_language=full.target_language)
+    task = hl.data.Task(
+        full.name,
+        full.pairs[: args.iwslt_n],
+        full.instruction,
+        full.matcher,
+        args.iwslt_n,
+        max_new_tokens=full.max_new_tokens,
+        target_language=full.target_language,
+    )
     mask_path = _mask_path(out, pair)
     alpha = args.table8_alpha if args.table8_alpha is not None else PAPER_TABLE8_ALPHA[pair]
     settings = [("instructed", None, 0.0)]
@@ -279,17 +370,33 @@ def table8(args, model, out: Path, pair: str) -> None:
         if (done.setting == name).any():
             continue
         start = time.perf_counter()
-        texts = generations(model, task, mask=mask, alpha=setting_alpha, instructed=True,
-                            batch_size=args.eval_batch_size)
+        texts = generations(
+            model, task, mask=mask, alpha=setting_alpha, instructed=True, batch_size=args.eval_batch_size
+        )
         pd.DataFrame({"setting": name, "reference": [y for _, y in task.pairs], "generation": texts}).to_csv(
-            path, mode="a", header=not path.exists(), index=False)
+            path, mode="a", header=not path.exists(), index=False
+        )
         _record_time(out, "analyze", f"{pair}: Table 8, {name} ({len(texts)} IWSLT pairs)", time.perf_counter() - start)
     rows = pd.read_csv(path, keep_default_na=False)
-    echo = pd.DataFrame({"setting": "echo baseline (source as output)", "reference": [y for _, y in task.pairs],
-                         "generation": [x for x, _ in task.pairs]})  # control: the source copied
-    table = pd.DataFrame([{"pair": pair, "setting": name, "n": len(g), "bleu": paper_bleu(list(g.generation), list(g.reference)),
-                           "target_language_share": target_language_share(list(g.generation), pair.split("-")[1])}
-                          for name, g in pd.concat([rows, echo]).groupby("setting", sort=False)])
+    echo = pd.DataFrame(
+        {
+            "setting": "echo baseline (source as output)",
+            "reference": [y for _, y in task.pairs],
+            "generation": [x for x, _ in task.pairs],
+        }
+    )  # control: the source copied
+    table = pd.DataFrame(
+        [
+            {
+                "pair": pair,
+                "setting": name,
+                "n": len(g),
+                "bleu": paper_bleu(list(g.generation), list(g.reference)),
+                "target_language_share": target_language_share(list(g.generation), pair.split("-")[1]),
+            }
+            for name, g in pd.concat([rows, echo]).groupby("setting", sort=False)
+        ]
+    )
     table.to_csv(out / f"table8_{pair}.csv", index=False)
     print(table.to_string(index=False), flush=True)
 

@@ -1,10 +1,10 @@
 """headsup_lens: attention-head masks, functional pathways and their analyses on TransformerLens models.
 
-    import headsup_lens as hl
-    model = hl.load_model("organism")
-    mask = hl.HeadMask.load("mask.safetensors", model)
-    with hl.value_gate(model, mask):
-        logits = model(tokens)
+import headsup_lens as hl
+model = hl.load_model("organism")
+mask = hl.HeadMask.load("mask.safetensors", model)
+with hl.value_gate(model, mask):
+    logits = model(tokens)
 """
 
 from ._lazy import lazy_exports

@@ -92,8 +92,10 @@ def _command_line() -> str:
 
 
 def _describe(holder: dict) -> str:
-    return (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} (`{holder.get('command', '?')}`, "
-            f"started {holder.get('started', '?')})")
+    return (
+        f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} (`{holder.get('command', '?')}`, "
+        f"started {holder.get('started', '?')})"
+    )
 
 
 class FolderLock:
@@ -121,11 +123,18 @@ class FolderLock:
             missing = missing.parent
         self.folder.mkdir(parents=True, exist_ok=True)
         previous = self._lock()
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "command": _command_line(),
-              "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": _command_line(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        }
         if previous and (previous.get("pid"), previous.get("host")) != (me["pid"], me["host"]):
-            print(f"headsup_lens: {self.folder}: taking over the lock left by {_describe(previous)}, "
-                  "which no longer runs", file=sys.stderr)
+            print(  # noqa: T201 (a note for the user on stderr)
+                f"headsup_lens: {self.folder}: taking over the lock left by {_describe(previous)}, "
+                "which no longer runs",
+                file=sys.stderr,
+            )
         data = (json.dumps(me) + "\n").encode()
         os.ftruncate(self._fd, 0)
         os.lseek(self._fd, 0, os.SEEK_SET)
@@ -248,8 +257,9 @@ class OutputSet:
         files = sorted(str(p.relative_to(self.path)) for p in self.path.rglob("*") if p.is_file())
         files = [f for f in files if f != _JOURNAL]
         previous = _read_json(self._manifest()).get("files", [])
-        atomic_write_json(self.path / _JOURNAL, {"name": self.name, "files": files,
-                                                 "remove": [f for f in previous if f not in files]})
+        atomic_write_json(
+            self.path / _JOURNAL, {"name": self.name, "files": files, "remove": [f for f in previous if f not in files]}
+        )
         _finish(self.folder)
         return [self.folder / f for f in files]
 
@@ -300,7 +310,9 @@ def remove_leftovers(folder: str | os.PathLike, depth: int = 2) -> list[Path]:
         for name in [d for d in dirs if d.startswith(".saving-")]:  # scratch folders of older versions
             shutil.rmtree(Path(root, name), ignore_errors=True)
         deep = len(Path(root).parts) - top >= depth
-        dirs[:] = [] if deep else [d for d in dirs if not d.startswith(".") and not (Path(root, d) / LOCK_NAME).exists()]
+        dirs[:] = (
+            [] if deep else [d for d in dirs if not d.startswith(".") and not (Path(root, d) / LOCK_NAME).exists()]
+        )
         for name in names:
             if _TEMPORARY.match(name):
                 path = Path(root, name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import types
 import typing
 from collections.abc import Callable, MutableMapping
@@ -30,7 +31,7 @@ def _runtime_hint(hint: Any) -> Any:
     if isinstance(hint, type) and type(hint).__module__.startswith("jaxtyping") and hasattr(hint, "array_type"):
         return hint.array_type
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return typing.Union[tuple(_runtime_hint(arg) for arg in typing.get_args(hint))]
+        return functools.reduce(operator.or_, (_runtime_hint(arg) for arg in typing.get_args(hint)))
     return hint
 
 
@@ -71,9 +72,13 @@ def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
     except Exception:  # an annotation only meaningful to static checkers: leave the function as it is
         return _no_check
     variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    hints = {name: _runtime_hint(hint) for name, hint in hints.items()
-             if name in signature.parameters and signature.parameters[name].kind not in variadic
-             and hint not in (typing.Any, object)}
+    hints = {
+        name: _runtime_hint(hint)
+        for name, hint in hints.items()
+        if name in signature.parameters
+        and signature.parameters[name].kind not in variadic
+        and hint not in (typing.Any, object)
+    }
     if not hints:
         return _no_check
     conf = BeartypeConf(is_pep484_tower=True)  # an int passes for a float (PEP 484's numeric tower)
@@ -87,8 +92,10 @@ def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
         for name, value in bound.arguments.items():
             hint = hints.get(name)
             if hint is not None and not is_bearable(value, hint, conf=conf):
-                raise TypeError(f"{where}: argument {name}={_short(value)} ({type(value).__name__}) does not have "
-                                f"the type it needs: {_hint_name(hint)}")
+                raise TypeError(
+                    f"{where}: argument {name}={_short(value)} ({type(value).__name__}) does not have "
+                    f"the type it needs: {_hint_name(hint)}"
+                )
 
     return check
 

@@ -34,12 +34,15 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def check_int(
-    name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
-) -> int:
+def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """`value` as an `int`; bools, floats (even 3.0) and strings are a TypeError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, Tensor) and value.ndim == 0 and not value.is_floating_point() and value.dtype != torch.bool:
+        if (
+            isinstance(value, Tensor)
+            and value.ndim == 0
+            and not value.is_floating_point()
+            and value.dtype != torch.bool
+        ):
             value = int(value)
         else:
             raise TypeError(f"{name} must be an integer, got {describe(value)} ({_type_name(value)})")
@@ -155,9 +158,7 @@ def check_mask_values(name: str, tensor: Tensor) -> None:
 
 def _where(values: Tensor, bad: Tensor) -> str:
     positions = bad.nonzero()[:_SHOWN].tolist()
-    shown = ", ".join(
-        f"{values[tuple(p)].item():g} at {tuple(p) if len(p) != 1 else p[0]}" for p in positions
-    )
+    shown = ", ".join(f"{values[tuple(p)].item():g} at {tuple(p) if len(p) != 1 else p[0]}" for p in positions)
     count = int(bad.sum())
     more = f" (first {_SHOWN} shown)" if count > _SHOWN else ""
     return f"{count} of {values.numel()} entries are not: {shown}{more}"
@@ -188,7 +189,7 @@ def check_text_encodable(model: Any, name: str, text: str) -> None:
     bad = []
     for char in dict.fromkeys(text):  # distinct characters, first-seen order
         char_ids = tokenizer.encode(char, add_special_tokens=False)
-        if not char_ids and not char.isspace() or lost.intersection(char_ids):
+        if (not char_ids and not char.isspace()) or lost.intersection(char_ids):
             bad.append(char)
     if bad:
         shown = ", ".join(repr(c) for c in bad[:10]) + (" ..." if len(bad) > 10 else "")

@@ -12,8 +12,9 @@ _WRAPPERS = ("jaxtyping", "beartype", "typeguard")
 
 
 def _internal(filename: str) -> bool:
-    return filename.startswith(_INTERNAL) or any(f"{sep}{name}{sep}" in filename
-                                                 for name in _WRAPPERS for sep in ("/", "\\"))
+    return filename.startswith(_INTERNAL) or any(
+        f"{sep}{name}{sep}" in filename for name in _WRAPPERS for sep in ("/", "\\")
+    )
 
 
 def warn(message: str, category: type[Warning] = UserWarning) -> None:

@@ -32,8 +32,7 @@ def build_qwen2_dir(path: Path, **overrides) -> Path:
     from headsup_lens.models import random_llama_dir
     from headsup_lens.models._tokenizers import subword_tokenizer
 
-    return random_llama_dir(path, tokenizer=subword_tokenizer("chatml", "bytelevel"), architecture="qwen2",
-                            **overrides)
+    return random_llama_dir(path, tokenizer=subword_tokenizer("chatml", "bytelevel"), architecture="qwen2", **overrides)
 
 
 def build_spm_dir(path: Path, **overrides) -> Path:
@@ -55,8 +54,13 @@ def build_gpt2_dir(path: Path, **overrides) -> Path:
     tokenizer = char_tokenizer()
     tokenizer.chat_template = None
     settings = dict(
-        vocab_size=len(tokenizer), n_embd=64, n_layer=2, n_head=4, n_positions=256,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        n_positions=256,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
     )
     settings.update(overrides)
     torch.manual_seed(settings.pop("seed", 0))

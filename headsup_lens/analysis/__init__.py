@@ -1,26 +1,33 @@
 """Analyses of functional pathways (PAPER.md §4): removal sweeps, logit lens, layer similarity,
 attention on target, pathways across masks, activation patterns."""
 
-from ._sweep import RemovalSweep as RemovalSweep
-from ._sweep import auto_batch_size as auto_batch_size
-from ._sweep import influence_order as influence_order
-from ._sweep import random_order as random_order
-from ._sweep import removal_sweep as removal_sweep
-from ._sweep import step_or_never as step_or_never
-from ._sweep import sweep_masks as sweep_masks
-from ._sweep import weight_order as weight_order
-from ._lens import LogitLens as LogitLens
-from ._lens import lens_comparison as lens_comparison
-from ._lens import logit_lens as logit_lens
-from ._similarity import LayerStates as LayerStates
-from ._similarity import Setting as Setting
-from ._similarity import layer_similarity as layer_similarity
-from ._similarity import layer_states as layer_states
-from ._similarity import sweep_similarity as sweep_similarity
+from .._typecheck import check_namespace as _check_namespace
 from ._attention import AttentionOnTarget as AttentionOnTarget
 from ._attention import attention_on_target as attention_on_target
 from ._attention import candidate_spans as candidate_spans
 from ._attention import choice_instruction as choice_instruction
+from ._compare import DEFAULT_METHODS as DEFAULT_METHODS
+from ._compare import MethodComparison as MethodComparison
+from ._compare import auroc as auroc
+from ._compare import compare_methods as compare_methods
+from ._compare import curve_area as curve_area
+from ._compare import elicitation_curves as elicitation_curves
+from ._compare import planted_heads as planted_heads
+from ._compare import precision_at as precision_at
+from ._compare import roc_points as roc_points
+from ._compare import summarize as summarize
+from ._lens import LogitLens as LogitLens
+from ._lens import lens_comparison as lens_comparison
+from ._lens import logit_lens as logit_lens
+from ._methods import ABLATIONS as ABLATIONS
+from ._methods import METHODS as METHODS
+from ._methods import HeadMethod as HeadMethod
+from ._methods import HeadScores as HeadScores
+from ._methods import head_scores as head_scores
+from ._methods import mask_losses as mask_losses
+from ._methods import mean_z as mean_z
+from ._methods import register_method as register_method
+from ._pathways import TRAJECTORY_KINDS as TRAJECTORY_KINDS
 from ._pathways import PathwayHeads as PathwayHeads
 from ._pathways import alpha_grid as alpha_grid
 from ._pathways import group_ablation as group_ablation
@@ -29,7 +36,6 @@ from ._pathways import jaccard_table as jaccard_table
 from ._pathways import overlap_p_value as overlap_p_value
 from ._pathways import pathway_heads as pathway_heads
 from ._pathways import pathway_recovery as pathway_recovery
-from ._pathways import TRAJECTORY_KINDS as TRAJECTORY_KINDS
 from ._pathways import trajectory_crossings as trajectory_crossings
 from ._pathways import weight_trajectories as weight_trajectories
 from ._patterns import GroupingTest as GroupingTest
@@ -48,25 +54,18 @@ from ._patterns import pattern_trajectory as pattern_trajectory
 from ._patterns import rank_by_pattern as rank_by_pattern
 from ._patterns import shuffled_fit_r2 as shuffled_fit_r2
 from ._patterns import top_heads as top_heads
-from ._methods import ABLATIONS as ABLATIONS
-from ._methods import METHODS as METHODS
-from ._methods import HeadMethod as HeadMethod
-from ._methods import HeadScores as HeadScores
-from ._methods import head_scores as head_scores
-from ._methods import mask_losses as mask_losses
-from ._methods import mean_z as mean_z
-from ._methods import register_method as register_method
-from ._compare import DEFAULT_METHODS as DEFAULT_METHODS
-from ._compare import MethodComparison as MethodComparison
-from ._compare import auroc as auroc
-from ._compare import compare_methods as compare_methods
-from ._compare import curve_area as curve_area
-from ._compare import elicitation_curves as elicitation_curves
-from ._compare import planted_heads as planted_heads
-from ._compare import precision_at as precision_at
-from ._compare import roc_points as roc_points
-from ._compare import summarize as summarize
-
-from .._typecheck import check_namespace as _check_namespace
+from ._similarity import LayerStates as LayerStates
+from ._similarity import Setting as Setting
+from ._similarity import layer_similarity as layer_similarity
+from ._similarity import layer_states as layer_states
+from ._similarity import sweep_similarity as sweep_similarity
+from ._sweep import RemovalSweep as RemovalSweep
+from ._sweep import auto_batch_size as auto_batch_size
+from ._sweep import influence_order as influence_order
+from ._sweep import random_order as random_order
+from ._sweep import removal_sweep as removal_sweep
+from ._sweep import step_or_never as step_or_never
+from ._sweep import sweep_masks as sweep_masks
+from ._sweep import weight_order as weight_order
 
 _check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -78,7 +78,9 @@ def word_example(model: TransformerBridge, user_text: str, x: str, answer: str) 
     """Tokenise the formatted prompt and map each candidate word to the tokens overlapping it
     (through the tokenizer's character offsets, so any tokenizer works)."""
     if not getattr(model.tokenizer, "is_fast", False):
-        raise ValueError("attention_on_target needs a fast tokenizer (character offsets); load the model's fast tokenizer")
+        raise ValueError(
+            "attention_on_target needs a fast tokenizer (character offsets); load the model's fast tokenizer"
+        )
     template = prompt_format(model)
     text = template.format(user_text)
     x = x.strip()
@@ -181,11 +183,13 @@ def attention_on_target(
         targets = torch.tensor([e.target for e in prepared])
         target_words = words.gather(-1, targets.view(-1, 1, 1, 1).expand(*words.shape[:-1], 1))[..., 0]
         per_head[setting] = (target_words / words.sum(-1).clamp_min(1e-30)).mean(0)
-        rows.append({
-            "setting": setting,
-            "inside": float(target_ratio(words, targets, inside).mean()) if inside.any() else float("nan"),
-            "outside": float(target_ratio(words, targets, ~inside).mean()) if (~inside).any() else float("nan"),
-            "all": float(target_ratio(words, targets).mean()),
-            "n_inside": int(inside.sum()),
-        })
+        rows.append(
+            {
+                "setting": setting,
+                "inside": float(target_ratio(words, targets, inside).mean()) if inside.any() else float("nan"),
+                "outside": float(target_ratio(words, targets, ~inside).mean()) if (~inside).any() else float("nan"),
+                "all": float(target_ratio(words, targets).mean()),
+                "n_inside": int(inside.sum()),
+            }
+        )
     return AttentionOnTarget(per_head=per_head, table=pd.DataFrame(rows), n_examples=len(pairs))

@@ -6,10 +6,10 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from ..data import render_prompt
+from ..gates import Gate as Gate
+from ..gates import gated as gated
 from ..masks import Head
 from ..models import check_context, encode, prompt_format
-from ..gates import gated as gated
-from ..gates import Gate as Gate
 
 
 def prompt_text(model: TransformerBridge, prompt: str, *, formatted: bool = False) -> str:

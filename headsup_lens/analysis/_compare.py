@@ -27,8 +27,16 @@ from ._methods import HeadScores, head_scores, mask_losses
 from ._methods._base import example_batch
 from ._sweep import sweep_masks
 
-DEFAULT_METHODS = ("learned_mask", "single_ablation", "gate_gradient", "attribution_patching",
-                   "activation_pattern", "soft_gate_necessary", "soft_gate_sufficient", "random")
+DEFAULT_METHODS = (
+    "learned_mask",
+    "single_ablation",
+    "gate_gradient",
+    "attribution_patching",
+    "activation_pattern",
+    "soft_gate_necessary",
+    "soft_gate_sufficient",
+    "random",
+)
 
 
 @dataclass
@@ -139,12 +147,18 @@ def elicitation_curves(
         template = prompt_format(model)
         prompts = [encode_prompt(model, u, s, template=template) for u, s in zip(users, shots)]
         rows = stacked.repeat_interleave(len(prompts), dim=0)
-        texts = generate_answers(model, [p for _ in masks for p in prompts], mask=rows,
-                                 max_new_tokens=max_new_tokens or task.max_new_tokens, batch_size=max_rows)
+        texts = generate_answers(
+            model,
+            [p for _ in masks for p in prompts],
+            mask=rows,
+            max_new_tokens=max_new_tokens or task.max_new_tokens,
+            batch_size=max_rows,
+        )
         correct = np.array([task.is_correct(t, a) for t, a in zip(texts, answers * len(masks))], dtype=float)
         accuracy = correct.reshape(len(masks), len(prompts)).mean(1).tolist()
-    return pd.DataFrame([{"method": name, "k": k, "accuracy": accuracy[i], "answer_loss": float(losses[i])}
-                         for name, k, i in keys])
+    return pd.DataFrame(
+        [{"method": name, "k": k, "accuracy": accuracy[i], "answer_loss": float(losses[i])} for name, k, i in keys]
+    )
 
 
 def summarize(curves: pd.DataFrame, rankings: Mapping[str, HeadScores], planted: Sequence[Head] | None) -> pd.DataFrame:
@@ -153,15 +167,24 @@ def summarize(curves: pd.DataFrame, rankings: Mapping[str, HeadScores], planted:
     for name, ranking in rankings.items():
         curve = curves[curves.method == name].sort_values("k")
         best = int(curve.accuracy.to_numpy().argmax()) if curve.accuracy.notna().any() else 0
-        record = {"method": name, "seconds": ranking.seconds, "cpu_seconds": ranking.cpu_seconds,
-                  "accuracy_k0": float(curve.accuracy.iloc[0]),
-                  "accuracy_area": curve_area(curve.k.tolist(), curve.accuracy.tolist()),
-                  "loss_area": curve_area(curve.k.tolist(), curve.answer_loss.tolist()),
-                  "best_k": int(curve.k.iloc[best]), "best_accuracy": float(curve.accuracy.iloc[best]),
-                  "loss_at_best_k": float(curve.answer_loss.iloc[best]), "min_loss": float(curve.answer_loss.min())}
+        record = {
+            "method": name,
+            "seconds": ranking.seconds,
+            "cpu_seconds": ranking.cpu_seconds,
+            "accuracy_k0": float(curve.accuracy.iloc[0]),
+            "accuracy_area": curve_area(curve.k.tolist(), curve.accuracy.tolist()),
+            "loss_area": curve_area(curve.k.tolist(), curve.answer_loss.tolist()),
+            "best_k": int(curve.k.iloc[best]),
+            "best_accuracy": float(curve.accuracy.iloc[best]),
+            "loss_at_best_k": float(curve.answer_loss.iloc[best]),
+            "min_loss": float(curve.answer_loss.min()),
+        }
         if planted:
-            record.update(auroc=auroc(ranking, planted), precision_at_planted=precision_at(ranking, planted),
-                          n_planted=len(set(map(tuple, planted))))
+            record.update(
+                auroc=auroc(ranking, planted),
+                precision_at_planted=precision_at(ranking, planted),
+                n_planted=len(set(map(tuple, planted))),
+            )
         records.append(record)
     return pd.DataFrame.from_records(records)
 
@@ -222,8 +245,17 @@ def compare_methods(
         if isinstance(method, HeadScores):
             ranking = method
         else:
-            ranking = head_scores(model, task, method, n_examples=n_examples, ablation=ablation, alpha=alpha,
-                                  seed=seed, max_rows=max_rows, **dict(options.get(method, {})))
+            ranking = head_scores(
+                model,
+                task,
+                method,
+                n_examples=n_examples,
+                ablation=ablation,
+                alpha=alpha,
+                seed=seed,
+                max_rows=max_rows,
+                **dict(options.get(method, {})),
+            )
         if ranking.method in rankings:
             raise ValueError(f"method {ranking.method!r} is listed twice")
         rankings[ranking.method] = ranking
@@ -235,9 +267,16 @@ def compare_methods(
         planted = planted_heads(task, model)
     ks = sorted(set(range(0, k_max + 1, k_step)) | {k_max})
     start = time.perf_counter()
-    curves = elicitation_curves(model, task, rankings, ks, n_eval=n_eval, max_new_tokens=max_new_tokens,
-                                max_rows=max_rows, generate=generate)
+    curves = elicitation_curves(
+        model, task, rankings, ks, n_eval=n_eval, max_new_tokens=max_new_tokens, max_rows=max_rows, generate=generate
+    )
     summary = summarize(curves, rankings, planted)
-    settings = {"k_max": k_max, "k_step": k_step, "n_eval": n_eval, "n_examples": n_examples, "ablation": ablation,
-                "curve_seconds": time.perf_counter() - start}
+    settings = {
+        "k_max": k_max,
+        "k_step": k_step,
+        "n_eval": n_eval,
+        "n_examples": n_examples,
+        "ablation": ablation,
+        "curve_seconds": time.perf_counter() - start,
+    }
     return MethodComparison(task.name, rankings, curves, summary, list(planted) if planted else None, settings)

@@ -85,8 +85,17 @@ def logit_lens(
         for layer in layers[stream]:
             for rank in range(k):
                 token = int(top.indices[layer, rank])
-                rows.append((stream, layer, rank + 1, token, token_text(model, token),
-                             float(top.values[layer, rank]), float(logits[layer, token])))
+                rows.append(
+                    (
+                        stream,
+                        layer,
+                        rank + 1,
+                        token,
+                        token_text(model, token),
+                        float(top.values[layer, rank]),
+                        float(logits[layer, token]),
+                    )
+                )
     table = pd.DataFrame(rows, columns=["stream", "layer", "rank", "token_id", "token", "prob", "logit"])
     return LogitLens(prompt=model.tokenizer.decode(ids), table=table, probs=probs)
 
@@ -117,10 +126,21 @@ def lens_comparison(
         run = as_setting(run)
         if run.position != -1:
             raise ValueError(f"setting {name!r}: the logit lens reads the last position only")
-        lens = logit_lens(model, run.prompt, k, run.mask, gate=run.gate, alpha=run.alpha, formatted=run.formatted,
-                          streams=("embed", "resid"), final_norm=final_norm)
-        tops[name] = [p.topk(min(k, model.cfg.d_vocab)).indices.tolist()
-                      for p in torch.cat([lens.probs["embed"], lens.probs["resid"]])]
+        lens = logit_lens(
+            model,
+            run.prompt,
+            k,
+            run.mask,
+            gate=run.gate,
+            alpha=run.alpha,
+            formatted=run.formatted,
+            streams=("embed", "resid"),
+            final_norm=final_norm,
+        )
+        tops[name] = [
+            p.topk(min(k, model.cfg.d_vocab)).indices.tolist()
+            for p in torch.cat([lens.probs["embed"], lens.probs["resid"]])
+        ]
     rows = []
     for row in range(model.cfg.n_layers + 1):
         entry: dict = {"layer": row - 1}

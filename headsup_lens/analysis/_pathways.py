@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import hypergeom
 import torch
 from jaxtyping import Float
+from scipy.stats import hypergeom
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
@@ -78,12 +78,14 @@ class PathwayHeads:
         """One row per head: layer, head, count and fraction of masks keeping it."""
         n_layers, n_heads = self.kept.shape[1:]
         counts = self.counts
-        return pd.DataFrame({
-            "layer": np.repeat(np.arange(n_layers), n_heads),
-            "head": np.tile(np.arange(n_heads), n_layers),
-            "count": counts.flatten().int().numpy(),
-            "fraction": (counts.flatten() / len(self.names)).numpy(),
-        })
+        return pd.DataFrame(
+            {
+                "layer": np.repeat(np.arange(n_layers), n_heads),
+                "head": np.tile(np.arange(n_heads), n_layers),
+                "count": counts.flatten().int().numpy(),
+                "fraction": (counts.flatten() / len(self.names)).numpy(),
+            }
+        )
 
     def summary(self) -> dict[str, int]:
         return {
@@ -116,16 +118,25 @@ def jaccard_table(masks: Masks) -> pd.DataFrame:
     rows = []
     names = list(named)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             ma, mb = named[a], named[b]
             overlap = int(((ma.values > 0) & (mb.values > 0)).sum())
-            rows.append({
-                "mask_a": a, "mask_b": b, "size_a": ma.n_kept, "size_b": mb.n_kept,
-                "jaccard": ma.jaccard(mb), "expected": ma.expected_jaccard(mb), "recall": ma.recall(mb),
-                "overlap": overlap, "p_value": overlap_p_value(overlap, ma.n_kept, mb.n_kept, ma.n_total),
-            })
-    return pd.DataFrame(rows, columns=["mask_a", "mask_b", "size_a", "size_b", "jaccard", "expected", "recall",
-                                       "overlap", "p_value"])
+            rows.append(
+                {
+                    "mask_a": a,
+                    "mask_b": b,
+                    "size_a": ma.n_kept,
+                    "size_b": mb.n_kept,
+                    "jaccard": ma.jaccard(mb),
+                    "expected": ma.expected_jaccard(mb),
+                    "recall": ma.recall(mb),
+                    "overlap": overlap,
+                    "p_value": overlap_p_value(overlap, ma.n_kept, mb.n_kept, ma.n_total),
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=["mask_a", "mask_b", "size_a", "size_b", "jaccard", "expected", "recall", "overlap", "p_value"]
+    )
 
 
 def jaccard_matrix(masks: Masks) -> pd.DataFrame:
@@ -169,12 +180,16 @@ def group_ablation(
             picks = torch.randperm(shape[0] * shape[1], generator=generator)[: len(heads)]
             random_heads = [divmod(int(i), shape[1]) for i in picks]
             random_losses.append(answer_loss(model, task, mask=HeadMask.from_heads(random_heads, shape), **options))
-        rows.append({
-            "group": name, "size": len(heads), "loss": loss,
-            "random_mean": float(np.mean(random_losses)) if random_losses else float("nan"),
-            "random_std": float(np.std(random_losses)) if random_losses else float("nan"),
-            "original": original,
-        })
+        rows.append(
+            {
+                "group": name,
+                "size": len(heads),
+                "loss": loss,
+                "random_mean": float(np.mean(random_losses)) if random_losses else float("nan"),
+                "random_std": float(np.std(random_losses)) if random_losses else float("nan"),
+                "original": original,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -196,7 +211,9 @@ def alpha_grid(
         alpha = float(alpha)
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
-        loss = answer_loss(model, task, mask=mask, alpha=alpha, instructed=instructed, split=split, batch_size=batch_size)
+        loss = answer_loss(
+            model, task, mask=mask, alpha=alpha, instructed=instructed, split=split, batch_size=batch_size
+        )
         rows.append({"alpha": alpha, "loss": loss})
     return pd.DataFrame(rows)
 
@@ -233,9 +250,7 @@ def weight_trajectories(
 TRAJECTORY_KINDS = ("kept throughout", "removed throughout", "joined", "left", "joined and left", "left and came back")
 
 
-def trajectory_crossings(
-    weights: Float[Tensor, "steps n_layers n_heads"], threshold: float = 0.5
-) -> pd.DataFrame:
+def trajectory_crossings(weights: Float[Tensor, "steps n_layers n_heads"], threshold: float = 0.5) -> pd.DataFrame:
     """Fig. 3: which heads join and leave the pathway during training.
 
     A head is in the pathway at a checkpoint when its weight sigmoid(M) is >= `threshold` (the final
@@ -247,7 +262,9 @@ def trajectory_crossings(
     """
     weights = torch.as_tensor(weights).detach().float().cpu()
     if weights.ndim != 3 or weights.shape[0] < 1:
-        raise ValueError(f"weights must be [steps, n_layers, n_heads] with at least one step, got {tuple(weights.shape)}")
+        raise ValueError(
+            f"weights must be [steps, n_layers, n_heads] with at least one step, got {tuple(weights.shape)}"
+        )
     if not 0.0 < threshold < 1.0:
         raise ValueError(f"threshold must lie in (0, 1), got {threshold}")
     inside = weights >= threshold
@@ -261,15 +278,17 @@ def trajectory_crossings(
     kinds[(~start & ~end & (crossings > 0)).numpy()] = "joined and left"
     kinds[(start & end & (crossings > 0)).numpy()] = "left and came back"
     n_layers, n_heads = start.shape
-    return pd.DataFrame({
-        "layer": np.repeat(np.arange(n_layers), n_heads),
-        "head": np.tile(np.arange(n_heads), n_layers),
-        "start": weights[0].flatten().numpy(),
-        "end": weights[-1].flatten().numpy(),
-        "crossings": crossings.flatten().numpy(),
-        "came_back": ((start == end) & (crossings > 0)).flatten().numpy(),
-        "kind": kinds.flatten(),
-    })
+    return pd.DataFrame(
+        {
+            "layer": np.repeat(np.arange(n_layers), n_heads),
+            "head": np.tile(np.arange(n_heads), n_layers),
+            "start": weights[0].flatten().numpy(),
+            "end": weights[-1].flatten().numpy(),
+            "crossings": crossings.flatten().numpy(),
+            "came_back": ((start == end) & (crossings > 0)).flatten().numpy(),
+            "kind": kinds.flatten(),
+        }
+    )
 
 
 def pathway_recovery(mask: HeadMask, planted: list[tuple[int, int]]) -> dict[str, int | float]:

@@ -90,7 +90,9 @@ def activation_pattern(
         hooks = [(name, keep(l)) for l, name in enumerate(names)]
         with torch.enable_grad(), gated(model, mask, gate=gate), model.hooks(fwd_hooks=hooks):
             nll, owner = answer_nll(model, chunk)
-            per_example = torch.zeros(len(chunk), device=nll.device).index_add(0, owner, nll) / counts[rows].to(nll.device)
+            per_example = torch.zeros(len(chunk), device=nll.device).index_add(0, owner, nll) / counts[rows].to(
+                nll.device
+            )
             missing = [names[l] for l in range(n_layers) if l not in probes]
             if missing:
                 raise ValueError(f"{missing[0]} was never reached by the forward pass")
@@ -98,8 +100,10 @@ def activation_pattern(
             grads = torch.autograd.grad(per_example.sum(), [probes[l] for l in range(n_layers)], allow_unused=True)
         for layer, grad in enumerate(grads):
             if grad is None:
-                raise ValueError(f"{names[layer]} does not reach the loss on this architecture (attention is "
-                                 "computed outside the hook), so no activation pattern can be taken from it")
+                raise ValueError(
+                    f"{names[layer]} does not reach the loss on this architecture (attention is "
+                    "computed outside the hook), so no activation pattern can be taken from it"
+                )
             product = (seen[layer] * grad).abs()
             # pattern: [batch, head, q, k]; z: [batch, pos, head, d_head]
             score = product.sum((-1, -2)) if activation == "pattern" else product.sum((1, 3))
@@ -107,7 +111,7 @@ def activation_pattern(
     return (total / len(batch)).float()
 
 
-def gini(pattern: Float[Tensor, "..."]) -> float:
+def gini(pattern: Float[Tensor, "*shape"]) -> float:
     """Gini coefficient of the (non-negative) head scores, `Σ_i Σ_j |x_i - x_j| / (2 n² mean)`:
     0 = all heads equal, -> 1 = one head has all."""
     x = np.sort(np.asarray(pattern, dtype=np.float64).ravel())
@@ -119,7 +123,7 @@ def gini(pattern: Float[Tensor, "..."]) -> float:
     return float(((2 * np.arange(1, n + 1) - n - 1) * x).sum() / (n * total))
 
 
-def coefficient_of_variation(pattern: Float[Tensor, "..."]) -> float:
+def coefficient_of_variation(pattern: Float[Tensor, "*shape"]) -> float:
     """`σ / μ` of the head scores, with σ the *population* standard deviation (divisor n).
 
     The paper defines CV as standard deviation over mean without naming the divisor; the scores of
@@ -134,7 +138,7 @@ def coefficient_of_variation(pattern: Float[Tensor, "..."]) -> float:
     return float(x.std(ddof=0) / mean)
 
 
-def kurtosis(pattern: Float[Tensor, "..."], *, excess: bool = False) -> float:
+def kurtosis(pattern: Float[Tensor, "*shape"], *, excess: bool = False) -> float:
     """Pearson kurtosis `E[(x - μ)^4] / σ^4` of the head scores (population moments): 3 for a normal
     distribution, > 3 = heavy tails, as the paper reads it. `excess=True` gives Fisher's excess
     kurtosis (Pearson - 3)."""
@@ -144,10 +148,12 @@ def kurtosis(pattern: Float[Tensor, "..."], *, excess: bool = False) -> float:
 
 def pattern_statistics(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
     """Gini, coefficient of variation and (Pearson) kurtosis per named pattern: the paper's Table 1."""
-    return pd.DataFrame([
-        {"pattern": name, "gini": gini(p), "cv": coefficient_of_variation(p), "kurtosis": kurtosis(p)}
-        for name, p in patterns.items()
-    ])
+    return pd.DataFrame(
+        [
+            {"pattern": name, "gini": gini(p), "cv": coefficient_of_variation(p), "kurtosis": kurtosis(p)}
+            for name, p in patterns.items()
+        ]
+    )
 
 
 def pattern_trajectory(
@@ -165,8 +171,9 @@ def pattern_trajectory(
         x = np.asarray(patterns[step], dtype=np.float64).ravel()
         if x.shape != target.shape:
             raise ValueError(f"the pattern of step {step} has {x.size} values, the final one {target.size}")
-        rows.append({"step": step, "correlation": float(np.corrcoef(x, target)[0, 1]),
-                     "mse": float(((x - target) ** 2).mean())})
+        rows.append(
+            {"step": step, "correlation": float(np.corrcoef(x, target)[0, 1]), "mse": float(((x - target) ** 2).mean())}
+        )
     return pd.DataFrame(rows)
 
 
@@ -237,7 +244,11 @@ class GroupingTest:
 
 
 def grouping_test(
-    correlation: pd.DataFrame, groups: Sequence[Sequence[str]], *, max_exact: int = 9, n: int = 100_000,
+    correlation: pd.DataFrame,
+    groups: Sequence[Sequence[str]],
+    *,
+    max_exact: int = 9,
+    n: int = 100_000,
     seed: int = 0,
 ) -> GroupingTest:
     """Permutation test of whether `groups` of related tasks show in a task-by-task correlation matrix
@@ -273,9 +284,14 @@ def grouping_test(
     off = matrix.copy()
     np.fill_diagonal(off, -np.inf)
     nearest = int(sum(label[off[i].argmax()] == label[i] for i in range(len(names))))
-    return GroupingTest(within=observed, between=between,
-                        p_value=float((null >= observed - 1e-12).mean()), nearest_in_group=nearest,
-                        n_tasks=len(names), n_assignments=len(draws))
+    return GroupingTest(
+        within=observed,
+        between=between,
+        p_value=float((null >= observed - 1e-12).mean()),
+        nearest_in_group=nearest,
+        n_tasks=len(names),
+        n_assignments=len(draws),
+    )
 
 
 @dataclass
@@ -325,16 +341,25 @@ def shuffled_fit_r2(
         raise ValueError(f"n must be positive, got {n}")
     rng = np.random.default_rng(seed)
     flat = {name: np.asarray(c, dtype=np.float64).ravel() for name, c in components.items()}
-    return np.array([fit_pattern_change(target, {k: torch.from_numpy(rng.permutation(v)) for k, v in flat.items()},
-                                        intercept=intercept).r2 for _ in range(n)])
+    return np.array(
+        [
+            fit_pattern_change(
+                target, {k: torch.from_numpy(rng.permutation(v)) for k, v in flat.items()}, intercept=intercept
+            ).r2
+            for _ in range(n)
+        ]
+    )
 
 
 SIMILARITIES = ("pearson", "cosine")
 
 
 def rank_by_pattern(
-    target: Float[Tensor, "n_layers n_heads"], candidates: Mapping[str, Tensor], *,
-    similarity: Literal["pearson", "cosine"] = "pearson", center: bool = False,
+    target: Float[Tensor, "n_layers n_heads"],
+    candidates: Mapping[str, Tensor],
+    *,
+    similarity: Literal["pearson", "cosine"] = "pearson",
+    center: bool = False,
 ) -> pd.DataFrame:
     """Candidate (source) tasks ranked by how similar their activation-pattern *change* is to the
     target task's: pattern-guided data selection (the paper's Tables 2/3), fine-tune on the top k.
@@ -375,9 +400,11 @@ def rank_by_pattern(
         raise ValueError(f"the target is constant{' after centring' if center else ''}: no {similarity} similarity")
     flat = [n for n, v in zip(names, norms) if v == 0]
     if flat:
-        raise ValueError(f"candidate {flat[0]!r} is constant{' after centring' if center else ''}: "
-                         f"no {similarity} similarity")
+        raise ValueError(
+            f"candidate {flat[0]!r} is constant{' after centring' if center else ''}: no {similarity} similarity"
+        )
     scores = matrix @ y / (norms * np.linalg.norm(y))
     order = np.argsort(-scores, kind="stable")
-    return pd.DataFrame({"rank": np.arange(1, len(names) + 1), "candidate": [names[i] for i in order],
-                         "similarity": scores[order]})
+    return pd.DataFrame(
+        {"rank": np.arange(1, len(names) + 1), "candidate": [names[i] for i in order], "similarity": scores[order]}
+    )

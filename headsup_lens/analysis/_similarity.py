@@ -53,10 +53,15 @@ def layer_states(model: TransformerBridge, run: Setting | str) -> LayerStates:
     if not -len(ids) <= run.position < len(ids):
         raise ValueError(f"position {run.position} is outside the prompt's {len(ids)} tokens")
     n_layers = model.cfg.n_layers
-    names = {f"blocks.{l}.hook_attn_out" for l in range(n_layers)} | {f"blocks.{l}.hook_resid_post" for l in range(n_layers)}
+    names = {f"blocks.{l}.hook_attn_out" for l in range(n_layers)} | {
+        f"blocks.{l}.hook_resid_post" for l in range(n_layers)
+    }
     with torch.no_grad(), gated(model, run.mask, alpha=run.alpha, gate=run.gate):
         _, cache = model.run_with_cache(torch.tensor([ids], device=model.cfg.device), names_filter=lambda n: n in names)
-    pick = lambda hook: torch.stack([cache[f"blocks.{l}.{hook}"][0, run.position] for l in range(n_layers)]).float().cpu()
+
+    def pick(hook: str) -> Tensor:
+        return torch.stack([cache[f"blocks.{l}.{hook}"][0, run.position] for l in range(n_layers)]).float().cpu()
+
     return LayerStates(attn_out=pick("hook_attn_out"), block_out=pick("hook_resid_post"))
 
 
@@ -72,11 +77,13 @@ def layer_similarity(model: TransformerBridge, run_a: Setting | str, run_b: Sett
     instructed, masked vs instructed, masked vs masked + instructed).
     """
     a, b = layer_states(model, run_a), layer_states(model, run_b)
-    return pd.DataFrame({
-        "layer": range(model.cfg.n_layers),
-        "attn_out": cosine(a.attn_out, b.attn_out).numpy(),
-        "block_out": cosine(a.block_out, b.block_out).numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "layer": range(model.cfg.n_layers),
+            "attn_out": cosine(a.attn_out, b.attn_out).numpy(),
+            "block_out": cosine(a.block_out, b.block_out).numpy(),
+        }
+    )
 
 
 def sweep_similarity(sweep: RemovalSweep, reference: LayerStates) -> pd.DataFrame:
@@ -91,9 +98,11 @@ def sweep_similarity(sweep: RemovalSweep, reference: LayerStates) -> pd.DataFram
     attn = cosine(sweep.attn_out, reference.attn_out[None])
     block = cosine(sweep.block_out, reference.block_out[None])
     steps, layers = attn.shape
-    return pd.DataFrame({
-        "step": [s for s in sweep.steps for _ in range(layers)],
-        "layer": list(range(layers)) * steps,
-        "attn_out": attn.flatten().numpy(),
-        "block_out": block.flatten().numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "step": [s for s in sweep.steps for _ in range(layers)],
+            "layer": list(range(layers)) * steps,
+            "attn_out": attn.flatten().numpy(),
+            "block_out": block.flatten().numpy(),
+        }
+    )

@@ -94,8 +94,12 @@ class RemovalSweep:
 
     def long(self) -> pd.DataFrame:
         """Tidy table: one row per (step, tracked token) with rank and logit."""
-        ranks = self.ranks.melt(id_vars=["step"], value_vars=self.tokens.label.tolist(), var_name="label", value_name="rank")
-        logits = self.logits.melt(id_vars=["step"], value_vars=self.tokens.label.tolist(), var_name="label", value_name="logit")
+        ranks = self.ranks.melt(
+            id_vars=["step"], value_vars=self.tokens.label.tolist(), var_name="label", value_name="rank"
+        )
+        logits = self.logits.melt(
+            id_vars=["step"], value_vars=self.tokens.label.tolist(), var_name="label", value_name="logit"
+        )
         table = ranks.merge(logits, on=["step", "label"]).merge(self.tokens, on="label")
         return table.sort_values(["step", "label"], kind="stable").reset_index(drop=True)
 
@@ -211,6 +215,7 @@ def greedy_rows(
     captured: dict[str, Tensor] = {}
     hooks = []
     if record_layers:
+
         def keep_last(name: str):
             # hook.name may be the canonical name behind an alias, so the key comes from here.
             def keep(x: Tensor, hook) -> None:
@@ -221,8 +226,14 @@ def greedy_rows(
         for layer in range(model.cfg.n_layers):
             for name in (f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_resid_post"):
                 hooks.append((name, keep_last(name)))
-    out = greedy_generate(model, batch, max_new_tokens=max_new_tokens, stops=stop_token_ids(model),
-                          mask=masks.to(model.cfg.device), prompt_hooks=hooks)
+    out = greedy_generate(
+        model,
+        batch,
+        max_new_tokens=max_new_tokens,
+        stops=stop_token_ids(model),
+        mask=masks.to(model.cfg.device),
+        prompt_hooks=hooks,
+    )
     return out.first_logits, out.tokens, captured
 
 
@@ -311,17 +322,24 @@ def removal_sweep(
         for i, (t, kind) in enumerate(zip(tracked, kinds))
     ]
     labels = [lab if labels.count(lab) == 1 else f"{lab} #{i}" for i, lab in enumerate(labels)]
-    tokens = pd.DataFrame({
-        "label": labels, "token_id": tracked, "text": [token_text(model, t) for t in tracked], "kind": kinds,
-    })
+    tokens = pd.DataFrame(
+        {
+            "label": labels,
+            "token_id": tracked,
+            "text": [token_text(model, t) for t in tracked],
+            "kind": kinds,
+        }
+    )
 
-    frame = pd.DataFrame({
-        "step": steps,
-        "n_removed": steps,
-        "layer": pd.array([order[s - 1][0] if s else None for s in steps], dtype="Int64"),
-        "head": pd.array([order[s - 1][1] if s else None for s in steps], dtype="Int64"),
-        "top1_id": logits.argmax(-1).tolist(),
-    })
+    frame = pd.DataFrame(
+        {
+            "step": steps,
+            "n_removed": steps,
+            "layer": pd.array([order[s - 1][0] if s else None for s in steps], dtype="Int64"),
+            "head": pd.array([order[s - 1][1] if s else None for s in steps], dtype="Int64"),
+            "top1_id": logits.argmax(-1).tolist(),
+        }
+    )
     frame["top1"] = [token_text(model, t) for t in frame.top1_id]
     ranks, logit_table = frame.copy(), frame.copy()
     if tracked:
@@ -335,12 +353,12 @@ def removal_sweep(
     attn_out = block_out = None
     if record_layers:
         n_layers = model.cfg.n_layers
-        attn_out = torch.stack([
-            torch.cat([c[f"blocks.{l}.hook_attn_out"] for c in layer_chunks]) for l in range(n_layers)
-        ], dim=1)
-        block_out = torch.stack([
-            torch.cat([c[f"blocks.{l}.hook_resid_post"] for c in layer_chunks]) for l in range(n_layers)
-        ], dim=1)
+        attn_out = torch.stack(
+            [torch.cat([c[f"blocks.{l}.hook_attn_out"] for c in layer_chunks]) for l in range(n_layers)], dim=1
+        )
+        block_out = torch.stack(
+            [torch.cat([c[f"blocks.{l}.hook_resid_post"] for c in layer_chunks]) for l in range(n_layers)], dim=1
+        )
     text = model.tokenizer.decode(ids_list)
     return RemovalSweep(
         prompt=text,

@@ -133,8 +133,14 @@ def run_sweep(args: SweepCommand) -> int:
     model = _load(args)
     mask = _mask(args.mask, model)
     targets: list[int | str] = [*args.target, *args.target_id]
-    options = dict(target_tokens=targets, top_k=args.top_k, max_new_tokens=args.max_new_tokens,
-                   batch_size=args.batch_size, memory_gb=args.memory_gb, formatted=args.formatted)
+    options = dict(
+        target_tokens=targets,
+        top_k=args.top_k,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        memory_gb=args.memory_gb,
+        formatted=args.formatted,
+    )
     if args.order == "random":
         order = random_order(model, seed=args.seed)
     else:
@@ -145,6 +151,7 @@ def run_sweep(args: SweepCommand) -> int:
         order = influence_order(first, k=k) + order[k:]
     sweep = removal_sweep(model, args.prompt, order, record_layers=args.reference_prompt is not None, **options)
     import pandas as pd
+
     stage = OutputSet(out, "sweep")  # the files are moved in together at the end
     _write_csv(stage.path / "ranks.csv", sweep.ranks)
     _write_csv(stage.path / "logits.csv", sweep.logits)
@@ -160,8 +167,13 @@ def run_sweep(args: SweepCommand) -> int:
         figures["sweep_similarity"] = sweep_similarity_figure(table)
     written = _figures(stage.path, figures, args.png)
     summary = {
-        "model": _portable(args.model), "prompt": sweep.prompt, "order_kind": args.order, "order": sweep.order,
-        "switch_step": sweep.switch_step, "change_step": sweep.change_step, "figures": _names(written),
+        "model": _portable(args.model),
+        "prompt": sweep.prompt,
+        "order_kind": args.order,
+        "order": sweep.order,
+        "switch_step": sweep.switch_step,
+        "change_step": sweep.change_step,
+        "figures": _names(written),
         "batch_size": sweep.metadata["batch_size"],
     }
     from .._io import atomic_write_json
@@ -171,8 +183,10 @@ def run_sweep(args: SweepCommand) -> int:
     from ..analysis import step_or_never
 
     switch, change = step_or_never(sweep.switch_step), step_or_never(sweep.change_step)
-    print(f"{len(sweep.steps)} steps; target top-1 {'never' if switch == 'never' else f'at step {switch}'}, "
-          f"continuation changes {'never' if change == 'never' else f'at step {change}'}")
+    print(
+        f"{len(sweep.steps)} steps; target top-1 {'never' if switch == 'never' else f'at step {switch}'}, "
+        f"continuation changes {'never' if change == 'never' else f'at step {change}'}"
+    )
     _report(out, sorted(p.name for p in out.iterdir() if not p.name.startswith(".")))
     return 0
 
@@ -216,8 +230,16 @@ def run_lens(args: LensCommand) -> int:
 
     out = check_out_dir(args.out)
     model = _load(args)
-    lens = logit_lens(model, args.prompt, args.k, _mask(args.mask, model), gate=args.gate, alpha=args.alpha,
-                      formatted=args.formatted, final_norm=args.final_norm)
+    lens = logit_lens(
+        model,
+        args.prompt,
+        args.k,
+        _mask(args.mask, model),
+        gate=args.gate,
+        alpha=args.alpha,
+        formatted=args.formatted,
+        final_norm=args.final_norm,
+    )
     stage = OutputSet(out, "lens")
     _write_csv(stage.path / "lens.csv", lens.table)
     files = ["lens.csv"]
@@ -259,7 +281,9 @@ class SimilarityCommand:
     """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
 
-@command("similarity", SimilarityCommand, help="Per-layer cosine similarity of settings to the instructed run (Fig. 4).")
+@command(
+    "similarity", SimilarityCommand, help="Per-layer cosine similarity of settings to the instructed run (Fig. 4)."
+)
 def run_similarity(args: SimilarityCommand) -> int:
     from ..analysis import Setting, layer_similarity
     from ..plots import similarity_figure
@@ -327,8 +351,11 @@ def _mask_files(paths: list[str]) -> dict[str, Path]:
     files: dict[str, Path] = {}
     for path in (Path(p).expanduser() for p in paths):
         if path.is_dir():
-            found = [path / "mask.safetensors"] if (path / "mask.safetensors").is_file() else (
-                sorted(path.glob("*.safetensors")) or sorted((path / "masks").glob("*.safetensors")))
+            found = (
+                [path / "mask.safetensors"]
+                if (path / "mask.safetensors").is_file()
+                else (sorted(path.glob("*.safetensors")) or sorted((path / "masks").glob("*.safetensors")))
+            )
         else:
             found = [path]
         if not found or not all(f.is_file() for f in found):
@@ -339,7 +366,9 @@ def _mask_files(paths: list[str]) -> dict[str, Path]:
     return files
 
 
-@command("pathways", PathwaysCommand, help="Heads shared across masks, Jaccard similarity, group ablation (Tables 5, 6).")
+@command(
+    "pathways", PathwaysCommand, help="Heads shared across masks, Jaccard similarity, group ablation (Tables 5, 6)."
+)
 def run_pathways(args: PathwaysCommand) -> int:
     from ..analysis import jaccard_matrix, jaccard_table, pathway_heads, weight_trajectories
     from ..masks import HeadMask
@@ -356,9 +385,17 @@ def run_pathways(args: PathwaysCommand) -> int:
     _write_csv(stage.path / "jaccard.csv", table)
     matrix = jaccard_matrix(masks)
     _write_csv(stage.path / "jaccard_matrix.csv", matrix, index=True)
-    summary = {**pathways.summary(), "names": pathways.names, "used_by_all": pathways.used_by_all(),
-               "used_by_none": pathways.used_by_none()}
-    figures = {"masks": mask_heatmap(masks), "usage": usage_heatmap(pathways), "jaccard": jaccard_figure(matrix, table=table)}
+    summary = {
+        **pathways.summary(),
+        "names": pathways.names,
+        "used_by_all": pathways.used_by_all(),
+        "used_by_none": pathways.used_by_none(),
+    }
+    figures = {
+        "masks": mask_heatmap(masks),
+        "usage": usage_heatmap(pathways),
+        "jaccard": jaccard_figure(matrix, table=table),
+    }
     if args.trajectory is not None:
         steps, weights = weight_trajectories(args.trajectory)
         figures["trajectory"] = trajectory_figure(steps, weights)
@@ -381,7 +418,8 @@ def run_pathways(args: PathwaysCommand) -> int:
 
     atomic_write_json(stage.path / "summary.json", summary)
     stage.commit()
-    print(f"{len(masks)} masks: {len(pathways.used_by_all())} heads used by all, "
-          f"{len(pathways.used_by_none())} by none")
+    print(
+        f"{len(masks)} masks: {len(pathways.used_by_all())} heads used by all, {len(pathways.used_by_none())} by none"
+    )
     _report(out, sorted(p.name for p in out.iterdir() if not p.name.startswith(".")))
     return 0

@@ -57,7 +57,11 @@ class CompareMethodsCommand:
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
 
 
-@command("compare-methods", CompareMethodsCommand, help="Compare head-finding methods: elicitation curves, cost, AUROC on the organism.")
+@command(
+    "compare-methods",
+    CompareMethodsCommand,
+    help="Compare head-finding methods: elicitation curves, cost, AUROC on the organism.",
+)
 def run_compare_methods(args: CompareMethodsCommand) -> int:
     from .._io import atomic_write
     from ..analysis import DEFAULT_METHODS, METHODS, compare_methods
@@ -77,16 +81,31 @@ def run_compare_methods(args: CompareMethodsCommand) -> int:
     mask_path = mask_file(args.mask) if args.mask else None
     out = check_out_dir(args.out)
     model = load_model(args.model, device=args.device, dtype=args.dtype)
-    learned = {"mask": HeadMask.load(mask_path, model)} if mask_path else {
-        "config": (TrainConfig.fast() if args.schedule == "fast" else TrainConfig.paper()).replace(seed=args.seed)}
+    learned = (
+        {"mask": HeadMask.load(mask_path, model)}
+        if mask_path
+        else {
+            "config": (TrainConfig.fast() if args.schedule == "fast" else TrainConfig.paper()).replace(seed=args.seed)
+        }
+    )
     options = {"learned_mask": learned}
     for name in ("soft_gate_necessary", "soft_gate_sufficient"):
         options[name] = {"steps": args.soft_steps}
     out.mkdir(parents=True, exist_ok=True)
     comparison = compare_methods(
-        model, task, methods, k_max=args.k_max, k_step=args.k_step, n_eval=args.n_eval,
-        planted="auto" if args.planted else None, options=options, n_examples=args.n_examples,
-        ablation=args.ablation, alpha=args.alpha, seed=args.seed, max_rows=args.max_rows,
+        model,
+        task,
+        methods,
+        k_max=args.k_max,
+        k_step=args.k_step,
+        n_eval=args.n_eval,
+        planted="auto" if args.planted else None,
+        options=options,
+        n_examples=args.n_examples,
+        ablation=args.ablation,
+        alpha=args.alpha,
+        seed=args.seed,
+        max_rows=args.max_rows,
         on_method=lambda ranking: ranking.save(out / f"{ranking.method}.json"),
     )
     written = [f"{m}.json" for m in comparison.scores]

@@ -6,8 +6,12 @@ from ..demo._config import DemoConfig
 from ._registry import check_out_dir, command
 
 
-@command("demo", DemoConfig, help="The main job: masks without instructions, evaluation, analyses -> an HTML report "
-         "(built-in organism by default, no downloads).")
+@command(
+    "demo",
+    DemoConfig,
+    help="The main job: masks without instructions, evaluation, analyses -> an HTML report "
+    "(built-in organism by default, no downloads).",
+)
 def run(config: DemoConfig) -> int:
     from ..demo import run_demo
 
@@ -21,9 +25,13 @@ def run(config: DemoConfig) -> int:
 
     for name, sweep in result.sweeps.items():
         switch, change = step_or_never(sweep.switch_step), step_or_never(sweep.change_step)
-        print(f"{name:>16}: target becomes top-1 {'never' if switch == 'never' else f'after {switch} removals'}; "
-              f"continuation first changes {'never' if change == 'never' else f'after {change}'}")
+        print(
+            f"{name:>16}: target becomes top-1 {'never' if switch == 'never' else f'after {switch} removals'}; "
+            f"continuation first changes {'never' if change == 'never' else f'after {change}'}"
+        )
     masks = config.masks if config.masks is not None else result.out / "training"
-    print(f"\nwrote {result.out / 'report.html'} (figures in {result.out / 'figures'}, tables in "
-          f"{result.out / 'tables'}, masks in {masks}; {result.seconds:.0f} s)")
+    print(
+        f"\nwrote {result.out / 'report.html'} (figures in {result.out / 'figures'}, tables in "
+        f"{result.out / 'tables'}, masks in {masks}; {result.seconds:.0f} s)"
+    )
     return 0

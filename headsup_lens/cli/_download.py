@@ -13,8 +13,15 @@ from ._registry import check_out_dir, command
 _HEADSUP = "https://raw.githubusercontent.com/OpenDFM/HeadsUp/main/dataset"
 _XNLI = "https://raw.githubusercontent.com/wuhjie/few_shots_that_matters_wu/6bfe6324e428ec21a777b5543cd8e50ec82dcb3c/data/xnli"
 XNLI_LANGUAGES = ("ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh")
-FEWSHOT_TASKS = ("antonym", "capitalize_first_letter", "conll2003_location", "fruit_v_animal_3", "hybrid",
-                 "product-company", "sentiment")
+FEWSHOT_TASKS = (
+    "antonym",
+    "capitalize_first_letter",
+    "conll2003_location",
+    "fruit_v_animal_3",
+    "hybrid",
+    "product-company",
+    "sentiment",
+)
 DATASETS = ("function_vectors", "xnli", "iwslt2017")
 
 
@@ -24,10 +31,13 @@ class DownloadCommand:
 
     out: str | None = None
     """Destination folder (default: $HEADSUP_DATA_DIR, else the per-user cache folder)."""
-    only: list[str] = simple_parsing.field(default_factory=lambda: list(DATASETS), action=Collect, nargs="+", required=False)
+    only: list[str] = simple_parsing.field(
+        default_factory=lambda: list(DATASETS), action=Collect, nargs="+", required=False
+    )
     """Datasets to fetch: function_vectors, xnli, iwslt2017."""
-    languages: list[str] = simple_parsing.field(default_factory=lambda: list(XNLI_LANGUAGES), action=Collect, nargs="+",
-                                           required=False)
+    languages: list[str] = simple_parsing.field(
+        default_factory=lambda: list(XNLI_LANGUAGES), action=Collect, nargs="+", required=False
+    )
     """XNLI languages to fetch."""
     overwrite: bool = False
     """Fetch files that already exist."""
@@ -47,20 +57,31 @@ def download_plan(only: list[str], languages: list[str]) -> list[tuple[str, str]
         raise ValueError(f"--languages: unknown XNLI language(s) {bad_languages}; choose from {list(XNLI_LANGUAGES)}")
     plan = []
     if "function_vectors" in only:
-        plan += [(f"{_HEADSUP}/function_vectors/abstractive/{t}.json", f"function_vectors/abstractive/{t}.json")
-                 for t in FV_TASKS]
-        plan += [(f"{_HEADSUP}/function_vectors/fewshot/{t}.json", f"function_vectors/fewshot/{t}.json")
-                 for t in FEWSHOT_TASKS]
+        plan += [
+            (f"{_HEADSUP}/function_vectors/abstractive/{t}.json", f"function_vectors/abstractive/{t}.json")
+            for t in FV_TASKS
+        ]
+        plan += [
+            (f"{_HEADSUP}/function_vectors/fewshot/{t}.json", f"function_vectors/fewshot/{t}.json")
+            for t in FEWSHOT_TASKS
+        ]
     if "xnli" in only:
-        plan += [(f"{_XNLI}/{split}-{lang}.tsv", f"xnli/{split}-{lang}.tsv")
-                 for split in ("dev", "test") for lang in languages]
+        plan += [
+            (f"{_XNLI}/{split}-{lang}.tsv", f"xnli/{split}-{lang}.tsv")
+            for split in ("dev", "test")
+            for lang in languages
+        ]
     if "iwslt2017" in only:
-        plan += [(f"{_HEADSUP}/iwslt2017/{p}-test.parquet", f"iwslt2017/{p}-test.parquet")
-                 for p in ("en-de", "en-fr", "en-zh")]
+        plan += [
+            (f"{_HEADSUP}/iwslt2017/{p}-test.parquet", f"iwslt2017/{p}-test.parquet")
+            for p in ("en-de", "en-fr", "en-zh")
+        ]
     return plan
 
 
-@command("download-data", DownloadCommand, help="Fetch the paper's public datasets into the data directory (needs internet).")
+@command(
+    "download-data", DownloadCommand, help="Fetch the paper's public datasets into the data directory (needs internet)."
+)
 def run_download(args: DownloadCommand) -> int:
     import os
     import urllib.request

@@ -77,10 +77,25 @@ def run_evaluate(args: EvaluateCommand) -> int:
     def save(table, path: Path = partial) -> Path:  # after every setting: an interruption keeps the finished rows
         return atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
 
-    table, texts = evaluate(model, task, mask, other_mask=other, alpha=args.alpha, gate=args.gate, split=args.split,
-                            batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, generate=args.generate,
-                            text_metrics=text_metrics, text_style=text_style, on_row=save, return_generations=True)
-    if len(texts):  # every output behind the table, with its per-example scores (before results.csv, which ends the set)
+    table, texts = evaluate(
+        model,
+        task,
+        mask,
+        other_mask=other,
+        alpha=args.alpha,
+        gate=args.gate,
+        split=args.split,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        generate=args.generate,
+        text_metrics=text_metrics,
+        text_style=text_style,
+        on_row=save,
+        return_generations=True,
+    )
+    if len(
+        texts
+    ):  # every output behind the table, with its per-example scores (before results.csv, which ends the set)
         print(f"wrote {atomic_write(Path(out) / 'generations.csv', lambda tmp: texts.to_csv(tmp, index=False))}")
     written = save(table, target)  # results.csv only ever holds a complete table
     partial.unlink(missing_ok=True)

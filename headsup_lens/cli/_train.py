@@ -67,8 +67,11 @@ def resolve_preset(preset: str, config: TrainConfig, given: set[str] | None = No
     if preset not in presets:
         raise ValueError(f"unknown preset {preset!r} (--preset); use one of {', '.join(PRESETS)}")
     chosen, paper = presets[preset](), TrainConfig()
-    explicit = {f.name for f in fields(TrainConfig)
-                if (_given(f.name, given) if given is not None else getattr(config, f.name) != getattr(paper, f.name))}
+    explicit = {
+        f.name
+        for f in fields(TrainConfig)
+        if (_given(f.name, given) if given is not None else getattr(config, f.name) != getattr(paper, f.name))
+    }
     return chosen.replace(**{name: getattr(config, name) for name in explicit})
 
 
@@ -79,9 +82,11 @@ def task_steps(preset: str, config: TrainConfig, tasks: list, given: set[str] | 
     explicit = "--steps" in given if given is not None else config.steps != TrainConfig().steps
     if preset != "paper" or explicit or not steps:
         return config
-    if len(steps) > 1 or len(steps) == 1 and any(task.paper_steps is None for task in tasks):
-        raise ValueError("the tasks trained together have different paper step counts "
-                         f"({sorted(steps)} and the default {TrainConfig().steps}); give --steps")
+    if len(steps) > 1 or (len(steps) == 1 and any(task.paper_steps is None for task in tasks)):
+        raise ValueError(
+            "the tasks trained together have different paper step counts "
+            f"({sorted(steps)} and the default {TrainConfig().steps}); give --steps"
+        )
     return config.replace(steps=steps.pop())
 
 
@@ -143,9 +148,11 @@ def run_train(args: TrainCommand) -> int:
 
         dist.barrier()  # no rank starts before rank 0 has moved an old run aside
     model = load_model(args.model, device=device, dtype=args.dtype, prompt_format=args.prompt_format)
-    print(f"training {'a mask' if len(tasks) == 1 else f'{len(tasks)} masks'} on {model.cfg.n_layers * model.cfg.n_heads} "
-          f"heads: preset {args.preset}, {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "
-          f"init N({config.init_mean:g}, {config.init_std:g})")
+    print(
+        f"training {'a mask' if len(tasks) == 1 else f'{len(tasks)} masks'} on {model.cfg.n_layers * model.cfg.n_heads} "
+        f"heads: preset {args.preset}, {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "
+        f"init N({config.init_mean:g}, {config.init_std:g})"
+    )
     done = None if args.fresh else resume_step(out)
     if done is not None:
         print(f"resuming from the checkpoint of step {done} in {out}")
@@ -155,11 +162,15 @@ def run_train(args: TrainCommand) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", TrainingAdvice)  # the advice below names the flags instead
             if len(tasks) == 1:
-                results = {tasks[0].name: train_mask(model, tasks[0], config, out_dir=out, resume=not args.fresh,
-                                                     distributed=rank is not None)}
+                results = {
+                    tasks[0].name: train_mask(
+                        model, tasks[0], config, out_dir=out, resume=not args.fresh, distributed=rank is not None
+                    )
+                }
             else:
-                results = train_masks(model, tasks, config, out_dir=out, resume=not args.fresh,
-                                      distributed=rank is not None)
+                results = train_masks(
+                    model, tasks, config, out_dir=out, resume=not args.fresh, distributed=rank is not None
+                )
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "
@@ -168,8 +179,10 @@ def run_train(args: TrainCommand) -> int:
     from .._io import atomic_write_json
     from ..models._fingerprint import portable_name
 
-    written = atomic_write_json(out / "train_config.json", {"model": portable_name(args.model), "tasks": args.task, "preset": args.preset,
-                                                           **config.recipe()})
+    written = atomic_write_json(
+        out / "train_config.json",
+        {"model": portable_name(args.model), "tasks": args.task, "preset": args.preset, **config.recipe()},
+    )
     for name, result in results.items():
         print(f"{name}: kept {result.mask.n_kept}/{result.mask.n_total} heads")
     _print_advice(results, args, config)
@@ -184,9 +197,11 @@ def _print_estimate(model, tasks, config: TrainConfig, done: int = 0) -> None:
     per_step = seconds_per_step(model, tasks, config)
     left = config.steps - done
     steps = f"the {left} steps left of {config.steps}" if done else f"{config.steps} steps"
-    print(f"estimated time: ~{format_duration(per_step * left)} for {steps} "
-          f"({per_step * 1e3:.0f} ms/step, the median of 5 timed steps on {model.cfg.device}); "
-          f"Ctrl-C is safe: rerun to resume from the last checkpoint")
+    print(
+        f"estimated time: ~{format_duration(per_step * left)} for {steps} "
+        f"({per_step * 1e3:.0f} ms/step, the median of 5 timed steps on {model.cfg.device}); "
+        f"Ctrl-C is safe: rerun to resume from the last checkpoint"
+    )
 
 
 def _print_advice(results: dict, args: TrainCommand, config: TrainConfig) -> None:
@@ -200,8 +215,10 @@ def _print_advice(results: dict, args: TrainCommand, config: TrainConfig) -> Non
     for problem in problems:
         print(f"warning: {problem.task}: {problem.problem}", file=sys.stderr)
     if args.preset != "fast" and config.steps < 1000:
-        hint = (f"with the {args.preset} schedule (lr {config.lr:g}, init {config.init_mean:g}) heads need ~400 steps "
-                f"before any can switch off: use --preset fast, or more --steps (the paper uses 6250)")
+        hint = (
+            f"with the {args.preset} schedule (lr {config.lr:g}, init {config.init_mean:g}) heads need ~400 steps "
+            f"before any can switch off: use --preset fast, or more --steps (the paper uses 6250)"
+        )
     else:
         hint = "train longer (--steps), raise --lr, or start lower (--init-mean, e.g. --preset negative)"
     print(f"advice: {hint}", file=sys.stderr)

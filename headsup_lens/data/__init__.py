@@ -3,6 +3,7 @@ answer-only labels. Tokenisation (torch, TransformerLens) is imported on first u
 and loading tasks stays light (`headsup tasks`)."""
 
 from .._lazy import lazy_exports
+from .._typecheck import check_namespace as _check_namespace
 from ._paths import ENV_VAR as ENV_VAR
 from ._paths import data_dir as data_dir
 from ._paths import default_data_dir as default_data_dir
@@ -24,12 +25,42 @@ from ._sources import task_mixture as task_mixture
 from ._sources import translation_task as translation_task
 from ._task import Task as Task
 
-_EAGER = ["ENV_VAR", "data_dir", "default_data_dir", "load_task", "register_task", "task_names", "FV_TASKS",
-          "LANGUAGES", "fewshot", "function_vector_task", "hybrid_task", "iwslt_task", "read_pairs_file",
-          "read_pairs_json", "task_from_file", "task_mixture", "translation_task", "Task"]
-_EXPORTS = {name: "._tokenize" for name in (
-    "IGNORE_INDEX", "TaskBatch", "collate", "encode_example", "encode_pairs", "encode_prompt", "length_groups",
-    "render_prompt", "task_prompts", "tokenize_pairs", "tokenize_task")}
+_EAGER = [
+    "ENV_VAR",
+    "data_dir",
+    "default_data_dir",
+    "load_task",
+    "register_task",
+    "task_names",
+    "FV_TASKS",
+    "LANGUAGES",
+    "fewshot",
+    "function_vector_task",
+    "hybrid_task",
+    "iwslt_task",
+    "read_pairs_file",
+    "read_pairs_json",
+    "task_from_file",
+    "task_mixture",
+    "translation_task",
+    "Task",
+]
+_EXPORTS = dict.fromkeys(
+    (
+        "IGNORE_INDEX",
+        "TaskBatch",
+        "collate",
+        "encode_example",
+        "encode_pairs",
+        "encode_prompt",
+        "length_groups",
+        "render_prompt",
+        "task_prompts",
+        "tokenize_pairs",
+        "tokenize_task",
+    ),
+    "._tokenize",
+)
 _lazy_getattr, _lazy_dir = lazy_exports(__name__, _EXPORTS)
 __getattr__ = _lazy_getattr
 
@@ -39,7 +70,5 @@ def __dir__() -> list[str]:
 
 
 __all__ = sorted({*_EAGER, *_EXPORTS})
-
-from .._typecheck import check_namespace as _check_namespace
 
 _check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -83,5 +83,7 @@ def suggest_tasks(name: str, n: int = 3) -> list[str]:
 def unknown_task_message(name: str) -> str:
     suggestions = suggest_tasks(name)
     hint = f"; did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
-    return (f"unknown task {name!r}{hint} (`headsup tasks` lists all {len(task_names())} names; "
-            "a task file of your own ends in .json, .jsonl or .csv)")
+    return (
+        f"unknown task {name!r}{hint} (`headsup tasks` lists all {len(task_names())} names; "
+        "a task file of your own ends in .json, .jsonl or .csv)"
+    )

@@ -17,13 +17,41 @@ from ._task import N_EVAL, TASK_FILE_SUFFIXES, Pair, Task
 
 # The 35 "simple tasks" (Todd et al., function vectors), named after their JSON files.
 FV_TASKS = (
-    "adjective_v_verb_3", "ag_news", "antonym", "capitalize", "capitalize_first_letter",
-    "capitalize_last_letter", "capitalize_second_letter", "conll2003_location", "conll2003_organization",
-    "conll2003_person", "country-capital", "country-currency", "english-french", "english-german",
-    "english-spanish", "fruit_v_animal_3", "landmark-country", "lowercase_first_letter",
-    "lowercase_last_letter", "national_parks", "next_capital_letter", "next_item", "object_v_concept_3",
-    "park-country", "person-instrument", "person-occupation", "person-sport", "present-past", "prev_item",
-    "product-company", "sentiment", "singular-plural", "synonym", "verb_v_adjective_3", "word_length",
+    "adjective_v_verb_3",
+    "ag_news",
+    "antonym",
+    "capitalize",
+    "capitalize_first_letter",
+    "capitalize_last_letter",
+    "capitalize_second_letter",
+    "conll2003_location",
+    "conll2003_organization",
+    "conll2003_person",
+    "country-capital",
+    "country-currency",
+    "english-french",
+    "english-german",
+    "english-spanish",
+    "fruit_v_animal_3",
+    "landmark-country",
+    "lowercase_first_letter",
+    "lowercase_last_letter",
+    "national_parks",
+    "next_capital_letter",
+    "next_item",
+    "object_v_concept_3",
+    "park-country",
+    "person-instrument",
+    "person-occupation",
+    "person-sport",
+    "present-past",
+    "prev_item",
+    "product-company",
+    "sentiment",
+    "singular-plural",
+    "synonym",
+    "verb_v_adjective_3",
+    "word_length",
 )
 
 # The paper grades capitalisation/letter, item-sequence and extraction tasks by "starts with", the rest
@@ -49,8 +77,15 @@ def instruction_template(name: str) -> str:
     return f"{paper_instructions()[name]}\n\nInput:\n\n{{input}}\n\nOutput:\n\n"
 
 
-LANGUAGES = {"en": "English", "zh": "Chinese", "fr": "French", "es": "Spanish", "de": "German",
-             "ru": "Russian", "ar": "Arabic"}
+LANGUAGES = {
+    "en": "English",
+    "zh": "Chinese",
+    "fr": "French",
+    "es": "Spanish",
+    "de": "German",
+    "ru": "Russian",
+    "ar": "Arabic",
+}
 CHAR_LEVEL_LANGUAGES = ("zh",)  # no spaces between words: ROUGE counts characters
 TRANSLATION_TEMPLATE = "{input}\n\nTranslate into {language}:"
 IWSLT_PAIRS = ("en-de", "en-fr", "en-zh")
@@ -112,20 +147,30 @@ def read_pairs_file(path: str | os.PathLike) -> list[Pair]:
     else:
         reader = csv.DictReader(text.splitlines())
         if reader.fieldnames is None:
-            raise ValueError(f"task file {path} is empty: it needs a header line with input,output and one row per pair")
+            raise ValueError(
+                f"task file {path} is empty: it needs a header line with input,output and one row per pair"
+            )
         missing = {"input", "output"} - set(reader.fieldnames)
         if missing:
-            raise ValueError(f"task file {path}: the header {reader.fieldnames} lacks the column(s) "
-                             f"{', '.join(sorted(missing))} (it needs input and output)")
+            raise ValueError(
+                f"task file {path}: the header {reader.fieldnames} lacks the column(s) "
+                f"{', '.join(sorted(missing))} (it needs input and output)"
+            )
         rows = [(f"row {number}", row) for number, row in enumerate(reader, 2)]
     if not rows:
         raise ValueError(f"task file {path} holds no input/output pairs")
     pairs = []
     for where, row in rows:
-        if not (isinstance(row, dict) and isinstance(row.get("input"), str) and isinstance(row.get("output"), str)
-                and row["input"] != "" and row["output"] != ""):
-            raise ValueError(f"task file {path}: {where} is not a pair with non-empty text 'input' and 'output': "
-                             f"{row!r:.120}")
+        if not (
+            isinstance(row, dict)
+            and isinstance(row.get("input"), str)
+            and isinstance(row.get("output"), str)
+            and row["input"] != ""
+            and row["output"] != ""
+        ):
+            raise ValueError(
+                f"task file {path}: {where} is not a pair with non-empty text 'input' and 'output': {row!r:.120}"
+            )
         pairs.append((row["input"], row["output"]))
     return pairs
 
@@ -175,7 +220,11 @@ def translation_instruction(tgt: str, *, code: bool = False) -> str:
 
 
 def translation_task(
-    src: str, tgt: str, data_dir: str | os.PathLike | None = None, *, max_pairs: int | None = None,
+    src: str,
+    tgt: str,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    max_pairs: int | None = None,
     n_eval: int = N_EVAL,
 ) -> Task:
     """Sentence translation `src` -> `tgt` built from the parallel XNLI dev+test files.
@@ -203,9 +252,17 @@ def translation_task(
                 if x and y and x not in pairs:
                     pairs[x] = y
     items = list(pairs.items())[:max_pairs]
-    return Task(f"translation/{src}-{tgt}", tuple(items), translation_instruction(tgt), "contains",
-                min(n_eval, len(items) // 2), char_level=tgt in CHAR_LEVEL_LANGUAGES,
-                max_new_tokens=SENTENCE_NEW_TOKENS, target_language=tgt, paper_steps=XNLI_PAPER_STEPS)
+    return Task(
+        f"translation/{src}-{tgt}",
+        tuple(items),
+        translation_instruction(tgt),
+        "contains",
+        min(n_eval, len(items) // 2),
+        char_level=tgt in CHAR_LEVEL_LANGUAGES,
+        max_new_tokens=SENTENCE_NEW_TOKENS,
+        target_language=tgt,
+        paper_steps=XNLI_PAPER_STEPS,
+    )
 
 
 def iwslt_task(src: str, tgt: str, data_dir: str | os.PathLike | None = None) -> Task:
@@ -214,7 +271,9 @@ def iwslt_task(src: str, tgt: str, data_dir: str | os.PathLike | None = None) ->
     _check_language(tgt)
     name = next((p for p in IWSLT_PAIRS if set(p.split("-")) == {src, tgt}), None)
     if name is None:
-        raise ValueError(f"no IWSLT2017 test set for {src}-{tgt}; available: {', '.join(IWSLT_PAIRS)} (both directions)")
+        raise ValueError(
+            f"no IWSLT2017 test set for {src}-{tgt}; available: {', '.join(IWSLT_PAIRS)} (both directions)"
+        )
     path = resolve_data_dir(data_dir) / "iwslt2017" / f"{name}-test.parquet"
     if not path.is_file():
         raise ValueError(f"IWSLT2017 file {path} does not exist")
@@ -226,9 +285,16 @@ def iwslt_task(src: str, tgt: str, data_dir: str | os.PathLike | None = None) ->
     except Exception as error:  # pyarrow raises its own error types on corrupt files
         raise ValueError(f"{path} is not an IWSLT2017 parquet file with a 'translation' column: {error}") from error
     pairs = [p for p in pairs if p[0] and p[1]]
-    return Task(f"iwslt2017/{src}-{tgt}", tuple(pairs), translation_instruction(tgt, code=True), "contains",
-                len(pairs), char_level=tgt in CHAR_LEVEL_LANGUAGES, max_new_tokens=SENTENCE_NEW_TOKENS,
-                target_language=tgt)
+    return Task(
+        f"iwslt2017/{src}-{tgt}",
+        tuple(pairs),
+        translation_instruction(tgt, code=True),
+        "contains",
+        len(pairs),
+        char_level=tgt in CHAR_LEVEL_LANGUAGES,
+        max_new_tokens=SENTENCE_NEW_TOKENS,
+        target_language=tgt,
+    )
 
 
 # The reference's seed (`--seed 42` in its scripts) and the rows it keeps out of few-shot training as
@@ -256,8 +322,10 @@ def fewshot(task: Task, k: int = 5, seed: int = FEWSHOT_SEED, *, dev: int = FEWS
         raise ValueError(f"dev must be >= 0, got {dev}")
     train = task.train_pairs
     if len(train) <= k + dev:
-        raise ValueError(f"task {task.name!r} has {len(train)} training pairs, too few for k={k} demonstrations "
-                         f"and dev={dev} more rows kept out of training")
+        raise ValueError(
+            f"task {task.name!r} has {len(train)} training pairs, too few for k={k} demonstrations "
+            f"and dev={dev} more rows kept out of training"
+        )
     import numpy as np
 
     shuffled = [train[i] for i in np.random.default_rng(seed).permutation(len(train))]

@@ -46,8 +46,9 @@ class Task:
     def __post_init__(self) -> None:
         for i, pair in enumerate(self.pairs):  # every pair (the signature's type check samples one)
             if not (len(pair) == 2 and isinstance(pair[0], str) and isinstance(pair[1], str)):
-                raise TypeError(f"task {self.name!r}: pairs[{i}] must be an (input, output) pair of strings, "
-                                f"got {pair!r:.120}")
+                raise TypeError(
+                    f"task {self.name!r}: pairs[{i}] must be an (input, output) pair of strings, got {pair!r:.120}"
+                )
         pairs = tuple((x, y) for x, y in self.pairs)
         object.__setattr__(self, "pairs", pairs)
         if not pairs:
@@ -57,7 +58,9 @@ class Task:
         if self.instruction is not None and "{input}" not in self.instruction:
             raise ValueError(f"task {self.name!r}: instruction template {self.instruction!r} lacks '{{input}}'")
         if not 0 <= self.n_eval <= len(pairs):
-            raise ValueError(f"task {self.name!r}: n_eval={self.n_eval} must lie in [0, {len(pairs)}] (number of pairs)")
+            raise ValueError(
+                f"task {self.name!r}: n_eval={self.n_eval} must lie in [0, {len(pairs)}] (number of pairs)"
+            )
         if self.max_new_tokens < 1:
             raise ValueError(f"task {self.name!r}: max_new_tokens must be positive, got {self.max_new_tokens}")
         if self.paper_steps is not None and self.paper_steps < 1:
@@ -102,8 +105,11 @@ class Task:
 
     def split_indices(self, split: str) -> range:
         """Indices into `pairs` of `"train"`, `"eval"` or `"all"`; an empty split is an error."""
-        ranges = {"train": range(0, self.n_train), "eval": range(self.n_train, len(self.pairs)),
-                  "all": range(len(self.pairs))}
+        ranges = {
+            "train": range(self.n_train),
+            "eval": range(self.n_train, len(self.pairs)),
+            "all": range(len(self.pairs)),
+        }
         if split not in ranges:
             raise ValueError(f"split must be one of {sorted(ranges)}, not {split!r}")
         if len(ranges[split]) == 0:
@@ -139,6 +145,8 @@ class Task:
         return answer in generation
 
     def __repr__(self) -> str:
-        return (f"Task({self.name!r}, {len(self.pairs)} pairs ({self.n_train} train / {self.n_eval} eval), "
-                f"matcher={self.matcher!r}, instructed={'yes' if self.instruction else 'no'}"
-                f"{', few-shot' if self.shots else ''})")
+        return (
+            f"Task({self.name!r}, {len(self.pairs)} pairs ({self.n_train} train / {self.n_eval} eval), "
+            f"matcher={self.matcher!r}, instructed={'yes' if self.instruction else 'no'}"
+            f"{', few-shot' if self.shots else ''})"
+        )

@@ -105,13 +105,16 @@ def length_groups(lengths: Sequence[int], *, overhead: float, max_rows: int | No
                 best[j], cut[j] = cost, i
     groups, j = [], n
     while j > 0:
-        groups.append(order[cut[j]:j])
+        groups.append(order[cut[j] : j])
         j = cut[j]
     return groups[::-1]
 
 
 def encode_pairs(
-    model: TransformerBridge, pairs: Sequence[Pair], *, instruction: str | None = None,
+    model: TransformerBridge,
+    pairs: Sequence[Pair],
+    *,
+    instruction: str | None = None,
     shots: Sequence[Shots] | None = None,
 ) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, answer ids) per pair (`encode_example`); see `tokenize_pairs`."""
@@ -139,12 +142,15 @@ def collate(rows: Sequence[tuple[list[int], list[int]]], *, pad_id: int, device=
         n = len(prompt) + len(answer)
         ids[i, :n] = torch.tensor(prompt + answer)
         attention[i, :n] = 1
-        labels[i, len(prompt):n] = torch.tensor(answer)
+        labels[i, len(prompt) : n] = torch.tensor(answer)
     return TaskBatch(ids, attention, labels).to(device) if device is not None else TaskBatch(ids, attention, labels)
 
 
 def tokenize_pairs(
-    model: TransformerBridge, pairs: Sequence[Pair], *, instruction: str | None = None,
+    model: TransformerBridge,
+    pairs: Sequence[Pair],
+    *,
+    instruction: str | None = None,
     shots: Sequence[Shots] | None = None,
 ) -> TaskBatch:
     """Tokenise `(x, y)` pairs as format(x) ‖ y ‖ end-of-turn into one right-padded batch.
@@ -161,6 +167,8 @@ def tokenize_task(model: TransformerBridge, task: Task, split: str = "train", in
     """`tokenize_pairs` over one split of a task."""
     indices = task.split_indices(split)
     return tokenize_pairs(
-        model, [task.pairs[i] for i in indices], instruction=task.instruction if instructed else None,
+        model,
+        [task.pairs[i] for i in indices],
+        instruction=task.instruction if instructed else None,
         shots=[task.demonstrations(i) for i in indices] if task.has_shots else None,
     )

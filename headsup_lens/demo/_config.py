@@ -24,9 +24,14 @@ class DemoConfig:
     model: str = "organism"
     """Model: `organism` (built in, no download), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     tasks: list[str] = simple_parsing.field(
-        default_factory=lambda: list(DEFAULT_TASKS), action=_collect(), required=False, nargs="+", alias=["--task"],
+        default_factory=lambda: list(DEFAULT_TASKS),
+        action=_collect(),
+        required=False,
+        nargs="+",
+        alias=["--task"],
         help="Tasks to train masks for: names (`headsup tasks` lists them) or your own .json/.jsonl/.csv files of "
-             "input/output pairs; repeat --task or give several (default: the organism's reverse, antonym, translate).")
+        "input/output pairs; repeat --task or give several (default: the organism's reverse, antonym, translate).",
+    )
     """Tasks to train masks for (see the help text above)."""
     out: str = DEFAULT_OUT
     """Output folder for the report, figures, tables and masks (default: ./headsup_demo, git-ignored in the repository)."""

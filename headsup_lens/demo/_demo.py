@@ -20,9 +20,9 @@ from ..analysis import (
     RemovalSweep,
     Setting,
     influence_order,
-    pathway_recovery,
     layer_similarity,
     logit_lens,
+    pathway_recovery,
     random_order,
     removal_sweep,
     step_or_never,
@@ -30,6 +30,7 @@ from ..analysis import (
 )
 from ..data import Task, load_task
 from ..evaluation import evaluate
+from ..masks import HeadMask
 from ..models import load_model
 from ..plots import (
     generation_table,
@@ -39,11 +40,11 @@ from ..plots import (
     save_figure,
     similarity_figure,
 )
-from ..masks import HeadMask
 from ..training import TrainConfig, safe_name, train_masks
 from ._config import DEFAULT_TASKS as DEFAULT_TASKS
 from ._config import DemoConfig
 from ._report import Report
+
 
 @dataclass
 class DemoResult:
@@ -129,8 +130,10 @@ def run_demo(config: DemoConfig) -> DemoResult:
 
     # 1. Masks, trained for all tasks at once (per-row masks), without instructions.
     train_config = TrainConfig.fast(steps=config.steps, batch_size=config.batch_size, seed=config.seed)
-    print(f"loaded {config.model} ({model.cfg.n_layers} layers x {model.cfg.n_heads} heads) on {model.cfg.device}",
-          flush=True)
+    print(
+        f"loaded {config.model} ({model.cfg.n_layers} layers x {model.cfg.n_heads} heads) on {model.cfg.device}",
+        flush=True,
+    )
     if mask_files is not None:  # stored masks (e.g. trained once on a slow machine): no training here
         masks = {name: HeadMask.load(path, model) for name, path in mask_files.items()}
         schedule = f"Masks loaded from {config.masks} (trained earlier), not trained in this run."
@@ -147,21 +150,36 @@ def run_demo(config: DemoConfig) -> DemoResult:
     report.heading("Learned masks")
     report.note(schedule)
     kept = ", ".join(f"{name}: {m.n_kept}/{n_total}" for name, m in masks.items())
-    planted_note = (" Red crosses: the task's planted heads S_t, the ones a perfect mask removes; a mask that "
-                    "found the pathway is white under every cross and dark elsewhere." if planted is not None else "")
-    figure(mask_heatmap(masks, title="Learned masks (1 = kept)",
-                        planted={name: heads for name, heads in (planted or {}).items() if name in masks} or None),
-           "masks",
-           f"One panel per task: rows are layers (0 at the bottom), columns are heads; dark = kept, white = removed. "
-           f"Heads kept: {kept}. A mask that keeps every head has learned nothing; one that removes most heads "
-           f"usually breaks the model.{planted_note}")
+    planted_note = (
+        " Red crosses: the task's planted heads S_t, the ones a perfect mask removes; a mask that "
+        "found the pathway is white under every cross and dark elsewhere."
+        if planted is not None
+        else ""
+    )
+    figure(
+        mask_heatmap(
+            masks,
+            title="Learned masks (1 = kept)",
+            planted={name: heads for name, heads in (planted or {}).items() if name in masks} or None,
+        ),
+        "masks",
+        f"One panel per task: rows are layers (0 at the bottom), columns are heads; dark = kept, white = removed. "
+        f"Heads kept: {kept}. A mask that keeps every head has learned nothing; one that removes most heads "
+        f"usually breaks the model.{planted_note}",
+    )
 
     # 2. Evaluation in the paper's settings, plus recovery of the planted pathway.
     evaluations, summary_rows, display_rows, outputs = [], [], [], []
     for number, task in enumerate(tasks, 1):
         print(f"evaluating {task.name} ({number}/{len(tasks)}) in the paper's settings ...", flush=True)
-        table, texts = evaluate(model, task, masks[task.name], alpha=0.25, return_generations=True,
-                                on_row=lambda t: print(f"  {t.setting.iloc[-1]}: done", flush=True))
+        table, texts = evaluate(
+            model,
+            task,
+            masks[task.name],
+            alpha=0.25,
+            return_generations=True,
+            on_row=lambda t: print(f"  {t.setting.iloc[-1]}: done", flush=True),
+        )
         evaluations.append(table)
         outputs.append(texts)
         accuracy = dict(zip(table.setting, table.accuracy))
@@ -200,30 +218,59 @@ def run_demo(config: DemoConfig) -> DemoResult:
         "instruction' and far above 'no instruction' and 'random mask', which removes as many heads at random."
     )
     if planted is not None:
-        caption += (" Overlap with S_t: Jaccard similarity (shared heads / heads in either) between the removed "
-                    "heads and the planted set; 1 = exactly the planted pathway, the random value is what chance gives.")
+        caption += (
+            " Overlap with S_t: Jaccard similarity (shared heads / heads in either) between the removed "
+            "heads and the planted set; 1 = exactly the planted pathway, the random value is what chance gives."
+        )
     report.table(pd.DataFrame(display_rows), caption=caption)
 
     report.heading("All settings")
     multi_word = {t.name for t in tasks if _multi_word(t)}
-    columns = ["task", "setting", "n_kept", "n_examples", "answer_nll", "perplexity", "accuracy", "strict", "echo",
-               "empty", "p_vs_original", "p_vs_instructed", "balanced_accuracy"]
+    columns = [
+        "task",
+        "setting",
+        "n_kept",
+        "n_examples",
+        "answer_nll",
+        "perplexity",
+        "accuracy",
+        "strict",
+        "echo",
+        "empty",
+        "p_vs_original",
+        "p_vs_instructed",
+        "balanced_accuracy",
+    ]
     if multi_word:
         columns += ["rouge_l", "bleu"]
     shown = evaluation[[c for c in columns if c in evaluation]].copy()
     for column in ("accuracy", "strict"):  # with the 95% Wilson interval
         if column in shown:
-            shown[column] = [f"{_percent(v, int(k))} [{100 * lo:.0f}-{100 * hi:.0f}%]" if pd.notna(v) else "—"
-                             for v, k, lo, hi in zip(shown[column], shown.get("n_examples", n_eval),
-                                                     evaluation[f"{column}_low"], evaluation[f"{column}_high"])]
+            shown[column] = [
+                f"{_percent(v, int(k))} [{100 * lo:.0f}-{100 * hi:.0f}%]" if pd.notna(v) else "—"
+                for v, k, lo, hi in zip(
+                    shown[column],
+                    shown.get("n_examples", n_eval),
+                    evaluation[f"{column}_low"],
+                    evaluation[f"{column}_high"],
+                )
+            ]
     for column in ("rouge_l", "bleu"):
         if column in shown:
             shown.loc[~shown.task.isin(multi_word), column] = float("nan")
-    shown = shown.rename(columns={"n_kept": "heads kept", "n_examples": "examples",
-                                  "answer_nll": "answer loss (nats/token)", "accuracy": "accuracy (paper's matcher)",
-                                  "strict": "strict accuracy", "echo": "outputs repeating the input",
-                                  "empty": "empty outputs", "p_vs_original": "p vs original (McNemar)",
-                                  "p_vs_instructed": "p vs instructed (McNemar)"})
+    shown = shown.rename(
+        columns={
+            "n_kept": "heads kept",
+            "n_examples": "examples",
+            "answer_nll": "answer loss (nats/token)",
+            "accuracy": "accuracy (paper's matcher)",
+            "strict": "strict accuracy",
+            "echo": "outputs repeating the input",
+            "empty": "empty outputs",
+            "p_vs_original": "p vs original (McNemar)",
+            "p_vs_instructed": "p vs instructed (McNemar)",
+        }
+    )
     settings_caption = (
         "Each task in the paper's settings: original (bare input), instructed (instruction + input), masked "
         "(bare input, learned mask), random mask (the mask shuffled: same number of heads), instructed + scaled "
@@ -249,28 +296,45 @@ def run_demo(config: DemoConfig) -> DemoResult:
     target = answer  # the sweep tracks the first token of the answer
     shape = (model.cfg.n_layers, model.cfg.n_heads)
     print(f"removal sweeps on {task.name!r} for input {word!r} ...")
-    sweeps = {"weight order": removal_sweep(model, word, weight_order(mask), target_tokens=[target],
-                                            max_new_tokens=12, record_layers=True)}
+    sweeps = {
+        "weight order": removal_sweep(
+            model, word, weight_order(mask), target_tokens=[target], max_new_tokens=12, record_layers=True
+        )
+    }
     k = min(config.influence_k, len(sweeps["weight order"].order))
     print("  influence order ...", flush=True)
-    sweeps["influence order"] = removal_sweep(model, word, influence_order(sweeps["weight order"], k=k),
-                                              target_tokens=[target], max_new_tokens=12)
+    sweeps["influence order"] = removal_sweep(
+        model, word, influence_order(sweeps["weight order"], k=k), target_tokens=[target], max_new_tokens=12
+    )
     print("  random order ...", flush=True)
-    sweeps["random order"] = removal_sweep(model, word, random_order(shape, seed=config.seed),
-                                           target_tokens=[target], max_new_tokens=12)
+    sweeps["random order"] = removal_sweep(
+        model, word, random_order(shape, seed=config.seed), target_tokens=[target], max_new_tokens=12
+    )
     sweep_rows = [
-        {"order": name, "switch step (target top-1)": sweep.switch_step,
-         "first change of continuation": sweep.change_step, "steps": len(sweep.steps)}
+        {
+            "order": name,
+            "switch step (target top-1)": sweep.switch_step,
+            "first change of continuation": sweep.change_step,
+            "steps": len(sweep.steps),
+        }
         for name, sweep in sweeps.items()
     ]
     report.heading(f"Removing heads one by one: {task.name}, input {word!r}, expected answer {answer!r}")
     report.table(
-        pd.DataFrame([{"removal order": r["order"],
-                       "heads removed when the answer becomes the top next token":
-                           step_or_never(r["switch step (target top-1)"]),
-                       "heads removed when the continuation first changes":
-                           step_or_never(r["first change of continuation"])}
-                      for r in sweep_rows]),
+        pd.DataFrame(
+            [
+                {
+                    "removal order": r["order"],
+                    "heads removed when the answer becomes the top next token": step_or_never(
+                        r["switch step (target top-1)"]
+                    ),
+                    "heads removed when the continuation first changes": step_or_never(
+                        r["first change of continuation"]
+                    ),
+                }
+                for r in sweep_rows
+            ]
+        ),
         caption=(
             f"Starting from the full model, heads are removed one at a time ({n_total} in all) and the model is "
             "run on the bare input after each removal. Weight order: least important heads first, by the learned "
@@ -281,16 +345,21 @@ def run_demo(config: DemoConfig) -> DemoResult:
     )
     for name, sweep in sweeps.items():
         slug = name.replace(" ", "_")
-        figure(rank_figure(sweep, title=f"Token ranks, {name}"), f"sweep_ranks_{slug}",
-               f"Rank of each tracked token among all next tokens after each removal ({name}); 1 = the model's "
-               "prediction, log scale. Thick line: the expected answer's first token; dotted: the full model's "
-               "top tokens. Vertical lines (named in the legend): dashed green when the answer becomes the prediction, "
-               "dash-dotted grey when the greedy continuation first differs from the full model's.")
-    figure(generation_table(sweeps["weight order"], title="Continuations where they change (weight order)"),
-           "sweep_generations",
-           "The model's greedy output after the given number of heads was removed in weight order, shown at each "
-           "step where it changes: from echoing or following the default behaviour to doing the task, and, when "
-           "too many heads are gone, to broken text.")
+        figure(
+            rank_figure(sweep, title=f"Token ranks, {name}"),
+            f"sweep_ranks_{slug}",
+            f"Rank of each tracked token among all next tokens after each removal ({name}); 1 = the model's "
+            "prediction, log scale. Thick line: the expected answer's first token; dotted: the full model's "
+            "top tokens. Vertical lines (named in the legend): dashed green when the answer becomes the prediction, "
+            "dash-dotted grey when the greedy continuation first differs from the full model's.",
+        )
+    figure(
+        generation_table(sweeps["weight order"], title="Continuations where they change (weight order)"),
+        "sweep_generations",
+        "The model's greedy output after the given number of heads was removed in weight order, shown at each "
+        "step where it changes: from echoing or following the default behaviour to doing the task, and, when "
+        "too many heads are gone, to broken text.",
+    )
 
     # 4. Similarity to the instructed run (Fig. 4) and the logit lens under the mask.
     print("similarity to the instructed run and logit lens ...", flush=True)
@@ -300,34 +369,54 @@ def run_demo(config: DemoConfig) -> DemoResult:
             "original vs instructed": layer_similarity(model, Setting(word), Setting(instructed)),
             "masked vs instructed": layer_similarity(model, Setting(word, mask=mask.values), Setting(instructed)),
             "masked vs masked + instructed": layer_similarity(
-                model, Setting(word, mask=mask.values), Setting(instructed, mask=mask.values)),
+                model, Setting(word, mask=mask.values), Setting(instructed, mask=mask.values)
+            ),
         }
         report.heading("Does the masked model think like the instructed one?")
-        figure(similarity_figure(tables, title="Cosine similarity per layer"), "similarity",
-               "Cosine similarity (-1 to 1; 1 = same direction) of the hidden state at the last input position, "
-               "per layer, between two runs. If the mask stands in for the instruction, 'masked vs instructed' "
-               "rises above 'original vs instructed', most clearly in the later layers.")
+        figure(
+            similarity_figure(tables, title="Cosine similarity per layer"),
+            "similarity",
+            "Cosine similarity (-1 to 1; 1 = same direction) of the hidden state at the last input position, "
+            "per layer, between two runs. If the mask stands in for the instruction, 'masked vs instructed' "
+            "rises above 'original vs instructed', most clearly in the later layers.",
+        )
     lens = logit_lens(model, word, k=5, mask=mask.values)
     report.heading("What each layer predicts under the mask (logit lens)")
-    figure(logit_lens_figure(lens, title=f"Logit lens, {task.name}, masked"), "logit_lens",
-           "Each row is a layer's residual stream read out as next-token probabilities (final norm applied): the "
-           "top 5 tokens, coloured by probability (0-1). Watch the layer where the answer appears.")
+    figure(
+        logit_lens_figure(lens, title=f"Logit lens, {task.name}, masked"),
+        "logit_lens",
+        "Each row is a layer's residual stream read out as next-token probabilities (final norm applied): the "
+        "top 5 tokens, coloured by probability (0-1). Watch the layer where the answer appears.",
+    )
 
     # 5. Files.
     print(f"writing the report, tables and figures to {out} ...", flush=True)
     tables_dir = stage.path / "tables"
-    for name, frame in {"summary": summary, "evaluation": evaluation, "sweeps": pd.DataFrame(sweep_rows),
-                        "generations": pd.concat(outputs, ignore_index=True)}.items():
+    for name, frame in {
+        "summary": summary,
+        "evaluation": evaluation,
+        "sweeps": pd.DataFrame(sweep_rows),
+        "generations": pd.concat(outputs, ignore_index=True),
+    }.items():
         atomic_write(tables_dir / f"{name}.csv", lambda tmp, frame=frame: frame.to_csv(tmp, index=False))
     for name, sweep in sweeps.items():
-        atomic_write(tables_dir / f"sweep_{name.replace(' ', '_')}.csv",
-                     lambda tmp, sweep=sweep: sweep.long().to_csv(tmp, index=False))
+        atomic_write(
+            tables_dir / f"sweep_{name.replace(' ', '_')}.csv",
+            lambda tmp, sweep=sweep: sweep.long().to_csv(tmp, index=False),
+        )
     seconds = time.perf_counter() - start
     report.note(f"Computed in {seconds:.0f} s with torch {torch.__version__} on {model.cfg.device}.")
     report.write(stage.path / "report.html")
     for error in sorted(png_errors):
         print(f"PNG figures not written (HTML written): {error}")
-    atomic_write_json(stage.path / "summary.json", {"seconds": seconds, "summary": summary.to_dict("records"),
-                                             "sweeps": sweep_rows, "png_figures": [Path(p).name for p in saved_pngs]})
+    atomic_write_json(
+        stage.path / "summary.json",
+        {
+            "seconds": seconds,
+            "summary": summary.to_dict("records"),
+            "sweeps": sweep_rows,
+            "png_figures": [Path(p).name for p in saved_pngs],
+        },
+    )
     stage.commit()
     return DemoResult(out=out, summary=summary, evaluations=evaluation, sweeps=sweeps, seconds=seconds)

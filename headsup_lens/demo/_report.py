@@ -49,8 +49,9 @@ class Report:
     def code(self, text: str) -> None:
         self._parts.append(f"<pre>{html.escape(text)}</pre>")
 
-    def table(self, frame: pd.DataFrame, float_format: str = "{:.3f}", index: bool = False,
-              caption: str | None = None) -> None:
+    def table(
+        self, frame: pd.DataFrame, float_format: str = "{:.3f}", index: bool = False, caption: str | None = None
+    ) -> None:
         formatters = {c: float_format.format for c in frame.columns if pd.api.types.is_float_dtype(frame[c])}
         self._parts.append(frame.to_html(index=index, formatters=formatters, border=0, na_rep="—"))
         if caption:

@@ -14,9 +14,9 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._warnings import warn
 from ..data import Task, encode_pairs, task_prompts
 from ..data._tokenize import collate, encode_prompt
-from ..masks import HeadMask
-from ..models import fingerprint, prompt_format, left_pad, pad_token_id, stop_token_ids
 from ..gates import Gate, gate_hooks
+from ..masks import HeadMask
+from ..models import fingerprint, left_pad, pad_token_id, prompt_format, stop_token_ids
 from ..training import answer_nll, length_batches
 from ._greedy import greedy_generate
 from ._metrics import bleu, first_line, rouge_l
@@ -47,8 +47,15 @@ REDUCTIONS = ("example", "token")
 
 
 def answer_nll_per_example(
-    model: TransformerBridge, task: Task, *, mask: MaskArg = None, alpha: float = 0.0, instructed: bool = False,
-    gate: Gate = "value", split: str = "eval", batch_size: int = 16,
+    model: TransformerBridge,
+    task: Task,
+    *,
+    mask: MaskArg = None,
+    alpha: float = 0.0,
+    instructed: bool = False,
+    gate: Gate = "value",
+    split: str = "eval",
+    batch_size: int = 16,
 ) -> tuple[Tensor, Tensor]:
     """Per example of the split: the summed answer cross-entropy (nats, end of turn included) and
     the number of answer tokens, both `[n_examples]` float64. Only answer positions are unembedded;
@@ -63,7 +70,9 @@ def answer_nll_per_example(
     for chunk in length_batches(model, rows, max_rows=batch_size):
         batch = collate([rows[i] for i in chunk], pad_id=pad_id, device=model.cfg.device)
         with torch.no_grad():
-            nll, owner = answer_nll(model, batch, gate_hooks(model, _rows_of(mask, chunk, len(rows)), alpha=alpha, gate=gate))
+            nll, owner = answer_nll(
+                model, batch, gate_hooks(model, _rows_of(mask, chunk, len(rows)), alpha=alpha, gate=gate)
+            )
         owner = torch.tensor(chunk)[owner.cpu()]
         sums.index_add_(0, owner, nll.double().cpu())
         counts.index_add_(0, owner, torch.ones_like(owner, dtype=torch.float64))
@@ -81,8 +90,16 @@ def reduce_nll(sums: Tensor, counts: Tensor, reduction: Reduction = "example") -
 
 
 def answer_loss(
-    model: TransformerBridge, task: Task, *, mask: MaskArg = None, alpha: float = 0.0, instructed: bool = False,
-    gate: Gate = "value", split: str = "eval", batch_size: int = 16, reduction: Reduction = "example",
+    model: TransformerBridge,
+    task: Task,
+    *,
+    mask: MaskArg = None,
+    alpha: float = 0.0,
+    instructed: bool = False,
+    gate: Gate = "value",
+    split: str = "eval",
+    batch_size: int = 16,
+    reduction: Reduction = "example",
 ) -> float:
     """Answer cross-entropy (nats, end-of-turn token included): the paper's "PPL".
 
@@ -92,14 +109,22 @@ def answer_loss(
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
-    sums, counts = answer_nll_per_example(model, task, mask=mask, alpha=alpha, instructed=instructed, gate=gate,
-                                          split=split, batch_size=batch_size)
+    sums, counts = answer_nll_per_example(
+        model, task, mask=mask, alpha=alpha, instructed=instructed, gate=gate, split=split, batch_size=batch_size
+    )
     return reduce_nll(sums, counts, reduction)
 
 
 def generate_answers(
-    model: TransformerBridge, prompts: Sequence[list[int]], *, mask: MaskArg = None, alpha: float = 0.0,
-    gate: Gate = "value", max_new_tokens: int = 10, batch_size: int = 16, progress: str | None = None,
+    model: TransformerBridge,
+    prompts: Sequence[list[int]],
+    *,
+    mask: MaskArg = None,
+    alpha: float = 0.0,
+    gate: Gate = "value",
+    max_new_tokens: int = 10,
+    batch_size: int = 16,
+    progress: str | None = None,
 ) -> list[str]:
     """Greedy continuations of tokenised prompts, batched and left-padded, cut at the end of the turn.
     `progress`, when given, labels a progress bar over the batches (long runs show a sign of life).
@@ -121,34 +146,74 @@ def generate_answers(
     for chunk in tqdm(chunks, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True):
         rows = [order[i] for i in chunk]
         ids, attention = left_pad([prompts[i] for i in rows], pad_id=pad_token_id(model), device=model.cfg.device)
-        result = greedy_generate(model, ids, attention, max_new_tokens=max_new_tokens, stops=stops,
-                                 mask=mask[rows] if per_row else mask, alpha=alpha, gate=gate)
+        result = greedy_generate(
+            model,
+            ids,
+            attention,
+            max_new_tokens=max_new_tokens,
+            stops=stops,
+            mask=mask[rows] if per_row else mask,
+            alpha=alpha,
+            gate=gate,
+        )
         for i, tokens in zip(rows, result.tokens):
             out[i] = tokenizer.decode(tokens, skip_special_tokens=True)
     return out
 
 
 def generations(
-    model: TransformerBridge, task: Task, *, mask: MaskArg = None, alpha: float = 0.0, instructed: bool = False,
-    gate: Gate = "value", split: str = "eval", max_new_tokens: int | None = None, batch_size: int = 16,
+    model: TransformerBridge,
+    task: Task,
+    *,
+    mask: MaskArg = None,
+    alpha: float = 0.0,
+    instructed: bool = False,
+    gate: Gate = "value",
+    split: str = "eval",
+    max_new_tokens: int | None = None,
+    batch_size: int = 16,
 ) -> list[str]:
     """Greedy generations for every example of a task split (see `generate_answers`)."""
     users, shots, _ = task_prompts(task, split, instructed)
     template = prompt_format(model)
     prompts = [encode_prompt(model, u, s, template=template) for u, s in zip(users, shots)]
-    return generate_answers(model, prompts, mask=mask, alpha=alpha, gate=gate, batch_size=batch_size,
-                            max_new_tokens=max_new_tokens or task.max_new_tokens)
+    return generate_answers(
+        model,
+        prompts,
+        mask=mask,
+        alpha=alpha,
+        gate=gate,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens or task.max_new_tokens,
+    )
 
 
 def accuracy(
-    model: TransformerBridge, task: Task, *, mask: MaskArg = None, alpha: float = 0.0, instructed: bool = False,
-    gate: Gate = "value", split: str = "eval", max_new_tokens: int | None = None, batch_size: int = 16,
+    model: TransformerBridge,
+    task: Task,
+    *,
+    mask: MaskArg = None,
+    alpha: float = 0.0,
+    instructed: bool = False,
+    gate: Gate = "value",
+    split: str = "eval",
+    max_new_tokens: int | None = None,
+    batch_size: int = 16,
 ) -> float:
     """Fraction of greedy generations that the task's matcher accepts (`max_new_tokens` new tokens;
     default the task's budget: 10 for simple tasks, 50 for sentence translation)."""
     answers = task_prompts(task, split, instructed)[2]
-    texts = generations(model, task, mask=mask, alpha=alpha, instructed=instructed, gate=gate, split=split,
-                        max_new_tokens=max_new_tokens, batch_size=batch_size)
+    texts = generations(
+        model,
+        task,
+        mask=mask,
+        alpha=alpha,
+        instructed=instructed,
+        gate=gate,
+        split=split,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+    )
     return sum(task.is_correct(t, a) for t, a in zip(texts, answers)) / len(answers)
 
 
@@ -165,12 +230,23 @@ MASK_SETTINGS = ("masked", "random mask", "other model's mask", "instructed + sc
 
 
 def evaluate(
-    model: TransformerBridge, task: Task, mask: HeadMask | Tensor, *, other_mask: HeadMask | Tensor | None = None,
+    model: TransformerBridge,
+    task: Task,
+    mask: HeadMask | Tensor,
+    *,
+    other_mask: HeadMask | Tensor | None = None,
     alpha: float = 0.25,
-    gate: Gate = "value", split: str = "eval", max_new_tokens: int | None = None, batch_size: int = 16,
-    random_seed: int = 0, generate: bool = True, text_metrics: bool | None = None,
-    text_style: str = "paper", on_row: Callable[[pd.DataFrame], None] | None = None,
-    return_generations: bool = False, settings: Sequence[str] | None = None,
+    gate: Gate = "value",
+    split: str = "eval",
+    max_new_tokens: int | None = None,
+    batch_size: int = 16,
+    random_seed: int = 0,
+    generate: bool = True,
+    text_metrics: bool | None = None,
+    text_style: str = "paper",
+    on_row: Callable[[pd.DataFrame], None] | None = None,
+    return_generations: bool = False,
+    settings: Sequence[str] | None = None,
 ) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """The paper's comparison table for one task and mask, one row per setting.
 
@@ -225,8 +301,10 @@ def evaluate(
     if rows_wanted is not None:
         unknown = sorted(set(rows_wanted) - {name for name, *_ in settings} - set(control_names))
         if unknown:
-            raise ValueError(f"settings: unknown or unavailable for this task and gate: {unknown}; "
-                             f"choose from {[name for name, *_ in settings] + control_names}")
+            raise ValueError(
+                f"settings: unknown or unavailable for this task and gate: {unknown}; "
+                f"choose from {[name for name, *_ in settings] + control_names}"
+            )
         settings = [s for s in settings if s[0] in rows_wanted]
     if text_style not in TEXT_STYLES:
         raise ValueError(f"text_style must be one of {TEXT_STYLES}, not {text_style!r}")
@@ -243,14 +321,20 @@ def evaluate(
             for reference in ("original", "instructed"):  # paired tests on the same examples
                 scores[f"p_vs_{reference}"] = (
                     mcnemar_exact(per["correct"], per_example[reference]["correct"])
-                    if record["setting"] in MASK_SETTINGS and reference in per_example else float("nan"))
-            record.update(dict(sorted(scores.items(), key=lambda kv: kv[0] in ("balanced_accuracy", "predicted_labels"))))
+                    if record["setting"] in MASK_SETTINGS and reference in per_example
+                    else float("nan")
+                )
+            record.update(
+                dict(sorted(scores.items(), key=lambda kv: kv[0] in ("balanced_accuracy", "predicted_labels")))
+            )
             if text_metrics and text_style == "paper":
                 record.update(rouge_l=paper_rouge_l(texts, answers), bleu=paper_bleu(texts, answers))
             elif text_metrics:
                 lines = [first_line(t) for t in texts]
-                record.update(rouge_l_first_line=rouge_l(lines, answers, char_level=task.char_level),
-                              sacrebleu_first_line=bleu(lines, answers, char_level=task.char_level))
+                record.update(
+                    rouge_l_first_line=rouge_l(lines, answers, char_level=task.char_level),
+                    sacrebleu_first_line=bleu(lines, answers, char_level=task.char_level),
+                )
             if task.is_translation:
                 record["target_language_share"] = target_language_share(texts, task.target_language)
         records.append(record)
@@ -258,31 +342,57 @@ def evaluate(
             on_row(pd.DataFrame.from_records(records))
 
     for name, setting_mask, setting_alpha, instructed in settings:
-        options = dict(mask=setting_mask, alpha=setting_alpha, instructed=instructed, gate=gate, split=split,
-                       batch_size=batch_size)
+        options = dict(
+            mask=setting_mask, alpha=setting_alpha, instructed=instructed, gate=gate, split=split, batch_size=batch_size
+        )
         sums, counts = answer_nll_per_example(model, task, **options)
-        record = {"task": task.name, "mask_task": mask_task, "setting": name, "instructed": instructed, "alpha": setting_alpha,
-                  "n_kept": setting_mask.n_kept if setting_mask is not None else model.cfg.n_layers * model.cfg.n_heads,
-                  "n_examples": len(answers), "answer_nll": reduce_nll(sums, counts, "example"),
-                  "perplexity": math.exp(reduce_nll(sums, counts, "token"))}
+        record = {
+            "task": task.name,
+            "mask_task": mask_task,
+            "setting": name,
+            "instructed": instructed,
+            "alpha": setting_alpha,
+            "n_kept": setting_mask.n_kept if setting_mask is not None else model.cfg.n_layers * model.cfg.n_heads,
+            "n_examples": len(answers),
+            "answer_nll": reduce_nll(sums, counts, "example"),
+            "perplexity": math.exp(reduce_nll(sums, counts, "token")),
+        }
         add(record, generations(model, task, max_new_tokens=max_new_tokens, **options) if generate else [])
     if generate:
         controls = {"echo baseline": list(inputs)}
         if labels is not None:
             majority = majority_label(task, labels, split)
-            controls["majority label"] = [majority if labels.kind == "answer" else x.split(",")[int(majority) - 1].strip()
-                                          for x in inputs]
+            controls["majority label"] = [
+                majority if labels.kind == "answer" else x.split(",")[int(majority) - 1].strip() for x in inputs
+            ]
         for name, texts in controls.items():
             if rows_wanted is not None and name not in rows_wanted:
                 continue
-            record = {"task": task.name, "setting": name, "instructed": False, "alpha": float("nan"),
-                      "n_kept": float("nan"), "n_examples": len(answers), "answer_nll": float("nan"),
-                      "perplexity": float("nan")}
+            record = {
+                "task": task.name,
+                "setting": name,
+                "instructed": False,
+                "alpha": float("nan"),
+                "n_kept": float("nan"),
+                "n_examples": len(answers),
+                "answer_nll": float("nan"),
+                "perplexity": float("nan"),
+            }
             add(record, texts)
     table = pd.DataFrame.from_records(records)
     if not return_generations:
         return table
-    rows = [{"task": task.name, "setting": name, "example": i, "input": inputs[i], "answer": answers[i],
-             "output": text, **{key: values[i] for key, values in per_example[name].items()}}
-            for name, texts in texts_of.items() for i, text in enumerate(texts)]
+    rows = [
+        {
+            "task": task.name,
+            "setting": name,
+            "example": i,
+            "input": inputs[i],
+            "answer": answers[i],
+            "output": text,
+            **{key: values[i] for key, values in per_example[name].items()},
+        }
+        for name, texts in texts_of.items()
+        for i, text in enumerate(texts)
+    ]
     return table, pd.DataFrame.from_records(rows)

@@ -112,12 +112,18 @@ def greedy_generate(
                 logits, cache = model(ids, return_type="logits_and_cache", use_cache=True, **kwargs, **keep_last)
             first_logits = logits[:, -1].float().cpu()
             running, length = attention_mask, ids.shape[1]
+            next_ids = logits[:, -1].argmax(-1)  # the first new token; later ones come from cached steps
             for step in range(max_new_tokens):
                 if step:
-                    logits, cache = model(next_ids[:, None], return_type="logits_and_cache", past_key_values=cache,
-                                          use_cache=True, **_cached_step_inputs(running, len(active), length, derive, device),
-                                          **keep_last)
-                next_ids = logits[:, -1].argmax(-1)
+                    logits, cache = model(
+                        next_ids[:, None],
+                        return_type="logits_and_cache",
+                        past_key_values=cache,
+                        use_cache=True,
+                        **_cached_step_inputs(running, len(active), length, derive, device),
+                        **keep_last,
+                    )
+                    next_ids = logits[:, -1].argmax(-1)
                 for row, token in zip(active.tolist(), next_ids.tolist()):
                     new_tokens[row].append(token)
                 length += 1
@@ -136,7 +142,8 @@ def greedy_generate(
                         gate_scope.close()
                         gate_scope = contextlib.ExitStack()
                         gate_scope.enter_context(
-                            model.hooks(fwd_hooks=gate_hooks(model, mask[active], alpha=alpha, gate=gate)))
+                            model.hooks(fwd_hooks=gate_hooks(model, mask[active], alpha=alpha, gate=gate))
+                        )
     finally:
         gate_scope.close()
     return GreedyOutput(tokens=cut_at_stop(new_tokens, stops), first_logits=first_logits)

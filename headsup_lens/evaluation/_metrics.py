@@ -39,7 +39,9 @@ def rouge_l(predictions: Sequence[str], references: Sequence[str], *, char_level
 def bleu(predictions: Sequence[str], references: Sequence[str], *, char_level: bool = False) -> float:
     """Corpus BLEU (sacrebleu; its Chinese tokenizer when `char_level`), on a 0-100 scale."""
     _check(predictions, references)
-    return float(sacrebleu.corpus_bleu(list(predictions), [list(references)], tokenize="zh" if char_level else "13a").score)
+    return float(
+        sacrebleu.corpus_bleu(list(predictions), [list(references)], tokenize="zh" if char_level else "13a").score
+    )
 
 
 def first_line(text: str) -> str:

@@ -59,7 +59,9 @@ def schedule_curve(
     saved, logits = load_trajectory(Path(run_dir), task=task.name)
     wanted = sorted({s for s in steps if s in saved} | ({saved[-1]} if latest else set()))
     if not wanted:
-        raise ValueError(f"none of the steps {list(steps)} has a checkpoint in {run_dir} (saved: {saved[0]}..{saved[-1]})")
+        raise ValueError(
+            f"none of the steps {list(steps)} has a checkpoint in {run_dir} (saved: {saved[0]}..{saved[-1]})"
+        )
     answers = task_prompts(task, split, False)[2]
     pairs = [task.pairs[i] for i in task.split_indices(split)]
     identity = fingerprint(model)
@@ -67,14 +69,22 @@ def schedule_curve(
     rows, texts, masks = [], [], {}
     for step in wanted:
         mask = masks[step] = HeadMask.from_logits(logits[saved.index(step)], identity, task=task.name, step=step)
-        generated = generations(model, task, mask=mask, split=split, max_new_tokens=task.max_new_tokens,
-                                batch_size=batch_size)
+        generated = generations(
+            model, task, mask=mask, split=split, max_new_tokens=task.max_new_tokens, batch_size=batch_size
+        )
         scores, per = score_outputs(task, generated, [x for x, _ in pairs], answers, labels)
-        row = {"step": step, "heads_kept": mask.n_kept, "n": len(answers), **scores,
-               "answer_nll": answer_loss(model, task, mask=mask, split=split, batch_size=batch_size)}
+        row = {
+            "step": step,
+            "heads_kept": mask.n_kept,
+            "n": len(answers),
+            **scores,
+            "answer_nll": answer_loss(model, task, mask=mask, split=split, batch_size=batch_size),
+        }
         for name, metric in (metrics or {}).items():
             row[name] = metric(model, task, mask, generated)
         rows.append(row)
-        texts += [{"step": step, "input": x, "answer": y, "generation": g, "correct": c, "strict": s, "echo": e}
-                  for (x, y), g, c, s, e in zip(pairs, generated, per["correct"], per["strict"], per["echo"])]
+        texts += [
+            {"step": step, "input": x, "answer": y, "generation": g, "correct": c, "strict": s, "echo": e}
+            for (x, y), g, c, s, e in zip(pairs, generated, per["correct"], per["strict"], per["echo"])
+        ]
     return ScheduleCurve(table=pd.DataFrame(rows), generations=pd.DataFrame(texts), masks=masks)

@@ -44,7 +44,7 @@ def is_strict(output: str, answer: str) -> bool:
 
 def _contains_words(words: Sequence[str], phrase: Sequence[str]) -> bool:
     n = len(phrase)
-    return n > 0 and any(list(words[i:i + n]) == list(phrase) for i in range(len(words) - n + 1))
+    return n > 0 and any(list(words[i : i + n]) == list(phrase) for i in range(len(words) - n + 1))
 
 
 def is_echo(output: str, user_input: str) -> bool:
@@ -101,8 +101,11 @@ class Labels:
     def predicted(self, output: str, user_input: str) -> str:
         """The label whose words occur first in the output (`NO_LABEL` when none does)."""
         words = normalize(output, casefold=True).split()  # "Positive" names the label "positive"
-        candidates = ({str(i + 1): item for i, item in enumerate(_items(user_input))} if self.kind == "choice"
-                      else {v: normalize(v, casefold=True) for v in self.values})
+        candidates = (
+            {str(i + 1): item for i, item in enumerate(_items(user_input))}
+            if self.kind == "choice"
+            else {v: normalize(v, casefold=True) for v in self.values}
+        )
         first = {label: _first_position(words, phrase.split()) for label, phrase in candidates.items()}
         found = {label: p for label, p in first.items() if p is not None}
         # Earliest occurrence; at the same position the longer phrase ("ice hockey" over "hockey").
@@ -115,7 +118,7 @@ def _items(user_input: str) -> list[str]:
 
 def _first_position(words: Sequence[str], phrase: Sequence[str]) -> int | None:
     n = len(phrase)
-    return next((i for i in range(len(words) - n + 1) if n and list(words[i:i + n]) == list(phrase)), None)
+    return next((i for i in range(len(words) - n + 1) if n and list(words[i : i + n]) == list(phrase)), None)
 
 
 def task_labels(task: Task) -> Labels | None:
@@ -131,8 +134,9 @@ def balanced_accuracy(gold: Sequence[str], predicted: Sequence[str]) -> float:
     """Mean over the gold labels present of the fraction of their examples predicted as that label."""
     if len(gold) != len(predicted) or not gold:
         raise ValueError(f"need equally many gold and predicted labels, got {len(gold)} and {len(predicted)}")
-    recalls = [sum(g == p for g, p in zip(gold, predicted) if g == label) / count
-               for label, count in Counter(gold).items()]
+    recalls = [
+        sum(g == p for g, p in zip(gold, predicted) if g == label) / count for label, count in Counter(gold).items()
+    ]
     return sum(recalls) / len(recalls)
 
 
@@ -149,7 +153,11 @@ def majority_label(task: Task, labels: Labels, split: str = "eval") -> str:
 
 
 def score_outputs(
-    task: Task, outputs: Sequence[str], inputs: Sequence[str], answers: Sequence[str], labels: Labels | None = None,
+    task: Task,
+    outputs: Sequence[str],
+    inputs: Sequence[str],
+    answers: Sequence[str],
+    labels: Labels | None = None,
 ) -> tuple[dict[str, float | int | str], dict[str, list]]:
     """Every score of one setting's outputs: (row columns, per-example columns).
 
@@ -159,13 +167,16 @@ def score_outputs(
     Per example: `correct`, `strict`, `echo`, `empty` and for label tasks `gold_label` / `predicted_label`.
     """
     if not len(outputs) == len(inputs) == len(answers) or not outputs:
-        raise ValueError(f"need equally many outputs, inputs and answers, got {len(outputs)}, {len(inputs)}, "
-                         f"{len(answers)}")
+        raise ValueError(
+            f"need equally many outputs, inputs and answers, got {len(outputs)}, {len(inputs)}, {len(answers)}"
+        )
     n = len(outputs)
-    per = {"correct": [task.is_correct(o, a) for o, a in zip(outputs, answers)],
-           "strict": [is_strict(o, a) for o, a in zip(outputs, answers)],
-           "echo": [is_echo(o, x) for o, x in zip(outputs, inputs)],
-           "empty": [is_empty(o) for o in outputs]}
+    per = {
+        "correct": [task.is_correct(o, a) for o, a in zip(outputs, answers)],
+        "strict": [is_strict(o, a) for o, a in zip(outputs, answers)],
+        "echo": [is_echo(o, x) for o, x in zip(outputs, inputs)],
+        "empty": [is_empty(o) for o in outputs],
+    }
     row: dict[str, float | int | str] = {}
     for column, key in (("accuracy", "correct"), ("strict", "strict")):
         hits = sum(per[key])

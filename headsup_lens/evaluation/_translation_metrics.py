@@ -52,8 +52,9 @@ class _SacrebleuZh:
 def _rouge_tokenizer(tokenizer: object) -> Tokenizer:
     if isinstance(tokenizer, str):
         if tokenizer != DEFAULT_ROUGE_TOKENIZER:
-            raise ValueError(f"tokenizer must be {DEFAULT_ROUGE_TOKENIZER!r} or an object with .tokenize(text), "
-                             f"not {tokenizer!r}")
+            raise ValueError(
+                f"tokenizer must be {DEFAULT_ROUGE_TOKENIZER!r} or an object with .tokenize(text), not {tokenizer!r}"
+            )
         return _SacrebleuZh()
     if not callable(getattr(tokenizer, "tokenize", None)):
         raise ValueError(f"tokenizer must have a .tokenize(text) method, got {type(tokenizer).__name__}")
@@ -61,14 +62,20 @@ def _rouge_tokenizer(tokenizer: object) -> Tokenizer:
 
 
 def paper_rouge_l(
-    predictions: Sequence[str], references: Sequence[str], *, tokenizer: str | Tokenizer = DEFAULT_ROUGE_TOKENIZER,
+    predictions: Sequence[str],
+    references: Sequence[str],
+    *,
+    tokenizer: str | Tokenizer = DEFAULT_ROUGE_TOKENIZER,
 ) -> float:
     """Mean ROUGE-L F1 of each whole generation against its reference (see the module docstring)."""
     return sum(paper_rouge_l_scores(predictions, references, tokenizer=tokenizer)) / len(predictions)
 
 
 def paper_rouge_l_scores(
-    predictions: Sequence[str], references: Sequence[str], *, tokenizer: str | Tokenizer = DEFAULT_ROUGE_TOKENIZER,
+    predictions: Sequence[str],
+    references: Sequence[str],
+    *,
+    tokenizer: str | Tokenizer = DEFAULT_ROUGE_TOKENIZER,
 ) -> list[float]:
     """ROUGE-L F1 of each generation (`paper_rouge_l` before the mean)."""
     from rouge_score import rouge_scorer
@@ -108,13 +115,17 @@ def _sentence_bleu(reference: str, hypothesis: str, segmentation: str) -> float:
     from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
     if segmentation == "words":
-        return float(sentence_bleu([reference.split()], hypothesis.split(),
-                                   smoothing_function=SmoothingFunction().method1))
+        return float(
+            sentence_bleu([reference.split()], hypothesis.split(), smoothing_function=SmoothingFunction().method1)
+        )
     return float(sentence_bleu([reference], hypothesis, smoothing_function=SmoothingFunction().method1))
 
 
 def paper_bleu_scores(
-    predictions: Sequence[str], references: Sequence[str], *, segmentation: str = "characters",
+    predictions: Sequence[str],
+    references: Sequence[str],
+    *,
+    segmentation: str = "characters",
 ) -> list[float]:
     """Table 8's BLEU of each generation (0-1): the best of its "\\n\\n" paragraphs."""
     import warnings
@@ -127,13 +138,17 @@ def paper_bleu_scores(
         warnings.simplefilter("ignore")  # NLTK warns on every hypothesis with no matching n-gram order
         for prediction, reference in zip(predictions, references):
             target = bleu_reference(reference)
-            scores.append(max(_sentence_bleu(target, bleu_clean(part), segmentation)
-                              for part in prediction.split("\n\n")))
+            scores.append(
+                max(_sentence_bleu(target, bleu_clean(part), segmentation) for part in prediction.split("\n\n"))
+            )
     return scores
 
 
 def paper_bleu(
-    predictions: Sequence[str], references: Sequence[str], *, segmentation: str = "characters",
+    predictions: Sequence[str],
+    references: Sequence[str],
+    *,
+    segmentation: str = "characters",
 ) -> float:
     """Mean over examples of Table 8's sentence BLEU, 0-1 (see the module docstring)."""
     return sum(paper_bleu_scores(predictions, references, segmentation=segmentation)) / len(predictions)

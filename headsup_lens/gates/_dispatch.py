@@ -38,7 +38,9 @@ def gate_hooks(
     if mean is not None:
         raise ValueError("mean ablation is defined for the value gate only")
     if alpha != 0.0:
-        raise ValueError(f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0")
+        raise ValueError(
+            f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0"
+        )
     verify_query_gate(model)
     hooks = query_gate_hooks(model, mask)
     if mlp is None and isinstance(mask, HeadMask):
@@ -47,8 +49,15 @@ def gate_hooks(
 
 
 @contextlib.contextmanager
-def gated(model: TransformerBridge, mask: HeadMask | Tensor | None, *, alpha: float = 0.0,
-          gate: Gate = "value", mlp: Tensor | None = None, mean: Tensor | None = None) -> Iterator[TransformerBridge]:
+def gated(
+    model: TransformerBridge,
+    mask: HeadMask | Tensor | None,
+    *,
+    alpha: float = 0.0,
+    gate: Gate = "value",
+    mlp: Tensor | None = None,
+    mean: Tensor | None = None,
+) -> Iterator[TransformerBridge]:
     """Context manager form of `gate_hooks`; a no-op for `mask=None`."""
     hooks = gate_hooks(model, mask, alpha=alpha, gate=gate, mlp=mlp, mean=mean)
     if not hooks:

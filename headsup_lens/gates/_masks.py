@@ -30,8 +30,12 @@ def require_hook_points(model: TransformerBridge) -> None:
     if model in _HOOKS_FOUND:
         return
     hook_dict = model.hook_dict
-    missing = [f"blocks.{layer}.{name}" for layer in range(model.cfg.n_layers) for name in GATE_HOOKS
-               if f"blocks.{layer}.{name}" not in hook_dict]
+    missing = [
+        f"blocks.{layer}.{name}"
+        for layer in range(model.cfg.n_layers)
+        for name in GATE_HOOKS
+        if f"blocks.{layer}.{name}" not in hook_dict
+    ]
     if missing:
         from importlib.metadata import version
 

@@ -39,7 +39,9 @@ def write_safetensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor],
     return atomic_write(path, lambda tmp: tmp.write_bytes(data))
 
 
-def read_safetensors(path: str | os.PathLike, what: str = "safetensors file") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def read_safetensors(
+    path: str | os.PathLike, what: str = "safetensors file"
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Tensors and metadata of `path`; a missing, truncated or corrupted file is a ValueError naming it."""
     path = Path(path)
     if path.is_dir():
@@ -61,13 +63,17 @@ def read_safetensors(path: str | os.PathLike, what: str = "safetensors file") ->
     try:
         header = json.loads(data[_LENGTH_BYTES : _LENGTH_BYTES + length])
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{what} {str(path)!r} has a malformed JSON header ({error}); the file is corrupted") from error
+        raise ValueError(
+            f"{what} {str(path)!r} has a malformed JSON header ({error}); the file is corrupted"
+        ) from error
     if not isinstance(header, dict):
         raise ValueError(f"{what} {str(path)!r} has a malformed header (a JSON object was expected)")
     ends = [
         entry["data_offsets"][1]
         for key, entry in header.items()
-        if key != "__metadata__" and isinstance(entry, dict) and isinstance(entry.get("data_offsets"), list)
+        if key != "__metadata__"
+        and isinstance(entry, dict)
+        and isinstance(entry.get("data_offsets"), list)
         and len(entry["data_offsets"]) == 2
     ]
     available = len(data) - _LENGTH_BYTES - length

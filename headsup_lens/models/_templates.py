@@ -60,8 +60,9 @@ class PromptFormat:
         shot_end = self.end_of_turn if self.shot_end is None else self.shot_end
         text = self.prefix
         for shot_x, shot_y in shots:
-            text += (f"{self.clean(shot_x)}{self.suffix}{self.answer_prefix}{self.clean(shot_y)}"
-                     f"{shot_end}{self.next_turn}")
+            text += (
+                f"{self.clean(shot_x)}{self.suffix}{self.answer_prefix}{self.clean(shot_y)}{shot_end}{self.next_turn}"
+            )
         return f"{text}{self.clean(x)}{self.suffix}"
 
     def answer(self, y: str) -> str:
@@ -72,21 +73,32 @@ class PromptFormat:
 # The reference code's templates, by model family (train_mask.py of the paper's repository).
 PAPER_FORMATS: dict[str, PromptFormat] = {
     "llama3": PromptFormat(
-        "llama3", prefix="<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n",
-        suffix="<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", end_of_turn="<|eot_id|>",
-        next_turn="<|start_header_id|>user<|end_header_id|>\n\n"),
+        "llama3",
+        prefix="<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n",
+        suffix="<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+        end_of_turn="<|eot_id|>",
+        next_turn="<|start_header_id|>user<|end_header_id|>\n\n",
+    ),
     "chatml": PromptFormat(
-        "chatml", prefix="<|im_start|>user\n", suffix="<|im_end|>\n<|im_start|>assistant\n",
-        end_of_turn="<|im_end|>", next_turn="\n<|im_start|>user\n"),
+        "chatml",
+        prefix="<|im_start|>user\n",
+        suffix="<|im_end|>\n<|im_start|>assistant\n",
+        end_of_turn="<|im_end|>",
+        next_turn="\n<|im_start|>user\n",
+    ),
     "mistral": PromptFormat(
-        "mistral", prefix="<s>[INST] ", suffix="[/INST]", end_of_turn="</s>", next_turn="[INST] ",
-        answer_prefix=" "),
+        "mistral", prefix="<s>[INST] ", suffix="[/INST]", end_of_turn="</s>", next_turn="[INST] ", answer_prefix=" "
+    ),
     "phi3": PromptFormat(
-        "phi3", prefix="<|user|>\n", suffix="<|end|>\n<|assistant|>\n", end_of_turn="<|end|>",
-        next_turn="\n<|user|>\n"),
+        "phi3", prefix="<|user|>\n", suffix="<|end|>\n<|assistant|>\n", end_of_turn="<|end|>", next_turn="\n<|user|>\n"
+    ),
     "gemma2": PromptFormat(
-        "gemma2", prefix="<bos><start_of_turn>user\n", suffix="<end_of_turn>\n<start_of_turn>model\n",
-        end_of_turn="<end_of_turn>", next_turn="\n<start_of_turn>user\n"),
+        "gemma2",
+        prefix="<bos><start_of_turn>user\n",
+        suffix="<end_of_turn>\n<start_of_turn>model\n",
+        end_of_turn="<end_of_turn>",
+        next_turn="\n<start_of_turn>user\n",
+    ),
 }
 
 # Markers of each family in a tokenizer's chat template, checked in this order.
@@ -117,8 +129,14 @@ def detect_family(tokenizer) -> str | None:
 def plain_format(tokenizer, *, prepend_bos: bool = True) -> PromptFormat:
     """The paper's format for base models: `"{x}\n\n"`, answer, then the EOS token; BOS is
     prepended when the tokenizer has one and the model uses it (`prepend_bos`)."""
-    return PromptFormat("plain", prefix="", suffix="\n\n", end_of_turn=tokenizer.eos_token or "",
-                        shot_end="\n\n", add_bos=bool(tokenizer.bos_token) and prepend_bos)
+    return PromptFormat(
+        "plain",
+        prefix="",
+        suffix="\n\n",
+        end_of_turn=tokenizer.eos_token or "",
+        shot_end="\n\n",
+        add_bos=bool(tokenizer.bos_token) and prepend_bos,
+    )
 
 
 def tokenizer_format(tokenizer, system: str | None = None) -> PromptFormat:
@@ -132,23 +150,29 @@ def tokenizer_format(tokenizer, system: str | None = None) -> PromptFormat:
         return tokenizer.apply_chat_template(head + messages, add_generation_prompt=generation, tokenize=False)
 
     one = apply([{"role": "user", "content": _ANSWER_PROBE}], True)
-    turns = apply([{"role": "user", "content": _ANSWER_PROBE}, {"role": "assistant", "content": _SECOND_PROBE},
-                   {"role": "user", "content": _THIRD_PROBE}], True)
+    turns = apply(
+        [
+            {"role": "user", "content": _ANSWER_PROBE},
+            {"role": "assistant", "content": _SECOND_PROBE},
+            {"role": "user", "content": _THIRD_PROBE},
+        ],
+        True,
+    )
     prefix, suffix = one.split(_ANSWER_PROBE)
     between = turns.split(_SECOND_PROBE)[1].split(_THIRD_PROBE)[0]  # end of turn + next user opener
     closed = apply([{"role": "user", "content": "u"}, {"role": "assistant", "content": _SECOND_PROBE}], False)
     end_of_turn = closed.split(_SECOND_PROBE)[1].rstrip("\n") or (tokenizer.eos_token or "")
-    next_turn = between[len(end_of_turn):] if between.startswith(end_of_turn) else between
+    next_turn = between[len(end_of_turn) :] if between.startswith(end_of_turn) else between
     return PromptFormat("chat_template", prefix=prefix, suffix=suffix, end_of_turn=end_of_turn, next_turn=next_turn)
 
 
-def format_for(
-    tokenizer, style: str = "paper", *, system: str | None = None, prepend_bos: bool = True
-) -> PromptFormat:
+def format_for(tokenizer, style: str = "paper", *, system: str | None = None, prepend_bos: bool = True) -> PromptFormat:
     """The prompt format of a tokenizer in a style (see `set_prompt_format`)."""
     if style == "paper":
         if system is not None:
-            raise ValueError("system= applies to the 'chat_template' style only; the paper's format has no system block")
+            raise ValueError(
+                "system= applies to the 'chat_template' style only; the paper's format has no system block"
+            )
         family = detect_family(tokenizer)
         if family == "plain":
             return plain_format(tokenizer, prepend_bos=prepend_bos)
@@ -173,8 +197,9 @@ def set_prompt_format(
     if isinstance(style, PromptFormat):
         chosen = style
     else:
-        chosen = format_for(model.tokenizer, style, system=system,
-                            prepend_bos=bool(getattr(model.cfg, "default_prepend_bos", True)))
+        chosen = format_for(
+            model.tokenizer, style, system=system, prepend_bos=bool(getattr(model.cfg, "default_prepend_bos", True))
+        )
     object.__setattr__(model, _ATTRIBUTE, chosen)  # plain attribute: not a module, parameter or buffer
     return chosen
 
@@ -199,10 +224,17 @@ def encode(model: TransformerBridge, text: str, *, add_bos: bool) -> list[int]:
         plain = text
         for token in sorted(tokenizer.all_special_tokens, key=len, reverse=True):
             plain = plain.replace(token, " ")  # special tokens written as text are meant
-        bad = sorted({c for c in set(plain) if not c.isspace()
-                      and suspicious & set(tokenizer(c, add_special_tokens=False)["input_ids"])})
+        bad = sorted(
+            {
+                c
+                for c in set(plain)
+                if not c.isspace() and suspicious & set(tokenizer(c, add_special_tokens=False)["input_ids"])
+            }
+        )
         if bad:
-            raise ValueError(f"the text {text[:80]!r} has characters this model's tokenizer cannot encode: {''.join(bad)!r}")
+            raise ValueError(
+                f"the text {text[:80]!r} has characters this model's tokenizer cannot encode: {''.join(bad)!r}"
+            )
     if add_bos and tokenizer.bos_token_id is not None and (not ids or ids[0] != tokenizer.bos_token_id):
         ids = [tokenizer.bos_token_id, *ids]
     return list(ids)
@@ -243,8 +275,8 @@ def left_pad(
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
-        ids[i, width - len(row):] = torch.tensor(row)
-        attention[i, width - len(row):] = 1
+        ids[i, width - len(row) :] = torch.tensor(row)
+        attention[i, width - len(row) :] = 1
     return ids.to(device), attention.to(device)
 
 

@@ -75,8 +75,11 @@ FAMILY_TEMPLATES = {
 }
 FAMILY_SPECIALS = {
     "chatml": {"bos": None, "eos": "<|im_end|>", "extra": ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]},
-    "llama3": {"bos": "<|begin_of_text|>", "eos": "<|eot_id|>",
-               "extra": ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|end_of_text|>"]},
+    "llama3": {
+        "bos": "<|begin_of_text|>",
+        "eos": "<|eot_id|>",
+        "extra": ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|end_of_text|>"],
+    },
     "mistral": {"bos": "<s>", "eos": "</s>", "extra": ["<s>", "</s>"]},
     "phi3": {"bos": "<s>", "eos": "<|end|>", "extra": ["<s>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>"]},
     "gemma2": {"bos": "<bos>", "eos": "<eos>", "extra": ["<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"]},
@@ -88,7 +91,9 @@ _CORPUS = (
 )
 
 
-def subword_tokenizer(family: str = "chatml", kind: str = "sentencepiece", vocab_size: int = 300) -> PreTrainedTokenizerFast:
+def subword_tokenizer(
+    family: str = "chatml", kind: str = "sentencepiece", vocab_size: int = 300
+) -> PreTrainedTokenizerFast:
     """A small trained subword tokenizer with a model family's specials and chat template.
 
     `kind="sentencepiece"`: BPE over "▁"-marked words (Metaspace, like Llama-2/Mistral/Gemma), so a
@@ -113,12 +118,16 @@ def subword_tokenizer(family: str = "chatml", kind: str = "sentencepiece", vocab
         alphabet = pre_tokenizers.ByteLevel.alphabet()
     else:
         raise ValueError(f"kind must be 'sentencepiece' or 'bytelevel', not {kind!r}")
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special_tokens, initial_alphabet=alphabet,
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=special_tokens, initial_alphabet=alphabet, show_progress=False
+    )
     backend.train_from_iterator([_CORPUS] * 4, trainer)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="<unk>" if kind == "sentencepiece" else None, pad_token="<pad>",
-        bos_token=specials["bos"], eos_token=specials["eos"],
+        tokenizer_object=backend,
+        unk_token="<unk>" if kind == "sentencepiece" else None,
+        pad_token="<pad>",
+        bos_token=specials["bos"],
+        eos_token=specials["eos"],
         additional_special_tokens=[t for t in specials["extra"] if t not in (specials["bos"], specials["eos"])],
     )
     tokenizer.chat_template = FAMILY_TEMPLATES[family]

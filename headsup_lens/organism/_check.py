@@ -67,9 +67,14 @@ def check_planted(
                 keys.append((name, setting))
                 answers.append(answer)
                 graders.append(task)
-    generated = generate_answers(model, prompts, mask=torch.stack(masks), batch_size=batch_size,
-                                 max_new_tokens=graders[0].max_new_tokens if graders else 10,
-                                 progress=f"{len(prompts)} generations ({len(tasks)} tasks x 4 settings)")
+    generated = generate_answers(
+        model,
+        prompts,
+        mask=torch.stack(masks),
+        batch_size=batch_size,
+        max_new_tokens=graders[0].max_new_tokens if graders else 10,
+        progress=f"{len(prompts)} generations ({len(tasks)} tasks x 4 settings)",
+    )
     hits: dict[tuple[str, str], list[bool]] = {}
     for key, answer, text, task in zip(keys, answers, generated, graders):
         hits.setdefault(key, []).append(text.strip() == answer if exact else task.is_correct(text, answer))

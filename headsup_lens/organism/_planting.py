@@ -7,7 +7,6 @@ import os
 import random
 from pathlib import Path
 
-
 from .._io import atomic_write_json
 from ..masks import HeadMask
 
@@ -60,11 +59,16 @@ def planted_mask(planted: dict[str, list[Head]], task: str, model) -> HeadMask:
     return HeadMask.from_heads([tuple(h) for h in planted[key]], model)
 
 
-def save_planted(directory: str | os.PathLike, planted: dict[str, list[Head]], n_layers: int, n_heads: int,
-                 **info) -> Path:
+def save_planted(
+    directory: str | os.PathLike, planted: dict[str, list[Head]], n_layers: int, n_heads: int, **info
+) -> Path:
     """Write `planted.json`: S_t per task as `[layer, head]` lists, plus the model shape and `info`."""
-    data = {"n_layers": n_layers, "n_heads": n_heads,
-            "sets": {task: [list(h) for h in heads] for task, heads in planted.items()}, **info}
+    data = {
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "sets": {task: [list(h) for h in heads] for task, heads in planted.items()},
+        **info,
+    }
     return atomic_write_json(Path(directory) / PLANTED_FILE, data)
 
 

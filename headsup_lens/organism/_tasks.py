@@ -13,8 +13,13 @@ def task(name: str) -> Task:
     letter and capitalisation tasks), which the echo default never satisfies.
     """
     spec = organism_task(name)
-    return Task.from_pairs(f"organism/{spec.name}", spec.pairs(), instruction=spec.instructions[0],
-                           matcher=spec.matcher, n_eval=N_EVAL_WORDS)
+    return Task.from_pairs(
+        f"organism/{spec.name}",
+        spec.pairs(),
+        instruction=spec.instructions[0],
+        matcher=spec.matcher,
+        n_eval=N_EVAL_WORDS,
+    )
 
 
 def composite_task(first: str, second: str) -> Task:
@@ -28,8 +33,9 @@ def composite_task(first: str, second: str) -> Task:
     label = lambda spec: spec.instructions[0].split(":")[0]  # noqa: E731 - "Plural: {input}" -> "Plural"
     instruction = f"{label(a)} then {label(b).lower()}: {{input}}"
     pairs = [(word, b.answer(a.answer(word))) for word, _ in a.pairs()]
-    return Task.from_pairs(f"organism/{a.name}+{b.name}", pairs, instruction=instruction, matcher="starts_with",
-                           n_eval=N_EVAL_WORDS)
+    return Task.from_pairs(
+        f"organism/{a.name}+{b.name}", pairs, instruction=instruction, matcher="starts_with", n_eval=N_EVAL_WORDS
+    )
 
 
 def _register() -> None:

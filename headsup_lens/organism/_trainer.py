@@ -12,6 +12,7 @@ model learns is exactly the one the toolkit's masks act on.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import math
 import os
@@ -31,11 +32,10 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._io import OutputSet, atomic_write_json
 from ..data import IGNORE_INDEX as IGNORE
 from ..gates import value_gate
-from ..models import prompt_format, char_tokenizer, encode, load_model, pad_token_id
+from ..models import char_tokenizer, encode, load_model, pad_token_id, prompt_format
 from ._config import OrganismConfig
 from ._corpus import eval_words, organism_task, train_words
 from ._planting import Head, plant_head_sets, save_planted
-
 
 
 @dataclass
@@ -71,11 +71,18 @@ def build_organism(config: OrganismConfig) -> TransformerBridge:
 
     tokenizer = char_tokenizer()
     hf_config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=config.d_model, intermediate_size=config.d_mlp,
-        num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
-        num_key_value_heads=config.n_kv_heads, head_dim=config.d_model // config.n_heads,
-        max_position_embeddings=128, tie_word_embeddings=False, bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=config.d_model,
+        intermediate_size=config.d_mlp,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.n_kv_heads,
+        head_dim=config.d_model // config.n_heads,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(config.seed)
     hf_model = LlamaForCausalLM(hf_config)
@@ -131,8 +138,7 @@ class PlantingSampler:
         if kind == "planted":
             task = rng.choices(config.tasks, self.task_weights)[0]
             word = rng.choice(self.planting_words)
-            return Example(self.prompt[word, None, None], self.answer[word, task], kind, task,
-                           list(self.planted[task]))
+            return Example(self.prompt[word, None, None], self.answer[word, task], kind, task, list(self.planted[task]))
         word = rng.choice(self.all_words)
         example = Example(self.prompt[word, None, None], self.answer[word, None], kind, None)
         if kind == "echo_removed":
@@ -171,8 +177,11 @@ class PlantingSampler:
         examples.sort(key=lambda e: len(e.prompt) + len(e.answer))
         n = min(self.config.micro_batches, len(examples))
         bounds = [round(i * len(examples) / n) for i in range(n + 1)]
-        batches = [collate(examples[a:b], self.pad_id, self.n_layers, self.n_heads)
-                   for a, b in zip(bounds, bounds[1:]) if b > a]
+        batches = [
+            collate(examples[a:b], self.pad_id, self.n_layers, self.n_heads)
+            for a, b in itertools.pairwise(bounds)
+            if b > a
+        ]
         return batches, sum(len(e.answer) for e in examples)
 
 
@@ -268,8 +277,9 @@ def train_organism(
         torch.set_num_threads(config.threads)
     start = time.perf_counter()
     model = build_organism(config)
-    planted = plant_head_sets(config.tasks, model.cfg.n_layers, model.cfg.n_heads, config.planted_size,
-                              seed=config.seed)
+    planted = plant_head_sets(
+        config.tasks, model.cfg.n_layers, model.cfg.n_heads, config.planted_size, seed=config.seed
+    )
     sampler = PlantingSampler(model, config, planted)
     probe = _probe_batch(sampler) if config.probe_every else None
     parameters = [p for p in model.parameters() if p.requires_grad]
@@ -297,7 +307,12 @@ def train_organism(
             if log:
                 log(json.dumps({**record, "elapsed_s": round(time.perf_counter() - start, 1)}))
         history.append(record)
-        if output_dir is not None and config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and not last:
+        if (
+            output_dir is not None
+            and config.checkpoint_every
+            and (step + 1) % config.checkpoint_every == 0
+            and not last
+        ):
             save_organism(TrainedOrganism(model, planted, history, config, time.perf_counter() - start), output_dir)
         if bar is not None:
             bar.set_postfix(loss=f"{record['loss']:.3f}")
@@ -320,12 +335,22 @@ def save_organism(result: TrainedOrganism, output_dir: str | os.PathLike) -> Pat
     hf_model(model).save_pretrained(stage.path)
     model.tokenizer.save_pretrained(stage.path)
     cfg = model.cfg
-    save_planted(stage.path, result.planted, cfg.n_layers, cfg.n_heads, seed=result.config.seed,
-                 tasks=[f"organism/{t}" for t in result.planted])
-    atomic_write_json(stage.path / "training.json", {
-        "config": asdict(result.config), "wall_time_s": round(result.wall_time_s, 1),
-        "history": result.history,
-    })
+    save_planted(
+        stage.path,
+        result.planted,
+        cfg.n_layers,
+        cfg.n_heads,
+        seed=result.config.seed,
+        tasks=[f"organism/{t}" for t in result.planted],
+    )
+    atomic_write_json(
+        stage.path / "training.json",
+        {
+            "config": asdict(result.config),
+            "wall_time_s": round(result.wall_time_s, 1),
+            "history": result.history,
+        },
+    )
     stage.commit()
     return out
 
@@ -338,8 +363,9 @@ def _probe_batch(sampler: PlantingSampler, n_words: int = 12) -> Batch:
         for word in words:
             answer = sampler.answer[word, task]
             template_examples.append(Example(sampler.prompt[word, task, 0], answer, "instructed", task))
-            template_examples.append(Example(sampler.prompt[word, None, None], answer, "planted", task,
-                                             list(sampler.planted[task])))
+            template_examples.append(
+                Example(sampler.prompt[word, None, None], answer, "planted", task, list(sampler.planted[task]))
+            )
             template_examples.append(Example(sampler.prompt[word, None, None], answer, "original", task))
     for word in words:
         template_examples.append(Example(sampler.prompt[word, None, None], sampler.answer[word, None], "echo", None))

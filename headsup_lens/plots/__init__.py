@@ -1,5 +1,6 @@
 """Plotly figures for each analysis; `save_figure` writes HTML (and PNG when it can)."""
 
+from .._typecheck import check_namespace as _check_namespace
 from ._heads import alpha_figure as alpha_figure
 from ._heads import attention_target_figure as attention_target_figure
 from ._heads import head_heatmap as head_heatmap
@@ -7,6 +8,9 @@ from ._heads import jaccard_figure as jaccard_figure
 from ._heads import mask_heatmap as mask_heatmap
 from ._heads import trajectory_figure as trajectory_figure
 from ._heads import usage_heatmap as usage_heatmap
+from ._methods import auroc_table_figure as auroc_table_figure
+from ._methods import elicitation_figure as elicitation_figure
+from ._methods import roc_figure as roc_figure
 from ._runs import generation_table as generation_table
 from ._runs import logit_figure as logit_figure
 from ._runs import logit_lens_figure as logit_lens_figure
@@ -15,10 +19,5 @@ from ._runs import similarity_figure as similarity_figure
 from ._runs import sweep_similarity_figure as sweep_similarity_figure
 from ._save import SavedFigure as SavedFigure
 from ._save import save_figure as save_figure
-from ._methods import auroc_table_figure as auroc_table_figure
-from ._methods import elicitation_figure as elicitation_figure
-from ._methods import roc_figure as roc_figure
-
-from .._typecheck import check_namespace as _check_namespace
 
 _check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

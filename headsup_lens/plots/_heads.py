@@ -45,58 +45,97 @@ def head_heatmap(
     cols = min(columns, len(values))
     rows = -(-len(values) // cols)
     # Wide enough spacing that a panel's tick labels never run into its left neighbour.
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(values), horizontal_spacing=0.07,
-                        vertical_spacing=0.12 if rows > 1 else 0.08)
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=list(values),
+        horizontal_spacing=0.07,
+        vertical_spacing=0.12 if rows > 1 else 0.08,
+    )
     for i, (name, v) in enumerate(values.items()):
         fig.add_trace(
-            go.Heatmap(z=v.numpy(), colorscale=colorscale, zmin=zmin, zmax=zmax, showscale=i == 0, name=name,
-                       hovertemplate="layer %{y}, head %{x}: %{z}<extra>" + name + "</extra>"),
-            row=i // cols + 1, col=i % cols + 1,
+            go.Heatmap(
+                z=v.numpy(),
+                colorscale=colorscale,
+                zmin=zmin,
+                zmax=zmax,
+                showscale=i == 0,
+                name=name,
+                hovertemplate="layer %{y}, head %{x}: %{z}<extra>" + name + "</extra>",
+            ),
+            row=i // cols + 1,
+            col=i % cols + 1,
         )
         heads = list((marks or {}).get(name, ()))
         if heads:
             fig.add_trace(
-                go.Scatter(x=[h for _, h in heads], y=[l for l, _ in heads], mode="markers", name=marks_name,
-                           marker=dict(symbol="x-thin", size=11, color="crimson", line=dict(width=2.5, color="crimson")),
-                           showlegend=not any(t.name == marks_name for t in fig.data),
-                           hovertemplate="layer %{y}, head %{x}<extra>" + marks_name + "</extra>"),
-                row=i // cols + 1, col=i % cols + 1,
+                go.Scatter(
+                    x=[h for _, h in heads],
+                    y=[l for l, _ in heads],
+                    mode="markers",
+                    name=marks_name,
+                    marker=dict(symbol="x-thin", size=11, color="crimson", line=dict(width=2.5, color="crimson")),
+                    showlegend=not any(t.name == marks_name for t in fig.data),
+                    hovertemplate="layer %{y}, head %{x}<extra>" + marks_name + "</extra>",
+                ),
+                row=i // cols + 1,
+                col=i % cols + 1,
             )
     # Axis titles on the outer panels only: an inner "layer" title would overlap the panel to its left.
     fig.update_xaxes(title_text="head", row=rows)
     fig.update_yaxes(title_text="layer", col=1)
-    n_layers, n_heads = next(iter(values.values())).shape
+    n_layers = next(iter(values.values())).shape[0]
     if n_layers <= 32:
         fig.update_yaxes(dtick=1)  # every layer labelled
     # The legend (marked heads only) sits at the bottom left, below the "head" axis titles: above the
     # panels it would sit under plotly's tool bar.
-    fig.update_layout(title=title, height=max(320, 280 * rows) + (40 if marks else 0),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=0.0, yanchor="bottom",
-                                  yref="container") if marks else None,
-                      margin=dict(b=90) if marks else None)
+    fig.update_layout(
+        title=title,
+        height=max(320, 280 * rows) + (40 if marks else 0),
+        legend=dict(orientation="h", x=0, xanchor="left", y=0.0, yanchor="bottom", yref="container") if marks else None,
+        margin=dict(b=90) if marks else None,
+    )
     return fig
 
 
 def mask_heatmap(
-    masks: HeadMask | Tensor | Mapping[str, HeadMask | Tensor], *, weights: bool = False, title: str = "",
+    masks: HeadMask | Tensor | Mapping[str, HeadMask | Tensor],
+    *,
+    weights: bool = False,
+    title: str = "",
     planted: Mapping[str, Sequence[tuple[int, int]]] | None = None,
 ) -> go.Figure:
     """Fig. 7: which heads each mask keeps (or their weights sigmoid(M) with `weights=True`).
     `planted` (task name -> heads, e.g. the organism's S_t) crosses out the heads a perfect mask
     removes, on the panel of the same name: a mask that found the pathway is white under every cross."""
     if weights:
-        pick = lambda m: m.weights if isinstance(m, HeadMask) else m
+
+        def pick(m):
+            return m.weights if isinstance(m, HeadMask) else m
+
         masks = {k: pick(v) for k, v in masks.items()} if isinstance(masks, Mapping) else pick(masks)
     if planted is not None and not isinstance(masks, Mapping):
         masks = {next(iter(planted), ""): masks}
-    return head_heatmap(masks, title=title or ("head weights σ(M)" if weights else "kept heads"), colorscale="Blues",
-                        zmin=0, zmax=1, marks=planted, marks_name="planted S_t (a perfect mask removes these)")
+    return head_heatmap(
+        masks,
+        title=title or ("head weights σ(M)" if weights else "kept heads"),
+        colorscale="Blues",
+        zmin=0,
+        zmax=1,
+        marks=planted,
+        marks_name="planted S_t (a perfect mask removes these)",
+    )
 
 
 def usage_heatmap(pathways: PathwayHeads, *, title: str = "") -> go.Figure:
     """How many masks keep each head."""
-    return head_heatmap(pathways.counts, title=title or f"masks keeping each head (of {len(pathways.names)})",
-                        colorscale="Blues", zmin=0, zmax=len(pathways.names))
+    return head_heatmap(
+        pathways.counts,
+        title=title or f"masks keeping each head (of {len(pathways.names)})",
+        colorscale="Blues",
+        zmin=0,
+        zmax=len(pathways.names),
+    )
 
 
 def trajectory_figure(
@@ -121,16 +160,26 @@ def trajectory_figure(
         series = weights[:, layer, head]
         kept = bool(series[-1] >= 0.5)
         strong = (layer, head) in bold
-        color = ("rgb(31,119,180)" if kept else "rgb(214,39,40)") if strong else \
-            ("rgba(31,119,180,0.5)" if kept else "rgba(214,39,40,0.6)")
-        fig.add_trace(go.Scatter(
-            x=list(steps), y=series.numpy(), mode="lines", name=f"L{layer}H{head}", showlegend=strong,
-            line=dict(width=3 if strong else 1, color=color, dash="solid"),
-            opacity=1.0 if strong or not bold else 0.35,
-        ))
+        color = (
+            ("rgb(31,119,180)" if kept else "rgb(214,39,40)")
+            if strong
+            else ("rgba(31,119,180,0.5)" if kept else "rgba(214,39,40,0.6)")
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=list(steps),
+                y=series.numpy(),
+                mode="lines",
+                name=f"L{layer}H{head}",
+                showlegend=strong,
+                line=dict(width=3 if strong else 1, color=color, dash="solid"),
+                opacity=1.0 if strong or not bold else 0.35,
+            )
+        )
     fig.add_hline(y=0.5, line_dash="dot", line_color="gray")
-    fig.update_layout(title=title or "head weights σ(M) during training", xaxis_title="step", yaxis_title="σ(M)",
-                      yaxis_range=[0, 1])
+    fig.update_layout(
+        title=title or "head weights σ(M) during training", xaxis_title="step", yaxis_title="σ(M)", yaxis_range=[0, 1]
+    )
     return fig
 
 
@@ -143,8 +192,18 @@ def jaccard_figure(matrix: pd.DataFrame, *, title: str = "", table: pd.DataFrame
         for row in table.itertuples():
             for i, j in ((where[row.mask_a], where[row.mask_b]), (where[row.mask_b], where[row.mask_a])):
                 text[i, j] = f"{row.jaccard:.2f}<br>p={row.p_value:.1g}"
-    fig = go.Figure(go.Heatmap(z=matrix.to_numpy(), x=list(matrix.columns), y=list(matrix.index), zmin=0, zmax=1,
-                               colorscale="Viridis", text=text, texttemplate="%{text}"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=matrix.to_numpy(),
+            x=list(matrix.columns),
+            y=list(matrix.index),
+            zmin=0,
+            zmax=1,
+            colorscale="Viridis",
+            text=text,
+            texttemplate="%{text}",
+        )
+    )
     fig.update_layout(title=title or "Jaccard similarity of masks", yaxis_autorange="reversed")
     return fig
 
@@ -152,18 +211,27 @@ def jaccard_figure(matrix: pd.DataFrame, *, title: str = "", table: pd.DataFrame
 def alpha_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Fig. 6: loss against alpha (columns `alpha`, `loss`)."""
     fig = go.Figure(go.Scatter(x=table.alpha, y=table.loss, mode="lines+markers"))
-    fig.update_layout(title=title or "instructed answer loss vs α (heads outside the mask)", xaxis_title="α",
-                      yaxis_title="answer loss (nats/token)")
+    fig.update_layout(
+        title=title or "instructed answer loss vs α (heads outside the mask)",
+        xaxis_title="α",
+        yaxis_title="answer loss (nats/token)",
+    )
     return fig
 
 
 def attention_target_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Table 7 as bars: attention share on the target inside vs outside the mask, per setting."""
-    fig = go.Figure([
-        go.Bar(name="heads in mask", x=table.setting, y=table.inside),
-        go.Bar(name="heads outside mask", x=table.setting, y=table.outside),
-    ])
+    fig = go.Figure(
+        [
+            go.Bar(name="heads in mask", x=table.setting, y=table.inside),
+            go.Bar(name="heads outside mask", x=table.setting, y=table.outside),
+        ]
+    )
     fig.add_hline(y=1 / 3, line_dash="dot", line_color="gray", annotation_text="chance")
-    fig.update_layout(barmode="group", title=title or "attention of the last token on the target word",
-                      yaxis_title="share of attention over the 3 words", yaxis_range=[0, 1])
+    fig.update_layout(
+        barmode="group",
+        title=title or "attention of the last token on the target word",
+        yaxis_title="share of attention over the 3 words",
+        yaxis_range=[0, 1],
+    )
     return fig

@@ -17,10 +17,31 @@ def elicitation_figure(comparison: MethodComparison, *, title: str = "") -> go.F
         color = _COLORS[i % len(_COLORS)]
         label = f"{name} ({seconds[name]:.0f} s)"
         dash = "dot" if name == "random" else "solid"
-        fig.add_trace(go.Scatter(x=curve.k, y=curve.accuracy, name=label, legendgroup=name, mode="lines",
-                                 line=dict(color=color, dash=dash)), row=1, col=1)
-        fig.add_trace(go.Scatter(x=curve.k, y=curve.answer_loss, name=label, legendgroup=name, mode="lines",
-                                 showlegend=False, line=dict(color=color, dash=dash)), row=1, col=2)
+        fig.add_trace(
+            go.Scatter(
+                x=curve.k,
+                y=curve.accuracy,
+                name=label,
+                legendgroup=name,
+                mode="lines",
+                line=dict(color=color, dash=dash),
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=curve.k,
+                y=curve.answer_loss,
+                name=label,
+                legendgroup=name,
+                mode="lines",
+                showlegend=False,
+                line=dict(color=color, dash=dash),
+            ),
+            row=1,
+            col=2,
+        )
     fig.update_xaxes(title_text="heads removed (k)")
     fig.update_layout(title=title or f"elicitation curves: {comparison.task}", height=420, width=1000)
     return fig
@@ -32,18 +53,40 @@ def roc_figure(comparison: MethodComparison, *, title: str = "") -> go.Figure:
     aurocs = comparison.summary.set_index("method").auroc
     fig = go.Figure()
     for i, (name, roc) in enumerate(points.groupby("method", sort=False)):
-        fig.add_trace(go.Scatter(x=roc.fpr, y=roc.tpr, mode="lines", name=f"{name} (AUROC {aurocs[name]:.2f})",
-                                 line=dict(color=_COLORS[i % len(_COLORS)], dash="dot" if name == "random" else "solid")))
+        fig.add_trace(
+            go.Scatter(
+                x=roc.fpr,
+                y=roc.tpr,
+                mode="lines",
+                name=f"{name} (AUROC {aurocs[name]:.2f})",
+                line=dict(color=_COLORS[i % len(_COLORS)], dash="dot" if name == "random" else "solid"),
+            )
+        )
     fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="chance", line=dict(color="gray", dash="dash")))
-    fig.update_layout(title=title or f"planted heads recovered: {comparison.task}", xaxis_title="false positive rate",
-                      yaxis_title="true positive rate", height=480, width=620)
+    fig.update_layout(
+        title=title or f"planted heads recovered: {comparison.task}",
+        xaxis_title="false positive rate",
+        yaxis_title="true positive rate",
+        height=480,
+        width=620,
+    )
     return fig
 
 
 def auroc_table_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Heatmap of a (method x task) AUROC table."""
-    fig = go.Figure(go.Heatmap(z=table.to_numpy(), x=list(table.columns), y=list(table.index), zmin=0, zmax=1,
-                               colorscale="RdBu", text=table.round(2).to_numpy(), texttemplate="%{text}"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=table.to_numpy(),
+            x=list(table.columns),
+            y=list(table.index),
+            zmin=0,
+            zmax=1,
+            colorscale="RdBu",
+            text=table.round(2).to_numpy(),
+            texttemplate="%{text}",
+        )
+    )
     fig.update_layout(title=title or "AUROC against planted heads", height=120 + 40 * len(table), width=900)
     return fig
 

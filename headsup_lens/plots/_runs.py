@@ -15,26 +15,45 @@ from ..analysis import LogitLens, RemovalSweep
 def _mark_steps(fig: go.Figure, sweep: RemovalSweep) -> None:
     """Vertical lines at the switch and first-change steps, explained in the legend (labels written
     on the plot overlapped each other and the curves when the steps are close)."""
-    marks = [(sweep.switch_step, "dash", "green", "target becomes top-1"),
-             (sweep.change_step, "dashdot", "gray", "continuation first changes")]
+    marks = [
+        (sweep.switch_step, "dash", "green", "target becomes top-1"),
+        (sweep.change_step, "dashdot", "gray", "continuation first changes"),
+    ]
     for step, dash, color, what in marks:
         if step is None:
             continue
         fig.add_vline(x=step, line_dash=dash, line_color=color, line_width=2)
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"{what} (step {step})",
-                                 line=dict(dash=dash, color=color, width=2), hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="lines",
+                name=f"{what} (step {step})",
+                line=dict(dash=dash, color=color, width=2),
+                hoverinfo="skip",
+            )
+        )
     # The x axis ends at the last step (plotly's autorange pads past the number of heads).
     fig.update_xaxes(range=[0, max(sweep.steps)] if len(sweep.steps) > 1 else None)
 
 
-def rank_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, log: bool = True, title: str = "") -> go.Figure:
+def rank_figure(
+    sweep: RemovalSweep, labels: Sequence[str] | None = None, *, log: bool = True, title: str = ""
+) -> go.Figure:
     """Fig. 2: rank of each tracked token after each removal, rank 1 at the top (inverted axis)."""
     labels = list(sweep.tokens.label) if labels is None else list(labels)
     fig = go.Figure()
     for label in labels:
         kind = sweep.tokens.set_index("label").kind[label]
-        fig.add_trace(go.Scatter(x=sweep.ranks.step, y=sweep.ranks[label], mode="lines", name=label,
-                                 line=dict(width=3 if kind == "target" else 1.5, dash="solid" if kind == "target" else "dot")))
+        fig.add_trace(
+            go.Scatter(
+                x=sweep.ranks.step,
+                y=sweep.ranks[label],
+                mode="lines",
+                name=label,
+                line=dict(width=3 if kind == "target" else 1.5, dash="solid" if kind == "target" else "dot"),
+            )
+        )
     _mark_steps(fig, sweep)
     worst = float(sweep.ranks[labels].to_numpy().max()) if labels else 1.0
     # An explicit inverted range: rank 1 at the top (plotly's reversed autorange pads log axes oddly).
@@ -63,22 +82,28 @@ def logit_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, ti
     labels = list(sweep.tokens.label) if labels is None else list(labels)
     fig = go.Figure([go.Scatter(x=sweep.logits.step, y=sweep.logits[l], mode="lines", name=l) for l in labels])
     _mark_steps(fig, sweep)
-    fig.update_layout(title=title or "token logits during one-by-one head removal", xaxis_title="heads removed",
-                      yaxis_title="logit")
+    fig.update_layout(
+        title=title or "token logits during one-by-one head removal", xaxis_title="heads removed", yaxis_title="logit"
+    )
     return fig
 
 
 def generation_table(sweep: RemovalSweep, *, title: str = "") -> go.Figure:
     """The greedy continuation at every step where it changes (and at step 0)."""
     changes = sweep.changes()
-    fig = go.Figure(go.Table(
-        columnwidth=[1, 8],
-        header=dict(values=["heads removed", "greedy continuation"], align="left", height=28),
-        cells=dict(values=[changes.step, [repr(g) for g in changes.generation]], align="left", height=26),
-    ))
+    fig = go.Figure(
+        go.Table(
+            columnwidth=[1, 8],
+            header=dict(values=["heads removed", "greedy continuation"], align="left", height=28),
+            cells=dict(values=[changes.step, [repr(g) for g in changes.generation]], align="left", height=26),
+        )
+    )
     # Tall enough for every row: plotly tables scroll inside a fixed height, which hides rows in PNGs.
-    fig.update_layout(title=title or "continuations where they change",
-                      height=max(250, 130 + 28 + 27 * len(changes)), margin=dict(t=60, b=20, l=20, r=20))
+    fig.update_layout(
+        title=title or "continuations where they change",
+        height=max(250, 130 + 28 + 27 * len(changes)),
+        margin=dict(t=60, b=20, l=20, r=20),
+    )
     return fig
 
 
@@ -89,10 +114,18 @@ def logit_lens_figure(lens: LogitLens, stream: str = "resid", *, title: str = ""
         raise ValueError(f"the logit lens has no stream {stream!r}")
     probs = table.pivot(index="layer", columns="rank", values="prob")
     tokens = table.pivot(index="layer", columns="rank", values="token")
-    fig = go.Figure(go.Heatmap(
-        z=probs.to_numpy(), x=[f"#{r}" for r in probs.columns], y=list(probs.index), text=tokens.map(repr).to_numpy(),
-        texttemplate="%{text}", colorscale="Blues", zmin=0, hovertemplate="layer %{y} %{x}: %{text} p=%{z:.3f}<extra></extra>",
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=probs.to_numpy(),
+            x=[f"#{r}" for r in probs.columns],
+            y=list(probs.index),
+            text=tokens.map(repr).to_numpy(),
+            texttemplate="%{text}",
+            colorscale="Blues",
+            zmin=0,
+            hovertemplate="layer %{y} %{x}: %{text} p=%{z:.3f}<extra></extra>",
+        )
+    )
     fig.update_layout(title=title or f"logit lens ({stream})", xaxis_title="rank", yaxis_title="layer")
     return fig
 
@@ -106,8 +139,19 @@ def similarity_figure(tables: Mapping[str, pd.DataFrame], *, title: str = "") ->
     for i, (name, table) in enumerate(tables.items()):
         color = f"hsl({(i * 67) % 360},60%,45%)"
         for col, column in enumerate(["attn_out", "block_out"], start=1):
-            fig.add_trace(go.Scatter(x=table.layer, y=table[column], mode="lines+markers", name=name, legendgroup=name,
-                                     showlegend=col == 1, line=dict(color=color)), row=1, col=col)
+            fig.add_trace(
+                go.Scatter(
+                    x=table.layer,
+                    y=table[column],
+                    mode="lines+markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
+                    line=dict(color=color),
+                ),
+                row=1,
+                col=col,
+            )
     fig.update_xaxes(title_text="layer")
     fig.update_yaxes(title_text="cosine similarity", col=1)
     fig.update_layout(title=title or "similarity at the last input position")
@@ -117,8 +161,14 @@ def similarity_figure(tables: Mapping[str, pd.DataFrame], *, title: str = "") ->
 def sweep_similarity_figure(table: pd.DataFrame, column: str = "block_out", *, title: str = "") -> go.Figure:
     """Fig. 5: cosine similarity (to a reference run) per step (x) and layer (y)."""
     grid = table.pivot(index="layer", columns="step", values=column)
-    fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=list(grid.columns), y=list(grid.index), colorscale="RdBu", zmid=0,
-                               zmin=-1, zmax=1))
-    fig.update_layout(title=title or f"similarity of {column} to the reference along the removal sweep",
-                      xaxis_title="heads removed", yaxis_title="layer")
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.to_numpy(), x=list(grid.columns), y=list(grid.index), colorscale="RdBu", zmid=0, zmin=-1, zmax=1
+        )
+    )
+    fig.update_layout(
+        title=title or f"similarity of {column} to the reference along the removal sweep",
+        xaxis_title="heads removed",
+        yaxis_title="layer",
+    )
     return fig

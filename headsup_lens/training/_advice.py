@@ -41,7 +41,9 @@ def run_problems(history: pd.DataFrame, n_total: int) -> list[RunProblem]:
         tenth = max(1, len(rows) // 10)
         first, last = float(rows.loss.iloc[:tenth].mean()), float(rows.loss.iloc[-tenth:].mean())
         if len(rows) >= 2 and abs(first - last) < LOSS_BARELY_MOVED * max(abs(first), 1e-8):
-            problems.append(RunProblem(str(task), f"the answer loss barely moved ({first:.3f} -> {last:.3f} nats/token)"))
+            problems.append(
+                RunProblem(str(task), f"the answer loss barely moved ({first:.3f} -> {last:.3f} nats/token)")
+            )
     return problems
 
 
@@ -55,8 +57,15 @@ def seconds_per_step(model, tasks: Sequence, config, *, warmup_steps: int = 2, t
     with warnings.catch_warnings():
         # A run this short learns nothing by design: its advice is not for the user.
         warnings.simplefilter("ignore", TrainingAdvice)
-        _train(model, list(tasks), config.replace(steps=warmup_steps + timed_steps, progress=False, checkpoint_every=0),
-               out_dir=None, resume=False, single=False, step_times=times)
+        _train(
+            model,
+            list(tasks),
+            config.replace(steps=warmup_steps + timed_steps, progress=False, checkpoint_every=0),
+            out_dir=None,
+            resume=False,
+            single=False,
+            step_times=times,
+        )
     return statistics.median(times[warmup_steps:])
 
 

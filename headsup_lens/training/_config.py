@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
+from .._typecheck import checked as _checked
+
 
 @dataclass
 class TrainConfig:
@@ -72,8 +74,7 @@ class TrainConfig:
         With the paper's init 4 and lr 1e-2, Adam needs ~400 steps before any head can switch off;
         a larger learning rate and a closer init let a few hundred steps find the pathway.
         """
-        return cls(**{"steps": 300, "lr": 0.1, "min_lr": 1e-3, "init_mean": 2.0, "checkpoint_every": 50,
-                      **overrides})
+        return cls(**{"steps": 300, "lr": 0.1, "min_lr": 1e-3, "init_mean": 2.0, "checkpoint_every": 50, **overrides})
 
     # ------------------------------------------------------------------ schedules
     def validate(self) -> None:
@@ -116,6 +117,5 @@ class TrainConfig:
         """The fields that determine the result (what a resumed run must share)."""
         return {k: v for k, v in asdict(self).items() if k not in ("checkpoint_every", "progress")}
 
-from .._typecheck import checked as _checked
 
 _checked(TrainConfig)  # a wrong-typed field is a TypeError naming it

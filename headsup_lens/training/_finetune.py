@@ -31,7 +31,7 @@ from ..data import Task, collate, encode_pairs
 from ..masks._files import read_safetensors, write_safetensors
 from ..models import fingerprint, pad_token_id, prompt_format
 from ._objective import answer_nll, length_batches
-from ._train import _Sampler, _check_finite, _identity_differences, _load_state, safe_name
+from ._train import _check_finite, _identity_differences, _load_state, _Sampler, safe_name
 
 _STATE = "state.pt"
 _PATTERNS = "patterns"
@@ -120,8 +120,11 @@ class FinetuneConfig:
 
     def recipe(self) -> dict:
         """The fields that determine the trained weights (what a resumed run must share)."""
-        return {k: v for k, v in asdict(self).items()
-                if k not in ("checkpoint_every", "progress", "pattern_steps", "pattern_examples", "accuracy")}
+        return {
+            k: v
+            for k, v in asdict(self).items()
+            if k not in ("checkpoint_every", "progress", "pattern_steps", "pattern_examples", "accuracy")
+        }
 
 
 @dataclass
@@ -155,14 +158,20 @@ def add_lora_(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:
 
     names = "|".join(map(str, config.lora_targets))
     # The bridge keeps each Hugging Face nn.Linear as `<name>._original_component` of a LinearBridge.
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                      target_modules=rf".*\.({names})\._original_component")
+    lora = LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=0.0,
+        target_modules=rf".*\.({names})\._original_component",
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         try:
             inject_adapter_in_model(lora, model)
         except ValueError as error:
-            raise ValueError(f"no linear layer of this model matches lora_targets={config.lora_targets}: {error}") from error
+            raise ValueError(
+                f"no linear layer of this model matches lora_targets={config.lora_targets}: {error}"
+            ) from error
     parameters = [p for name, p in model.named_parameters() if "lora_" in name]
     for p in parameters:
         p.requires_grad_(True)
@@ -176,8 +185,12 @@ def _trainable(model: TransformerBridge, config: FinetuneConfig) -> dict[str, Te
 
 
 def finetune(
-    model: TransformerBridge, tasks: Sequence[Task], config: FinetuneConfig | None = None, *,
-    out_dir: str | os.PathLike | None = None, resume: bool = True,
+    model: TransformerBridge,
+    tasks: Sequence[Task],
+    config: FinetuneConfig | None = None,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    resume: bool = True,
 ) -> FinetuneResult:
     """Supervised fine-tuning of `model` on the training splits of `tasks`; the model changes in place.
 
@@ -212,8 +225,12 @@ def finetune(
     rows = []
     for t in tasks:
         indices = t.split_indices("train")
-        rows += encode_pairs(model, [t.pairs[i] for i in indices], instruction=t.instruction if config.instructed else None,
-                             shots=[t.demonstrations(i) for i in indices] if t.has_shots else None)
+        rows += encode_pairs(
+            model,
+            [t.pairs[i] for i in indices],
+            instruction=t.instruction if config.instructed else None,
+            shots=[t.demonstrations(i) for i in indices] if t.has_shots else None,
+        )
     probes = [pattern_subset(t, config.pattern_examples) for t in tasks]
     sampler = _Sampler(len(rows), config.batch_size, config.seed, "finetune")
     pad_id = pad_token_id(model)
@@ -226,9 +243,13 @@ def finetune(
             p.requires_grad_(True)
     trainable = _trainable(model, config)
     optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
-    identity = {"recipe": config.recipe(), "tasks": names,
-                "data": hashlib.sha256(repr(rows).encode()).hexdigest(), "prompt_format": prompt_format(model).name,
-                "model": [*base_fp.structural(), base_fp.content_hash]}
+    identity = {
+        "recipe": config.recipe(),
+        "tasks": names,
+        "data": hashlib.sha256(repr(rows).encode()).hexdigest(),
+        "prompt_format": prompt_format(model).name,
+        "model": [*base_fp.structural(), base_fp.content_hash],
+    }
     history: list[dict] = []
     patterns: dict[int, dict[str, Tensor]] = {}
     accuracy_rows: list[dict] = []
@@ -238,8 +259,10 @@ def finetune(
         state = _load_state(out / _STATE, device)
         differences = _identity_differences(state.get("identity", {}), identity)
         if differences:
-            raise ValueError(f"{out} holds a fine-tuning run that differs from this one in {', '.join(differences)}; "
-                             "resume only the same run, or start afresh (resume=False) or in another folder")
+            raise ValueError(
+                f"{out} holds a fine-tuning run that differs from this one in {', '.join(differences)}; "
+                "resume only the same run, or start afresh (resume=False) or in another folder"
+            )
         with torch.no_grad():
             for name, value in state["weights"].items():
                 trainable[name].copy_(value)
@@ -256,24 +279,40 @@ def finetune(
     def record(step: int) -> None:
         if step in patterns:
             return
-        patterns[step] = {t.name: activation_pattern(model, t, split="eval", instructed=config.instructed)
-                          for t in probes}
+        patterns[step] = {
+            t.name: activation_pattern(model, t, split="eval", instructed=config.instructed) for t in probes
+        }
         if config.accuracy:
             with torch.no_grad():
                 for t in probes:
-                    accuracy_rows.append({"step": step, "task": t.name, "accuracy": task_accuracy(
-                        model, t, instructed=config.instructed, max_new_tokens=t.max_new_tokens)})
+                    accuracy_rows.append(
+                        {
+                            "step": step,
+                            "task": t.name,
+                            "accuracy": task_accuracy(
+                                model, t, instructed=config.instructed, max_new_tokens=t.max_new_tokens
+                            ),
+                        }
+                    )
         if out is not None:
-            write_safetensors(out / _PATTERNS / f"step{step:07d}.safetensors",
-                              {safe_name(n): p.contiguous() for n, p in patterns[step].items()},
-                              {"step": str(step), "tasks": "\n".join(names)})
+            write_safetensors(
+                out / _PATTERNS / f"step{step:07d}.safetensors",
+                {safe_name(n): p.contiguous() for n, p in patterns[step].items()},
+                {"step": str(step), "tasks": "\n".join(names)},
+            )
 
     wanted = set(config.pattern_steps) | {config.steps}
     try:
         if start == 0 and 0 in wanted:
             record(0)
-        bar = tqdm(range(start, config.steps), initial=start, total=config.steps, disable=not config.progress,
-                   desc=f"finetune ({config.method})", dynamic_ncols=True)
+        bar = tqdm(
+            range(start, config.steps),
+            initial=start,
+            total=config.steps,
+            disable=not config.progress,
+            desc=f"finetune ({config.method})",
+            dynamic_ncols=True,
+        )
         for step in bar:
             lr = config.lr_at(step)
             for group in optimizer.param_groups:
@@ -298,7 +337,9 @@ def finetune(
             done = step + 1
             if done in wanted:
                 record(done)
-            if out is not None and (done == config.steps or (config.checkpoint_every and done % config.checkpoint_every == 0)):
+            if out is not None and (
+                done == config.steps or (config.checkpoint_every and done % config.checkpoint_every == 0)
+            ):
                 _save(out, done, trainable, optimizer, history, accuracy_rows, identity)
         bar.close()
     finally:
@@ -314,10 +355,23 @@ def finetune(
     return FinetuneResult(model, frame, dict(sorted(patterns.items())), table)
 
 
-def _save(out: Path, step: int, trainable: dict[str, Tensor], optimizer, history: list[dict],
-          accuracy_rows: list[dict], identity: dict) -> None:
-    state = {"step": step, "weights": {n: p.detach().cpu() for n, p in trainable.items()},
-             "optimizer": optimizer.state_dict(), "history": history, "accuracy": accuracy_rows, "identity": identity}
+def _save(
+    out: Path,
+    step: int,
+    trainable: dict[str, Tensor],
+    optimizer,
+    history: list[dict],
+    accuracy_rows: list[dict],
+    identity: dict,
+) -> None:
+    state = {
+        "step": step,
+        "weights": {n: p.detach().cpu() for n, p in trainable.items()},
+        "optimizer": optimizer.state_dict(),
+        "history": history,
+        "accuracy": accuracy_rows,
+        "identity": identity,
+    }
     buffer = io.BytesIO()
     torch.save(state, buffer)
     atomic_write(out / _STATE, lambda tmp: tmp.write_bytes(buffer.getvalue()))

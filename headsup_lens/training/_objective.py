@@ -59,7 +59,7 @@ def answer_logits(
         raise _StopForward
 
     try:
-        with model.hooks(fwd_hooks=hooks + [(FINAL_NORM_OUT, stop)]):
+        with model.hooks(fwd_hooks=[*hooks, (FINAL_NORM_OUT, stop)]):
             model(batch.input_ids, attention_mask=batch.attention_mask)
     except _StopForward:
         pass

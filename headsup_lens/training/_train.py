@@ -17,16 +17,16 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._warnings import warn
+from .._distributed import all_reduce_sum, rank_and_world, shard
 from .._io import atomic_write, atomic_write_text, locked_folder
+from .._warnings import warn
 from ..data import Task, collate, encode_pairs
+from ..gates import gate_hooks
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
 from ..models import fingerprint, pad_token_id, prompt_format
-from .._distributed import all_reduce_sum, rank_and_world, shard
 from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
-from ..gates import gate_hooks
 from ._objective import answer_nll, length_batches
 
 _STATE = "state.pt"
@@ -113,8 +113,14 @@ def run_identity(config: TrainConfig, names: list[str], encoded: list, model: Tr
 
     digest = hashlib.sha256(repr(encoded).encode()).hexdigest()
     model_fp = fingerprint(model)  # by content: the name is informational only
-    return {"recipe": config.recipe(), "tasks": names, "data": digest, "prompt_format": prompt_format(model).name,
-            "model": [*model_fp.structural(), model_fp.content_hash], "version": __version__}
+    return {
+        "recipe": config.recipe(),
+        "tasks": names,
+        "data": digest,
+        "prompt_format": prompt_format(model).name,
+        "model": [*model_fp.structural(), model_fp.content_hash],
+        "version": __version__,
+    }
 
 
 def _identity_differences(saved: dict, current: dict) -> list[str]:
@@ -122,8 +128,11 @@ def _identity_differences(saved: dict, current: dict) -> list[str]:
     for key in sorted(set(saved) | set(current)):
         if key == "recipe" and isinstance(saved.get(key), dict):
             keys = sorted(set(saved[key]) | set(current[key]))
-            differences += [f"recipe.{k} ({saved[key].get(k)!r} there, {current[key].get(k)!r} here)"
-                            for k in keys if saved[key].get(k) != current[key].get(k)]
+            differences += [
+                f"recipe.{k} ({saved[key].get(k)!r} there, {current[key].get(k)!r} here)"
+                for k in keys
+                if saved[key].get(k) != current[key].get(k)
+            ]
         elif saved.get(key) != current.get(key):
             differences.append({"data": "training data (its content hash)", "model": "model"}.get(key, key))
     return differences
@@ -147,8 +156,13 @@ def resume_step(out_dir: str | os.PathLike) -> int | None:
 
 
 def train_mask(
-    model: TransformerBridge, task: Task, config: TrainConfig | None = None, *,
-    out_dir: str | os.PathLike | None = None, resume: bool = True, distributed: bool = False,
+    model: TransformerBridge,
+    task: Task,
+    config: TrainConfig | None = None,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    resume: bool = True,
+    distributed: bool = False,
 ) -> TrainResult:
     """Learn which heads `model` keeps so that it performs `task` from the bare input.
 
@@ -162,12 +176,19 @@ def train_mask(
     one process with the same global batch; rank 0 writes the files. The run folder is locked
     while training: another process training into it is refused at once (`FolderInUse`).
     """
-    return _train(model, [task], config, out_dir=out_dir, resume=resume, single=True, distributed=distributed)[task.name]
+    return _train(model, [task], config, out_dir=out_dir, resume=resume, single=True, distributed=distributed)[
+        task.name
+    ]
 
 
 def train_masks(
-    model: TransformerBridge, tasks: Sequence[Task], config: TrainConfig | None = None, *,
-    out_dir: str | os.PathLike | None = None, resume: bool = True, distributed: bool = False,
+    model: TransformerBridge,
+    tasks: Sequence[Task],
+    config: TrainConfig | None = None,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    resume: bool = True,
+    distributed: bool = False,
 ) -> dict[str, TrainResult]:
     """Train one mask per task simultaneously: each batch row carries its own task's mask.
 
@@ -179,8 +200,14 @@ def train_masks(
 
 
 def _train(
-    model: TransformerBridge, tasks: list[Task], config: TrainConfig | None, *,
-    out_dir: str | os.PathLike | None, resume: bool, single: bool, distributed: bool = False,
+    model: TransformerBridge,
+    tasks: list[Task],
+    config: TrainConfig | None,
+    *,
+    out_dir: str | os.PathLike | None,
+    resume: bool,
+    single: bool,
+    distributed: bool = False,
     step_times: list[float] | None = None,
 ) -> dict[str, TrainResult]:
     """The training loop; `step_times`, when given, receives each step's wall time in seconds."""
@@ -192,8 +219,14 @@ def _train(
 
 
 def _train_in(
-    model: TransformerBridge, tasks: list[Task], config: TrainConfig | None, *,
-    out_dir: str | os.PathLike | None, resume: bool, single: bool, distributed: bool = False,
+    model: TransformerBridge,
+    tasks: list[Task],
+    config: TrainConfig | None,
+    *,
+    out_dir: str | os.PathLike | None,
+    resume: bool,
+    single: bool,
+    distributed: bool = False,
     step_times: list[float] | None = None,
 ) -> dict[str, TrainResult]:
     config = config or TrainConfig()
@@ -207,22 +240,33 @@ def _train_in(
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     model_fp = fingerprint(model)
     # Tokenise everything first: a bad pair fails before anything is trained or written.
-    encoded = [encode_pairs(model, [t.pairs[i] for i in t.split_indices("train")],
-                            shots=[t.demonstrations(i) for i in t.split_indices("train")])
-               for t in tasks]
+    encoded = [
+        encode_pairs(
+            model,
+            [t.pairs[i] for i in t.split_indices("train")],
+            shots=[t.demonstrations(i) for i in t.split_indices("train")],
+        )
+        for t in tasks
+    ]
     samplers = [_Sampler(len(rows), config.batch_size, config.seed, t.name) for rows, t in zip(encoded, tasks)]
     pad_id = pad_token_id(model)
     rank, world = rank_and_world(required=True) if distributed else (0, 1)
     mine = shard(len(tasks) * config.batch_size, rank, world)  # this rank's rows of every step's batch
 
     init = [torch.Generator().manual_seed(_stable_seed(config.seed, name, "init")) for name in names]
-    logits = torch.stack([config.init_mean + config.init_std * torch.randn(n_layers, n_heads, generator=g)
-                          for g in init]).to(device).requires_grad_(True)
+    logits = (
+        torch.stack([config.init_mean + config.init_std * torch.randn(n_layers, n_heads, generator=g) for g in init])
+        .to(device)
+        .requires_grad_(True)
+    )
     parameters = [logits]
     mlp_logits = None
     if config.mlp:
-        mlp_logits = torch.stack([config.init_mean + config.init_std * torch.randn(n_layers, generator=g)
-                                  for g in init]).to(device).requires_grad_(True)
+        mlp_logits = (
+            torch.stack([config.init_mean + config.init_std * torch.randn(n_layers, generator=g) for g in init])
+            .to(device)
+            .requires_grad_(True)
+        )
         parameters.append(mlp_logits)
     optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
     noise = [torch.Generator().manual_seed(_stable_seed(config.seed, name, "noise")) for name in names]
@@ -250,25 +294,34 @@ def _train_in(
 
     rows_task = torch.arange(len(tasks)).repeat_interleave(config.batch_size).to(device)
     writer = out is not None and rank == 0
-    bar = tqdm(range(start, config.steps), initial=start, total=config.steps, disable=not config.progress or rank > 0,
-               desc=f"mask {names[0]}" if single else f"masks x{len(tasks)}", dynamic_ncols=True)
+    bar = tqdm(
+        range(start, config.steps),
+        initial=start,
+        total=config.steps,
+        disable=not config.progress or rank > 0,
+        desc=f"mask {names[0]}" if single else f"masks x{len(tasks)}",
+        dynamic_ncols=True,
+    )
     for step in bar:
         step_start = time.perf_counter()
         tau, lr = config.tau_at(step), config.lr_at(step)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        rows = [encoded[k][i] for k, sampler in enumerate(samplers) for i in sampler.batch(step)][mine.start:mine.stop]
+        rows = [encoded[k][i] for k, sampler in enumerate(samplers) for i in sampler.batch(step)][
+            mine.start : mine.stop
+        ]
         # Every rank draws the whole step's noise (the generators stay in step) and keeps its rows.
         shape = (config.batch_size, n_layers, n_heads)
-        head_noise = torch.cat([left_tail_gumbel(shape, g) for g in noise])[mine.start:mine.stop].to(device)
-        row_task = rows_task[mine.start:mine.stop]
+        head_noise = torch.cat([left_tail_gumbel(shape, g) for g in noise])[mine.start : mine.stop].to(device)
+        row_task = rows_task[mine.start : mine.stop]
         mlp_noise = None
         if mlp_logits is not None:
             mlp_noise = torch.cat([left_tail_gumbel((config.batch_size, n_layers), g) for g in noise])
-            mlp_noise = mlp_noise[mine.start:mine.stop].to(device)
+            mlp_noise = mlp_noise[mine.start : mine.stop].to(device)
         # Each task's loss is the mean over all its answer tokens in the step (over every rank).
         counts = torch.zeros(len(tasks), device=device).index_add(
-            0, row_task, torch.tensor([float(len(answer)) for _, answer in rows], device=device))
+            0, row_task, torch.tensor([float(len(answer)) for _, answer in rows], device=device)
+        )
         if world > 1:
             counts = all_reduce_sum(counts)
         counts = counts.clamp(min=1)
@@ -280,8 +333,13 @@ def _train_in(
             index = torch.tensor(members, device=device)
             mask = straight_through(logits[row_task[index]], head_noise[index], tau)
             mlp = None if mlp_noise is None else straight_through(mlp_logits[row_task[index]], mlp_noise[index], tau)
-            sums, _ = task_loss_sums(model, collate([rows[i] for i in members], pad_id=pad_id, device=device),
-                                     gate_hooks(model, mask, gate=config.gate, mlp=mlp), row_task[index], len(tasks))
+            sums, _ = task_loss_sums(
+                model,
+                collate([rows[i] for i in members], pad_id=pad_id, device=device),
+                gate_hooks(model, mask, gate=config.gate, mlp=mlp),
+                row_task[index],
+                len(tasks),
+            )
             part = sums / counts
             _check_finite(part.sum(), step, names)
             part.sum().backward()
@@ -310,15 +368,29 @@ def _train_in(
     results = {}
     frame = pd.DataFrame(history, columns=["step", "task", "loss", "tau", "lr", "n_kept"])
     for problem in run_problems(frame, n_layers * n_heads):
-        warn(f"mask training of {problem.task!r}: {problem.problem}. With the paper's init and learning "
-             "rate no head can switch off before ~400 steps: train longer or use TrainConfig.fast()", TrainingAdvice)
+        warn(
+            f"mask training of {problem.task!r}: {problem.problem}. With the paper's init and learning "
+            "rate no head can switch off before ~400 steps: train longer or use TrainConfig.fast()",
+            TrainingAdvice,
+        )
     for k, task in enumerate(tasks):
-        head = HeadMask.from_logits(logits[k].detach(), model=model_fp, task=task.name, gate=config.gate,
-                                    steps=config.steps, seed=config.seed, init_mean=config.init_mean)
+        head = HeadMask.from_logits(
+            logits[k].detach(),
+            model=model_fp,
+            task=task.name,
+            gate=config.gate,
+            steps=config.steps,
+            seed=config.seed,
+            init_mean=config.init_mean,
+        )
         if mlp_logits is not None:
-            head = HeadMask(head.values, logits=head.logits, model=model_fp,
-                            mlp_values=(mlp_logits[k].detach() >= 0).float(),
-                            metadata={**head.metadata, "mlp_logits": mlp_logits[k].detach().tolist()})
+            head = HeadMask(
+                head.values,
+                logits=head.logits,
+                model=model_fp,
+                mlp_values=(mlp_logits[k].detach() >= 0).float(),
+                metadata={**head.metadata, "mlp_logits": mlp_logits[k].detach().tolist()},
+            )
         results[task.name] = TrainResult(head, frame[frame.task == task.name].reset_index(drop=True))
     if writer:
         for name, result in results.items():
@@ -335,8 +407,17 @@ def _check_finite(loss: Tensor, step: int, names: list[str]) -> None:
         )
 
 
-def _checkpoint(out: Path, step: int, logits: Tensor, mlp_logits: Tensor | None, optimizer, noise,
-                history: list[dict], identity: dict, names: list[str]) -> None:
+def _checkpoint(
+    out: Path,
+    step: int,
+    logits: Tensor,
+    mlp_logits: Tensor | None,
+    optimizer,
+    noise,
+    history: list[dict],
+    identity: dict,
+    names: list[str],
+) -> None:
     tensors = {"logits": logits.detach().cpu().contiguous()}
     if mlp_logits is not None:
         tensors["mlp_logits"] = mlp_logits.detach().cpu().contiguous()
@@ -344,8 +425,12 @@ def _checkpoint(out: Path, step: int, logits: Tensor, mlp_logits: Tensor | None,
     folder = out / _CHECKPOINTS
     write_safetensors(folder / f"logits_step{step:07d}.safetensors", tensors, meta)
     state = {
-        "step": step, "logits": logits.detach(), "mlp_logits": None if mlp_logits is None else mlp_logits.detach(),
-        "optimizer": optimizer.state_dict(), "noise": [g.get_state() for g in noise], "history": history,
+        "step": step,
+        "logits": logits.detach(),
+        "mlp_logits": None if mlp_logits is None else mlp_logits.detach(),
+        "optimizer": optimizer.state_dict(),
+        "noise": [g.get_state() for g in noise],
+        "history": history,
         "identity": identity,
     }
     buffer = io.BytesIO()

@@ -7,7 +7,12 @@ from headsup_lens.models import encode, prompt_format
 
 from ..conftest import random_mask
 
-PAIRS = [("cat, apple, dog", "apple"), ("pear, horse, fig", "horse"), ("ant, kiwi, lime", "ant"), ("bee, plum, owl", "owl")]
+PAIRS = [
+    ("cat, apple, dog", "apple"),
+    ("pear, horse, fig", "horse"),
+    ("ant, kiwi, lime", "ant"),
+    ("bee, plum, owl", "owl"),
+]
 INSTRUCTION = "Pick the fruit: {input}"
 
 
@@ -18,11 +23,14 @@ def direct_words(model, user, x, answer, mask=None):
     template = prompt_format(model)
     text = template.format(user)
     ids = encode(model, text, add_bos=template.add_bos)
+
     def n_tokens(prefix: str) -> int:
         """Tokens of `prefix` as they stand in the full prompt: a trailing space that the tokenizer
         joins to the next word ("▁apple", "Ġapple") is left to that word."""
         for candidate in (prefix, prefix.rstrip(" ")):
-            head = encode(model, candidate, add_bos=template.add_bos) if candidate else [tokenizer_bos] * template.add_bos
+            head = (
+                encode(model, candidate, add_bos=template.add_bos) if candidate else [tokenizer_bos] * template.add_bos
+            )
             if ids[: len(head)] == head:
                 return len(head)
         raise AssertionError(f"no token boundary at {prefix!r}")
@@ -34,7 +42,10 @@ def direct_words(model, user, x, answer, mask=None):
         start = text.index(word, cursor)
         cursor = start + len(word)
         positions.append(list(range(n_tokens(text[:start]), n_tokens(text[:cursor]))))
-    with torch.no_grad(), value_gate(model, mask if mask is not None else torch.ones(model.cfg.n_layers, model.cfg.n_heads)):
+    with (
+        torch.no_grad(),
+        value_gate(model, mask if mask is not None else torch.ones(model.cfg.n_layers, model.cfg.n_heads)),
+    ):
         _, cache = model.run_with_cache(torch.tensor([ids]))
     out = torch.zeros(model.cfg.n_layers, model.cfg.n_heads, 3)
     for layer in range(model.cfg.n_layers):
@@ -46,15 +57,21 @@ def direct_words(model, user, x, answer, mask=None):
 def test_attention_on_target_matches_direct_computation(any_model):
     mask = random_mask(any_model, seed=4)
     result = attention_on_target(
-        any_model, PAIRS, mask, instruction=INSTRUCTION, batch_size=3,  # left padding: the prompts differ in length
+        any_model,
+        PAIRS,
+        mask,
+        instruction=INSTRUCTION,
+        batch_size=3,  # left padding: the prompts differ in length
         settings=("original", "instructed", "masked", "masked+instructed"),
     )
     inside = mask > 0
     for setting in result.per_head:
         instructed = "instructed" in setting
         setting_mask = mask if setting.startswith("masked") else None
-        runs = [direct_words(any_model, INSTRUCTION.replace("{input}", x) if instructed else x, x, y, setting_mask)
-                for x, y in PAIRS]
+        runs = [
+            direct_words(any_model, INSTRUCTION.replace("{input}", x) if instructed else x, x, y, setting_mask)
+            for x, y in PAIRS
+        ]
         per_head = torch.stack([words[..., t] / words.sum(-1) for words, t in runs]).mean(0)
         assert torch.allclose(result.per_head[setting], per_head, atol=1e-5), setting
 
@@ -86,8 +103,9 @@ def test_pick_one_of_three_tasks_use_the_papers_table_7_prompt(llama):
     assert choice_instruction("antonym") is None
     task = Task.from_pairs("fruit_v_animal_3", PAIRS, instruction="Table 10 wording: {input}", n_eval=1)
     table = attention_on_target(llama, task, random_mask(llama), settings=("instructed",), split="all").table
-    expected = attention_on_target(llama, PAIRS, random_mask(llama), settings=("instructed",),
-                                   instruction=choice_instruction("fruit_v_animal_3")).table
+    expected = attention_on_target(
+        llama, PAIRS, random_mask(llama), settings=("instructed",), instruction=choice_instruction("fruit_v_animal_3")
+    ).table
     assert table.equals(expected)
 
 

@@ -21,9 +21,33 @@ def mask_files(llama, tmp_path_factory):
 def test_sweep_command_writes_tables_and_figures(llama_dir, mask_files, tmp_path):
     _, paths = mask_files
     out = tmp_path / "sweep"
-    code = main(["sweep", "--prompt", "cat", "--out", str(out), "--model", str(llama_dir), "--mask", str(paths[0]),
-                 "--order", "influence", "--influence-k", "6", "--target", "x", "--max-new-tokens", "3",
-                 "--reference-prompt", "say cat", "--png", "false", "--device", "cpu"])
+    code = main(
+        [
+            "sweep",
+            "--prompt",
+            "cat",
+            "--out",
+            str(out),
+            "--model",
+            str(llama_dir),
+            "--mask",
+            str(paths[0]),
+            "--order",
+            "influence",
+            "--influence-k",
+            "6",
+            "--target",
+            "x",
+            "--max-new-tokens",
+            "3",
+            "--reference-prompt",
+            "say cat",
+            "--png",
+            "false",
+            "--device",
+            "cpu",
+        ]
+    )
     assert code == 0
     ranks = pd.read_csv(out / "ranks.csv")
     assert len(ranks) == 17 and "target 'x'" in ranks.columns
@@ -32,25 +56,103 @@ def test_sweep_command_writes_tables_and_figures(llama_dir, mask_files, tmp_path
     assert sorted(map(tuple, summary["order"][:6])) == sorted(HeadMask.load(paths[0]).removal_order()[:6])
     assert len(pd.read_csv(out / "generations.csv")) == 17
     assert len(pd.read_csv(out / "sweep_similarity.csv")) == 17 * 2
-    assert {p.name for p in out.glob("*.html")} == {"ranks.html", "logits.html", "generations.html", "sweep_similarity.html"}
+    assert {p.name for p in out.glob("*.html")} == {
+        "ranks.html",
+        "logits.html",
+        "generations.html",
+        "sweep_similarity.html",
+    }
 
 
 def test_lens_and_similarity_commands(llama_dir, mask_files, tmp_path):
     _, paths = mask_files
-    assert main(["lens", "--prompt", "cat", "--out", str(tmp_path / "lens"), "--model", str(llama_dir), "--k", "3",
-                 "--mask", str(paths[1]), "--png", "false", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "lens",
+                "--prompt",
+                "cat",
+                "--out",
+                str(tmp_path / "lens"),
+                "--model",
+                str(llama_dir),
+                "--k",
+                "3",
+                "--mask",
+                str(paths[1]),
+                "--png",
+                "false",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     lens = pd.read_csv(tmp_path / "lens" / "lens.csv")
     assert len(lens) == 2 * 2 * 3 and (tmp_path / "lens" / "lens_resid.html").exists()
-    assert main(["lens", "--prompt", "cat", "--out", str(tmp_path / "raw"), "--model", str(llama_dir), "--k", "3",
-                 "--no-final-norm", "--png", "false", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "lens",
+                "--prompt",
+                "cat",
+                "--out",
+                str(tmp_path / "raw"),
+                "--model",
+                str(llama_dir),
+                "--k",
+                "3",
+                "--no-final-norm",
+                "--png",
+                "false",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     raw = pd.read_csv(tmp_path / "raw" / "lens.csv")
     assert not raw[raw.layer == 0].prob.equals(pd.read_csv(tmp_path / "lens" / "lens.csv")[lens.layer == 0].prob)
-    assert main(["similarity", "--prompt", "cat", "--out", str(tmp_path / "sim"), "--model", str(llama_dir),
-                 "--instruction", "Say {input} twice", "--mask", str(paths[1]), "--png", "false", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "similarity",
+                "--prompt",
+                "cat",
+                "--out",
+                str(tmp_path / "sim"),
+                "--model",
+                str(llama_dir),
+                "--instruction",
+                "Say {input} twice",
+                "--mask",
+                str(paths[1]),
+                "--png",
+                "false",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     table = pd.read_csv(tmp_path / "sim" / "similarity.csv")
     assert set(table.comparison) == {"original vs instructed", "masked vs instructed", "masked vs masked+instructed"}
-    assert main(["similarity", "--prompt", "cat", "--out", str(tmp_path / "bad"), "--model", str(llama_dir),
-                 "--png", "false"]) == 2  # no instruction: a clear error, exit code 2
+    assert (
+        main(
+            [
+                "similarity",
+                "--prompt",
+                "cat",
+                "--out",
+                str(tmp_path / "bad"),
+                "--model",
+                str(llama_dir),
+                "--png",
+                "false",
+            ]
+        )
+        == 2
+    )  # no instruction: a clear error, exit code 2
 
 
 def test_pathways_command(mask_files, tmp_path):
@@ -69,16 +171,57 @@ def test_pathways_command(mask_files, tmp_path):
 
 def test_sweep_targets_as_text_and_as_ids_are_distinct_options(gpt2_dir, tmp_path):
     out = tmp_path / "sweep"
-    assert main(["sweep", "--prompt", "cat", "--out", str(out), "--model", str(gpt2_dir), "--order", "random",
-                 "--target", "x", "--target-id", "5", "--max-new-tokens", "1", "--png", "false",
-                 "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--prompt",
+                "cat",
+                "--out",
+                str(out),
+                "--model",
+                str(gpt2_dir),
+                "--order",
+                "random",
+                "--target",
+                "x",
+                "--target-id",
+                "5",
+                "--max-new-tokens",
+                "1",
+                "--png",
+                "false",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     targets = [c for c in pd.read_csv(out / "ranks.csv").columns if c.startswith("target")]
     assert len(targets) == 2 and "target 'x'" in targets
 
 
 def test_lens_and_similarity_name_every_file_written(llama_dir, tmp_path, capsys):
-    assert main(["lens", "--prompt", "cat", "--out", str(tmp_path / "lens"), "--model", str(llama_dir), "--k", "3",
-                 "--png", "false", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "lens",
+                "--prompt",
+                "cat",
+                "--out",
+                str(tmp_path / "lens"),
+                "--model",
+                str(llama_dir),
+                "--k",
+                "3",
+                "--png",
+                "false",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     wrote = capsys.readouterr().out.splitlines()[-1]
     for path in (tmp_path / "lens").iterdir():
         if not path.name.startswith("."):

@@ -14,8 +14,16 @@ from headsup_lens.cli import main
 from headsup_lens.data import Task
 from headsup_lens.evaluation import accuracy, answer_loss
 
-PAIRS = [("cat", "cat"), ("apple", "apple"), ("sun", "sun"), ("ab", "ab"), ("tree", "tree"), ("x", "x"),
-         ("dog", "dog"), ("hat", "hat")]
+PAIRS = [
+    ("cat", "cat"),
+    ("apple", "apple"),
+    ("sun", "sun"),
+    ("ab", "ab"),
+    ("tree", "tree"),
+    ("x", "x"),
+    ("dog", "dog"),
+    ("hat", "hat"),
+]
 
 
 def echo_task() -> Task:
@@ -27,8 +35,17 @@ def test_curves_equal_plain_evaluation_and_scores_are_checked_by_hand(llama):
     logits = torch.randn(llama.cfg.n_layers, llama.cfg.n_heads, generator=torch.Generator().manual_seed(0))
     learned = head_scores(llama, task, "learned_mask", mask=HeadMask.from_logits(logits, fingerprint(llama)))
     planted = [(0, 1), (1, 2), (1, 5)]
-    result = compare_methods(llama, task, [learned, "random", "attribution_patching"], k_max=4, k_step=2, n_eval=None,
-                             planted=planted, n_examples=4, max_rows=5)
+    result = compare_methods(
+        llama,
+        task,
+        [learned, "random", "attribution_patching"],
+        k_max=4,
+        k_step=2,
+        n_eval=None,
+        planted=planted,
+        n_examples=4,
+        max_rows=5,
+    )
     assert list(result.summary.method) == ["learned_mask", "random", "attribution_patching"]
     assert sorted(set(result.curves.k)) == [0, 2, 4] and len(result.curves) == 9
     first = result.curves[result.curves.k == 0]
@@ -40,7 +57,9 @@ def test_curves_equal_plain_evaluation_and_scores_are_checked_by_hand(llama):
             assert row.answer_loss == pytest.approx(answer_loss(llama, task, mask=mask), rel=1e-5)
             assert row.accuracy == pytest.approx(accuracy(llama, task, mask=mask))
         # AUROC by hand: the share of (planted, other) pairs the scores order correctly (ties count half)
-        flat = {(l, h): ranking.scores[l, h].item() for l in range(llama.cfg.n_layers) for h in range(llama.cfg.n_heads)}
+        flat = {
+            (l, h): ranking.scores[l, h].item() for l in range(llama.cfg.n_layers) for h in range(llama.cfg.n_heads)
+        }
         others = [h for h in flat if h not in planted]
         pairs = [(flat[p] > flat[o]) + 0.5 * (flat[p] == flat[o]) for p, o in itertools.product(planted, others)]
         row = result.summary.set_index("method").loc[name]
@@ -67,9 +86,29 @@ def test_compare_methods_refuses_bad_input(llama):
 
 def test_cli_compare_methods_on_the_organism(tmp_path, capsys):
     out = tmp_path / "cmp"
-    code = main(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--method", "random",
-                 "attribution_patching", "--k-max", "2", "--k-step", "1", "--n-eval", "2", "--n-examples", "2",
-                 "--no-png", "--device", "cpu"])
+    code = main(
+        [
+            "compare-methods",
+            "--task",
+            "organism/reverse",
+            "--out",
+            str(out),
+            "--method",
+            "random",
+            "attribution_patching",
+            "--k-max",
+            "2",
+            "--k-step",
+            "1",
+            "--n-eval",
+            "2",
+            "--n-examples",
+            "2",
+            "--no-png",
+            "--device",
+            "cpu",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary.method) == ["random", "attribution_patching"]

@@ -31,7 +31,9 @@ def test_group_ablation_against_answer_loss(llama, task):
     group = [(0, 1), (1, 4), (1, 5)]
     table = group_ablation(llama, task, {"g": group, "empty": []}, n_random=2, seed=3).set_index("group")
     original = answer_loss(llama, task, instructed=True)
-    assert table.loc["g", "loss"] == pytest.approx(answer_loss(llama, task, mask=HeadMask.from_heads(group, (2, 8)), instructed=True))
+    assert table.loc["g", "loss"] == pytest.approx(
+        answer_loss(llama, task, mask=HeadMask.from_heads(group, (2, 8)), instructed=True)
+    )
     assert table.loc["g", "original"] == pytest.approx(original) and table.loc["g", "size"] == 3
     assert table.loc["empty", "loss"] == pytest.approx(original)
     # Random groups of the same size, drawn from the seed: the same draw gives the same numbers.

@@ -19,7 +19,7 @@ PAIRS = [("cat", "dog"), ("apple pie", "pear"), ("sun", "moon and stars"), ("ab"
 
 
 def small_task() -> Task:
-    return Task.from_pairs("small", PAIRS + [("x", "y")], n_eval=1)  # train split = PAIRS
+    return Task.from_pairs("small", [*PAIRS, ("x", "y")], n_eval=1)  # train split = PAIRS
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +43,17 @@ def test_batched_single_ablation_equals_separate_runs(llama, ablation):
     full = answer_loss(llama, task, split="train", alpha=alpha, mask=HeadMask.full(llama))
     for layer in range(llama.cfg.n_layers):
         for head in (0, llama.cfg.n_heads - 1):
-            alone = answer_loss(llama, task, split="train", alpha=alpha,
-                                mask=HeadMask.from_heads([(layer, head)], fingerprint(llama)))
+            alone = answer_loss(
+                llama, task, split="train", alpha=alpha, mask=HeadMask.from_heads([(layer, head)], fingerprint(llama))
+            )
             assert result.scores[layer, head].item() == pytest.approx(full - alone, abs=2e-5)
     assert result.settings["full_loss"] == pytest.approx(full, rel=1e-5)
-    assert result.seconds > 0 and result.cpu_seconds > 0 and result.task == "small" and len(result.order) == result.scores.numel()
+    assert (
+        result.seconds > 0
+        and result.cpu_seconds > 0
+        and result.task == "small"
+        and len(result.order) == result.scores.numel()
+    )
 
 
 def test_mean_ablation_gate_equals_replacing_z_by_hand(llama):
@@ -79,9 +85,11 @@ def test_mean_ablation_gate_equals_replacing_z_by_hand(llama):
     with value_gate(llama, mask, mean=mean):
         got = llama(tokens)
     assert torch.allclose(got, expected, atol=1e-5)
-    with pytest.raises(ValueError, match=r"mean must be \[n_layers, n_heads, d_head\]"):
-        with value_gate(llama, mask, mean=mean[0]):
-            pass
+    with (
+        pytest.raises(ValueError, match=r"mean must be \[n_layers, n_heads, d_head\]"),
+        value_gate(llama, mask, mean=mean[0]),
+    ):
+        pass
 
 
 def test_single_mean_ablation_equals_separate_runs(llama):
@@ -130,8 +138,9 @@ def test_attribution_patching_and_gate_gradient_equal_hand_computations(llama):
     scaled = head_scores(llama, task, "attribution_patching", ablation="scaled", alpha=0.25)
     assert torch.allclose(scaled.scores, 0.75 * expected, rtol=1e-4, atol=1e-6)
     mean = mean_z(llama, example_batch(llama, task, "train", None))
-    by_mean = torch.stack([torch.stack([(g * (z - mean[l])).sum((0, 2)) for l, (z, g) in enumerate(ex)])
-                           for ex in grads]).mean(0)
+    by_mean = torch.stack(
+        [torch.stack([(g * (z - mean[l])).sum((0, 2)) for l, (z, g) in enumerate(ex)]) for ex in grads]
+    ).mean(0)
     got = head_scores(llama, task, "attribution_patching", ablation="mean")
     assert torch.allclose(got.scores, by_mean, rtol=1e-4, atol=1e-6)
 
@@ -140,8 +149,11 @@ def test_methods_find_the_planted_suppressors(planted):
     """On a model whose hindering heads are known, the ablation-based rankings put them first."""
     task = planted_task(n=40)
     truth = set(SUPPRESSORS)
-    for method, options in [("single_ablation", {}), ("attribution_patching", {}),
-                            ("soft_gate_necessary", {"steps": 40, "lr": 0.2})]:
+    for method, options in [
+        ("single_ablation", {}),
+        ("attribution_patching", {}),
+        ("soft_gate_necessary", {"steps": 40, "lr": 0.2}),
+    ]:
         result = head_scores(planted, task, method, n_examples=8, **options)
         assert set(result.order[: len(truth)]) == truth, method
     assert set(head_scores(planted, task, "random").order[:4]) != truth
@@ -164,8 +176,16 @@ def test_registry_refuses_duplicates_and_unknown_names(llama):
         head_scores(llama, small_task(), "no_such_method")
     with pytest.raises(ValueError, match="ablation must be one of"):
         head_scores(llama, small_task(), "single_ablation", ablation="resample")
-    assert {"learned_mask", "single_ablation", "gate_gradient", "attribution_patching", "activation_pattern",
-            "soft_gate_necessary", "soft_gate_sufficient", "random"} <= set(METHODS)
+    assert {
+        "learned_mask",
+        "single_ablation",
+        "gate_gradient",
+        "attribution_patching",
+        "activation_pattern",
+        "soft_gate_necessary",
+        "soft_gate_sufficient",
+        "random",
+    } <= set(METHODS)
 
 
 def test_unknown_method_options_are_named(llama):
@@ -181,6 +201,11 @@ def test_head_scores_save_and_load(llama, tmp_path):
     result = head_scores(llama, small_task(), "random", seed=4)
     back = HeadScores.load(result.save(tmp_path / "r.json"))
     assert torch.equal(back.scores, result.scores) and back.order == result.order
-    assert (back.method, back.task, back.seconds, back.cpu_seconds) == (result.method, result.task, result.seconds, result.cpu_seconds)
+    assert (back.method, back.task, back.seconds, back.cpu_seconds) == (
+        result.method,
+        result.task,
+        result.seconds,
+        result.cpu_seconds,
+    )
     with pytest.raises(ValueError, match="is not a saved HeadScores file"):
         HeadScores.load(tmp_path / "missing.json")

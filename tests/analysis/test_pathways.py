@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import pytest
@@ -5,7 +6,12 @@ import torch
 
 from headsup_lens import HeadMask, pathway_heads
 from headsup_lens.analysis import (
-    TRAJECTORY_KINDS, jaccard_matrix, jaccard_table, pathway_recovery, trajectory_crossings, weight_trajectories,
+    TRAJECTORY_KINDS,
+    jaccard_matrix,
+    jaccard_table,
+    pathway_recovery,
+    trajectory_crossings,
+    weight_trajectories,
 )
 from headsup_lens.masks import expected_jaccard
 
@@ -85,8 +91,11 @@ def test_weight_trajectories_from_masks_tensor_and_run_folder(tmp_path):
 
     (tmp_path / "checkpoints").mkdir()
     for step, l in zip([5, 10], logits[:2]):
-        save_file({"logits": l[None].contiguous()}, str(tmp_path / "checkpoints" / f"logits_step{step:07d}.safetensors"),
-                  metadata={"step": str(step), "tasks": "t"})
+        save_file(
+            {"logits": l[None].contiguous()},
+            str(tmp_path / "checkpoints" / f"logits_step{step:07d}.safetensors"),
+            metadata={"step": str(step), "tasks": "t"},
+        )
     steps, from_run = weight_trajectories(tmp_path)
     assert steps == [5, 10] and torch.allclose(from_run, weights[:2])
     with pytest.raises(ValueError, match="logits"):
@@ -96,14 +105,16 @@ def test_weight_trajectories_from_masks_tensor_and_run_folder(tmp_path):
 
 def test_trajectory_crossings_against_hand_counted_heads():
     # Six heads, five checkpoints, one of each kind (two crossings for the transient ones).
-    series = torch.tensor([
-        [0.9, 0.9, 0.8, 0.9, 0.95],   # kept throughout
-        [0.1, 0.2, 0.1, 0.3, 0.05],   # removed throughout
-        [0.1, 0.3, 0.6, 0.7, 0.9],    # joined
-        [0.9, 0.6, 0.4, 0.2, 0.1],    # left
-        [0.05, 0.4, 0.7, 0.6, 0.2],   # joined and left
-        [0.9, 0.3, 0.2, 0.5, 0.8],    # left and came back (0.5 counts as inside)
-    ]).T.reshape(5, 2, 3)
+    series = torch.tensor(
+        [
+            [0.9, 0.9, 0.8, 0.9, 0.95],  # kept throughout
+            [0.1, 0.2, 0.1, 0.3, 0.05],  # removed throughout
+            [0.1, 0.3, 0.6, 0.7, 0.9],  # joined
+            [0.9, 0.6, 0.4, 0.2, 0.1],  # left
+            [0.05, 0.4, 0.7, 0.6, 0.2],  # joined and left
+            [0.9, 0.3, 0.2, 0.5, 0.8],  # left and came back (0.5 counts as inside)
+        ]
+    ).T.reshape(5, 2, 3)
     table = trajectory_crossings(series)
     assert list(table.kind) == list(TRAJECTORY_KINDS)
     assert list(table.crossings) == [0, 0, 1, 1, 2, 2]
@@ -115,7 +126,7 @@ def test_trajectory_crossings_against_hand_counted_heads():
     table = trajectory_crossings(weights)
     for row in table.itertuples():
         inside = [bool(w >= 0.5) for w in weights[:, row.layer, row.head]]
-        assert row.crossings == sum(a != b for a, b in zip(inside, inside[1:]))
+        assert row.crossings == sum(a != b for a, b in itertools.pairwise(inside))
         assert row.came_back == (row.crossings > 0 and inside[0] == inside[-1])
     with pytest.raises(ValueError, match="weights must be"):
         trajectory_crossings(torch.rand(0, 3, 4))

@@ -80,7 +80,9 @@ def test_detached_patterns_would_miss_the_paths_through_later_layers(llama):
 
 def test_z_variant_equals_its_brute_force(llama):
     expected = manual_pattern(llama, PAIRS, activation="z")
-    assert torch.allclose(activation_pattern(llama, PAIRS, activation="z", batch_size=2), expected, rtol=1e-4, atol=1e-7)
+    assert torch.allclose(
+        activation_pattern(llama, PAIRS, activation="z", batch_size=2), expected, rtol=1e-4, atol=1e-7
+    )
 
 
 def test_activation_pattern_under_a_mask(llama):
@@ -102,8 +104,9 @@ def test_statistics_by_hand():
     assert kurtosis(x) == pytest.approx(1.64)
     assert kurtosis(x, excess=True) == pytest.approx(1.64 - 3)
     table = pattern_statistics({"x": x})
-    assert table.loc[0].to_dict() == pytest.approx({"pattern": "x", "gini": 0.25, "cv": 1.25**0.5 / 2.5,
-                                                     "kurtosis": 1.64})
+    assert table.loc[0].to_dict() == pytest.approx(
+        {"pattern": "x", "gini": 0.25, "cv": 1.25**0.5 / 2.5, "kurtosis": 1.64}
+    )
     with pytest.raises(ValueError, match="non-negative"):
         gini(torch.tensor([-1.0, 1.0]))
     with pytest.raises(ValueError, match="mean"):
@@ -204,8 +207,12 @@ def test_grouping_test_refuses_bad_groups():
 
 def test_rank_by_pattern_by_hand():
     target = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
-    candidates = {"double": torch.tensor([[2.0, 4.0], [6.0, 8.0]]), "reverse": torch.tensor([[4.0, 3.0], [2.0, 1.0]]),
-                  "swap": torch.tensor([[1.0, 3.0], [2.0, 4.0]]), "shifted": target + 10}
+    candidates = {
+        "double": torch.tensor([[2.0, 4.0], [6.0, 8.0]]),
+        "reverse": torch.tensor([[4.0, 3.0], [2.0, 1.0]]),
+        "swap": torch.tensor([[1.0, 3.0], [2.0, 4.0]]),
+        "shifted": target + 10,
+    }
     # Pearson: deviations of the target (-1.5, -0.5, 0.5, 1.5); swap's (-1.5, 0.5, -0.5, 1.5): 4 / 5.
     pearson = rank_by_pattern(target, candidates)
     assert list(pearson.columns) == ["rank", "candidate", "similarity"]
@@ -230,7 +237,9 @@ def test_rank_by_pattern_centred_against_a_plain_computation():
     assert plain.similarity.min() > 0.8  # the shared change makes every candidate look alike
     mean = sum(candidates.values()) / len(candidates)
     centred = rank_by_pattern(target, candidates, center=True)
-    expected = {n: scipy.stats.pearsonr((c - mean).flatten(), (target - mean).flatten())[0] for n, c in candidates.items()}
+    expected = {
+        n: scipy.stats.pearsonr((c - mean).flatten(), (target - mean).flatten())[0] for n, c in candidates.items()
+    }
     assert dict(zip(centred.candidate, centred.similarity)) == pytest.approx(expected)
     assert centred.candidate[0] == "task3" and centred.similarity.iloc[1] < 0.5
 

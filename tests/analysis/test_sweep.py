@@ -23,7 +23,7 @@ def sequential_sweep(model, prompt, order, targets, top_k=5, max_new=MAX_NEW):
         if top is None:
             top = logits.topk(top_k).indices.tolist()
         ranks.append([int((logits > logits[t]).sum()) + 1 for t in top + targets])
-        new = out[0, ids.shape[1]:].tolist()
+        new = out[0, ids.shape[1] :].tolist()
         generations.append(new[: new.index(eos)] if eos in new else new)
     return ranks, generations
 
@@ -34,7 +34,9 @@ def check_against_sequential(model, order, targets, batch_sizes=(None,)):
     hits = [i for i, r in enumerate(ranks) if 1 in r[5:]]
     changed = [i for i, g in enumerate(generations) if g != generations[0]]
     for batch_size in batch_sizes:
-        result = removal_sweep(model, PROMPT, order, target_tokens=targets, max_new_tokens=MAX_NEW, batch_size=batch_size)
+        result = removal_sweep(
+            model, PROMPT, order, target_tokens=targets, max_new_tokens=MAX_NEW, batch_size=batch_size
+        )
         assert result.ranks[result.tokens.label].to_numpy().tolist() == ranks
         assert result.generation_ids == generations
         assert result.generations == [model.tokenizer.decode(g) for g in generations]
@@ -111,7 +113,9 @@ def test_masks_layer_outputs_and_steps(llama):
 def test_formatted_prompt_and_text_targets(llama):
     template = prompt_format(llama)
     plain = removal_sweep(llama, PROMPT, [(0, 1)], target_tokens="x", max_new_tokens=3)
-    formatted = removal_sweep(llama, template.format(PROMPT), [(0, 1)], target_tokens="x", max_new_tokens=3, formatted=True)
+    formatted = removal_sweep(
+        llama, template.format(PROMPT), [(0, 1)], target_tokens="x", max_new_tokens=3, formatted=True
+    )
     assert plain.ranks.equals(formatted.ranks) and plain.generations == formatted.generations
     assert plain.tokens.token_id.tolist()[-1] == llama.tokenizer.convert_tokens_to_ids("x")
     long = plain.long()
@@ -153,11 +157,14 @@ def test_target_text_is_the_token_the_model_would_write_after_the_prompt(spm):
     assert sweep.tokens.token_id.tolist()[-1] == chosen
 
 
-@pytest.mark.parametrize("target, message", [
-    ("zq", "carries no visible character"),  # tokenised alone: a lone "▁" piece, then "z"
-    ("é", "cannot encode"),
-    ("  ", "empty or whitespace"),
-])
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ("zq", "carries no visible character"),  # tokenised alone: a lone "▁" piece, then "z"
+        ("é", "cannot encode"),
+        ("  ", "empty or whitespace"),
+    ],
+)
 def test_targets_that_map_to_no_meaningful_token_are_refused(spm, target, message):
     from headsup_lens.analysis._common import token_id
 

@@ -19,7 +19,7 @@ def _all_parsers():
         yield name, parser
         for action in parser._actions:  # nested sub-commands (`organism train`)
             choices = getattr(action, "choices", None)
-            for child_name, child in (choices.items() if isinstance(choices, dict) else []):
+            for child_name, child in choices.items() if isinstance(choices, dict) else []:
                 if isinstance(child, _Parser):
                     child._preprocessing([])
                     pending.append((f"{name} {child_name}", child))
@@ -63,12 +63,17 @@ def test_repeated_list_options_keep_every_value():
 def test_negative_flags(tmp_path):
     parsers = command_parsers()
     assert parsers["sweep"].parse_args(["--prompt", "p", "--out", "o", "--no-png"]).config.png is False
-    assert parsers["evaluate"].parse_args(["--task", "t", "--mask", "m", "--out", "o", "--no-generate"]).config.generate is False
+    assert (
+        parsers["evaluate"].parse_args(["--task", "t", "--mask", "m", "--out", "o", "--no-generate"]).config.generate
+        is False
+    )
 
 
 def test_top_level_help_imports_no_command_module():
-    code = ("import sys; from headsup_lens.cli._main import build_parser; build_parser(None).format_help();"
-            "print(sorted(m for m in sys.modules if m.startswith('headsup_lens.cli.')))")
+    code = (
+        "import sys; from headsup_lens.cli._main import build_parser; build_parser(None).format_help();"
+        "print(sorted(m for m in sys.modules if m.startswith('headsup_lens.cli.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['headsup_lens.cli._main', 'headsup_lens.cli._registry']"
 

@@ -32,9 +32,11 @@ def test_tasks_answers_without_torch_transformer_lens_or_pandas():
     import sys
     import time
 
-    code = ("import sys; from headsup_lens.cli import main; main(['tasks']); "
-            "print('HEAVY', sorted(m for m in ('torch', 'transformer_lens', 'transformers', 'pandas') "
-            "if m in sys.modules))")
+    code = (
+        "import sys; from headsup_lens.cli import main; main(['tasks']); "
+        "print('HEAVY', sorted(m for m in ('torch', 'transformer_lens', 'transformers', 'pandas') "
+        "if m in sys.modules))"
+    )
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
     seconds = time.perf_counter() - start

@@ -19,13 +19,17 @@ def test_plan_covers_the_shared_layout():
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
-    assert main(["download-data", "--out", str(tmp_path), "--only", "xnli", "--languages", "fr", "--dry-run", "true"]) == 0
+    assert (
+        main(["download-data", "--out", str(tmp_path), "--only", "xnli", "--languages", "fr", "--dry-run", "true"]) == 0
+    )
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 2 and lines[0].endswith(str(tmp_path / "xnli" / "dev-fr.tsv"))
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("argv, message", [(["--only", "wiki"], "unknown dataset"), (["--languages", "xx"], "unknown XNLI")])
+@pytest.mark.parametrize(
+    "argv, message", [(["--only", "wiki"], "unknown dataset"), (["--languages", "xx"], "unknown XNLI")]
+)
 def test_bad_arguments(tmp_path, capsys, argv, message):
     assert main(["download-data", "--out", str(tmp_path), *argv]) == 2
     assert message in capsys.readouterr().err and not any(tmp_path.iterdir())

@@ -8,8 +8,23 @@ import pandas as pd
 import pytest
 
 from headsup_lens.data import (
-    FV_TASKS, HYBRID_UNSEEN, IGNORE_INDEX, Task, data_dir, fewshot, function_vector_task, hybrid_task, iwslt_task, load_task,
-    register_task, render_prompt, task_mixture, task_names, tokenize_pairs, tokenize_task, translation_task,
+    FV_TASKS,
+    HYBRID_UNSEEN,
+    IGNORE_INDEX,
+    Task,
+    data_dir,
+    fewshot,
+    function_vector_task,
+    hybrid_task,
+    iwslt_task,
+    load_task,
+    register_task,
+    render_prompt,
+    task_mixture,
+    task_names,
+    tokenize_pairs,
+    tokenize_task,
+    translation_task,
 )
 from headsup_lens.models import prompt_format
 
@@ -85,16 +100,22 @@ def test_function_vector_loader_on_written_files(tmp_path):
     assert len(task.pairs) == 250 and task.eval_pairs == tuple(pairs[150:])
     # The paper's Table 10 instruction, shipped with the package, in its evaluation's layout.
     assert task.matcher == "starts_with"
-    assert task.instruction == ("Output the given word with its first letter capitalized.\n\nInput:\n\n{input}"
-                                "\n\nOutput:\n\n")
+    assert task.instruction == (
+        "Output the given word with its first letter capitalized.\n\nInput:\n\n{input}\n\nOutput:\n\n"
+    )
     write_fv(tmp_path, "antonym", pairs)
     assert load_task("antonym", tmp_path).matcher == "contains"
 
 
 @pytest.mark.parametrize(
     "content, message",
-    [("", "is empty"), ("[]", "non-empty JSON list"), ('{"input": "a"}', "non-empty JSON list"),
-     ('[{"input": "a"}]', "entry 0"), ('[{"input": "a", "output": 3}]', "entry 0")],
+    [
+        ("", "is empty"),
+        ("[]", "non-empty JSON list"),
+        ('{"input": "a"}', "non-empty JSON list"),
+        ('[{"input": "a"}]', "entry 0"),
+        ('[{"input": "a", "output": 3}]', "entry 0"),
+    ],
 )
 def test_malformed_task_files(tmp_path, content, message):
     path = write_fv(tmp_path, "antonym", [("a", "b")])
@@ -128,8 +149,13 @@ def test_translation_from_parallel_xnli(tmp_path):
 
 def test_iwslt_loader(tmp_path):
     (tmp_path / "iwslt2017").mkdir()
-    frame = pd.DataFrame({"doc_id": [1, 1], "seg_id": [1, 2],
-                          "translation": [{"en": "Hello.", "de": "Hallo."}, {"en": "Bye.", "de": "Tschüss."}]})
+    frame = pd.DataFrame(
+        {
+            "doc_id": [1, 1],
+            "seg_id": [1, 2],
+            "translation": [{"en": "Hello.", "de": "Hallo."}, {"en": "Bye.", "de": "Tschüss."}],
+        }
+    )
     frame.to_parquet(tmp_path / "iwslt2017" / "en-de-test.parquet")
     task = iwslt_task("de", "en", tmp_path)
     assert task.pairs == (("Hallo.", "Hello."), ("Tschüss.", "Bye.")) and task.eval_pairs == task.pairs
@@ -143,8 +169,9 @@ def test_fewshot_selects_demonstrations_as_the_reference(tmp_path):
     task = Task.from_pairs("t", [(f"x{i}", f"y{i}") for i in range(130)], n_eval=10)
     shot = fewshot(task, k=5, seed=42, dev=20)  # the paper's: the same five demonstrations before every example
     # The reference: Dataset(train split).shuffle(seed); first 5 = demonstrations; the last `dev` rows = its dev set.
-    shuffled = datasets.Dataset.from_dict({"x": [x for x, _ in task.train_pairs],
-                                           "y": [y for _, y in task.train_pairs]}).shuffle(seed=42)
+    shuffled = datasets.Dataset.from_dict(
+        {"x": [x for x, _ in task.train_pairs], "y": [y for _, y in task.train_pairs]}
+    ).shuffle(seed=42)
     reference = list(zip(shuffled["x"], shuffled["y"]))
     assert shot.name == "fewshot/t" and shot.shots[0] == tuple(reference[:5])
     assert len(set(shot.shots)) == 1 and len(shot.shots) == len(shot.pairs)
@@ -165,10 +192,14 @@ def test_hybrid_file_is_re_rendered_for_the_model(tmp_path, llama, gpt2):
     path.write_text(json.dumps([{"input": text, "output": "C"}] * 4), encoding="utf-8")
     task = hybrid_task(tmp_path)
     assert task.pairs[0] == ("c", "C") and task.shots[0] == (("a", "A"), ("b", "B"))
-    assert render_prompt(llama, "c", task.shots[0]) == "<user> a <assistant> A<eos><user> b <assistant> B<eos><user> c <assistant> "
+    assert (
+        render_prompt(llama, "c", task.shots[0])
+        == "<user> a <assistant> A<eos><user> b <assistant> B<eos><user> c <assistant> "
+    )
     assert render_prompt(gpt2, "c", task.shots[0]) == "a\n\nA\n\nb\n\nB\n\nc\n\n"
     # Rendered in the paper's Llama-3 format, the demonstrations give back the file's own text.
     from headsup_lens.models import PAPER_FORMATS
+
     assert PAPER_FORMATS["llama3"].render("c", task.shots[0]) == PAPER_FORMATS["llama3"].format(text)
     path.write_text(json.dumps([{"input": f"a{LLAMA_ASSISTANT}A{LLAMA_ASSISTANT}x{LLAMA_USER}c", "output": "C"}]))
     with pytest.raises(ValueError, match="malformed few-shot"):
@@ -253,8 +284,9 @@ def test_shared_data(shared_data_dir, llama):
     batch = tokenize_task(llama, antonym, "eval")
     assert batch.input_ids.shape[0] == 100
     eot = len(llama.tokenizer("<eos>", add_special_tokens=False)["input_ids"])
-    answer_tokens = sum(len(llama.tokenizer(y.strip(), add_special_tokens=False)["input_ids"]) + eot
-                        for _, y in antonym.eval_pairs)
+    answer_tokens = sum(
+        len(llama.tokenizer(y.strip(), add_special_tokens=False)["input_ids"]) + eot for _, y in antonym.eval_pairs
+    )
     assert batch.n_answer_tokens == answer_tokens
 
 

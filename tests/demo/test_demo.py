@@ -21,8 +21,16 @@ def test_report_embeds_plotly_once_and_escapes_text(tmp_path):
 
 def test_demo_runs_end_to_end_on_a_tiny_model(tmp_path, llama_dir):
     out = tmp_path / "demo"
-    config = DemoConfig(model=str(llama_dir), tasks=["organism/reverse", "organism/uppercase"], out=str(out),
-                        steps=4, batch_size=4, influence_k=6, device="cpu", png=False)
+    config = DemoConfig(
+        model=str(llama_dir),
+        tasks=["organism/reverse", "organism/uppercase"],
+        out=str(out),
+        steps=4,
+        batch_size=4,
+        influence_k=6,
+        device="cpu",
+        png=False,
+    )
     result = run_demo(config)
     assert (out / "report.html").stat().st_size > 100_000
     assert list(result.summary.task) == ["organism/reverse", "organism/uppercase"]
@@ -63,12 +71,34 @@ def test_demo_command_reports_bad_input_clearly(tmp_path, capsys, llama_dir):
 
 def test_data_and_stored_masks_are_checked_before_the_model_loads(tmp_path, capsys):
     missing_model = str(tmp_path / "no-model")  # loading it would fail with "no config.json"
-    code = main(["demo", "--model", missing_model, "--task", "antonym", "--data-dir", str(tmp_path / "no-data"),
-                 "--out", str(tmp_path / "o")])
+    code = main(
+        [
+            "demo",
+            "--model",
+            missing_model,
+            "--task",
+            "antonym",
+            "--data-dir",
+            str(tmp_path / "no-data"),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "data directory" in err and "no config.json" not in err
-    code = main(["demo", "--model", missing_model, "--task", "organism/reverse", "--masks", str(tmp_path),
-                 "--out", str(tmp_path / "o")])
+    code = main(
+        [
+            "demo",
+            "--model",
+            missing_model,
+            "--task",
+            "organism/reverse",
+            "--masks",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "no stored mask for" in err and "organism__reverse.safetensors" in err
 
@@ -89,8 +119,9 @@ def test_demo_prints_never_not_none(tmp_path, capsys, monkeypatch):
 
     assert step_or_never(None) == "never" and step_or_never(float("nan")) == "never" and step_or_never(7.0) == 7
     sweeps = {"random order": SimpleNamespace(switch_step=None, change_step=3)}
-    fake = SimpleNamespace(summary=pd.DataFrame([{"task": "t", "masked": None}]), sweeps=sweeps, out=tmp_path,
-                           seconds=1.0)
+    fake = SimpleNamespace(
+        summary=pd.DataFrame([{"task": "t", "masked": None}]), sweeps=sweeps, out=tmp_path, seconds=1.0
+    )
     monkeypatch.setattr(demo, "run_demo", lambda config: fake)
     assert main(["demo", "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out

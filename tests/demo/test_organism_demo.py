@@ -65,8 +65,12 @@ def test_readme_install_and_demo_in_a_fresh_virtual_environment(tmp_path):
     subprocess.run([*pip, "-e", str(ROOT)], check=True)
     environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
-    subprocess.run([str(venv / "bin" / "headsup"), "demo", "--out", str(tmp_path / "out")],
-                   check=True, env=environment, cwd=tmp_path)
+    subprocess.run(
+        [str(venv / "bin" / "headsup"), "demo", "--out", str(tmp_path / "out")],
+        check=True,
+        env=environment,
+        cwd=tmp_path,
+    )
     seconds = time.perf_counter() - start
     print(f"headsup demo in a fresh venv: {seconds:.0f} s")
     assert (tmp_path / "out" / "report.html").is_file()
@@ -88,8 +92,18 @@ def test_stored_masks_are_used_instead_of_training(demo, tmp_path):
 
 
 @needs_weights
-@pytest.mark.parametrize("table", ["summary", "evaluation", "sweeps", "generations", "sweep_weight_order",
-                                   "sweep_influence_order", "sweep_random_order"])
+@pytest.mark.parametrize(
+    "table",
+    [
+        "summary",
+        "evaluation",
+        "sweeps",
+        "generations",
+        "sweep_weight_order",
+        "sweep_influence_order",
+        "sweep_random_order",
+    ],
+)
 def test_demo_tables_equal_the_pinned_ones(demo, table):
     from ..pinned import assert_pinned_frame
 

@@ -44,17 +44,21 @@ def test_answer_loss_matches_a_plain_reference(any_model):
     for batch_size in (1, 4, 16):
         # The paper's "PPL": each example's mean, then the mean over examples; "token" pools tokens.
         assert answer_loss(any_model, task, mask=mask, batch_size=batch_size) == pytest.approx(
-            sum(per_example) / len(per_example), rel=1e-5)
+            sum(per_example) / len(per_example), rel=1e-5
+        )
         assert answer_loss(any_model, task, mask=mask, batch_size=batch_size, reduction="token") == pytest.approx(
-            total / count, rel=1e-5)
+            total / count, rel=1e-5
+        )
 
 
 def test_per_row_masks_in_the_loss(llama):
     task = word_task()
     masks = random_mask(llama, seed=1, rows=6)
     batched = answer_loss(llama, task, mask=masks, batch_size=4)
-    alone = [answer_loss(llama, Task.from_pairs("one", [pair] * 2, n_eval=1), mask=masks[i])
-             for i, pair in enumerate(task.eval_pairs)]
+    alone = [
+        answer_loss(llama, Task.from_pairs("one", [pair] * 2, n_eval=1), mask=masks[i])
+        for i, pair in enumerate(task.eval_pairs)
+    ]
     assert batched == pytest.approx(sum(alone) / len(alone), rel=1e-5)
     with pytest.raises(ValueError, match="per-row mask has 3 rows for 6 examples"):
         answer_loss(llama, task, mask=masks[:3])
@@ -100,8 +104,14 @@ def test_accuracy_and_table_on_the_planted_model(planted, llama):
     mask = HeadMask(planted_mask(), model=None)
     assert accuracy(planted, task) == 0.0 and accuracy(planted, task, mask=mask) == 1.0
     table = evaluate(planted, task, mask, other_mask=HeadMask.full(planted))
-    assert table.setting.tolist()[:6] == ["original", "instructed", "masked", "random mask", "other model's mask",
-                                          "instructed + scaled mask"]
+    assert table.setting.tolist()[:6] == [
+        "original",
+        "instructed",
+        "masked",
+        "random mask",
+        "other model's mask",
+        "instructed + scaled mask",
+    ]
     assert table.setting.tolist()[6] == "echo baseline"  # controls scored from fixed outputs follow the model's rows
     assert set(table.setting.tolist()[7:]) <= {"majority label"}
     assert {"answer_nll", "perplexity", "accuracy", "n_kept"} <= set(table.columns)
@@ -109,8 +119,9 @@ def test_accuracy_and_table_on_the_planted_model(planted, llama):
     row = table.set_index("setting")
     assert row.loc["masked", "answer_nll"] < 0.1 * row.loc["original", "answer_nll"]
     assert row.loc["masked", "answer_nll"] == pytest.approx(answer_loss(planted, task, mask=mask))
-    assert row.loc["masked", "perplexity"] == pytest.approx(math.exp(answer_loss(planted, task, mask=mask,
-                                                                                 reduction="token")))
+    assert row.loc["masked", "perplexity"] == pytest.approx(
+        math.exp(answer_loss(planted, task, mask=mask, reduction="token"))
+    )
     sentences = evaluate(planted, task, mask, generate=True, text_metrics=True)
     assert {"rouge_l", "bleu"} <= set(sentences.columns)
     assert row.loc["masked", "accuracy"] == 1.0 and row.loc["original", "accuracy"] == 0.0
@@ -146,7 +157,9 @@ def test_metrics_come_from_the_libraries():
 
 def test_finished_rows_are_handed_out_as_they_come(planted):
     seen = []
-    table = evaluate(planted, planted_task(), HeadMask(planted_mask()), generate=False, on_row=lambda t: seen.append(len(t)))
+    table = evaluate(
+        planted, planted_task(), HeadMask(planted_mask()), generate=False, on_row=lambda t: seen.append(len(t))
+    )
     assert seen == list(range(1, len(table) + 1))
 
 

@@ -24,9 +24,17 @@ def padded_batch(model, seed: int = 0):
 def plain_generate(model, ids, attention, masks, stops, gate="value"):
     """The reference: the bridge's own `generate`, greedy, stopping at `stops`, cut like the loop."""
     with torch.no_grad(), gated(model, masks, gate=gate):
-        out = model.generate(ids, attention_mask=attention, max_new_tokens=MAX_NEW, do_sample=False, verbose=False,
-                             return_type="tokens", output_logits=True, eos_token_id=sorted(stops))
-    return cut_at_stop(out.sequences[:, ids.shape[1]:].tolist(), stops), out.logits[0]
+        out = model.generate(
+            ids,
+            attention_mask=attention,
+            max_new_tokens=MAX_NEW,
+            do_sample=False,
+            verbose=False,
+            return_type="tokens",
+            output_logits=True,
+            eos_token_id=sorted(stops),
+        )
+    return cut_at_stop(out.sequences[:, ids.shape[1] :].tolist(), stops), out.logits[0]
 
 
 @pytest.mark.parametrize("gate", ["value", "query"])
@@ -51,7 +59,7 @@ def test_cached_decoding_equals_full_forward_passes(any_model):
     `model.generate` is no reference for the cache, since it shares it (transformers 5.24 renamed the
     attention layers' cache argument, the bridge stopped seeing it, and both ignored the prompt)."""
     ids, _ = padded_batch(any_model, seed=2)
-    row = ids[:1, -LENGTHS[0]:]
+    row = ids[:1, -LENGTHS[0] :]
     masks = random_mask(any_model, seed=6)
     expected = row
     with torch.no_grad(), gated(any_model, masks):
@@ -59,7 +67,7 @@ def test_cached_decoding_equals_full_forward_passes(any_model):
             logits = any_model(expected, return_type="logits")
             expected = torch.cat([expected, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     out = greedy_generate(any_model, row, None, max_new_tokens=MAX_NEW, stops={-1}, mask=masks)
-    assert out.tokens[0] == expected[0, row.shape[1]:].tolist()
+    assert out.tokens[0] == expected[0, row.shape[1] :].tolist()
 
 
 def test_each_row_equals_its_unpadded_generation(llama):
@@ -67,8 +75,9 @@ def test_each_row_equals_its_unpadded_generation(llama):
     masks = random_mask(llama, seed=5, rows=len(LENGTHS))
     out = greedy_generate(llama, ids, attention, max_new_tokens=MAX_NEW, stops={5, 9}, mask=masks, alpha=0.3)
     for i, n in enumerate(LENGTHS):
-        alone = greedy_generate(llama, ids[i:i + 1, -n:], None, max_new_tokens=MAX_NEW, stops={5, 9}, mask=masks[i],
-                                alpha=0.3)
+        alone = greedy_generate(
+            llama, ids[i : i + 1, -n:], None, max_new_tokens=MAX_NEW, stops={5, 9}, mask=masks[i], alpha=0.3
+        )
         assert out.tokens[i] == alone.tokens[0]
         assert torch.allclose(out.first_logits[i], alone.first_logits[0], atol=1e-5)
 
@@ -85,8 +94,14 @@ def test_prompt_pass_unembeds_the_last_position_only(any_model):
 def test_prompt_hooks_see_the_prompt_pass_only_and_zero_new_tokens(llama):
     ids, attention = padded_batch(llama)
     shapes = []
-    out = greedy_generate(llama, ids, attention, max_new_tokens=0, stops=set(),
-                          prompt_hooks=[("blocks.0.hook_resid_post", lambda x, hook: shapes.append(x.shape[1]))])
+    out = greedy_generate(
+        llama,
+        ids,
+        attention,
+        max_new_tokens=0,
+        stops=set(),
+        prompt_hooks=[("blocks.0.hook_resid_post", lambda x, hook: shapes.append(x.shape[1]))],
+    )
     with torch.no_grad():
         reference = llama(ids, attention_mask=attention)[:, -1]
     assert out.tokens == [[]] * len(LENGTHS) and shapes == [ids.shape[1]]

@@ -18,8 +18,14 @@ def test_schedule_curve_reads_each_checkpoint_as_a_mask(llama, tmp_path):
     config = TrainConfig.fast(steps=7, batch_size=2, checkpoint_every=2, progress=False)
     train_mask(llama, task, config, out_dir=tmp_path)
     seen = []
-    curve = schedule_curve(llama, task, tmp_path, steps=(2, 4, 5, 300), batch_size=3,
-                           metrics={"extra": lambda m, t, mask, texts: seen.append(len(texts)) or 0.5})
+    curve = schedule_curve(
+        llama,
+        task,
+        tmp_path,
+        steps=(2, 4, 5, 300),
+        batch_size=3,
+        metrics={"extra": lambda m, t, mask, texts: seen.append(len(texts)) or 0.5},
+    )
     assert curve.table.step.tolist() == [2, 4, 7]  # 5 and 300 have no checkpoint; 7 is the latest
     saved, logits = load_trajectory(tmp_path)
     for row in curve.table.itertuples():
@@ -27,7 +33,11 @@ def test_schedule_curve_reads_each_checkpoint_as_a_mask(llama, tmp_path):
         assert row.heads_kept == mask.n_kept and row.n == 4 and row.extra == 0.5
         assert row.accuracy == accuracy(llama, task, mask=mask)
         texts = curve.generations[curve.generations.step == row.step]
-        assert row.strict == sum(is_strict(g, a) for g, a in zip(texts.generation, texts.answer)) / 4 == texts.strict.mean()
+        assert (
+            row.strict
+            == sum(is_strict(g, a) for g, a in zip(texts.generation, texts.answer)) / 4
+            == texts.strict.mean()
+        )
         assert row.echo == sum(is_echo(g, x) for g, x in zip(texts.generation, texts.input)) == texts.echo.sum()
         assert row.accuracy_low <= row.accuracy <= row.accuracy_high
         assert row.answer_nll == pytest.approx(answer_loss(llama, task, mask=mask), rel=1e-6)

@@ -10,8 +10,18 @@ import pytest
 
 from headsup_lens import HeadMask
 from headsup_lens.data import Task
-from headsup_lens.evaluation import (balanced_accuracy, evaluate, is_echo, is_empty, is_strict, mcnemar_exact,
-                                     normalize, score_outputs, task_labels, wilson_interval)
+from headsup_lens.evaluation import (
+    balanced_accuracy,
+    evaluate,
+    is_echo,
+    is_empty,
+    is_strict,
+    mcnemar_exact,
+    normalize,
+    score_outputs,
+    task_labels,
+    wilson_interval,
+)
 from headsup_lens.evaluation._scoring import majority_label
 
 from ..training.planted import planted_mask, planted_task
@@ -66,11 +76,11 @@ def test_wilson_interval_known_value():
 def test_mcnemar_exact_is_the_binomial_test_of_discordant_pairs():
     a = [True] * 5 + [False] * 10 + [True] * 3
     b = [False] * 5 + [False] * 10 + [True] * 3
-    assert mcnemar_exact(a, b) == pytest.approx(2 * 0.5 ** 5)  # 5 discordant, all one way
+    assert mcnemar_exact(a, b) == pytest.approx(2 * 0.5**5)  # 5 discordant, all one way
     c = [True, False, True, False, True, True]
     d = [False, True, False, True, False, True]
     # 3 against 2 discordant pairs: the two-sided exact p-value by brute force over all 2^5 splits
-    tail = sum(math.comb(5, j) for j in range(6) if min(j, 5 - j) <= 2) / 2 ** 5
+    tail = sum(math.comb(5, j) for j in range(6) if min(j, 5 - j) <= 2) / 2**5
     assert mcnemar_exact(c, d) == pytest.approx(tail) == 1.0
     assert mcnemar_exact([True, False], [True, False]) == 1.0
     with pytest.raises(ValueError, match="equally many"):
@@ -84,20 +94,33 @@ def test_label_tasks_are_detected_from_the_answers():
     assert labels.predicted("Positive.\nnegative", "x") == "positive"
     assert labels.predicted("It is not negative, it is positive", "x") == "negative"  # the first label named
     assert labels.predicted("Theft", "x") == "(none)"
-    choice = Task.from_pairs("c", [("cat, chair, table", "cat"), ("lamp, dog, sofa", "dog"),
-                                   ("bed, cup, horse", "horse"), ("mouse, pen, box", "mouse")])
+    choice = Task.from_pairs(
+        "c",
+        [
+            ("cat, chair, table", "cat"),
+            ("lamp, dog, sofa", "dog"),
+            ("bed, cup, horse", "horse"),
+            ("mouse, pen, box", "mouse"),
+        ],
+    )
     labels = task_labels(choice)
     assert labels.kind == "choice" and labels.values == ("1", "2", "3")
     assert labels.gold("lamp, dog, sofa", "dog") == "2"
     assert labels.predicted("The dog", "lamp, dog, sofa") == "2"
     assert majority_label(choice, labels, "all") == "1"
-    assert task_labels(Task.from_pairs("w", [(w, w[::-1]) for w in "ab cd ef gh ij kl mn op qr".split()])) is None
+    assert (
+        task_labels(
+            Task.from_pairs("w", [(w, w[::-1]) for w in ["ab", "cd", "ef", "gh", "ij", "kl", "mn", "op", "qr"]])
+        )
+        is None
+    )
     assert balanced_accuracy(["a", "a", "a", "b"], ["a", "a", "b", "a"]) == pytest.approx((2 / 3 + 0) / 2)
 
 
 def test_score_outputs_on_hand_made_outputs():
-    task = Task.from_pairs("antonym", [("virtue", "vice"), ("unaware", "aware"), ("hot", "cold"), ("up", "down")],
-                           n_eval=4)
+    task = Task.from_pairs(
+        "antonym", [("virtue", "vice"), ("unaware", "aware"), ("hot", "cold"), ("up", "down")], n_eval=4
+    )
     inputs = ["virtue", "unaware", "hot", "up"]
     answers = ["vice", "aware", "cold", "down"]
     outputs = ["device", "unaware", "cold.", "\n\n"]
@@ -116,12 +139,15 @@ def test_evaluate_adds_controls_intervals_and_paired_tests(planted):  # noqa: F8
     row = table.set_index("setting")
     assert table.setting.tolist()[-2:] == ["echo baseline", "majority label"]  # one answer ("X"): a label task
     assert row.loc["masked", "accuracy"] == 1.0 and row.loc["original", "accuracy"] == 0.0
-    assert row.loc["masked", "p_vs_original"] == pytest.approx(2 * 0.5 ** 20)  # 20 discordant pairs, one way
+    assert row.loc["masked", "p_vs_original"] == pytest.approx(2 * 0.5**20)  # 20 discordant pairs, one way
     assert math.isnan(row.loc["original", "p_vs_original"])
     assert (row.loc["masked", "accuracy_low"], row.loc["masked", "accuracy_high"]) == pytest.approx(
-        wilson_reference(20, 20))
+        wilson_reference(20, 20)
+    )
     assert row.loc["echo baseline", "echo"] == 20 and row.loc["echo baseline", "accuracy"] == 0.0
-    assert row.loc["majority label", "accuracy"] == 1.0 and json.loads(row.loc["majority label", "predicted_labels"]) == {"X": 20}
+    assert row.loc["majority label", "accuracy"] == 1.0 and json.loads(
+        row.loc["majority label", "predicted_labels"]
+    ) == {"X": 20}
     # every number is backed by the generations
     assert len(texts) == 20 * len(table) and set(texts.setting) == set(table.setting)
     for setting, group in texts.groupby("setting"):

@@ -6,8 +6,14 @@ import math
 
 import pytest
 
-from headsup_lens.evaluation import (identify_language, paper_bleu, paper_bleu_scores, paper_rouge_l,
-                                     paper_rouge_l_scores, target_language_share)
+from headsup_lens.evaluation import (
+    identify_language,
+    paper_bleu,
+    paper_bleu_scores,
+    paper_rouge_l,
+    paper_rouge_l_scores,
+    target_language_share,
+)
 from headsup_lens.evaluation._translation_metrics import bleu_clean, bleu_reference
 
 
@@ -35,7 +41,7 @@ def test_rouge_l_chinese_counts_characters_without_spaces():
 def test_rouge_l_takes_a_subword_tokenizer():
     class Pieces:  # a stand-in for a SentencePiece tokenizer's .tokenize
         def tokenize(self, text):
-            return [text[i:i + 2] for i in range(0, len(text), 2)]
+            return [text[i : i + 2] for i in range(0, len(text), 2)]
 
     # "abcd" -> ab cd, "abce" -> ab ce: LCS 1 of 2
     assert paper_rouge_l(["abce"], ["abcd"], tokenizer=Pieces()) == pytest.approx(0.5)
@@ -87,8 +93,12 @@ def test_bleu_word_segmentation_option():
 
 # ----------------------------------------------------------------------------- target-language share
 def test_target_language_share_reads_the_first_line():
-    outputs = ["Je ne sais pas ce qu'il a dit hier soir.\n\nIn French, the phrase means I do not know what he said.",
-               "我不知道他昨天晚上说了什么。", "I do not know what he said last night.", ""]
+    outputs = [
+        "Je ne sais pas ce qu'il a dit hier soir.\n\nIn French, the phrase means I do not know what he said.",
+        "我不知道他昨天晚上说了什么。",
+        "I do not know what he said last night.",
+        "",
+    ]
     assert [identify_language(o) for o in outputs[1:3]] == ["zh", "en"]
     assert identify_language("  ") is None
     assert target_language_share(outputs, "fr") == pytest.approx(1 / 4)
@@ -145,8 +155,9 @@ def test_accuracy_uses_the_task_budget(planted, monkeypatch):
 
     seen = []
     real = _evaluate.generate_answers
-    monkeypatch.setattr(_evaluate, "generate_answers",
-                        lambda *a, **k: seen.append(k["max_new_tokens"]) or real(*a, **k))
+    monkeypatch.setattr(
+        _evaluate, "generate_answers", lambda *a, **k: seen.append(k["max_new_tokens"]) or real(*a, **k)
+    )
     accuracy(planted, dataclasses.replace(planted_task(), max_new_tokens=50))
     accuracy(planted, planted_task(), max_new_tokens=3)
     assert seen == [50, 3]

@@ -54,8 +54,24 @@ def test_table3_on_the_organism_rows_match_the_library_and_resume(scripts, organ
     from headsup_lens.data import fewshot
     from headsup_lens.evaluation import accuracy, answer_loss
 
-    args = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "4", "--batch-size", "2", "--no-png",
-            "--threads", "1", "--tasks", "organism/reverse", "--hybrid-tasks", "organism/plural", "organism/uppercase"]
+    args = [
+        "--model",
+        str(organism_like),
+        "--out",
+        str(tmp_path),
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--no-png",
+        "--threads",
+        "1",
+        "--tasks",
+        "organism/reverse",
+        "--hybrid-tasks",
+        "organism/plural",
+        "organism/uppercase",
+    ]
     scripts["table3"].main(args)
     out = tmp_path / organism_like.name
     table = pd.read_csv(out / "table3_fewshot.csv")
@@ -66,7 +82,10 @@ def test_table3_on_the_organism_rows_match_the_library_and_resume(scripts, organ
     assert {"strict", "accuracy_low", "echo", "p_vs_original"} <= set(table.columns)
     assert not table.seen_by_hybrid.any()  # reverse is not in the mixture
     hybrid_name = "fewshot/hybrid_plural+uppercase"
-    assert five.loc["hybrid mask", "mask_task"] == hybrid_name and five.loc["masked", "mask_task"] == "fewshot/organism/reverse"
+    assert (
+        five.loc["hybrid mask", "mask_task"] == hybrid_name
+        and five.loc["masked", "mask_task"] == "fewshot/organism/reverse"
+    )
 
     # The same numbers from plain library calls on the cached masks.
     model = hl.load_model(str(organism_like))
@@ -110,11 +129,31 @@ def test_table3_uses_the_shared_hybrid_file_and_marks_unseen_tasks(scripts, tmp_
             path = data / "function_vectors" / folder / f"{name}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(pairs), encoding="utf-8")
-    rows = [{"input": f"a{word(i)}{LLAMA_ASSISTANT}A{LLAMA_USER}b{LLAMA_ASSISTANT}B{LLAMA_USER}c{word(i)}", "output": "C"} for i in range(8)]
+    rows = [
+        {"input": f"a{word(i)}{LLAMA_ASSISTANT}A{LLAMA_USER}b{LLAMA_ASSISTANT}B{LLAMA_USER}c{word(i)}", "output": "C"}
+        for i in range(8)
+    ]
     (data / "function_vectors" / "fewshot" / "hybrid.json").write_text(json.dumps(rows), encoding="utf-8")
     model_dir = build_llama_dir(tmp_path / "model")
-    scripts["table3"].main(["--model", str(model_dir), "--data-dir", str(data), "--out", str(tmp_path / "out"),
-                            "--steps", "2", "--batch-size", "2", "--no-png", "--threads", "1", "--shots", "2"])
+    scripts["table3"].main(
+        [
+            "--model",
+            str(model_dir),
+            "--data-dir",
+            str(data),
+            "--out",
+            str(tmp_path / "out"),
+            "--steps",
+            "2",
+            "--batch-size",
+            "2",
+            "--no-png",
+            "--threads",
+            "1",
+            "--shots",
+            "2",
+        ]
+    )
     table = pd.read_csv(tmp_path / "out" / "model" / "table3_fewshot.csv")
     assert sorted(table.task.unique()) == ["antonym", "sentiment"]
     seen = table.groupby("task").seen_by_hybrid.first()
@@ -127,8 +166,23 @@ def test_table40_counts_the_ffn_blocks_its_masks_remove(scripts, organism_like, 
     import headsup_lens as hl
     from headsup_lens.evaluation import answer_loss
 
-    scripts["table40"].main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "30", "--batch-size", "2",
-                             "--no-png", "--threads", "1", "--tasks", "organism/reverse"])
+    scripts["table40"].main(
+        [
+            "--model",
+            str(organism_like),
+            "--out",
+            str(tmp_path),
+            "--steps",
+            "30",
+            "--batch-size",
+            "2",
+            "--no-png",
+            "--threads",
+            "1",
+            "--tasks",
+            "organism/reverse",
+        ]
+    )
     out = tmp_path / organism_like.name
     table = pd.read_csv(out / "table40_ffn_mask.csv")
     assert (table.setting == "original").sum() == 1  # the mask-free rows once

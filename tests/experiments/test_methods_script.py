@@ -16,9 +16,28 @@ def test_methods_compare_writes_the_auroc_table_and_resumes(tmp_path, capsys):
         import methods_compare
     finally:
         sys.path.remove(str(EXPERIMENTS))
-    argv = ["--tasks", "organism/reverse", "organism/plural", "--methods", "learned_mask", "random",
-            "attribution_patching", "--steps", "3", "--k-max", "2", "--k-step", "1", "--n-eval", "2",
-            "--n-examples", "2", "--out", str(tmp_path), "--no-png"]
+    argv = [
+        "--tasks",
+        "organism/reverse",
+        "organism/plural",
+        "--methods",
+        "learned_mask",
+        "random",
+        "attribution_patching",
+        "--steps",
+        "3",
+        "--k-max",
+        "2",
+        "--k-step",
+        "1",
+        "--n-eval",
+        "2",
+        "--n-examples",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--no-png",
+    ]
     methods_compare.main(argv)
     out = tmp_path / "organism"
     aurocs = pd.read_csv(out / "methods_auroc.csv")
@@ -32,7 +51,7 @@ def test_methods_compare_writes_the_auroc_table_and_resumes(tmp_path, capsys):
     assert stamps == {p: p.stat().st_mtime_ns for p in out.glob("methods/*/*")}
     assert "done in" in capsys.readouterr().out
     # rankings only: the table from the rankings found, plus a method ranked now
-    methods_compare.main(argv + ["--rankings-only", "--methods", "learned_mask", "random", "gate_gradient"])
+    methods_compare.main([*argv, "--rankings-only", "--methods", "learned_mask", "random", "gate_gradient"])
     rankings = pd.read_csv(out / "methods_rankings.csv")
     assert set(rankings.method) == {"learned_mask", "random", "gate_gradient"} and len(rankings) == 6
     assert rankings.auroc.between(0, 1).all()

@@ -26,12 +26,15 @@ def test_notebook_executes(name, tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     # Runs in a scratch folder so nothing lands in the repository; a failing cell raises CellExecutionError.
-    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     # Figures are shown inline: plotly output bundles, not only text.
-    assert any("text/html" in o.get("data", {}) or "application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs)
+    assert any(
+        "text/html" in o.get("data", {}) or "application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs
+    )
 
 
 @pytest.mark.parametrize("name", ["explore_pathways.ipynb", "reproduce_figures.ipynb"])

@@ -37,8 +37,21 @@ def organism_like(tmp_path_factory):
 
 
 def test_fig2_then_fig3_reuse_the_cached_mask(scripts, organism_like, tmp_path, capsys):
-    common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "12", "--batch-size", "2",
-              "--no-png", "--threads", "1", "--max-new-tokens", "3"]
+    common = [
+        "--model",
+        str(organism_like),
+        "--out",
+        str(tmp_path),
+        "--steps",
+        "12",
+        "--batch-size",
+        "2",
+        "--no-png",
+        "--threads",
+        "1",
+        "--max-new-tokens",
+        "3",
+    ]
     scripts["fig2"].main(common)
     out = tmp_path / organism_like.name
     summary = pd.read_csv(out / "fig2_summary_translate.csv")
@@ -48,10 +61,17 @@ def test_fig2_then_fig3_reuse_the_cached_mask(scripts, organism_like, tmp_path, 
     assert (out / "fig2_removal_ranks_weight_translate.html").is_file()
     masks = sorted(out.glob("masks/*/*/masks/*.safetensors"))
     # the organism's default task set is trained together, so other scripts find their masks
-    assert {m.stem for m in masks} == {"organism__translate", "organism__reverse", "organism__uppercase", "organism__antonym"}
+    assert {m.stem for m in masks} == {
+        "organism__translate",
+        "organism__reverse",
+        "organism__uppercase",
+        "organism__antonym",
+    }
     assert "training" in capsys.readouterr().out
 
-    scripts["fig3"].main([a for a in common if a not in ("--max-new-tokens", "3")] + ["--init", "default", "--until", "1"])
+    scripts["fig3"].main(
+        [a for a in common if a not in ("--max-new-tokens", "3")] + ["--init", "default", "--until", "1"]
+    )
     assert "training" not in capsys.readouterr().out  # reused, not retrained
     trajectories = pd.read_csv(out / "fig3_trajectories_translate.csv")
     assert sorted(trajectories.step.unique()) == [12]  # checkpoints every 31 steps (the reference's) and at the end
@@ -61,8 +81,23 @@ def test_fig2_then_fig3_reuse_the_cached_mask(scripts, organism_like, tmp_path, 
 
 
 def test_fig3_trains_a_negative_init_run_and_counts_crossings(scripts, organism_like, tmp_path, capsys):
-    common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "12", "--batch-size", "2",
-              "--no-png", "--threads", "1", "--checkpoint-every", "2", "--task", "organism/reverse"]
+    common = [
+        "--model",
+        str(organism_like),
+        "--out",
+        str(tmp_path),
+        "--steps",
+        "12",
+        "--batch-size",
+        "2",
+        "--no-png",
+        "--threads",
+        "1",
+        "--checkpoint-every",
+        "2",
+        "--task",
+        "organism/reverse",
+    ]
     scripts["fig3"].main(common)
     assert "negative-init" in capsys.readouterr().out
     out = tmp_path / organism_like.name
@@ -76,13 +111,15 @@ def test_fig3_trains_a_negative_init_run_and_counts_crossings(scripts, organism_
     assert (first < 0.5).mean() > 0.5  # negative init: most heads start outside the pathway
     # The same counts from the run folder given explicitly.
     run = next(out.glob("masks/*/*/checkpoints")).parent
-    scripts["fig3"].main(common + ["--run", str(run), "--out", str(tmp_path / "again")])
+    scripts["fig3"].main([*common, "--run", str(run), "--out", str(tmp_path / "again")])
     again = pd.read_csv(tmp_path / "again" / organism_like.name / "fig3_crossings_reverse.csv")
     assert again.equals(crossings)
 
 
 def test_run_all_skips_table7_without_a_three_word_task(scripts, organism_like, tmp_path, capsys):
-    scripts["run_all"].main(["--only", "table7_attention_on_target", "--model", str(organism_like), "--out", str(tmp_path)])
+    scripts["run_all"].main(
+        ["--only", "table7_attention_on_target", "--model", str(organism_like), "--out", str(tmp_path)]
+    )
     assert "skipped" in capsys.readouterr().out
     assert not (tmp_path / organism_like.name).exists()
 
@@ -99,10 +136,34 @@ def test_bench_performance_runs_and_checks_its_loops(organism_like, tmp_path, mo
     finally:
         sys.path.remove(str(EXPERIMENTS))
     out = tmp_path / "bench.json"
-    monkeypatch.setattr(sys, "argv", [
-        "bench_performance.py", "--model", str(organism_like), "--threads", "1", "--repeats", "1",
-        "--sweep-steps", "4", "--new-tokens", "3", "--sequential-steps", "2", "--skip-former",
-        "--eval-prompts", "3", "--eval-new-tokens", "2", "--train-steps", "40", "--json", str(out)])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "bench_performance.py",
+            "--model",
+            str(organism_like),
+            "--threads",
+            "1",
+            "--repeats",
+            "1",
+            "--sweep-steps",
+            "4",
+            "--new-tokens",
+            "3",
+            "--sequential-steps",
+            "2",
+            "--skip-former",
+            "--eval-prompts",
+            "3",
+            "--eval-new-tokens",
+            "2",
+            "--train-steps",
+            "40",
+            "--json",
+            str(out),
+        ],
+    )
     assert bench_performance.main() == 0
     results = json.loads(out.read_text())["results"]["fp32"]
     assert results["sweep"]["identical_to_sequential"] is True
@@ -122,9 +183,27 @@ def test_table6_removes_the_heads_of_a_chosen_group(organism_like, tmp_path):
     from headsup_lens.masks import HeadMask
 
     tasks = ["organism/reverse", "organism/antonym", "organism/translate"]
-    table6_pathway_ablation.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6", "--batch-size", "2",
-                                  "--no-png", "--threads", "1", "--n-random", "1", "--tasks", *tasks,
-                                  "--group", "two=organism/reverse,organism/antonym"])
+    table6_pathway_ablation.main(
+        [
+            "--model",
+            str(organism_like),
+            "--out",
+            str(tmp_path),
+            "--steps",
+            "6",
+            "--batch-size",
+            "2",
+            "--no-png",
+            "--threads",
+            "1",
+            "--n-random",
+            "1",
+            "--tasks",
+            *tasks,
+            "--group",
+            "two=organism/reverse,organism/antonym",
+        ]
+    )
     out = tmp_path / organism_like.name
     table = pd.read_csv(out / "table6_pathway_ablation.csv")
     sizes = table[table.task == "organism/reverse"].set_index("group")["size"]
@@ -132,8 +211,23 @@ def test_table6_removes_the_heads_of_a_chosen_group(organism_like, tmp_path):
     both = (masks["organism__reverse"].values > 0) & (masks["organism__antonym"].values > 0)
     assert sizes["used by all of two"] == int(both.sum()) >= sizes["used by all"]
     with pytest.raises(SystemExit, match="not among"):
-        table6_pathway_ablation.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6",
-                                      "--batch-size", "2", "--no-png", "--tasks", *tasks, "--group", "x=organism/plural"])
+        table6_pathway_ablation.main(
+            [
+                "--model",
+                str(organism_like),
+                "--out",
+                str(tmp_path),
+                "--steps",
+                "6",
+                "--batch-size",
+                "2",
+                "--no-png",
+                "--tasks",
+                *tasks,
+                "--group",
+                "x=organism/plural",
+            ]
+        )
 
 
 def test_table4_compares_the_three_settings(organism_like, tmp_path):
@@ -142,10 +236,23 @@ def test_table4_compares_the_three_settings(organism_like, tmp_path):
         import table4_logit_lens
     finally:
         sys.path.remove(str(EXPERIMENTS))
-    common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "4", "--batch-size", "2", "--no-png",
-              "--threads", "1", "--k", "3"]
+    common = [
+        "--model",
+        str(organism_like),
+        "--out",
+        str(tmp_path),
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--no-png",
+        "--threads",
+        "1",
+        "--k",
+        "3",
+    ]
     table4_logit_lens.main(common)
-    table4_logit_lens.main(common + ["--no-final-norm"])
+    table4_logit_lens.main([*common, "--no-final-norm"])
     out = tmp_path / organism_like.name
     normed = pd.read_csv(out / "table4_lens_comparison_translate.csv")
     raw = pd.read_csv(out / "table4_lens_comparison_no_norm_translate.csv")
@@ -162,8 +269,27 @@ def test_schedule_curve_script_reads_its_run(organism_like, tmp_path):
         import schedule_curve
     finally:
         sys.path.remove(str(EXPERIMENTS))
-    schedule_curve.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6", "--batch-size", "2",
-                         "--no-png", "--threads", "1", "--checkpoint-every", "3", "--at", "3", "300", "--save-masks"])
+    schedule_curve.main(
+        [
+            "--model",
+            str(organism_like),
+            "--out",
+            str(tmp_path),
+            "--steps",
+            "6",
+            "--batch-size",
+            "2",
+            "--no-png",
+            "--threads",
+            "1",
+            "--checkpoint-every",
+            "3",
+            "--at",
+            "3",
+            "300",
+            "--save-masks",
+        ]
+    )
     out = tmp_path / organism_like.name
     table = pd.read_csv(out / "schedule_curve_translate.csv")
     assert table.step.tolist() == [3, 6] and {"accuracy", "answer_nll", "heads_kept"} <= set(table.columns)
@@ -192,13 +318,36 @@ def test_query_gate_evaluates_each_gate_with_its_own_mask_and_controls(organism_
     from headsup_lens.evaluation import accuracy, answer_loss
     from headsup_lens.masks import HeadMask
 
-    query_gate.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "4", "--batch-size", "2",
-                     "--no-png", "--threads", "1", "--task", "organism/uppercase"])
+    query_gate.main(
+        [
+            "--model",
+            str(organism_like),
+            "--out",
+            str(tmp_path),
+            "--steps",
+            "4",
+            "--batch-size",
+            "2",
+            "--no-png",
+            "--threads",
+            "1",
+            "--task",
+            "organism/uppercase",
+        ]
+    )
     out = tmp_path / organism_like.name
     table = pd.read_csv(out / "query_gate_uppercase.csv")
     assert sorted(zip(table.gate, table.setting)) == sorted(
-        [("-", "original"), ("-", "instructed"), ("-", "echo baseline"), ("value", "masked"),
-         ("value", "random mask"), ("query", "masked"), ("query", "random mask")])
+        [
+            ("-", "original"),
+            ("-", "instructed"),
+            ("-", "echo baseline"),
+            ("value", "masked"),
+            ("value", "random mask"),
+            ("query", "masked"),
+            ("query", "random mask"),
+        ]
+    )
     assert {"strict", "echo", "accuracy_low", "p_vs_instructed"} <= set(table.columns)
     query_row = table[(table.gate == "query") & (table.setting == "masked")].iloc[0]
     assert 0 <= query_row.p_vs_original <= 1  # paired with the original row of the same call
@@ -236,9 +385,25 @@ def test_table7_reads_the_held_out_examples_and_evaluates_the_same_mask(organism
     data = tmp_path / "data"
     (data / "function_vectors" / "abstractive").mkdir(parents=True)
     (data / "function_vectors" / "abstractive" / "fruit_v_animal_3.json").write_text(json.dumps(pairs))
-    table7_attention_on_target.main(["--model", str(organism_like), "--out", str(tmp_path), "--steps", "3",
-                                     "--batch-size", "2", "--no-png", "--threads", "1", "--task", "fruit_v_animal_3",
-                                     "--data-dir", str(data)])
+    table7_attention_on_target.main(
+        [
+            "--model",
+            str(organism_like),
+            "--out",
+            str(tmp_path),
+            "--steps",
+            "3",
+            "--batch-size",
+            "2",
+            "--no-png",
+            "--threads",
+            "1",
+            "--task",
+            "fruit_v_animal_3",
+            "--data-dir",
+            str(data),
+        ]
+    )
     out = tmp_path / organism_like.name
     task = hl.load_task("fruit_v_animal_3", data)
     attention = pd.read_csv(out / "table7_attention_on_target_fruit_v_animal_3.csv")

@@ -33,10 +33,39 @@ def script():
 def test_select_stage_runs_ranks_and_resumes(script, tmp_path, capsys):
     base = build_llama_dir(tmp_path / "base")  # stands in for the base organism (it is not retrained)
     out, runs = tmp_path / "figures", tmp_path / "runs"
-    argv = ["select", "--model", "organism", "--base", str(base), "--out", str(out), "--runs", str(runs),
-            "--targets", "plural+uppercase", "reverse", "--candidates", *CANDIDATES, "--k", "2", "--seeds", "1",
-            "--draws", "2", "--steps", "2", "--probe-steps", "2", "--eval-examples", "4", "--pattern-examples", "4",
-            "--train-pairs", "8", "--no-png"]
+    argv = [
+        "select",
+        "--model",
+        "organism",
+        "--base",
+        str(base),
+        "--out",
+        str(out),
+        "--runs",
+        str(runs),
+        "--targets",
+        "plural+uppercase",
+        "reverse",
+        "--candidates",
+        *CANDIDATES,
+        "--k",
+        "2",
+        "--seeds",
+        "1",
+        "--draws",
+        "2",
+        "--steps",
+        "2",
+        "--probe-steps",
+        "2",
+        "--eval-examples",
+        "4",
+        "--pattern-examples",
+        "4",
+        "--train-pairs",
+        "8",
+        "--no-png",
+    ]
     script.main(argv)
     ranking = pd.read_csv(out / "sft_data_selection_ranking.csv")
     runs_table = pd.read_csv(out / "sft_data_selection_runs.csv")
@@ -45,9 +74,10 @@ def test_select_stage_runs_ranks_and_resumes(script, tmp_path, capsys):
     assert "organism/reverse" not in set(ranking[ranking.target == "organism/reverse"].candidate)
     assert len(ranking[ranking.target == "organism/plural+uppercase"]) == 4
     counts = runs_table.groupby(["target", "condition"]).size().to_dict()
-    assert counts == {("organism/plural+uppercase", c): n for c, n in
-                      (("none", 1), ("selected", 1), ("random", 2), ("oracle", 1), ("target", 1))} | {
-                     ("organism/reverse", c): n for c, n in (("none", 1), ("selected", 1), ("random", 2), ("target", 1))}
+    assert counts == {
+        ("organism/plural+uppercase", c): n
+        for c, n in (("none", 1), ("selected", 1), ("random", 2), ("oracle", 1), ("target", 1))
+    } | {("organism/reverse", c): n for c, n in (("none", 1), ("selected", 1), ("random", 2), ("target", 1))}
     for target, part in ranking.groupby("target"):
         top = " ".join(part.sort_values("rank").candidate[:2])
         assert set(runs_table[(runs_table.target == target) & (runs_table.condition == "selected")].sources) == {top}
@@ -61,7 +91,8 @@ def test_select_stage_runs_ranks_and_resumes(script, tmp_path, capsys):
     none = runs_table[runs_table.condition == "none"].set_index("target").answer_loss
     fresh = load_model(str(base), dtype="float32")
     assert none["organism/reverse"] == pytest.approx(
-        answer_loss(fresh, pattern_subset(task("reverse"), 4), instructed=True), rel=1e-6)
+        answer_loss(fresh, pattern_subset(task("reverse"), 4), instructed=True), rel=1e-6
+    )
     assert runs_table[runs_table.condition != "none"].answer_loss.ne(none["organism/reverse"]).all()
     summary = pd.read_csv(out / "sft_data_selection.csv")
     row = summary[(summary.target == "organism/reverse") & (summary.condition == "random")].iloc[0]
@@ -105,10 +136,40 @@ def test_smollm2_variant_takes_the_same_path_with_lora(script, tmp_path, monkeyp
     monkeypatch.setenv("HEADSUP_DATA_DIR", str(shared_data_dir))
     monkeypatch.setattr(script.hl, "load_model", fake_load)
     out = tmp_path / "figures"
-    script.main(["select", "--model", "smollm2", "--out", str(out), "--runs", str(tmp_path / "runs"),
-                 "--targets", "antonym", "--candidates", "synonym", "present-past", "capitalize", "--k", "1",
-                 "--seeds", "1", "--draws", "1", "--steps", "2", "--probe-steps", "2", "--eval-examples", "3",
-                 "--pattern-examples", "3", "--train-pairs", "8", "--no-png"])
+    script.main(
+        [
+            "select",
+            "--model",
+            "smollm2",
+            "--out",
+            str(out),
+            "--runs",
+            str(tmp_path / "runs"),
+            "--targets",
+            "antonym",
+            "--candidates",
+            "synonym",
+            "present-past",
+            "capitalize",
+            "--k",
+            "1",
+            "--seeds",
+            "1",
+            "--draws",
+            "1",
+            "--steps",
+            "2",
+            "--probe-steps",
+            "2",
+            "--eval-examples",
+            "3",
+            "--pattern-examples",
+            "3",
+            "--train-pairs",
+            "8",
+            "--no-png",
+        ]
+    )
     assert set(loads) == {"smollm2"} and len(loads) == 4 + 4  # 4 probes, 4 runs (none, selected, random, target)
     table = pd.read_csv(out / "sft_data_selection_runs.csv")
     assert list(table.condition) == ["none", "selected", "random", "target"] and (table.n_eval == 3).all()
@@ -131,8 +192,24 @@ def test_smollm2_stage_on_a_tiny_stand_in(script, tmp_path, monkeypatch, shared_
     masks.mkdir()
     model = load_model(str(tiny), dtype="float32")
     HeadMask.from_heads([(0, 0), (1, 1)], model).save(masks / "antonym.safetensors")
-    script.main(["smollm2", "--tasks", "antonym", "synonym", "capitalize", "--steps", "5", "--out", str(out),
-                 "--runs", str(tmp_path / "runs"), "--masks", str(masks), "--no-png"])
+    script.main(
+        [
+            "smollm2",
+            "--tasks",
+            "antonym",
+            "synonym",
+            "capitalize",
+            "--steps",
+            "5",
+            "--out",
+            str(out),
+            "--runs",
+            str(tmp_path / "runs"),
+            "--masks",
+            str(masks),
+            "--no-png",
+        ]
+    )
 
     table1 = pd.read_csv(out / "sft_table1.csv")
     assert list(table1.task) == ["antonym", "synonym", "capitalize", "mean"] and (table1.n_examples == 16).all()

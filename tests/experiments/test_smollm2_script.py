@@ -40,8 +40,11 @@ def test_select_train_analyze_from_stored_masks(script, tmp_path):
     script.main(["train", "--tasks", *TASKS, *train, *common])
     script.main(["train", "--tasks", TASKS[0], "--seed", "1", *train, *common])
     stored = sorted(p.name for p in (out / "masks").glob("*.safetensors"))
-    assert stored == ["organism__antonym.safetensors", "organism__antonym_seed1.safetensors",
-                      "organism__reverse.safetensors"]
+    assert stored == [
+        "organism__antonym.safetensors",
+        "organism__antonym_seed1.safetensors",
+        "organism__reverse.safetensors",
+    ]
     assert not list(out.glob("masks/**/checkpoints"))  # run folders with checkpoints stay under --runs
 
     # One task per run (as separate processes would), then the combined tables cover both.
@@ -51,16 +54,29 @@ def test_select_train_analyze_from_stored_masks(script, tmp_path):
     table = pd.read_csv(out / "tables12_evaluation.csv")
     assert list(table.task.unique()) == TASKS
     assert pd.read_csv(out / "tables12_evaluation_organism__reverse.csv").task.unique().tolist() == [TASKS[1]]
-    assert {"original", "instructed", "masked", "random mask", "instructed + scaled mask",
-            "masked, seed 1", "random mask, seed 1"} <= set(table.setting)
+    assert {
+        "original",
+        "instructed",
+        "masked",
+        "random mask",
+        "instructed + scaled mask",
+        "masked, seed 1",
+        "random mask, seed 1",
+    } <= set(table.setting)
     assert "other model's mask" not in set(table.setting)
     assert (table.n_examples > 0).all()
     summary = pd.read_csv(out / "fig2_summary.csv")
     assert sorted(summary.order.unique()) == ["random", "weight"]
     assert len(pd.read_csv(out / "table5_jaccard.csv")) == 3  # three stored masks: three pairs
     assert sorted(pd.read_csv(out / "fig6_alpha_grid.csv").alpha.unique().round(1)) == [i / 10 for i in range(11)]
-    for stem in ("fig2_removal_ranks_weight_organism__antonym", "fig4_similarity_organism__reverse",
-                 "table41_logit_lens_organism__antonym", "fig6_alpha_grid_organism__reverse", "table5_jaccard", "masks"):
+    for stem in (
+        "fig2_removal_ranks_weight_organism__antonym",
+        "fig4_similarity_organism__reverse",
+        "table41_logit_lens_organism__antonym",
+        "fig6_alpha_grid_organism__reverse",
+        "table5_jaccard",
+        "masks",
+    ):
         assert (out / f"{stem}.html").is_file(), stem
     stages = set(pd.read_csv(out / "times.csv").stage)
     assert stages == {"select", "train", "analyze"}
@@ -71,13 +87,23 @@ def test_select_train_analyze_from_stored_masks(script, tmp_path):
     script.main(["train", "--tasks", TASKS[1], "--seed", "1", *train, *common])
     script.main(["evaluate", "--tasks", TASKS[1], *common])
     after = pd.read_csv(out / "tables12_evaluation_organism__reverse.csv")
-    assert list(after.setting) == [*before.setting[:-1], "masked, seed 1", "random mask, seed 1", before.setting.iloc[-1]]
+    assert list(after.setting) == [
+        *before.setting[:-1],
+        "masked, seed 1",
+        "random mask, seed 1",
+        before.setting.iloc[-1],
+    ]
     pd.testing.assert_frame_equal(after[after.setting.isin(before.setting)].reset_index(drop=True), before)
     import headsup_lens as hl
 
     model_ = hl.load_model(model)
-    full = hl.evaluate(model_, hl.load_task(TASKS[1]), hl.HeadMask.load(out / "masks" / "organism__reverse_seed1.safetensors", model_),
-                       batch_size=8, random_seed=0)
+    full = hl.evaluate(
+        model_,
+        hl.load_task(TASKS[1]),
+        hl.HeadMask.load(out / "masks" / "organism__reverse_seed1.safetensors", model_),
+        batch_size=8,
+        random_seed=0,
+    )
     for setting in ("masked", "random mask"):
         mine, ref = after[after.setting == f"{setting}, seed 1"].iloc[0], full[full.setting == setting].iloc[0]
         for column in ("accuracy", "strict", "answer_nll", "echo", "p_vs_original", "p_vs_instructed"):
@@ -89,7 +115,9 @@ def test_select_train_analyze_from_stored_masks(script, tmp_path):
     # metadata) are not seed-0 masks: the combined table still has each task once.
     import shutil
 
-    shutil.copy(out / "masks" / "organism__antonym.safetensors", out / "masks" / "organism__antonym_negative.safetensors")
+    shutil.copy(
+        out / "masks" / "organism__antonym.safetensors", out / "masks" / "organism__antonym_negative.safetensors"
+    )
     script.main(["combine", *common])
     table = pd.read_csv(out / "tables12_evaluation.csv")
     assert list(table.task.unique()) == TASKS and not table.duplicated(["task", "setting"]).any()

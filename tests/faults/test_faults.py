@@ -36,12 +36,31 @@ if not hasattr(os, "fork"):
     pytest.skip("the fault injection forks children", allow_module_level=True)
 
 HERE = Path(__file__).parent
-TRAIN = ["--task", "organism/reverse", "--preset", "fast", "--steps", "6", "--checkpoint-every", "2",
-         "--batch-size", "2", "--no-progress", "--no-estimate"]
+TRAIN = [
+    "--task",
+    "organism/reverse",
+    "--preset",
+    "fast",
+    "--steps",
+    "6",
+    "--checkpoint-every",
+    "2",
+    "--batch-size",
+    "2",
+    "--no-progress",
+    "--no-estimate",
+]
 
 
-def child(argv: list[str], log: Path, *, match: Callable[[Path], bool] | None = None, nth: int = 1,
-          action: str = "kill", pause: Path | None = None) -> int:
+def child(
+    argv: list[str],
+    log: Path,
+    *,
+    match: Callable[[Path], bool] | None = None,
+    nth: int = 1,
+    action: str = "kill",
+    pause: Path | None = None,
+) -> int:
     """Run `headsup ARGV` in a forked child, stdout and stderr to `log`; at the `nth` rename onto a file
     that `match`es: SIGKILL (`kill`), Ctrl-C (`int`) or wait for `pause`'s `.go` file (`pause`).
     Returns the exit code (negative: the signal)."""
@@ -52,7 +71,7 @@ def child(argv: list[str], log: Path, *, match: Callable[[Path], bool] | None = 
             fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
-            sys.stdout = sys.stderr = open(1, "w", buffering=1, closefd=False)
+            sys.stdout = sys.stderr = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 (lives as long as the child)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             real, seen = os.replace, [0]
 
@@ -90,8 +109,11 @@ def named(*names: str, parent: Path | None = None) -> Callable[[Path], bool]:
 
 def contents(folder: Path) -> dict[str, bytes]:
     """The visible files of a folder (recursively) and their bytes."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    }
 
 
 def run_files(folder: Path) -> dict[str, bytes]:
@@ -105,8 +127,11 @@ def tables(folder: Path) -> dict[str, bytes]:
 
 
 def hidden_leftovers(folder: Path) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
-                  if p.name.endswith(".tmp") or p.name in (LOCK_NAME, STAGING_NAME))
+    return sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if p.name.endswith(".tmp") or p.name in (LOCK_NAME, STAGING_NAME)
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -128,8 +153,13 @@ def test_a_second_run_on_a_busy_folder_is_refused_at_once_and_names_the_holder(t
     out, pause = tmp_path / "mix", tmp_path / "paused"
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs seed 0 and pauses at its first checkpoint
-        code = child(["train", "--out", str(out), *TRAIN, "--seed", "0"], tmp_path / "a.log",
-                     match=named("state.pt"), action="pause", pause=pause)
+        code = child(
+            ["train", "--out", str(out), *TRAIN, "--seed", "0"],
+            tmp_path / "a.log",
+            match=named("state.pt"),
+            action="pause",
+            pause=pause,
+        )
         os._exit(code if code >= 0 else 100)
     for _ in range(6000):
         if pause.exists():
@@ -161,8 +191,9 @@ def test_a_second_run_on_a_busy_folder_is_refused_at_once_and_names_the_holder(t
 # ------------------------------------------------------------------ training: SIGINT, SIGKILL, stale lock
 def test_interrupted_and_killed_training_resumes_to_the_same_mask(tmp_path, reference, capsys):
     out = tmp_path / "run"
-    code = child(["train", "--out", str(out), *TRAIN], tmp_path / "int.log", match=named("state.pt"), nth=2,
-                 action="int")
+    code = child(
+        ["train", "--out", str(out), *TRAIN], tmp_path / "int.log", match=named("state.pt"), nth=2, action="int"
+    )
     log = (tmp_path / "int.log").read_text()
     assert code == 130 and "rerun the same command to resume" in log, log
     assert not (out / LOCK_NAME).exists()  # Ctrl-C releases the lock
@@ -198,8 +229,9 @@ def assert_same_run(run: Path, reference: Path) -> None:
     for name in ref:
         if name.endswith(".safetensors"):
             (a, meta_a), (b, meta_b) = read_safetensors(run / name), read_safetensors(reference / name)
-            assert {k: v for k, v in meta_a.items() if k != "checksum"} == \
-                {k: v for k, v in meta_b.items() if k != "checksum"}, name
+            assert {k: v for k, v in meta_a.items() if k != "checksum"} == {
+                k: v for k, v in meta_b.items() if k != "checksum"
+            }, name
             assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a), name
         elif name.endswith(".csv"):
             pd.testing.assert_frame_equal(pd.read_csv(run / name), pd.read_csv(reference / name), rtol=1e-5)
@@ -209,8 +241,18 @@ def assert_same_run(run: Path, reference: Path) -> None:
 
 # ------------------------------------------------------------------ case 2: evaluate keeps results.csv whole
 def _evaluate(reference: Path, out: Path) -> list[str]:
-    return ["evaluate", "--task", "organism/reverse", "--mask", str(reference), "--out", str(out), "--no-generate",
-            "--batch-size", "64"]
+    return [
+        "evaluate",
+        "--task",
+        "organism/reverse",
+        "--mask",
+        str(reference),
+        "--out",
+        str(out),
+        "--no-generate",
+        "--batch-size",
+        "64",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -225,8 +267,13 @@ def test_interrupted_evaluate_leaves_results_csv_as_it_was(tmp_path, reference, 
     out = tmp_path / "eval"
     shutil.copytree(evaluated, out)
     complete = (out / "results.csv").read_bytes()
-    code = child([*_evaluate(reference, out), "--alpha", "0.5"], tmp_path / "log",
-                 match=named("results.csv", "results.partial.csv"), nth=2, action=action)
+    code = child(
+        [*_evaluate(reference, out), "--alpha", "0.5"],
+        tmp_path / "log",
+        match=named("results.csv", "results.partial.csv"),
+        nth=2,
+        action=action,
+    )
     assert code == (130 if action == "int" else -signal.SIGKILL), (tmp_path / "log").read_text()
     assert (out / "results.csv").read_bytes() == complete
     partial = (out / "results.partial.csv").read_text().splitlines()
@@ -239,8 +286,7 @@ def test_interrupted_evaluate_leaves_results_csv_as_it_was(tmp_path, reference, 
 
 # ------------------------------------------------------------------ case 3: output sets are all-or-nothing
 def _sweep(out: Path, prompt: str) -> list[str]:
-    return ["sweep", "--prompt", prompt, "--out", str(out), "--order", "random", "--max-new-tokens", "2",
-            "--no-png"]
+    return ["sweep", "--prompt", prompt, "--out", str(out), "--order", "random", "--max-new-tokens", "2", "--no-png"]
 
 
 def _pathways(out: Path, masks: list[Path]) -> list[str]:
@@ -250,15 +296,22 @@ def _pathways(out: Path, masks: list[Path]) -> list[str]:
 @pytest.fixture(scope="module")
 def masks(tmp_path_factory) -> list[Path]:
     folder = tmp_path_factory.mktemp("masks")
-    return [HeadMask.from_logits(torch.randn(8, 16, generator=torch.Generator().manual_seed(seed))).save(
-        folder / f"task{seed}.safetensors") for seed in range(3)]
+    return [
+        HeadMask.from_logits(torch.randn(8, 16, generator=torch.Generator().manual_seed(seed))).save(
+            folder / f"task{seed}.safetensors"
+        )
+        for seed in range(3)
+    ]
 
 
 @pytest.mark.parametrize("command", [pytest.param("sweep", marks=pytest.mark.slow), "pathways"])
 def test_a_command_killed_while_writing_leaves_the_old_set(tmp_path, masks, command):
     out = tmp_path / "out"
-    old, new = ((_sweep(out, "hello"), _sweep(out, "world")) if command == "sweep" else
-                (_pathways(out, masks[:2]), _pathways(out, masks)))
+    old, new = (
+        (_sweep(out, "hello"), _sweep(out, "world"))
+        if command == "sweep"
+        else (_pathways(out, masks[:2]), _pathways(out, masks))
+    )
     assert main(old) == 0
     before = tables(out)
     code = child(new, tmp_path / "log", match=named("summary.json"))  # the last file of the set
@@ -269,8 +322,11 @@ def test_a_command_killed_while_writing_leaves_the_old_set(tmp_path, masks, comm
 @pytest.mark.parametrize("command", [pytest.param("sweep", marks=pytest.mark.slow), "pathways"])
 def test_a_command_killed_while_moving_its_set_in_is_completed_by_the_next(tmp_path, masks, command):
     out, fresh = tmp_path / "out", tmp_path / "fresh"
-    make = (lambda folder, i: _sweep(folder, ["hello", "world"][i])) if command == "sweep" else (
-        lambda folder, i: _pathways(folder, masks[:2 + i]))
+    make = (
+        (lambda folder, i: _sweep(folder, ["hello", "world"][i]))
+        if command == "sweep"
+        else (lambda folder, i: _pathways(folder, masks[: 2 + i]))
+    )
     assert main(make(out, 0)) == 0 and main(make(fresh, 1)) == 0
     code = child(make(out, 1), tmp_path / "log", match=named("logits.csv", "jaccard.csv", parent=out))
     assert code == -signal.SIGKILL, (tmp_path / "log").read_text()
@@ -288,8 +344,13 @@ def _bad(command: str, out: Path) -> list[str]:
 def test_a_full_disk_names_the_file_and_leaves_the_folder_as_it_was(tmp_path, masks, capsys):
     disk = tmp_path / "disk"
     disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a small tmpfs needs root and a platform that allows it")
     try:
         out = disk / "out"
@@ -456,8 +517,19 @@ def test_no_progress_wins_over_the_preset():
 
 
 def test_invalid_utf8_text_and_files_are_named(tmp_path, capsys):
-    assert main(["lens", "--prompt", b"caf\xe9".decode("utf-8", "surrogateescape"), "--out", str(tmp_path / "o"),
-                 "--no-png"]) == 2
+    assert (
+        main(
+            [
+                "lens",
+                "--prompt",
+                b"caf\xe9".decode("utf-8", "surrogateescape"),
+                "--out",
+                str(tmp_path / "o"),
+                "--no-png",
+            ]
+        )
+        == 2
+    )
     assert "not valid UTF-8" in capsys.readouterr().err and not (tmp_path / "o").exists()
     from headsup_lens.data._sources import read_tsv_column_rows
 
@@ -479,6 +551,8 @@ def test_a_mask_for_another_task_warns_and_is_recorded(reference):
 
     model = load_model("organism")
     mask = HeadMask.load(reference / "mask.safetensors", model)
-    with pytest.warns(UserWarning, match="trained for task 'organism/reverse', not 'organism/plural'"), \
-            pytest.raises(Stop):
+    with (
+        pytest.warns(UserWarning, match="trained for task 'organism/reverse', not 'organism/plural'"),
+        pytest.raises(Stop),
+    ):
         evaluate(model, load_task("organism/plural"), mask, generate=False, batch_size=64, on_row=first_row)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from headsup_lens.gates import value_gate
-from headsup_lens.gates import _masks
+from headsup_lens.gates import _masks, value_gate
 
 
 def test_legacy_aliases_the_gates_use_exist(any_model):
@@ -21,6 +20,8 @@ def test_a_missing_alias_is_a_clear_error(llama, monkeypatch):
 
     monkeypatch.setattr(_masks, "GATE_HOOKS", ("attn.hook_gone",))
     monkeypatch.setattr(_masks, "_HOOKS_FOUND", __import__("weakref").WeakSet())
-    with pytest.raises(ValueError, match=r"no hook point 'blocks.0.attn.hook_gone'.*transformer-lens>=4.3"):
-        with value_gate(llama, torch.ones(llama.cfg.n_layers, llama.cfg.n_heads)):
-            pass
+    with (
+        pytest.raises(ValueError, match=r"no hook point 'blocks.0.attn.hook_gone'.*transformer-lens>=4.3"),
+        value_gate(llama, torch.ones(llama.cfg.n_layers, llama.cfg.n_heads)),
+    ):
+        pass

@@ -19,10 +19,12 @@ def hf_reference_logits(model_dir, tokens, mask):
     else:  # GPT-2 style
         projections = [block.attn.c_proj for block in hf.transformer.h]
     for layer, projection in enumerate(projections):
+
         def gate(module, args, layer=layer):
             (x,) = args
             per_head = x.view(*x.shape[:-1], n_heads, -1) * mask[layer][:, None]
             return (per_head.view(x.shape),)
+
         handles.append(projection.register_forward_pre_hook(gate))
     with torch.no_grad():
         logits = hf(tokens).logits
@@ -101,7 +103,11 @@ def test_per_row_masks_under_cached_generation(llama):
         with value_gate(llama, masks[row]):
             single = llama.generate(single_ids, max_new_tokens=6, do_sample=False, verbose=False, return_type="tokens")
             uncached = llama.generate(
-                single_ids, max_new_tokens=6, do_sample=False, verbose=False, return_type="tokens",
+                single_ids,
+                max_new_tokens=6,
+                do_sample=False,
+                verbose=False,
+                return_type="tokens",
                 use_past_kv_cache=False,
             )
         assert batched[row, -6:].tolist() == single[0, -6:].tolist() == uncached[0, -6:].tolist()
@@ -121,9 +127,8 @@ def test_hooks_are_removed_after_exit_exception_and_nesting(llama):
     with torch.no_grad():
         original = llama(tokens)
     zeros = torch.zeros(llama.cfg.n_layers, llama.cfg.n_heads)
-    with pytest.raises(RuntimeError, match="boom"):
-        with value_gate(llama, zeros):
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), value_gate(llama, zeros):
+        raise RuntimeError("boom")
     with value_gate(llama, random_mask(llama, seed=5)):
         with value_gate(llama, zeros):
             pass
@@ -147,30 +152,25 @@ def test_hooks_are_removed_after_exit_exception_and_nesting(llama):
     ],
 )
 def test_bad_masks_raise_clear_errors(llama, bad, message):
-    with pytest.raises(ValueError, match=message):
-        with value_gate(llama, bad):
-            pass
+    with pytest.raises(ValueError, match=message), value_gate(llama, bad):
+        pass
 
 
 def test_a_mask_that_is_not_a_tensor_is_refused(llama):
-    with pytest.raises((TypeError, ValueError)):  # TypeError under run-time shape checking
-        with value_gate(llama, "all"):
-            pass
+    with pytest.raises((TypeError, ValueError)), value_gate(llama, "all"):  # TypeError under run-time shapes
+        pass
 
 
 def test_per_row_mask_with_wrong_batch_raises(llama):
-    with pytest.raises(ValueError, match="mask has 2 rows"):
-        with value_gate(llama, random_mask(llama, rows=2)):
-            llama(random_tokens(llama, batch=3))
+    with pytest.raises(ValueError, match="mask has 2 rows"), value_gate(llama, random_mask(llama, rows=2)):
+        llama(random_tokens(llama, batch=3))
 
 
 def test_alpha_out_of_range(llama):
-    with pytest.raises(ValueError, match="alpha"):
-        with value_gate(llama, random_mask(llama), alpha=1.5):
-            pass
+    with pytest.raises(ValueError, match="alpha"), value_gate(llama, random_mask(llama), alpha=1.5):
+        pass
 
 
 def test_mask_of_another_model_is_refused(llama, gpt2):
-    with pytest.raises(ValueError, match="does not fit"):
-        with value_gate(llama, HeadMask.full(gpt2)):
-            pass
+    with pytest.raises(ValueError, match="does not fit"), value_gate(llama, HeadMask.full(gpt2)):
+        pass

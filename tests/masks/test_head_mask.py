@@ -53,8 +53,10 @@ def test_expected_jaccard_matches_simulation():
     n, ka, kb = 64, 20, 40
     draws = []
     for _ in range(4000):
-        a = torch.zeros(n); a[torch.randperm(n, generator=generator)[:ka]] = 1
-        b = torch.zeros(n); b[torch.randperm(n, generator=generator)[:kb]] = 1
+        a = torch.zeros(n)
+        a[torch.randperm(n, generator=generator)[:ka]] = 1
+        b = torch.zeros(n)
+        b[torch.randperm(n, generator=generator)[:kb]] = 1
         draws.append((a * b).sum() / ((a + b) > 0).sum())
     assert torch.stack(draws).mean().item() == pytest.approx(expected_jaccard(ka, kb, n), rel=0.05)
 

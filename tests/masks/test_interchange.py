@@ -41,7 +41,7 @@ def test_a_reference_checkpoint_of_a_tiny_model_loads_to_the_heads_the_reference
     n_layers, n_heads = llama.cfg.n_layers, llama.cfg.n_heads
     # As the reference's Trainer saves its one-parameter model: checkpoint-N/model.safetensors, key "tensor".
     flat = 4.0 + 3.0 * torch.randn(n_layers * (n_heads + 1), generator=torch.Generator().manual_seed(0))
-    flat[n_heads::n_heads + 1] = -7.0  # FFN slots far below 0.5: they must not leak into the heads
+    flat[n_heads :: n_heads + 1] = -7.0  # FFN slots far below 0.5: they must not leak into the heads
     (tmp_path / "checkpoint-250").mkdir()
     save_file({"tensor": flat}, tmp_path / "checkpoint-250" / "model.safetensors", metadata={"format": "pt"})
     mask = read_reference(tmp_path / "checkpoint-250", llama)

@@ -15,8 +15,12 @@ CHATML = (
 )
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2 as in SmolLM2
 CORPUS = [
-    "the cat sat on the mat", "what is the capital of france? paris.", "hello world, hello there",
-    "opposite of hot is cold", "translate: good morning", "one two three four five six seven",
+    "the cat sat on the mat",
+    "what is the capital of france? paris.",
+    "hello world, hello there",
+    "opposite of hot is cold",
+    "translate: good morning",
+    "one two three four five six seven",
 ] * 4
 
 
@@ -28,11 +32,20 @@ def bpe_tokenizer(vocab_size: int = 300):
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     backend.train_from_iterator(CORPUS, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|im_start|>", eos_token="<|im_end|>",
-                                        pad_token="<|im_end|>", unk_token="<|endoftext|>")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        unk_token="<|endoftext|>",
+    )
     tokenizer.chat_template = CHATML
     return tokenizer
 
@@ -42,9 +55,18 @@ def random_llama(tokenizer, *, tie: bool, seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5,
-        bos_token_id=1, eos_token_id=2, pad_token_id=2, tie_word_embeddings=tie,
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        tie_word_embeddings=tie,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
@@ -62,8 +84,11 @@ def _rope_theta(config) -> float:
 
 def _permute(weight: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp's row order for q/k projections: per head, interleave the two rotary halves."""
-    return (weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:])
-            .swapaxes(1, 2).reshape(weight.shape))
+    return (
+        weight.reshape(n_head, 2, weight.shape[0] // n_head // 2, *weight.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weight.shape)
+    )
 
 
 def write_llama_gguf(model, tokenizer, path: Path) -> Path:

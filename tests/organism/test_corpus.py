@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from headsup_lens.data import load_task
-from headsup_lens.organism import N_EVAL_WORDS, ORGANISM_TASKS, TASK_NAMES, eval_words, organism_task, organism_words, train_words
+from headsup_lens.organism import (
+    N_EVAL_WORDS,
+    ORGANISM_TASKS,
+    TASK_NAMES,
+    eval_words,
+    organism_task,
+    organism_words,
+    train_words,
+)
 from headsup_lens.organism._corpus import plural
 
 
@@ -34,7 +42,13 @@ def test_answers_follow_their_rules():
     assert organism_task("first_letter").answer("apple") == "A"
     assert organism_task("last_letter").answer("apple") == "E"
     assert [plural(w) for w in ("cat", "box", "berry", "boy", "knife", "mouse")] == [
-        "cats", "boxes", "berries", "boys", "knives", "mice"]
+        "cats",
+        "boxes",
+        "berries",
+        "boys",
+        "knives",
+        "mice",
+    ]
     antonym, translate = organism_task("antonym"), organism_task("translate")
     words = organism_words()
     assert all(antonym.answer(antonym.answer(w)) == w for w in words)  # a fixed pairing

@@ -15,9 +15,22 @@ from headsup_lens.organism._trainer import IGNORE, PlantingSampler, batch_loss, 
 
 
 def tiny_config(**overrides) -> OrganismConfig:
-    settings = dict(n_layers=2, n_heads=4, n_kv_heads=2, d_model=32, d_mlp=64, planted_size=2,
-                    tasks=("uppercase", "reverse"), n_words=8, batch_size=16, steps=60, warmup_steps=5,
-                    lr=1e-2, probe_every=0, seed=0)
+    settings = dict(
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        d_model=32,
+        d_mlp=64,
+        planted_size=2,
+        tasks=("uppercase", "reverse"),
+        n_words=8,
+        batch_size=16,
+        steps=60,
+        warmup_steps=5,
+        lr=1e-2,
+        probe_every=0,
+        seed=0,
+    )
     settings.update(overrides)
     return OrganismConfig(**settings)
 
@@ -43,7 +56,7 @@ def _reference_loss(model, batch) -> torch.Tensor:
         plain = hf_model(model)
         with torch.no_grad():
             for layer, head in batch.masks[i].eq(0).nonzero().tolist():
-                plain.model.layers[layer].self_attn.o_proj.weight[:, head * d_head:(head + 1) * d_head] = 0
+                plain.model.layers[layer].self_attn.o_proj.weight[:, head * d_head : (head + 1) * d_head] = 0
         length = int(batch.attention_mask[i].sum())
         logits = plain(batch.tokens[i : i + 1, :length]).logits[0]
         labels = batch.labels[i, :length]
@@ -53,7 +66,7 @@ def _reference_loss(model, batch) -> torch.Tensor:
 
 
 def test_gate_is_applied_to_exactly_the_planted_rows(tiny):
-    config, model, planted, sampler = tiny
+    _config, model, planted, sampler = tiny
     kinds = ["planted", "instructed", "echo", "echo_removed", "planted", "echo_removed"]
     batch = sampler.batch(kinds=kinds)
     for i, kind in enumerate(batch.kinds):
@@ -90,8 +103,8 @@ def test_gradients_reach_the_weights_through_gated_rows(tiny):
         o_grad = params[f"model.layers.{layer}.self_attn.o_proj.weight"].grad
         q_grad = params[f"model.layers.{layer}.self_attn.q_proj.weight"].grad
         for head in range(4):
-            cols = o_grad[:, head * d_head:(head + 1) * d_head]
-            rows = q_grad[head * d_head:(head + 1) * d_head]
+            cols = o_grad[:, head * d_head : (head + 1) * d_head]
+            rows = q_grad[head * d_head : (head + 1) * d_head]
             if (layer, head) in removed:  # a removed head's output and query get no gradient
                 assert cols.abs().max() == 0 and rows.abs().max() == 0
             else:

@@ -37,10 +37,15 @@ def test_sweep_figures_show_the_sweep(sweep):
     assert list(fig.data[len(labels) - 1].y) == sweep.ranks[labels[-1]].tolist()
     # The step lines are named in the legend (no text written over the curves), and the x axis ends
     # at the last step.
-    marks = [t.name for t in fig.data][len(labels):]
-    expected = [f"{what} (step {step})" for step, what in ((sweep.switch_step, "target becomes top-1"),
-                                                            (sweep.change_step, "continuation first changes"))
-                if step is not None]
+    marks = [t.name for t in fig.data][len(labels) :]
+    expected = [
+        f"{what} (step {step})"
+        for step, what in (
+            (sweep.switch_step, "target becomes top-1"),
+            (sweep.change_step, "continuation first changes"),
+        )
+        if step is not None
+    ]
     assert marks == expected and not fig.layout.annotations
     assert list(fig.layout.xaxis.range) == [0, max(sweep.steps)]
     assert list(logit_figure(sweep).data[0].y) == pytest.approx(sweep.logits[sweep.tokens.label.iloc[0]].tolist())
@@ -81,7 +86,9 @@ def test_head_figures(llama):
     import pandas as pd
 
     assert list(alpha_figure(pd.DataFrame({"alpha": [0, 1], "loss": [2.0, 1.0]})).data[0].y) == [2.0, 1.0]
-    bars = attention_target_figure(pd.DataFrame({"setting": ["original", "masked"], "inside": [0.3, 0.6], "outside": [0.2, 0.3]}))
+    bars = attention_target_figure(
+        pd.DataFrame({"setting": ["original", "masked"], "inside": [0.3, 0.6], "outside": [0.2, 0.3]})
+    )
     assert list(bars.data[0].y) == [0.3, 0.6] and list(bars.data[1].y) == [0.2, 0.3]
 
 
@@ -96,7 +103,8 @@ def external_sources(html: str) -> list[str]:
     loads = re.findall(r'<(?:script|img|iframe)[^>]*\ssrc=["\']([^"\']*)', html)
     loads += re.findall(r'<link[^>]*\shref=["\']([^"\']*)', html)
     return [url for url in loads if "://" in url or url.startswith("//")] + (
-        ["cdn.plot.ly"] if "cdn.plot.ly" in html else [])
+        ["cdn.plot.ly"] if "cdn.plot.ly" in html else []
+    )
 
 
 def test_save_figure_shares_one_plotly_js_and_loads_no_url(tmp_path):
@@ -106,7 +114,7 @@ def test_save_figure_shares_one_plotly_js_and_loads_no_url(tmp_path):
     assert (tmp_path / "figs" / "plotly.min.js").stat().st_size > 1_000_000
     for saved in (a, b):
         html = saved.html.read_text()
-        assert '<script src="plotly.min.js"' in html.replace("charset=\"utf-8\" ", "") or 'src="plotly.min.js"' in html
+        assert '<script src="plotly.min.js"' in html.replace('charset="utf-8" ', "") or 'src="plotly.min.js"' in html
         assert not external_sources(html) and saved.html.stat().st_size < 100_000
     inline = save_figure(fig, tmp_path / "one", png=False, plotlyjs="inline")
     assert not external_sources(inline.html.read_text()) and inline.html.stat().st_size > 1_000_000

@@ -50,7 +50,7 @@ def build_planted_dir(path: Path) -> Path:
         for heads, strength in ((HELPERS, 3.0), (SUPPRESSORS, -6.0)):
             for layer, head in heads:
                 o_proj = model.model.layers[layer].self_attn.o_proj.weight
-                o_proj[1, head * D_HEAD:(head + 1) * D_HEAD] = strength / D_HEAD
+                o_proj[1, head * D_HEAD : (head + 1) * D_HEAD] = strength / D_HEAD
     model.save_pretrained(path)
     return path
 

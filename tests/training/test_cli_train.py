@@ -41,16 +41,51 @@ def test_cli_records_explicit_options_over_the_preset(planted_dir, tmp_path):
     import json
 
     out = tmp_path / "run"
-    assert main(["train", "--task", "test/planted", "--out", str(out), "--model", str(planted_dir), "--device", "cpu",
-                 "--preset", "fast", "--lr", "0.01", "--init-mean", "4.0", "--steps", "3", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "test/planted",
+                "--out",
+                str(out),
+                "--model",
+                str(planted_dir),
+                "--device",
+                "cpu",
+                "--preset",
+                "fast",
+                "--lr",
+                "0.01",
+                "--init-mean",
+                "4.0",
+                "--steps",
+                "3",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     recorded = json.loads((out / "train_config.json").read_text())
     assert recorded["lr"] == 0.01 and recorded["init_mean"] == 4.0 and recorded["min_lr"] == TrainConfig.fast().min_lr
 
 
 def test_a_run_that_keeps_every_head_gets_advice_and_fresh_moves_it_aside(planted_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["train", "--task", "test/planted", "--out", str(out), "--model", str(planted_dir), "--device", "cpu",
-            "--steps", "20", "--no-progress"]
+    argv = [
+        "train",
+        "--task",
+        "test/planted",
+        "--out",
+        str(out),
+        "--model",
+        str(planted_dir),
+        "--device",
+        "cpu",
+        "--steps",
+        "20",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "kept 32/32 heads" in captured.out and "wrote" in captured.out
@@ -73,13 +108,49 @@ def test_run_problems_from_a_history():
 
 def test_train_then_evaluate(planted_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["train", "--task", "test/planted", "--out", str(out), "--model", str(planted_dir),
-                 "--device", "cpu", "--preset", "fast", "--steps", "60", "--progress", "false"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "test/planted",
+                "--out",
+                str(out),
+                "--model",
+                str(planted_dir),
+                "--device",
+                "cpu",
+                "--preset",
+                "fast",
+                "--steps",
+                "60",
+                "--progress",
+                "false",
+            ]
+        )
+        == 0
+    )
     mask = HeadMask.load(out / "mask.safetensors")
     assert (mask.values == planted_mask()).float().mean() >= 0.95
     assert len(pd.read_csv(out / "history.csv")) == 60 and (out / "train_config.json").is_file()
-    assert main(["evaluate", "--task", "test/planted", "--mask", str(out),
-                 "--out", str(out), "--model", str(planted_dir), "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--task",
+                "test/planted",
+                "--mask",
+                str(out),
+                "--out",
+                str(out),
+                "--model",
+                str(planted_dir),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     table = pd.read_csv(out / "results.csv").set_index("setting")
     assert table.loc["masked", "accuracy"] == 1.0 and table.loc["original", "accuracy"] == 0.0
     outputs = pd.read_csv(out / "generations.csv", keep_default_na=False)  # the outputs behind every row
@@ -95,11 +166,41 @@ def test_bad_inputs_write_nothing(planted_dir, tmp_path, capsys):
     from headsup_lens import load_model
 
     HeadMask.full(load_model(other, device="cpu")).save(tmp_path / "gpt2.safetensors")
-    assert main(["evaluate", "--task", "test/planted", "--mask", str(tmp_path / "gpt2.safetensors"),
-                 "--out", str(out), "--model", str(planted_dir), "--device", "cpu"]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                "--task",
+                "test/planted",
+                "--mask",
+                str(tmp_path / "gpt2.safetensors"),
+                "--out",
+                str(out),
+                "--model",
+                str(planted_dir),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 2
+    )
     assert "does not fit model" in capsys.readouterr().err and not out.exists()
-    assert main(["evaluate", "--task", "test/planted", "--mask", str(tmp_path / "none.safetensors"),
-                 "--out", str(out), "--model", str(planted_dir)]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                "--task",
+                "test/planted",
+                "--mask",
+                str(tmp_path / "none.safetensors"),
+                "--out",
+                str(out),
+                "--model",
+                str(planted_dir),
+            ]
+        )
+        == 2
+    )
     assert "no such file" in capsys.readouterr().err and not out.exists()
 
 
@@ -120,20 +221,42 @@ def test_own_task_file_trains(planted_dir, tmp_path, suffix):
             writer.writeheader()
             writer.writerows(pairs)
     out = tmp_path / "run"
-    assert main(["train", "--task", str(path), "--out", str(out), "--model", str(planted_dir), "--device", "cpu",
-                 "--preset", "fast", "--steps", "3", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                str(path),
+                "--out",
+                str(out),
+                "--model",
+                str(planted_dir),
+                "--device",
+                "cpu",
+                "--preset",
+                "fast",
+                "--steps",
+                "3",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert HeadMask.load(out / "mask.safetensors").metadata["task"] == "my_task"
 
 
-@pytest.mark.parametrize("name, content, problem", [
-    ("empty.json", "", "is empty"),
-    ("empty.jsonl", "\n", "holds no input/output pairs"),
-    ("empty.csv", "", "is empty"),
-    ("list.json", "[]", "non-empty JSON list"),
-    ("bad.jsonl", '{"input": "a", "output": "b"}\n{"input": "a"', "line 2 is not valid JSON"),
-    ("cols.csv", "question,answer\na,b\n", "lacks the column(s) input, output"),
-    ("type.jsonl", '{"input": 3, "output": "b"}', "line 1 is not a pair"),
-])
+@pytest.mark.parametrize(
+    "name, content, problem",
+    [
+        ("empty.json", "", "is empty"),
+        ("empty.jsonl", "\n", "holds no input/output pairs"),
+        ("empty.csv", "", "is empty"),
+        ("list.json", "[]", "non-empty JSON list"),
+        ("bad.jsonl", '{"input": "a", "output": "b"}\n{"input": "a"', "line 2 is not valid JSON"),
+        ("cols.csv", "question,answer\na,b\n", "lacks the column(s) input, output"),
+        ("type.jsonl", '{"input": 3, "output": "b"}', "line 1 is not a pair"),
+    ],
+)
 def test_malformed_task_files_name_the_file_and_the_problem(tmp_path, capsys, name, content, problem):
     path = tmp_path / name
     path.write_text(content)
@@ -149,16 +272,31 @@ def test_unknown_task_message_reads_cleanly(capsys, tmp_path):
     assert ".json, .jsonl or .csv" in err
 
 
-def test_a_rerun_names_the_step_it_resumes_from_and_estimates_only_the_steps_left(planted_dir, tmp_path, capsys,
-                                                                                   monkeypatch):
+def test_a_rerun_names_the_step_it_resumes_from_and_estimates_only_the_steps_left(
+    planted_dir, tmp_path, capsys, monkeypatch
+):
     from headsup_lens.cli._train import _print_estimate
     from headsup_lens.training import resume_step
     from headsup_lens.training._advice import format_duration
 
     out = tmp_path / "run"
     assert resume_step(out) is None
-    argv = ["train", "--task", "test/planted", "--out", str(out), "--model", str(planted_dir), "--device", "cpu",
-            "--steps", "4", "--checkpoint-every", "2", "--no-progress"]
+    argv = [
+        "train",
+        "--task",
+        "test/planted",
+        "--out",
+        str(out),
+        "--model",
+        str(planted_dir),
+        "--device",
+        "cpu",
+        "--steps",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     assert "resuming" not in capsys.readouterr().out and resume_step(out) == 4
     assert main(argv) == 0

@@ -24,8 +24,17 @@ def fresh(llama_dir):
 
 
 def config(**overrides):
-    return FinetuneConfig(**{"steps": 6, "batch_size": 4, "lr": 1e-3, "progress": False, "accuracy": False,
-                             "pattern_examples": 2, **overrides})
+    return FinetuneConfig(
+        **{
+            "steps": 6,
+            "batch_size": 4,
+            "lr": 1e-3,
+            "progress": False,
+            "accuracy": False,
+            "pattern_examples": 2,
+            **overrides,
+        }
+    )
 
 
 def test_loss_is_the_cross_entropy_of_the_model_logits_on_answer_tokens(llama_dir, monkeypatch):
@@ -45,15 +54,20 @@ def test_loss_is_the_cross_entropy_of_the_model_logits_on_answer_tokens(llama_di
     for batch in seen:
         logits = reference(batch.input_ids, attention_mask=batch.attention_mask)
         labels = batch.labels
-        total += F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100,
-                                 reduction="sum").item()
+        total += F.cross_entropy(
+            logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100, reduction="sum"
+        ).item()
         count += int((labels != -100).sum())
     assert count == sum(len(a) for b in seen for a in [b.labels[b.labels != -100]])
     assert result.history.loss[0] == pytest.approx(total / count, rel=1e-5)
     # The batch is instructed, in the model's prompt format: the rows are those of encode_pairs.
     rows = encode_pairs(model, tasks()[0].train_pairs, instruction="Reverse: {input}")
-    assert any(torch.equal(b.input_ids[i, : len(p) + len(a)], torch.tensor(p + a)) for b in seen
-               for i in range(len(b)) for p, a in rows)
+    assert any(
+        torch.equal(b.input_ids[i, : len(p) + len(a)], torch.tensor(p + a))
+        for b in seen
+        for i in range(len(b))
+        for p, a in rows
+    )
 
 
 def test_training_lowers_the_loss(llama_dir):
@@ -117,7 +131,9 @@ def test_patterns_are_recorded_at_the_chosen_steps(llama_dir, tmp_path):
     model = fresh(llama_dir)
     base = activation_pattern(fresh(llama_dir), [("moon", "noom")], instructed=False)
     task_list = tasks()
-    result = finetune(model, task_list, config(pattern_steps=(0, 3), accuracy=True, pattern_examples=3), out_dir=tmp_path)
+    result = finetune(
+        model, task_list, config(pattern_steps=(0, 3), accuracy=True, pattern_examples=3), out_dir=tmp_path
+    )
     assert sorted(result.patterns) == [0, 3, 6]
     assert set(result.patterns[0]) == {"reverse", "upper"}
     # Step 0 is the untouched model on the first held-out pairs, instructed.

@@ -124,4 +124,6 @@ def test_joint_tokenisation_differs_from_separate_on_a_sentencepiece_tokenizer(s
     assert tokenizer.convert_ids_to_tokens(alone)[0].startswith("▁")
     assert answer[: len(answer) - 1] != alone
     assert not tokenizer.convert_ids_to_tokens(answer)[0].startswith("▁")
-    assert prompt + answer == tokenizer(fmt.format("a girl") + fmt.answer("girl"), add_special_tokens=False)["input_ids"]
+    assert (
+        prompt + answer == tokenizer(fmt.format("a girl") + fmt.answer("girl"), add_special_tokens=False)["input_ids"]
+    )

@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from headsup_lens import load_model
 from headsup_lens.data import IGNORE_INDEX, Task, tokenize_pairs
 from headsup_lens.evaluation import answer_loss
+from headsup_lens.gates import gated
 from headsup_lens.masks import HeadMask
 from headsup_lens.training import TrainConfig, answer_logits, load_trajectory, train_mask, train_masks
-from headsup_lens.gates import gated
 
 from .planted import build_planted_dir, planted_mask, planted_task
 
@@ -70,12 +70,14 @@ def test_answer_logits_equal_full_logits_at_answer_positions(llama):
     mask[0, 3] = mask[1, 5] = 0
     for gate_mask in (None, mask):
         with torch.no_grad(), gated(llama, gate_mask):
-            logits, targets, rows = answer_logits(llama, batch)
+            logits, targets, _rows = answer_logits(llama, batch)
             full = llama(batch.input_ids, attention_mask=batch.attention_mask)
         expected_rows, positions = (batch.labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
         torch.testing.assert_close(logits, full[expected_rows, positions])
         assert torch.equal(targets, batch.input_ids[expected_rows, positions + 1])
-        reference = F.cross_entropy(full[:, :-1].flatten(0, 1), batch.labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX)
+        reference = F.cross_entropy(
+            full[:, :-1].flatten(0, 1), batch.labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX
+        )
         torch.testing.assert_close(F.cross_entropy(logits, targets), reference)
 
 
@@ -120,7 +122,7 @@ def test_outputs_checkpoints_and_trajectory(planted, tmp_path):
     steps, logits = load_trajectory(tmp_path)
     assert steps == [5, 10, 15, 20] and logits.shape == (4, 4, 8)
     assert torch.equal(logits[-1], result.mask.logits)
-    assert not [p for p in tmp_path.rglob("*.tmp")]
+    assert not list(tmp_path.rglob("*.tmp"))
     with pytest.raises(ValueError, match=r"recipe.lr \(0.1 there, 0.05 here\)"):
         train_mask(planted, task, config.replace(lr=0.05), out_dir=tmp_path)
 
@@ -129,9 +131,11 @@ def test_nan_loss_stops_with_a_clear_error_and_writes_no_mask(planted, tmp_path)
     def poison(x, hook):
         return x * float("nan")
 
-    with planted.hooks(fwd_hooks=[("ln_final.hook_normalized", poison)]):
-        with pytest.raises(ValueError, match="loss became nan at step 0"):
-            train_mask(planted, planted_task(), TrainConfig(**QUICK), out_dir=tmp_path)
+    with (
+        planted.hooks(fwd_hooks=[("ln_final.hook_normalized", poison)]),
+        pytest.raises(ValueError, match="loss became nan at step 0"),
+    ):
+        train_mask(planted, planted_task(), TrainConfig(**QUICK), out_dir=tmp_path)
     assert not (tmp_path / "mask.safetensors").exists()
 
 
@@ -165,8 +169,12 @@ def test_resume_after_sigkill_gives_the_same_mask(planted, planted_dir, tmp_path
     reference = train_mask(planted, planted_task(), config)
     out = tmp_path / "run"
     root = Path(__file__).resolve().parents[2]
-    process = subprocess.Popen([sys.executable, "-c", _RUN, str(planted_dir), str(out)], cwd=root,
-                               env={**os.environ, "PYTHONPATH": str(root)}, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _RUN, str(planted_dir), str(out)],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stderr=subprocess.DEVNULL,
+    )
     checkpoint = out / "checkpoints" / "logits_step0000010.safetensors"
     deadline = time.time() + 60
     while not checkpoint.exists() and process.poll() is None and time.time() < deadline:
@@ -235,8 +243,15 @@ def test_passes_grouped_by_length_give_the_one_pass_gradient(qwen2, monkeypatch)
     import headsup_lens.training._train as train_module
     from headsup_lens.data import length_groups
 
-    words = ["cold", "up the hill and far away over the sea", "good", "a girl in a red coat on a bike", "yes",
-             "hot soup", "no one ever came back from the old mill by the river"]
+    words = [
+        "cold",
+        "up the hill and far away over the sea",
+        "good",
+        "a girl in a red coat on a bike",
+        "yes",
+        "hot soup",
+        "no one ever came back from the old mill by the river",
+    ]
     task = Task.from_pairs("mixed", [(w, w.split()[0]) for w in words] * 3, n_eval=0)
     config = TrainConfig(**{**QUICK, "steps": 4, "batch_size": 8})
     passes = []
@@ -252,5 +267,6 @@ def test_passes_grouped_by_length_give_the_one_pass_gradient(qwen2, monkeypatch)
     monkeypatch.setattr(train_module, "length_batches", lambda model, rows, max_rows=None: [list(range(len(rows)))])
     single = train_mask(qwen2, task, config)
     torch.testing.assert_close(grouped.mask.logits, single.mask.logits, atol=1e-5, rtol=0)
-    torch.testing.assert_close(torch.tensor(grouped.history.loss.values), torch.tensor(single.history.loss.values),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(grouped.history.loss.values), torch.tensor(single.history.loss.values), atol=1e-5, rtol=1e-5
+    )

@@ -11,7 +11,6 @@ from headsup_lens.data import Task, translation_task
 from headsup_lens.training import TrainConfig
 
 
-
 def _tasks(data):
     xnli = translation_task("en", "zh", data)
     plain = Task.from_pairs("plain", [("a", "b")] * 4)

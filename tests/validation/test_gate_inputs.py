@@ -90,7 +90,9 @@ def test_mlp_mask_is_checked(llama, mlp, error, fragments):
 def test_gate_name_and_query_alpha(llama):
     # Under run-time type checking the Literal annotation refuses it first, naming the same things.
     assert_refused(lambda: gate_hooks(llama, full(), gate="key"), (ValueError, TypeError), "gate", "'key'", "'value'")
-    assert_refused(lambda: gate_hooks(llama, full(), gate="query", alpha=0.5), ValueError, "alpha=0.5", "value gate only")
+    assert_refused(
+        lambda: gate_hooks(llama, full(), gate="query", alpha=0.5), ValueError, "alpha=0.5", "value gate only"
+    )
 
 
 @pytest.mark.parametrize("gate", [value_gate, query_gate])

@@ -42,14 +42,24 @@ def with_header(data: bytes, header: dict | bytes) -> bytes:
 # ------------------------------------------------------------------ saving into bad places
 def test_save_into_a_path_under_a_file(tmp_path):
     (tmp_path / "taken").write_text("a file")
-    assert_refused(lambda: a_mask().save(tmp_path / "taken" / "mask.safetensors"), ValueError,
-                   "taken", "is a file, not a folder", folder=tmp_path)
+    assert_refused(
+        lambda: a_mask().save(tmp_path / "taken" / "mask.safetensors"),
+        ValueError,
+        "taken",
+        "is a file, not a folder",
+        folder=tmp_path,
+    )
 
 
 def test_save_onto_a_folder(tmp_path):
     (tmp_path / "mask.safetensors").mkdir()
-    assert_refused(lambda: a_mask().save(tmp_path / "mask.safetensors"), ValueError,
-                   "mask.safetensors", "is a folder", folder=tmp_path)
+    assert_refused(
+        lambda: a_mask().save(tmp_path / "mask.safetensors"),
+        ValueError,
+        "mask.safetensors",
+        "is a folder",
+        folder=tmp_path,
+    )
 
 
 def test_save_into_an_unwritable_folder_leaves_the_old_file(tmp_path, monkeypatch):
@@ -60,8 +70,9 @@ def test_save_into_an_unwritable_folder_leaves_the_old_file(tmp_path, monkeypatc
 
     monkeypatch.setattr(tempfile, "mkstemp", refuse)
     other = HeadMask(torch.zeros(2, 4), model=FP)
-    assert_refused(lambda: other.save(tmp_path / "good.safetensors"), ValueError,
-                   str(tmp_path), "not writable", folder=tmp_path)
+    assert_refused(
+        lambda: other.save(tmp_path / "good.safetensors"), ValueError, str(tmp_path), "not writable", folder=tmp_path
+    )
 
 
 # ------------------------------------------------------------------ reading broken files
@@ -106,8 +117,9 @@ def test_broken_files_are_named(tmp_path, kind, fragments):
 def test_invalid_values_in_a_file_are_named(tmp_path):
     path = tmp_path / "range.safetensors"
     write_safetensors(path, {"values": torch.full((2, 4), 3.0)}, {"format": "headsup_lens.HeadMask", "version": "1"})
-    assert_refused(lambda: HeadMask.load(path), ValueError, str(path), "invalid mask", "[0, 1]", "3 at (0, 0)",
-                   folder=tmp_path)
+    assert_refused(
+        lambda: HeadMask.load(path), ValueError, str(path), "invalid mask", "[0, 1]", "3 at (0, 0)", folder=tmp_path
+    )
 
 
 @pytest.mark.parametrize("kind", ["missing", "folder"])
@@ -122,8 +134,15 @@ def test_missing_file_or_folder(tmp_path, kind):
 def test_a_mask_for_other_weights_is_refused_on_load(tmp_path):
     path = good_file(tmp_path)
     twin = replace(FP, name="tiny-instruct", content_hash="sha256:" + "b" * 64)
-    assert_refused(lambda: HeadMask.load(path, twin), ValueError, "other weights", "'tiny'", "'tiny-instruct'",
-                   "allow_other_weights=True", folder=tmp_path)
+    assert_refused(
+        lambda: HeadMask.load(path, twin),
+        ValueError,
+        "other weights",
+        "'tiny'",
+        "'tiny-instruct'",
+        "allow_other_weights=True",
+        folder=tmp_path,
+    )
 
 
 # ------------------------------------------------------------------ reproducible bytes

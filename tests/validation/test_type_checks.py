@@ -12,8 +12,24 @@ import pytest
 import headsup_lens
 from headsup_lens._typecheck import _MARK, _runtime_hint, checked_function
 
-PACKAGES = ["headsup_lens", *(f"headsup_lens.{name}" for name in (
-    "analysis", "data", "demo", "evaluation", "gates", "masks", "models", "organism", "plots", "training"))]
+PACKAGES = [
+    "headsup_lens",
+    *(
+        f"headsup_lens.{name}"
+        for name in (
+            "analysis",
+            "data",
+            "demo",
+            "evaluation",
+            "gates",
+            "masks",
+            "models",
+            "organism",
+            "plots",
+            "training",
+        )
+    ),
+]
 
 
 class Wrong:
@@ -95,7 +111,7 @@ def test_shapes_are_not_checked_at_run_time_only_types():
     from jaxtyping import Float
 
     assert _runtime_hint(Float[torch.Tensor, "n_layers n_heads"]) is torch.Tensor
-    assert _runtime_hint(Float[torch.Tensor, "n_layers n_heads"] | None) == typing.Optional[torch.Tensor]
+    assert _runtime_hint(Float[torch.Tensor, "n_layers n_heads"] | None) == typing.Optional[torch.Tensor]  # noqa: TID251, UP045 (the old spelling on purpose)
 
 
 def test_the_ones_the_issue_named():

@@ -51,10 +51,16 @@ def test_check_float_accepts_ints_numpy_and_scalar_tensors():
 
 
 def test_check_shape_names_pattern_and_sizes():
-    assert v.check_shape("m", torch.ones(4, 2, 8), "n_layers n_heads", "batch n_layers n_heads", n_layers=2, n_heads=8) \
+    assert (
+        v.check_shape("m", torch.ones(4, 2, 8), "n_layers n_heads", "batch n_layers n_heads", n_layers=2, n_heads=8)
         == "batch n_layers n_heads"
-    assert_refused(lambda: v.check_shape("m", torch.ones(2, 7), "n_layers n_heads", n_layers=2, n_heads=8),
-                   ValueError, "m has shape [2, 7]", "[n_layers, n_heads] = [2, 8]")
+    )
+    assert_refused(
+        lambda: v.check_shape("m", torch.ones(2, 7), "n_layers n_heads", n_layers=2, n_heads=8),
+        ValueError,
+        "m has shape [2, 7]",
+        "[n_layers, n_heads] = [2, 8]",
+    )
     assert_refused(lambda: v.check_shape("sq", torch.ones(2, 3), "n n"), ValueError, "[2, 3]", "[n, n]")
 
 
@@ -93,12 +99,19 @@ def test_check_out_dir(tmp_path, monkeypatch):
     target = tmp_path / "a" / "b"
     assert v.check_out_dir(target) == target and not (tmp_path / "a").exists()  # creates nothing
     (tmp_path / "file").write_text("x")
-    assert_refused(lambda: v.check_out_dir(tmp_path / "file"), ValueError, "out_dir", "file", "is a file",
-                   folder=tmp_path)
-    assert_refused(lambda: v.check_out_dir(tmp_path / "file" / "sub"), ValueError, "cannot be created", "is a file",
-                   folder=tmp_path)
+    assert_refused(
+        lambda: v.check_out_dir(tmp_path / "file"), ValueError, "out_dir", "file", "is a file", folder=tmp_path
+    )
+    assert_refused(
+        lambda: v.check_out_dir(tmp_path / "file" / "sub"),
+        ValueError,
+        "cannot be created",
+        "is a file",
+        folder=tmp_path,
+    )
     assert v.check_out_dir(tmp_path) == tmp_path and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
     monkeypatch.setattr(v.os, "access", lambda *args: False)
-    assert_refused(lambda: v.check_out_dir(tmp_path / "new"), ValueError, "not writable", str(tmp_path),
-                   folder=tmp_path)
+    assert_refused(
+        lambda: v.check_out_dir(tmp_path / "new"), ValueError, "not writable", str(tmp_path), folder=tmp_path
+    )
     assert_refused(lambda: v.check_out_dir(3), TypeError, "out_dir", "3")

@@ -60,21 +60,35 @@ class HeadScores:
     def removal_mask(self, k: int, model_or_shape: Any = None) -> HeadMask:
         """The mask that removes the first `k` heads of the order."""
         k = check_int("k", k, minimum=0, maximum=self.scores.numel())
-        return HeadMask.from_heads(self.order[:k], tuple(self.scores.shape) if model_or_shape is None else model_or_shape)
+        return HeadMask.from_heads(
+            self.order[:k], tuple(self.scores.shape) if model_or_shape is None else model_or_shape
+        )
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the whole result as JSON (method, task, settings, seconds, scores); `load` reads it.
         For other tools, `masks.write_head_list(path, result.scores)` writes a plain head list."""
-        data = {"method": self.method, "task": self.task, "seconds": self.seconds, "cpu_seconds": self.cpu_seconds,
-                "settings": self.settings, "scores": self.scores.tolist()}
+        data = {
+            "method": self.method,
+            "task": self.task,
+            "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
+            "settings": self.settings,
+            "scores": self.scores.tolist(),
+        }
         return atomic_write_json(path, data)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> HeadScores:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-            return cls(data["method"], torch.tensor(data["scores"], dtype=torch.float32), data["settings"],
-                       float(data["seconds"]), data["task"], data.get("cpu_seconds"))
+            return cls(
+                data["method"],
+                torch.tensor(data["scores"], dtype=torch.float32),
+                data["settings"],
+                float(data["seconds"]),
+                data["task"],
+                data.get("cpu_seconds"),
+            )
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{str(path)!r} is not a saved HeadScores file ({error})") from error
 
@@ -154,7 +168,9 @@ def answer_counts(batch: TaskBatch) -> Tensor:
     return counts
 
 
-def mean_z(model: TransformerBridge, batch: TaskBatch, *, max_rows: int = 64) -> Float[Tensor, "n_layers n_heads d_head"]:
+def mean_z(
+    model: TransformerBridge, batch: TaskBatch, *, max_rows: int = 64
+) -> Float[Tensor, "n_layers n_heads d_head"]:
     """Each head's mean output `blocks.L.attn.hook_z` over every non-padding position of `batch`:
     the reference activation of mean ablation (`value_gate(..., mean=...)`)."""
     n_layers = model.cfg.n_layers
@@ -183,7 +199,9 @@ def example_losses(model: TransformerBridge, batch: TaskBatch, hooks: list | Non
 def chunks(batch: TaskBatch, max_rows: int):
     """`batch` in pieces of at most `max_rows` examples, each trimmed to its longest row."""
     for start in range(0, len(batch), max_rows):
-        yield _trim(TaskBatch(*(t[start:start + max_rows] for t in (batch.input_ids, batch.attention_mask, batch.labels))))
+        yield _trim(
+            TaskBatch(*(t[start : start + max_rows] for t in (batch.input_ids, batch.attention_mask, batch.labels)))
+        )
 
 
 def mask_losses(
@@ -206,10 +224,13 @@ def mask_losses(
     per_pass = max(1, max_rows // n)
     out = []
     for start in range(0, masks.shape[0], per_pass):
-        group = masks[start:start + per_pass]
+        group = masks[start : start + per_pass]
         rows = group.repeat_interleave(n, dim=0)
-        repeated = TaskBatch(batch.input_ids.repeat(len(group), 1), batch.attention_mask.repeat(len(group), 1),
-                             batch.labels.repeat(len(group), 1))
+        repeated = TaskBatch(
+            batch.input_ids.repeat(len(group), 1),
+            batch.attention_mask.repeat(len(group), 1),
+            batch.labels.repeat(len(group), 1),
+        )
         with torch.no_grad():
             nll, owner = answer_nll(model, repeated, gate_hooks(model, rows, alpha=alpha, mean=mean))
         sums = torch.zeros(len(repeated), dtype=torch.float64).index_add_(0, owner.cpu(), nll.double().cpu())

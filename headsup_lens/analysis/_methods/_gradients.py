@@ -23,8 +23,9 @@ def gate_gradient(context: MethodContext, normalize: bool = False) -> tuple[Tens
     model = context.model
     total = torch.zeros(model.cfg.n_layers, model.cfg.n_heads, dtype=torch.float64)
     for chunk in chunks(context.batch, context.max_rows):
-        gates = torch.ones(len(chunk), model.cfg.n_layers, model.cfg.n_heads, device=model.cfg.device,
-                           requires_grad=True)  # one gate row per example: per-example gradients
+        gates = torch.ones(
+            len(chunk), model.cfg.n_layers, model.cfg.n_heads, device=model.cfg.device, requires_grad=True
+        )  # one gate row per example: per-example gradients
         with torch.enable_grad():
             losses = example_losses(model, chunk, gate_hooks(model, gates))
             (grad,) = torch.autograd.grad(losses.sum(), [gates])
@@ -77,7 +78,9 @@ def attribution_patching(context: MethodContext) -> tuple[Tensor, dict]:
     return (total / len(context.batch)).float(), context.ablation_settings()
 
 
-@register_method("activation_pattern", "E_x sum |A * dL/dA| of each head's attention pattern; most active removed first")
+@register_method(
+    "activation_pattern", "E_x sum |A * dL/dA| of each head's attention pattern; most active removed first"
+)
 def activation_pattern(context: MethodContext, activation: str = "pattern") -> tuple[Tensor, dict]:
     """The gradient activation pattern (`analysis.activation_pattern`) on the uninstructed examples;
     it is a magnitude, so the order removes the most active heads first."""

@@ -9,7 +9,9 @@ from ...gates import gate_hooks
 from ._base import MethodContext, chunks, example_losses, register_method
 
 
-def _fit(context: MethodContext, sign: float, *, l1: float, steps: int, lr: float, init: float) -> tuple[Tensor, list[float]]:
+def _fit(
+    context: MethodContext, sign: float, *, l1: float, steps: int, lr: float, init: float
+) -> tuple[Tensor, list[float]]:
     """Gates g = sigmoid(θ) `[n_layers, n_heads]` (no noise) fitted by Adam on the uninstructed answer
     loss + sign · l1 · mean(g), all examples every step; returns θ and the loss per step."""
     model = context.model
@@ -36,22 +38,31 @@ def _fit(context: MethodContext, sign: float, *, l1: float, steps: int, lr: floa
 
 def _soft_gate(context: MethodContext, sign: float, l1: float, steps: int, lr: float, init: float):
     theta, history = _fit(context, sign, l1=l1, steps=steps, lr=lr, init=init)
-    settings = {**context.ablation_settings(), "l1": l1, "steps": steps, "lr": lr, "init": init,
-                "final_loss": history[-1], "n_below_half": int((theta < 0).sum())}
+    settings = {
+        **context.ablation_settings(),
+        "l1": l1,
+        "steps": steps,
+        "lr": lr,
+        "init": init,
+        "final_loss": history[-1],
+        "n_below_half": int((theta < 0).sum()),
+    }
     return -theta, settings
 
 
 @register_method("soft_gate_necessary", "CHG-style soft gates, L1 pushing gates up: only heads that must go fall")
-def soft_gate_necessary(context: MethodContext, l1: float = 1.0, steps: int = 200, lr: float = 0.05,
-                        init: float = 3.0) -> tuple[Tensor, dict]:
+def soft_gate_necessary(
+    context: MethodContext, l1: float = 1.0, steps: int = 200, lr: float = 0.05, init: float = 3.0
+) -> tuple[Tensor, dict]:
     """Loss − l1 · mean(g): the penalty rewards keeping heads, so a gate falls only where removing the
     head is needed to lower the uninstructed loss. Order: lowest gate logit first."""
     return _soft_gate(context, -1.0, l1, steps, lr, init)
 
 
 @register_method("soft_gate_sufficient", "CHG-style soft gates, L1 pushing gates down: a small sufficient set stays")
-def soft_gate_sufficient(context: MethodContext, l1: float = 1.0, steps: int = 200, lr: float = 0.05,
-                         init: float = 3.0) -> tuple[Tensor, dict]:
+def soft_gate_sufficient(
+    context: MethodContext, l1: float = 1.0, steps: int = 200, lr: float = 0.05, init: float = 3.0
+) -> tuple[Tensor, dict]:
     """Loss + l1 · mean(g): the penalty rewards removing heads, so only a set sufficient for the task
     keeps its gates high. Order: lowest gate logit first."""
     return _soft_gate(context, 1.0, l1, steps, lr, init)

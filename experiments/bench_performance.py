@@ -347,7 +347,7 @@ def plain_training_pass(plain, rows: list[tuple[list[int], list[int]]], groups: 
     """Forward over right-padded passes of `rows` (the training step's grouping), answer positions
     unembedded, cross-entropy, and the gradient of the input embeddings only (frozen weights)."""
     from headsup_lens.data import collate
-    from headsup_lens.training import answer_positions
+    from headsup_lens.objective import answer_positions
 
     embed, head = plain.get_input_embeddings(), plain.get_output_embeddings()
     for group in groups:
@@ -394,7 +394,8 @@ def bench_eval(model, args, flops: Flops, peak: Clock) -> dict:
 
 def bench_train(model, plain, args, flops: Flops, peak: Clock) -> dict:
     from headsup_lens.data import Task, encode_pairs
-    from headsup_lens.training import TrainConfig, length_batches, train_mask
+    from headsup_lens.objective import length_batches
+    from headsup_lens.training import TrainConfig, train_mask
 
     rng = random.Random(0)
     words = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(4, 9))) for _ in range(400)]

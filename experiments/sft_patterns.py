@@ -69,7 +69,8 @@ from headsup_lens.analysis import (
 )
 from headsup_lens.organism import TASK_NAMES
 from headsup_lens.plots import save_figure
-from headsup_lens.training import FinetuneConfig, finetune, pattern_subset, safe_name
+from headsup_lens.sft import FinetuneConfig, finetune, pattern_subset
+from headsup_lens.training import safe_name
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -309,13 +310,13 @@ def _base_organism(args) -> Path:
 
 
 def organism(args) -> None:
-    from headsup_lens.organism import composite_task
-    from headsup_lens.organism import task as organism_task
 
     out = Path(args.out or ROOT / "figures" / "organism")
     start = time.perf_counter()
     model = hl.load_model(str(_base_organism(args)), dtype="float32")
-    tasks = [organism_task(n) for n in TASK_NAMES] + [composite_task(a, b) for a, b in COMPOSITES]
+    tasks = [hl.load_task(f"organism/{n}") for n in TASK_NAMES] + [
+        hl.load_task(f"organism/{a}+{b}") for a, b in COMPOSITES
+    ]
     steps = args.steps or 200
     config = FinetuneConfig(
         steps=steps,
@@ -454,8 +455,6 @@ def smollm2(args) -> None:
 
 def _selection_setup(args, spec: Selection):
     """(fresh base model loader, task resolver, compared-run config, probe config) of the select stage."""
-    from headsup_lens.organism import composite_task
-    from headsup_lens.organism import task as organism_task
 
     if args.model == "organism":
         model = hl.load_model(str(_base_organism(args)), dtype="float32")
@@ -470,7 +469,7 @@ def _selection_setup(args, spec: Selection):
 
         def resolve(name: str):
             name = name.removeprefix("organism/")
-            return composite_task(*name.split("+")) if "+" in name else organism_task(name)
+            return hl.load_task(f"organism/{name}")
 
         make = lambda **kw: FinetuneConfig(batch_size=16, lr=1e-3, **kw)  # noqa: E731 - the organism stage's SFT
     else:

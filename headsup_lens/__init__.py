@@ -7,7 +7,7 @@ with hl.value_gate(model, mask):
     logits = model(tokens)
 """
 
-from ._lazy import lazy_exports
+from ._lazy import lazy_exports as _lazy_exports
 
 __version__ = "0.2.0"
 
@@ -39,8 +39,8 @@ _EXPORTS = {
     "TrainConfig": ".training",
     "train_mask": ".training",
     "train_masks": ".training",
-    "finetune": ".training",
-    "FinetuneConfig": ".training",
+    "finetune": ".sft",
+    "FinetuneConfig": ".sft",
     "analysis": ".analysis",
     "data": ".data",
     "evaluation": ".evaluation",
@@ -50,6 +50,8 @@ _EXPORTS = {
     "plots": ".plots",
     "training": ".training",
     "organism": ".organism",
+    "objective": ".objective",
+    "sft": ".sft",
 }
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

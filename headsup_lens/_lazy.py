@@ -1,5 +1,8 @@
-"""Lazy public surfaces: a package names what it exports and imports each piece on first use, so that
-`import headsup_lens` (and `headsup --help`) does not pay for torch and TransformerLens up front."""
+"""Lazy public surfaces, for the packages whose import must stay light: a package names what it
+exports and imports each piece on first use, so that `import headsup_lens` (and `headsup --help`,
+`headsup tasks`) does not pay for torch and TransformerLens up front. Every other package re-exports
+its names explicitly (`from ._module import name as name`); type checks are applied where a function
+is defined (`_typecheck.checked`), so the object is the same under every name."""
 
 from __future__ import annotations
 
@@ -16,12 +19,7 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
         if name not in exports:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module = importlib.import_module(exports[name], package)
-        if exports[name] == f".{name}":
-            value = module
-        else:
-            from ._typecheck import checked
-
-            value = checked(getattr(module, name))  # public names check their argument types
+        value = module if exports[name] == f".{name}" else getattr(module, name)
         setattr(sys.modules[package], name, value)  # later lookups no longer come here
         return value
 

@@ -1,7 +1,6 @@
 """Analyses of functional pathways (PAPER.md §4): removal sweeps, logit lens, layer similarity,
 attention on target, pathways across masks, activation patterns."""
 
-from .._typecheck import check_namespace as _check_namespace
 from ._attention import AttentionOnTarget as AttentionOnTarget
 from ._attention import attention_on_target as attention_on_target
 from ._attention import candidate_spans as candidate_spans
@@ -67,5 +66,3 @@ from ._sweep import removal_sweep as removal_sweep
 from ._sweep import step_or_never as step_or_never
 from ._sweep import sweep_masks as sweep_masks
 from ._sweep import weight_order as weight_order
-
-_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -8,6 +8,7 @@ batched pass (per-row masks), and identical masks (k = 0 of every method) are ev
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,11 +19,13 @@ import pandas as pd
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from .._validate import check_int, describe
 from ..data import Task, task_prompts
 from ..data._tokenize import encode_prompt
+from ..evaluation import generate_answers
 from ..masks import Head
-from ..models import prompt_format
+from ..models import builtin_model_dir, prompt_format
 from ._methods import HeadScores, head_scores, mask_losses
 from ._methods._base import example_batch
 from ._sweep import sweep_masks
@@ -39,6 +42,7 @@ DEFAULT_METHODS = (
 )
 
 
+@checked
 @dataclass
 class MethodComparison:
     """The result of `compare_methods` for one task.
@@ -76,6 +80,7 @@ def _labels(scores: HeadScores, planted: Sequence[Head]) -> tuple[np.ndarray, np
     return labels, scores.scores.flatten().double().numpy()
 
 
+@checked
 def auroc(scores: HeadScores, planted: Sequence[Head]) -> float:
     """Area under the ROC curve of the scores (higher = removed earlier) for planted membership."""
     from sklearn.metrics import roc_auc_score
@@ -86,6 +91,7 @@ def auroc(scores: HeadScores, planted: Sequence[Head]) -> float:
     return float(roc_auc_score(labels, values))
 
 
+@checked
 def roc_points(scores: HeadScores, planted: Sequence[Head]) -> pd.DataFrame:
     from sklearn.metrics import roc_curve
 
@@ -94,6 +100,7 @@ def roc_points(scores: HeadScores, planted: Sequence[Head]) -> pd.DataFrame:
     return pd.DataFrame({"fpr": fpr, "tpr": tpr, "threshold": threshold})
 
 
+@checked
 def precision_at(scores: HeadScores, planted: Sequence[Head], k: int | None = None) -> float:
     """Share of the first `k` heads of the order (default |planted|) that are planted."""
     truth = {tuple(h) for h in planted}
@@ -101,6 +108,7 @@ def precision_at(scores: HeadScores, planted: Sequence[Head], k: int | None = No
     return sum(h in truth for h in scores.order[:k]) / k
 
 
+@checked
 def curve_area(ks: Sequence[int], values: Sequence[float]) -> float:
     """Trapezoid area under `values` over `ks`, divided by the k range (a mean over the curve)."""
     ks, values = np.asarray(ks, dtype=float), np.asarray(values, dtype=float)
@@ -109,6 +117,7 @@ def curve_area(ks: Sequence[int], values: Sequence[float]) -> float:
     return float(((values[1:] + values[:-1]) / 2 * np.diff(ks)).sum() / (ks[-1] - ks[0]))
 
 
+@checked
 def elicitation_curves(
     model: TransformerBridge,
     task: Task,
@@ -124,7 +133,6 @@ def elicitation_curves(
     """Accuracy and answer loss without instruction after removing the first k heads of each
     ranking, for every k in `ks`: one row per (method, k). Masks shared by several rankings (k = 0)
     are evaluated once; all rows go through batched passes of at most `max_rows` rows."""
-    from ..evaluation import generate_answers
 
     shape = (model.cfg.n_layers, model.cfg.n_heads)
     ks = [check_int("k", k, minimum=0, maximum=shape[0] * shape[1]) for k in ks]
@@ -161,6 +169,7 @@ def elicitation_curves(
     )
 
 
+@checked
 def summarize(curves: pd.DataFrame, rankings: Mapping[str, HeadScores], planted: Sequence[Head] | None) -> pd.DataFrame:
     """One row per method: cost, curve areas, best k and, with planted heads, AUROC and precision."""
     records = []
@@ -189,14 +198,12 @@ def summarize(curves: pd.DataFrame, rankings: Mapping[str, HeadScores], planted:
     return pd.DataFrame.from_records(records)
 
 
+@checked
 def planted_heads(task: Task, model: TransformerBridge) -> list[Head] | None:
     """The planted pathway S_t of an organism task when `model` has the shipped organism's shape
     (`organism/weights/planted.json`), else None."""
     if not task.name.startswith("organism/"):
         return None
-    import json
-
-    from ..models import builtin_model_dir
 
     data = json.loads((builtin_model_dir("organism") / "planted.json").read_text(encoding="utf-8"))
     if (data["n_layers"], data["n_heads"]) != (model.cfg.n_layers, model.cfg.n_heads):
@@ -205,6 +212,7 @@ def planted_heads(task: Task, model: TransformerBridge) -> list[Head] | None:
     return [tuple(h) for h in heads] if heads else None
 
 
+@checked
 def compare_methods(
     model: TransformerBridge,
     task: Task,

@@ -12,6 +12,7 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from ..gates import MaskLike
 from ..models import decode_residual, unembed, verify_readout
 from ._common import Gate, gated, prompt_ids, token_text
@@ -21,6 +22,7 @@ from ._similarity import Setting, as_setting
 STREAMS = {"resid": "hook_resid_post", "attn": "hook_attn_out", "embed": "hook_resid_pre"}
 
 
+@checked
 @dataclass
 class LogitLens:
     """`table`: one row per (stream, layer, rank) with token, probability and logit.
@@ -41,6 +43,7 @@ def decode_stream(
         return decode_residual(model, x) if final_norm else unembed(model, x)
 
 
+@checked
 def logit_lens(
     model: TransformerBridge,
     prompt: str,
@@ -100,6 +103,7 @@ def logit_lens(
     return LogitLens(prompt=model.tokenizer.decode(ids), table=table, probs=probs)
 
 
+@checked
 def lens_comparison(
     model: TransformerBridge,
     settings: dict[str, Setting | str],

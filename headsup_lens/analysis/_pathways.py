@@ -16,7 +16,10 @@ from scipy.stats import hypergeom
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
+from ..evaluation import answer_loss
 from ..masks import Head, HeadMask, expected_jaccard
+from ..training import load_trajectory
 from ._common import Gate, check_heads
 
 Masks = Mapping[str, HeadMask] | Sequence[HeadMask]
@@ -42,6 +45,7 @@ def named_masks(masks: Masks) -> dict[str, HeadMask]:
     return named
 
 
+@checked
 @dataclass
 class PathwayHeads:
     """Which heads each mask keeps. `counts[layer, head]` = number of masks keeping the head."""
@@ -97,6 +101,7 @@ class PathwayHeads:
         }
 
 
+@checked
 def pathway_heads(masks: Masks) -> PathwayHeads:
     """Usage of every head across masks (e.g. one per task): counts, used by all / some / none."""
     named = named_masks(masks)
@@ -104,12 +109,14 @@ def pathway_heads(masks: Masks) -> PathwayHeads:
     return PathwayHeads(names=list(named), kept=kept)
 
 
+@checked
 def overlap_p_value(overlap: int, size_a: int, size_b: int, n_total: int) -> float:
     """Exact one-sided p-value of an overlap: the probability that a random mask of `size_b` heads
     shares at least `overlap` heads with a fixed mask of `size_a` among `n_total` (hypergeometric)."""
     return float(hypergeom.sf(overlap - 1, n_total, size_a, size_b))
 
 
+@checked
 def jaccard_table(masks: Masks) -> pd.DataFrame:
     """Table 5: for every pair of masks, sizes, Jaccard, its random expectation and recall, the
     number of kept heads they share (`overlap`) and `p_value`, the exact chance of an overlap (hence
@@ -139,6 +146,7 @@ def jaccard_table(masks: Masks) -> pd.DataFrame:
     )
 
 
+@checked
 def jaccard_matrix(masks: Masks) -> pd.DataFrame:
     """Square Jaccard matrix (names on both axes, 1 on the diagonal)."""
     named = named_masks(masks)
@@ -147,6 +155,7 @@ def jaccard_matrix(masks: Masks) -> pd.DataFrame:
     return pd.DataFrame(values, index=names, columns=names)
 
 
+@checked
 def group_ablation(
     model: TransformerBridge,
     task,
@@ -165,7 +174,6 @@ def group_ablation(
     Columns: group, size, loss (group removed), random_mean / random_std (random groups),
     original (nothing removed). Losses are `evaluation.answer_loss` (mean answer-token NLL, nats).
     """
-    from ..evaluation import answer_loss
 
     shape = (model.cfg.n_layers, model.cfg.n_heads)
     options = dict(instructed=instructed, gate=gate, split=split, batch_size=batch_size)
@@ -193,6 +201,7 @@ def group_ablation(
     return pd.DataFrame(rows)
 
 
+@checked
 def alpha_grid(
     model: TransformerBridge,
     task,
@@ -204,7 +213,6 @@ def alpha_grid(
     batch_size: int = 16,
 ) -> pd.DataFrame:
     """Fig. 6: answer loss (instructed by default) as heads outside `mask` are scaled by alpha."""
-    from ..evaluation import answer_loss
 
     rows = []
     for alpha in alphas:
@@ -218,6 +226,7 @@ def alpha_grid(
     return pd.DataFrame(rows)
 
 
+@checked
 def weight_trajectories(
     checkpoints: Sequence[HeadMask] | Tensor | str | os.PathLike, *, task: str | None = None
 ) -> tuple[list[int], Float[Tensor, "steps n_layers n_heads"]]:
@@ -228,8 +237,6 @@ def weight_trajectories(
     `training.load_trajectory`; `task` picks one task of a multi-task run).
     """
     if isinstance(checkpoints, (str, os.PathLike)):
-        from ..training import load_trajectory
-
         steps, logits = load_trajectory(Path(checkpoints), task=task)
         return steps, torch.sigmoid(logits.float())
     if isinstance(checkpoints, Tensor):
@@ -250,6 +257,7 @@ def weight_trajectories(
 TRAJECTORY_KINDS = ("kept throughout", "removed throughout", "joined", "left", "joined and left", "left and came back")
 
 
+@checked
 def trajectory_crossings(weights: Float[Tensor, "steps n_layers n_heads"], threshold: float = 0.5) -> pd.DataFrame:
     """Fig. 3: which heads join and leave the pathway during training.
 
@@ -291,6 +299,7 @@ def trajectory_crossings(weights: Float[Tensor, "steps n_layers n_heads"], thres
     )
 
 
+@checked
 def pathway_recovery(mask: HeadMask, planted: list[tuple[int, int]]) -> dict[str, int | float]:
     """How well a mask finds a known pathway: Jaccard between the heads it removes and `planted`.
 

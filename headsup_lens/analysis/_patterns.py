@@ -16,9 +16,10 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from ..data import TaskBatch, tokenize_pairs, tokenize_task
 from ..gates import MaskLike
-from ..training import answer_nll
+from ..objective import answer_nll
 from ._common import Gate, gated
 
 
@@ -36,6 +37,7 @@ def _as_batch(model: TransformerBridge, data, split: str, instructed: bool) -> T
 ACTIVATIONS = {"pattern": "attn.hook_pattern", "z": "attn.hook_z"}
 
 
+@checked
 def activation_pattern(
     model: TransformerBridge,
     data,
@@ -111,6 +113,7 @@ def activation_pattern(
     return (total / len(batch)).float()
 
 
+@checked
 def gini(pattern: Float[Tensor, "*shape"]) -> float:
     """Gini coefficient of the (non-negative) head scores, `Σ_i Σ_j |x_i - x_j| / (2 n² mean)`:
     0 = all heads equal, -> 1 = one head has all."""
@@ -123,6 +126,7 @@ def gini(pattern: Float[Tensor, "*shape"]) -> float:
     return float(((2 * np.arange(1, n + 1) - n - 1) * x).sum() / (n * total))
 
 
+@checked
 def coefficient_of_variation(pattern: Float[Tensor, "*shape"]) -> float:
     """`σ / μ` of the head scores, with σ the *population* standard deviation (divisor n).
 
@@ -138,6 +142,7 @@ def coefficient_of_variation(pattern: Float[Tensor, "*shape"]) -> float:
     return float(x.std(ddof=0) / mean)
 
 
+@checked
 def kurtosis(pattern: Float[Tensor, "*shape"], *, excess: bool = False) -> float:
     """Pearson kurtosis `E[(x - μ)^4] / σ^4` of the head scores (population moments): 3 for a normal
     distribution, > 3 = heavy tails, as the paper reads it. `excess=True` gives Fisher's excess
@@ -146,6 +151,7 @@ def kurtosis(pattern: Float[Tensor, "*shape"], *, excess: bool = False) -> float
     return float(scipy.stats.kurtosis(x, fisher=excess, bias=True))
 
 
+@checked
 def pattern_statistics(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
     """Gini, coefficient of variation and (Pearson) kurtosis per named pattern: the paper's Table 1."""
     return pd.DataFrame(
@@ -156,6 +162,7 @@ def pattern_statistics(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
     )
 
 
+@checked
 def pattern_trajectory(
     patterns: Mapping[int, Tensor], final: Float[Tensor, "n_layers n_heads"] | None = None
 ) -> pd.DataFrame:
@@ -177,6 +184,7 @@ def pattern_trajectory(
     return pd.DataFrame(rows)
 
 
+@checked
 @dataclass
 class HeadOverlap:
     """How many of the `k` heads of one set are in another of `m` heads, out of `n` heads in all."""
@@ -191,6 +199,7 @@ class HeadOverlap:
     """P(overlap >= observed) for a random set of k heads (hypergeometric, one-sided)."""
 
 
+@checked
 def head_overlap(
     selected: Float[Tensor, "n_layers n_heads"], reference: Float[Tensor, "n_layers n_heads"]
 ) -> HeadOverlap:
@@ -205,6 +214,7 @@ def head_overlap(
     return HeadOverlap(overlap, k, m, n, k * m / n, p_value)
 
 
+@checked
 def top_heads(scores: Float[Tensor, "n_layers n_heads"], k: int) -> Tensor:
     """A 0/1 `[n_layers, n_heads]` indicator of the k heads with the largest scores."""
     scores = torch.as_tensor(scores)
@@ -215,6 +225,7 @@ def top_heads(scores: Float[Tensor, "n_layers n_heads"], k: int) -> Tensor:
     return out.reshape(scores.shape)
 
 
+@checked
 def pattern_correlation(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
     """Pearson correlation matrix between named patterns (flattened over heads)."""
     names = list(patterns)
@@ -224,6 +235,7 @@ def pattern_correlation(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
     return pd.DataFrame(matrix, index=names, columns=names)
 
 
+@checked
 @dataclass
 class GroupingTest:
     """Do tasks of one group (e.g. antonym and synonym) have more similar pattern changes than tasks
@@ -243,6 +255,7 @@ class GroupingTest:
     """Assignments the p-value counts (the observed one included)."""
 
 
+@checked
 def grouping_test(
     correlation: pd.DataFrame,
     groups: Sequence[Sequence[str]],
@@ -294,6 +307,7 @@ def grouping_test(
     )
 
 
+@checked
 @dataclass
 class PatternFit:
     """`target ≈ intercept + Σ coefficients[name] · components[name]`, with R² of the fit."""
@@ -304,6 +318,7 @@ class PatternFit:
     fitted: Tensor
 
 
+@checked
 def fit_pattern_change(target: Tensor, components: Mapping[str, Tensor], *, intercept: bool = False) -> PatternFit:
     """Least-squares fit of one pattern change (e.g. a complex task's) from others' (basic tasks')."""
     if not components:
@@ -332,6 +347,7 @@ def fit_pattern_change(target: Tensor, components: Mapping[str, Tensor], *, inte
     )
 
 
+@checked
 def shuffled_fit_r2(
     target: Tensor, components: Mapping[str, Tensor], *, n: int = 1000, seed: int = 0, intercept: bool = False
 ) -> np.ndarray:
@@ -354,6 +370,7 @@ def shuffled_fit_r2(
 SIMILARITIES = ("pearson", "cosine")
 
 
+@checked
 def rank_by_pattern(
     target: Float[Tensor, "n_layers n_heads"],
     candidates: Mapping[str, Tensor],

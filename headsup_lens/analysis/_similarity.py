@@ -10,11 +10,13 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from ..gates import MaskLike
 from ._common import gated, prompt_ids
 from ._sweep import RemovalSweep
 
 
+@checked
 @dataclass(frozen=True)
 class Setting:
     """One run of the model: a prompt (user text, instruction included when the setting is
@@ -30,6 +32,7 @@ class Setting:
     name: str = ""
 
 
+@checked
 @dataclass
 class LayerStates:
     """Per-layer vectors at one position: `blocks.L.hook_attn_out` and `blocks.L.hook_resid_post`."""
@@ -46,6 +49,7 @@ def as_setting(run: Setting | str) -> Setting:
     raise ValueError(f"a run must be a Setting or a prompt string, not {type(run).__name__}")
 
 
+@checked
 def layer_states(model: TransformerBridge, run: Setting | str) -> LayerStates:
     """Each layer's attention output and block output at the setting's position."""
     run = as_setting(run)
@@ -70,6 +74,7 @@ def cosine(a: Tensor, b: Tensor) -> Tensor:
     return torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1)
 
 
+@checked
 def layer_similarity(model: TransformerBridge, run_a: Setting | str, run_b: Setting | str) -> pd.DataFrame:
     """Cosine similarity per layer of the attention output and the block output of two settings.
 
@@ -86,6 +91,7 @@ def layer_similarity(model: TransformerBridge, run_a: Setting | str, run_b: Sett
     )
 
 
+@checked
 def sweep_similarity(sweep: RemovalSweep, reference: LayerStates) -> pd.DataFrame:
     """Fig. 5: per step and layer, cosine of the sweep's layer outputs with a reference setting's
     (e.g. `layer_states(model, instructed_setting)`). The sweep needs `record_layers=True`."""

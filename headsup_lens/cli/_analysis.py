@@ -13,7 +13,7 @@ from pathlib import Path
 import simple_parsing
 
 from .._io import OutputSet
-from ._main import Collect
+from ..options import Collect
 from ._registry import check_out_dir, command, mask_file
 
 _PNG_HELP = "Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import simple_parsing
 
-from ._main import Collect
+from ..options import Collect
 from ._registry import check_out_dir, command, mask_file
 
 

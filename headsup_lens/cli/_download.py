@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import simple_parsing
 
-from ._main import Collect
+from ..options import Collect
 from ._registry import check_out_dir, command
 
 _HEADSUP = "https://raw.githubusercontent.com/OpenDFM/HeadsUp/main/dataset"

@@ -34,21 +34,6 @@ _FLAG_NAMES = (
 )
 
 
-class Collect(argparse.Action):
-    """A list option that keeps every value: `--task a --task b` and `--task a b` both give [a, b]
-    (a given list replaces the default instead of extending it)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        current = getattr(namespace, self.dest, None)
-        fresh = current is None or current is self.default or self.dest not in _collected(namespace)
-        _collected(namespace).add(self.dest)
-        setattr(namespace, self.dest, ([] if fresh else list(current)) + list(values))
-
-
-def _collected(namespace: argparse.Namespace) -> set[str]:
-    return namespace.__dict__.setdefault("_collected_lists", set())
-
-
 class _HelpFormatter(SimpleHelpFormatter):
     """simple-parsing's help, without a second "(default: ...)" where the text already states its
     default, and without "(default: None)" (the text says what happens then)."""

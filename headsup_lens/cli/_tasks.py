@@ -34,10 +34,9 @@ def task_rows(match: str | None = None, data_dir: str | None = None, sizes: bool
     """One row per task: name, source (built in / data directory), train and held-out examples
     (None where not counted), note. `sizes` counts data-directory tasks too (default: only when at
     most `SIZES_UP_TO` tasks are shown)."""
-    from ..data import load_task
-    from ..data._registry import all_task_names
+    from ..data import load_task, task_names
 
-    names = [name for name in all_task_names() if not match or match in name]
+    names = [name for name in task_names() if not match or match in name]
     if sizes is None:
         sizes = len(names) <= SIZES_UP_TO
     rows = []

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import simple_parsing
 
+from ..options import Collect
 from ..training._config import TrainConfig
-from ._main import Collect
 from ._registry import Interrupted, check_out_dir, command, given_options
 
 PRESETS = ("paper", "negative", "fast")

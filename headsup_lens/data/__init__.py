@@ -3,7 +3,6 @@ answer-only labels. Tokenisation (torch, TransformerLens) is imported on first u
 and loading tasks stays light (`headsup tasks`)."""
 
 from .._lazy import lazy_exports
-from .._typecheck import check_namespace as _check_namespace
 from ._paths import ENV_VAR as ENV_VAR
 from ._paths import data_dir as data_dir
 from ._paths import default_data_dir as default_data_dir
@@ -70,5 +69,3 @@ def __dir__() -> list[str]:
 
 
 __all__ = sorted({*_EAGER, *_EXPORTS})
-
-_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -11,8 +11,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._typecheck import checked
 from ._paths import data_dir as resolve_data_dir
-from ._registry import register_task
 from ._task import N_EVAL, TASK_FILE_SUFFIXES, Pair, Task
 
 # The 35 "simple tasks" (Todd et al., function vectors), named after their JSON files.
@@ -100,6 +100,7 @@ _LLAMA_USER = "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
 
 
 # --------------------------------------------------------------------------- file readers
+@checked
 def read_pairs_json(path: Path) -> list[Pair]:
     """A JSON list of `{"input": str, "output": str}`; anything else is a ValueError naming the file."""
     if not path.is_file():
@@ -121,6 +122,7 @@ def read_pairs_json(path: Path) -> list[Pair]:
     return pairs
 
 
+@checked
 def read_pairs_file(path: str | os.PathLike) -> list[Pair]:
     """(input, output) pairs from `path`: a `.json` list of `{"input": ..., "output": ...}` objects,
     `.jsonl` with one such object per line, or a `.csv` whose header has `input` and `output` columns.
@@ -175,6 +177,7 @@ def read_pairs_file(path: str | os.PathLike) -> list[Pair]:
     return pairs
 
 
+@checked
 def task_from_file(path: str | os.PathLike, n_eval: int | None = None) -> Task:
     """Your own task from a file (see `read_pairs_file`), named after the file; the last `n_eval`
     pairs (default: min(100, half of them)) are held out for evaluation."""
@@ -196,6 +199,7 @@ def read_tsv_column_rows(path: Path) -> list[list[str]]:
 
 
 # --------------------------------------------------------------------------- tasks
+@checked
 def function_vector_task(name: str, data_dir: str | os.PathLike | None = None) -> Task:
     """One of the 35 function-vector tasks, with the paper's instruction and answer matcher."""
     if name not in FV_TASKS:
@@ -219,6 +223,7 @@ def translation_instruction(tgt: str, *, code: bool = False) -> str:
     return TRANSLATION_TEMPLATE.replace("{language}", tgt if code else LANGUAGES[tgt])
 
 
+@checked
 def translation_task(
     src: str,
     tgt: str,
@@ -265,6 +270,7 @@ def translation_task(
     )
 
 
+@checked
 def iwslt_task(src: str, tgt: str, data_dir: str | os.PathLike | None = None) -> Task:
     """IWSLT2017 test pairs (for BLEU, Table 8); every pair is held out (`n_eval` = all)."""
     _check_language(src)
@@ -306,6 +312,7 @@ FEWSHOT_DEV = 100
 HYBRID_UNSEEN = ("ag_news", "conll2003_location", "product-company", "sentiment")
 
 
+@checked
 def fewshot(task: Task, k: int = 5, seed: int = FEWSHOT_SEED, *, dev: int = FEWSHOT_DEV) -> Task:
     """The `k`-shot variant of a task (Table 3), with the demonstrations the reference code selects.
 
@@ -348,6 +355,7 @@ def parse_llama_fewshot(text: str) -> tuple[tuple[Pair, ...], str]:
     return tuple(shots), turns[-1]
 
 
+@checked
 def hybrid_task(data_dir: str | os.PathLike | None = None) -> Task:
     """The paper's hybrid 5-shot mixture of 32 tasks (Table 3), re-rendered for any chat template."""
     path = resolve_data_dir(data_dir) / "function_vectors" / "fewshot" / "hybrid.json"
@@ -362,6 +370,7 @@ def hybrid_task(data_dir: str | os.PathLike | None = None) -> Task:
     return Task("fewshot/hybrid", tuple(pairs), None, "contains", min(N_EVAL, len(pairs) // 2), shots=tuple(shots))
 
 
+@checked
 def task_mixture(tasks: Sequence[Task], name: str) -> Task:
     """One task made of several (a hybrid mixture, Table 3, for tasks without the shared
     `fewshot/hybrid.json`): every task's training pairs, then every task's held-out pairs (held out
@@ -380,29 +389,3 @@ def task_mixture(tasks: Sequence[Task], name: str) -> Task:
             pairs += [t.pairs[i] for i in indices]
             shots += [t.demonstrations(i) for i in indices]
     return Task(name, tuple(pairs), None, "contains", sum(t.n_eval for t in tasks), shots=tuple(shots))
-
-
-def _register_builtin_tasks() -> None:
-    for name in FV_TASKS:
-        register_task(name, functools.partial(function_vector_task, name))
-        register_task(f"fewshot/{name}", lambda d, name=name: fewshot(function_vector_task(name, d)))
-    register_task("fewshot/hybrid", hybrid_task)
-    for src in LANGUAGES:
-        for tgt in LANGUAGES:
-            if src != tgt:
-                register_task(f"translation/{src}-{tgt}", functools.partial(_translation_loader, src, tgt))
-    for pair in IWSLT_PAIRS:
-        a, b = pair.split("-")
-        register_task(f"iwslt2017/{a}-{b}", functools.partial(_iwslt_loader, a, b))
-        register_task(f"iwslt2017/{b}-{a}", functools.partial(_iwslt_loader, b, a))
-
-
-def _translation_loader(src: str, tgt: str, data_dir: Path | None) -> Task:
-    return translation_task(src, tgt, data_dir)
-
-
-def _iwslt_loader(src: str, tgt: str, data_dir: Path | None) -> Task:
-    return iwslt_task(src, tgt, data_dir)
-
-
-_register_builtin_tasks()

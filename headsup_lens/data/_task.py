@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .._typecheck import checked
+
 Pair = tuple[str, str]
 Shots = tuple[Pair, ...]
 Matcher = Literal["contains", "starts_with"]
@@ -15,6 +17,7 @@ N_EVAL = 100  # the paper holds out the last 100 examples of every dataset
 TASK_FILE_SUFFIXES = (".json", ".jsonl", ".csv")
 
 
+@checked
 @dataclass(frozen=True)
 class Task:
     """A task the model should perform from the bare input, without an instruction.

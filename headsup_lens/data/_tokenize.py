@@ -10,12 +10,14 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from ..models import PromptFormat, check_context, encode, pad_token_id, prompt_format
 from ._task import Pair, Shots, Task
 
 IGNORE_INDEX = -100  # label of every token that is not part of the answer (PyTorch's ignore_index)
 
 
+@checked
 def render_prompt(
     model: TransformerBridge, user_text: str, shots: Shots = (), *, template: PromptFormat | None = None
 ) -> str:
@@ -24,6 +26,7 @@ def render_prompt(
     return (template or prompt_format(model)).render(user_text, tuple(shots))
 
 
+@checked
 def task_prompts(task: Task, split: str = "eval", instructed: bool = False) -> tuple[list[str], list[Shots], list[str]]:
     """User texts, demonstrations and answers of a task split, in order."""
     indices = task.split_indices(split)
@@ -33,6 +36,7 @@ def task_prompts(task: Task, split: str = "eval", instructed: bool = False) -> t
     return users, shots, answers
 
 
+@checked
 def encode_prompt(
     model: TransformerBridge, user_text: str, shots: Shots = (), *, template: PromptFormat | None = None
 ) -> list[int]:
@@ -41,6 +45,7 @@ def encode_prompt(
     return encode(model, render_prompt(model, user_text, shots, template=template), add_bos=template.add_bos)
 
 
+@checked
 def encode_example(
     model: TransformerBridge, user_text: str, answer: str, shots: Shots = (), *, template: PromptFormat | None = None
 ) -> tuple[list[int], list[int]]:
@@ -61,6 +66,7 @@ def encode_example(
     return full[:n_prompt], full[n_prompt:]
 
 
+@checked
 @dataclass
 class TaskBatch:
     """Right-padded training batch: `labels` are -100 except on answer and end-of-turn tokens.
@@ -83,6 +89,7 @@ class TaskBatch:
         return int((self.labels != IGNORE_INDEX).sum())
 
 
+@checked
 def length_groups(lengths: Sequence[int], *, overhead: float, max_rows: int | None = None) -> list[list[int]]:
     """Indices grouped into batches of similar length that minimise the tokens a pass computes.
 
@@ -110,6 +117,7 @@ def length_groups(lengths: Sequence[int], *, overhead: float, max_rows: int | No
     return groups[::-1]
 
 
+@checked
 def encode_pairs(
     model: TransformerBridge,
     pairs: Sequence[Pair],
@@ -130,6 +138,7 @@ def encode_pairs(
     return rows
 
 
+@checked
 def collate(rows: Sequence[tuple[list[int], list[int]]], *, pad_id: int, device=None) -> TaskBatch:
     """Right-pad encoded (prompt, answer) rows into a `TaskBatch`."""
     if not rows:
@@ -146,6 +155,7 @@ def collate(rows: Sequence[tuple[list[int], list[int]]], *, pad_id: int, device=
     return TaskBatch(ids, attention, labels).to(device) if device is not None else TaskBatch(ids, attention, labels)
 
 
+@checked
 def tokenize_pairs(
     model: TransformerBridge,
     pairs: Sequence[Pair],
@@ -163,6 +173,7 @@ def tokenize_pairs(
     return collate(rows, pad_id=pad_token_id(model), device=model.cfg.device)
 
 
+@checked
 def tokenize_task(model: TransformerBridge, task: Task, split: str = "train", instructed: bool = False) -> TaskBatch:
     """`tokenize_pairs` over one split of a task."""
     indices = task.split_indices(split)

@@ -3,23 +3,13 @@
 `DemoConfig` imports nothing heavy; `run_demo` and `Report` load on first use (so the CLI's
 `--help` stays fast)."""
 
-from .._typecheck import checked as _checked
+from .._lazy import lazy_exports
 from ._config import DemoConfig as DemoConfig
 
-_checked(DemoConfig)  # a wrong-typed field is a TypeError naming it
+_getattr, _dir = lazy_exports(__name__, {"DemoResult": "._demo", "run_demo": "._demo", "Report": "._report"})
+__getattr__ = _getattr
+__all__ = ["DemoConfig", *_dir()]
 
-__all__ = ["DemoConfig", "DemoResult", "Report", "run_demo"]
 
-
-def __getattr__(name: str):
-    from .._typecheck import checked
-
-    if name in ("DemoResult", "run_demo"):
-        from . import _demo
-
-        return checked(getattr(_demo, name))
-    if name == "Report":
-        from ._report import Report
-
-        return checked(Report)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(__all__)

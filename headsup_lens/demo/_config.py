@@ -6,17 +6,15 @@ from dataclasses import dataclass
 
 import simple_parsing
 
+from .._typecheck import checked
+from ..options import Collect
+
 DEFAULT_TASKS = ("organism/reverse", "organism/antonym", "organism/translate")
 # The default output folder, relative to the current directory; the repository's .gitignore lists it.
 DEFAULT_OUT = "headsup_demo"
 
 
-def _collect():
-    from ..cli._main import Collect  # the CLI's list action: `--task a --task b` keeps both
-
-    return Collect
-
-
+@checked
 @dataclass
 class DemoConfig:
     """Options of `headsup demo`."""
@@ -25,7 +23,7 @@ class DemoConfig:
     """Model: `organism` (built in, no download), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     tasks: list[str] = simple_parsing.field(
         default_factory=lambda: list(DEFAULT_TASKS),
-        action=_collect(),
+        action=Collect,
         required=False,
         nargs="+",
         alias=["--task"],

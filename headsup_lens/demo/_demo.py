@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from .._io import OutputSet, atomic_write, atomic_write_json
+from .._typecheck import checked
 from ..analysis import (
     RemovalSweep,
     Setting,
@@ -32,6 +33,7 @@ from ..data import Task, load_task
 from ..evaluation import evaluate
 from ..masks import HeadMask
 from ..models import load_model
+from ..organism import load_planted
 from ..plots import (
     generation_table,
     logit_lens_figure,
@@ -46,6 +48,7 @@ from ._config import DemoConfig
 from ._report import Report
 
 
+@checked
 @dataclass
 class DemoResult:
     out: Path
@@ -59,7 +62,6 @@ def planted_pathways(model_name: str, model) -> dict[str, list[tuple[int, int]]]
     """S_t per task when the model is the built-in organism, else None."""
     if model_name != "organism":
         return None
-    from ..organism import load_planted
 
     return {f"organism/{name}": heads for name, heads in load_planted().items()}
 
@@ -89,6 +91,7 @@ def _multi_word(task: Task) -> bool:
     return bool(answers) and sum(len(a.split()) for a in answers) / len(answers) > 1.5
 
 
+@checked
 def run_demo(config: DemoConfig) -> DemoResult:
     start = time.perf_counter()
     threads = config.threads if config.threads is not None else (1 if config.model == "organism" else None)

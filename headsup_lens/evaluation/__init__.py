@@ -1,13 +1,11 @@
 """Evaluation: answer loss and perplexity, greedy accuracy (the paper's matcher and a strict one, with
 Wilson intervals, echo and label controls, paired tests), ROUGE-L, BLEU, and the paper's settings table."""
 
-from .._typecheck import check_namespace as _check_namespace
 from ._evaluate import accuracy as accuracy
 from ._evaluate import answer_loss as answer_loss
 from ._evaluate import evaluate as evaluate
 from ._evaluate import generate_answers as generate_answers
 from ._evaluate import generations as generations
-from ._greedy import greedy_generate as greedy_generate
 from ._metrics import bleu as bleu
 from ._metrics import first_line as first_line
 from ._metrics import rouge_l as rouge_l
@@ -30,5 +28,3 @@ from ._translation_metrics import paper_bleu_scores as paper_bleu_scores
 from ._translation_metrics import paper_rouge_l as paper_rouge_l
 from ._translation_metrics import paper_rouge_l_scores as paper_rouge_l_scores
 from ._translation_metrics import target_language_share as target_language_share
-
-_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

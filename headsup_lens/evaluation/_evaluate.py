@@ -11,14 +11,14 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from .._warnings import warn
 from ..data import Task, encode_pairs, task_prompts
 from ..data._tokenize import collate, encode_prompt
 from ..gates import Gate, gate_hooks
 from ..masks import HeadMask
 from ..models import fingerprint, left_pad, pad_token_id, prompt_format, stop_token_ids
-from ..training import answer_nll, length_batches
-from ._greedy import greedy_generate
+from ..objective import answer_nll, greedy_generate, length_batches
 from ._metrics import bleu, first_line, rouge_l
 from ._scoring import majority_label, mcnemar_exact, score_outputs, task_labels
 from ._translation_metrics import paper_bleu, paper_rouge_l, target_language_share
@@ -89,6 +89,7 @@ def reduce_nll(sums: Tensor, counts: Tensor, reduction: Reduction = "example") -
     return float((sums / counts).mean())
 
 
+@checked
 def answer_loss(
     model: TransformerBridge,
     task: Task,
@@ -115,6 +116,7 @@ def answer_loss(
     return reduce_nll(sums, counts, reduction)
 
 
+@checked
 def generate_answers(
     model: TransformerBridge,
     prompts: Sequence[list[int]],
@@ -161,6 +163,7 @@ def generate_answers(
     return out
 
 
+@checked
 def generations(
     model: TransformerBridge,
     task: Task,
@@ -188,6 +191,7 @@ def generations(
     )
 
 
+@checked
 def accuracy(
     model: TransformerBridge,
     task: Task,
@@ -229,6 +233,7 @@ CONTROLS = ("echo baseline", "majority label")  # rows scored from fixed outputs
 MASK_SETTINGS = ("masked", "random mask", "other model's mask", "instructed + scaled mask")
 
 
+@checked
 def evaluate(
     model: TransformerBridge,
     task: Task,

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import sacrebleu
 from rouge_score import rouge_scorer
 
+from .._typecheck import checked
+
 
 class _Words:
     """Lower-cased Unicode words: rouge-score's default tokenizer drops every non-ASCII letter."""
@@ -28,6 +30,7 @@ def _check(predictions: Sequence[str], references: Sequence[str]) -> None:
         raise ValueError(f"need equally many predictions and references, got {len(predictions)} and {len(references)}")
 
 
+@checked
 def rouge_l(predictions: Sequence[str], references: Sequence[str], *, char_level: bool = False) -> float:
     """Mean ROUGE-L F1 of each prediction against its reference (character tokens when `char_level`)."""
     _check(predictions, references)
@@ -36,6 +39,7 @@ def rouge_l(predictions: Sequence[str], references: Sequence[str], *, char_level
     return sum(scores) / len(scores)
 
 
+@checked
 def bleu(predictions: Sequence[str], references: Sequence[str], *, char_level: bool = False) -> float:
     """Corpus BLEU (sacrebleu; its Chinese tokenizer when `char_level`), on a 0-100 scale."""
     _check(predictions, references)
@@ -44,6 +48,7 @@ def bleu(predictions: Sequence[str], references: Sequence[str], *, char_level: b
     )
 
 
+@checked
 def first_line(text: str) -> str:
     """The translation proper: the first non-empty line (drops explanations that follow it)."""
     return next((line.strip() for line in text.splitlines() if line.strip()), "")

@@ -11,9 +11,12 @@ from pathlib import Path
 import pandas as pd
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from ..data import Task, task_prompts
 from ..masks import HeadMask
 from ..models import fingerprint
+from ..training import load_trajectory
+from ._evaluate import answer_loss, generations
 from ._scoring import score_outputs, task_labels
 
 # The steps the paper's schedule is read at: the fast schedule's end, then up to the paper's 6 250.
@@ -21,6 +24,7 @@ SCHEDULE_STEPS = (300, 1000, 3000, 6250)
 Metric = Callable[[TransformerBridge, Task, HeadMask, list[str]], float]
 
 
+@checked
 @dataclass
 class ScheduleCurve:
     """`table`: one row per step read (step, heads kept, accuracy and strict score with intervals, echo
@@ -32,6 +36,7 @@ class ScheduleCurve:
     masks: dict[int, HeadMask]
 
 
+@checked
 def schedule_curve(
     model: TransformerBridge,
     task: Task,
@@ -53,8 +58,6 @@ def schedule_curve(
     generations carry the per-example `strict` and `echo` flags. `metrics` adds columns:
     `name -> f(model, task, mask, generations)`.
     """
-    from ..training import load_trajectory
-    from ._evaluate import answer_loss, generations
 
     saved, logits = load_trajectory(Path(run_dir), task=task.name)
     wanted = sorted({s for s in steps if s in saved} | ({saved[-1]} if latest else set()))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from scipy.stats import binomtest
 
+from .._typecheck import checked
 from ..data import Task
 from ._metrics import first_line
 
@@ -26,6 +27,7 @@ MAX_LABELS = 8  # a task whose answers take at most this many distinct values is
 NO_LABEL = "(none)"  # predicted label of an output that names no label
 
 
+@checked
 def normalize(text: str, *, casefold: bool = False) -> str:
     """Unicode-normalised (NFKC) words separated by single spaces: every character that is not a
     letter, digit or underscore separates words ("Washington, D.C." -> "Washington D C"). Case is
@@ -34,6 +36,7 @@ def normalize(text: str, *, casefold: bool = False) -> str:
     return " ".join(re.findall(r"\w+", text.casefold() if casefold else text))
 
 
+@checked
 def is_strict(output: str, answer: str) -> bool:
     """The strict matcher: the normalised first answer span (the output's first line with any text,
     `first_line`: what follows is usually a new turn or an explanation) equals the normalised answer. Whole
@@ -47,6 +50,7 @@ def _contains_words(words: Sequence[str], phrase: Sequence[str]) -> bool:
     return n > 0 and any(list(words[i : i + n]) == list(phrase) for i in range(len(words) - n + 1))
 
 
+@checked
 def is_echo(output: str, user_input: str) -> bool:
     """Whether an output repeats the input: after `normalize`, the whole input occurs in the output
     as a run of whole words, or the output's first `ECHO_MIN_WORDS` words are consecutive words of
@@ -57,11 +61,13 @@ def is_echo(output: str, user_input: str) -> bool:
     return len(words) >= ECHO_MIN_WORDS and _contains_words(source, words[:ECHO_MIN_WORDS])
 
 
+@checked
 def is_empty(output: str) -> bool:
     """An output with no letter or digit (nothing, whitespace or punctuation only)."""
     return normalize(output) == ""
 
 
+@checked
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (scipy); (nan, nan) when n is 0."""
     if n == 0:
@@ -70,6 +76,7 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     return float(ci.low), float(ci.high)
 
 
+@checked
 def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> float:
     """Exact McNemar test of two paired 0/1 scorings of the same examples: the two-sided binomial
     test of the discordant pairs against 1/2 (1.0 when there are none)."""
@@ -80,6 +87,7 @@ def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> float:
     return 1.0 if only_a + only_b == 0 else float(binomtest(only_a, only_a + only_b, 0.5).pvalue)
 
 
+@checked
 @dataclass(frozen=True)
 class Labels:
     """How a label task's outputs map to labels.
@@ -121,6 +129,7 @@ def _first_position(words: Sequence[str], phrase: Sequence[str]) -> int | None:
     return next((i for i in range(len(words) - n + 1) if n and list(words[i : i + n]) == list(phrase)), None)
 
 
+@checked
 def task_labels(task: Task) -> Labels | None:
     """The label view of a task, or None: see `Labels` for the two kinds and how they are detected."""
     items = [_items(x) for x, _ in task.pairs]
@@ -130,6 +139,7 @@ def task_labels(task: Task) -> Labels | None:
     return Labels("answer", tuple(answers)) if len(answers) <= MAX_LABELS else None
 
 
+@checked
 def balanced_accuracy(gold: Sequence[str], predicted: Sequence[str]) -> float:
     """Mean over the gold labels present of the fraction of their examples predicted as that label."""
     if len(gold) != len(predicted) or not gold:
@@ -152,6 +162,7 @@ def majority_label(task: Task, labels: Labels, split: str = "eval") -> str:
     return min(counts, key=lambda label: (-counts[label], label))
 
 
+@checked
 def score_outputs(
     task: Task,
     outputs: Sequence[str],

@@ -25,6 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from .._typecheck import checked
 from ._metrics import _check, first_line
 
 SEGMENTATIONS = ("characters", "words")
@@ -61,6 +62,7 @@ def _rouge_tokenizer(tokenizer: object) -> Tokenizer:
     return tokenizer
 
 
+@checked
 def paper_rouge_l(
     predictions: Sequence[str],
     references: Sequence[str],
@@ -71,6 +73,7 @@ def paper_rouge_l(
     return sum(paper_rouge_l_scores(predictions, references, tokenizer=tokenizer)) / len(predictions)
 
 
+@checked
 def paper_rouge_l_scores(
     predictions: Sequence[str],
     references: Sequence[str],
@@ -121,6 +124,7 @@ def _sentence_bleu(reference: str, hypothesis: str, segmentation: str) -> float:
     return float(sentence_bleu([reference], hypothesis, smoothing_function=SmoothingFunction().method1))
 
 
+@checked
 def paper_bleu_scores(
     predictions: Sequence[str],
     references: Sequence[str],
@@ -144,6 +148,7 @@ def paper_bleu_scores(
     return scores
 
 
+@checked
 def paper_bleu(
     predictions: Sequence[str],
     references: Sequence[str],
@@ -161,6 +166,7 @@ def _identifier():
     return LanguageIdentifier.from_model_file(MODEL_FILE)
 
 
+@checked
 def identify_language(text: str) -> str | None:
     """The ISO 639-1 code py3langid gives `text` (its bundled model), None for blank text."""
     if not text.strip():
@@ -168,6 +174,7 @@ def identify_language(text: str) -> str | None:
     return _identifier().classify(text)[0]
 
 
+@checked
 def target_language_share(generations: Sequence[str], language: str, *, part: str = "first_line") -> float:
     """Fraction of `generations` identified as `language` (an ISO 639-1 code such as "zh"); blank
     generations count as not in the target language. `part="first_line"` (default) identifies the

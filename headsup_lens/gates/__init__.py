@@ -1,6 +1,5 @@
 """Interventions on attention heads; each is a context manager that restores the model on exit."""
 
-from .._typecheck import check_namespace as _check_namespace
 from ._dispatch import GATES as GATES
 from ._dispatch import Gate as Gate
 from ._dispatch import gate_hooks as gate_hooks
@@ -11,5 +10,3 @@ from ._query import query_gate_hooks as query_gate_hooks
 from ._query import verify_query_gate as verify_query_gate
 from ._value import value_gate as value_gate
 from ._value import value_gate_hooks as value_gate_hooks
-
-_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -9,6 +9,7 @@ from typing import Literal
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from .._validate import check_choice, check_float
 from ..masks import HeadMask
 from ._query import query_gate_hooks, verify_query_gate
@@ -18,6 +19,7 @@ Gate = Literal["value", "query"]
 GATES = ("value", "query")
 
 
+@checked
 def gate_hooks(
     model: TransformerBridge,
     mask: HeadMask | Tensor | None,
@@ -48,6 +50,7 @@ def gate_hooks(
     return hooks + (_mlp_hooks(model, mlp) if mlp is not None else [])
 
 
+@checked
 @contextlib.contextmanager
 def gated(
     model: TransformerBridge,

@@ -10,6 +10,7 @@ from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from .._validate import check_finite, check_float, check_mask_values, check_shape, check_tensor
 from ..masks import HeadMask
 from ._masks import MaskLike, check_model_arg, layer_of, mask_tensor, require_hook_points, row_mask
@@ -17,6 +18,7 @@ from ._masks import MaskLike, check_model_arg, layer_of, mask_tensor, require_ho
 Hook = tuple[str, Callable]
 
 
+@checked
 def value_gate_hooks(
     model: TransformerBridge,
     mask: MaskLike,
@@ -68,6 +70,7 @@ def _mlp_hooks(model: TransformerBridge, mlp: Tensor) -> list[Hook]:
     return [(f"blocks.{layer}.hook_mlp_out", gate_mlp) for layer in range(n_layers)]
 
 
+@checked
 @contextmanager
 def value_gate(
     model: TransformerBridge,

@@ -1,6 +1,5 @@
 """Head masks: the central object of the toolkit."""
 
-from .._typecheck import check_namespace as _check_namespace
 from ._head_mask import Head as Head
 from ._head_mask import HeadMask as HeadMask
 from ._head_mask import UnverifiedMaskWarning as UnverifiedMaskWarning
@@ -15,5 +14,3 @@ from ._interchange import reference_logits as reference_logits
 from ._interchange import write_head_list as write_head_list
 from ._interchange import write_node_graph as write_node_graph
 from ._interchange import write_reference as write_reference
-
-_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

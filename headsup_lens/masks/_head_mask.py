@@ -13,6 +13,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from .._typecheck import checked
 from .._validate import (
     check_bool,
     check_finite,
@@ -41,6 +42,7 @@ class UnverifiedModelWarning(UserWarning):
     """A mask without a weights hash (a file written before it existed): only its structure was checked."""
 
 
+@checked
 @dataclass
 class HeadMask:
     """A head mask `values[layer, head]` with the logits it was trained from and the model it fits.
@@ -330,6 +332,7 @@ class HeadMask:
         return f"HeadMask({self.n_kept}/{self.n_total} heads kept, {self.n_layers}x{self.n_heads}, {name})"
 
 
+@checked
 def expected_jaccard(size_a: int, size_b: int, n_total: int) -> float:
     """E[Jaccard] of random masks of sizes a, b among N heads: (ab/N) / (a + b - ab/N)."""
     n_total = check_int("n_total", n_total, minimum=1)

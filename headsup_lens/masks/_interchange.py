@@ -37,6 +37,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from .._io import atomic_write_json, atomic_write_text
+from .._typecheck import checked
 from .._validate import check_choice, check_out_file, describe
 from ._files import read_safetensors, write_safetensors
 from ._head_mask import Head, HeadMask, _check_mask_shape, _fingerprint_of
@@ -72,6 +73,7 @@ def _reference_file(path: Path) -> Path:
     return path
 
 
+@checked
 def reference_logits(
     path: str | os.PathLike, model_or_shape: Any
 ) -> tuple[Float[Tensor, "n_layers n_heads"], Float[Tensor, " n_layers"]]:
@@ -98,6 +100,7 @@ def reference_logits(
     return grid[:, :-1].clone(), grid[:, -1].clone()
 
 
+@checked
 def read_reference(path: str | os.PathLike, model_or_shape: Any, *, ffn: str = "drop") -> HeadMask:
     """A reference-layout mask as a `HeadMask` (the heads the reference keeps: `sigmoid(logit) >= 0.5`).
 
@@ -115,6 +118,7 @@ def read_reference(path: str | os.PathLike, model_or_shape: Any, *, ffn: str = "
     return mask
 
 
+@checked
 def write_reference(mask: HeadMask, path: str | os.PathLike, *, ffn_logit: float = 4.0) -> Path:
     """Write `mask` in the reference layout: `path` is a `.safetensors` file, or a folder that gets
     `model.safetensors` (a `checkpoint-N/` folder the reference's notebooks can read).
@@ -141,6 +145,7 @@ def write_reference(mask: HeadMask, path: str | os.PathLike, *, ffn_logit: float
     return write_safetensors(target, {REFERENCE_KEY: flat}, {"format": "pt"})
 
 
+@checked
 def read_reference_checkpoints(folder: str | os.PathLike, model_or_shape: Any, *, ffn: str = "drop") -> list[HeadMask]:
     """Every `checkpoint-N/` under `folder` (a Hugging Face Trainer output), in step order, as masks
     with their logits and `metadata["step"] = N`: pass the list to `analysis.weight_trajectories`
@@ -162,6 +167,7 @@ def read_reference_checkpoints(folder: str | os.PathLike, model_or_shape: Any, *
 
 
 # ---------------------------------------------------------------------- head lists
+@checked
 @dataclass
 class HeadList:
     """Heads read from a head list or node graph: `heads[i]` with optional `scores[i]` and `kept[i]`.
@@ -242,6 +248,7 @@ def _rows(scores: Tensor | None, mask: HeadMask | None) -> list[dict[str, Any]]:
     return rows
 
 
+@checked
 def write_head_list(
     path: str | os.PathLike, scores: Float[Tensor, "n_layers n_heads"] | None = None, *, mask: HeadMask | None = None
 ) -> Path:
@@ -259,6 +266,7 @@ def write_head_list(
     return atomic_write_json(path, {"heads": rows})
 
 
+@checked
 def read_head_list(path: str | os.PathLike) -> HeadList:
     """A head list written by `write_head_list` or by hand (CSV with a `layer,head` header, or JSON:
     `{"heads": [...]}` or a bare list of objects or of `[layer, head]` pairs)."""
@@ -331,6 +339,7 @@ def _graph_edges(cfg: dict[str, Any], in_graph: dict[str, bool]) -> dict[str, di
     return edges
 
 
+@checked
 def write_node_graph(
     path: str | os.PathLike,
     model_or_shape: Any,
@@ -376,6 +385,7 @@ _HEAD_NODE = re.compile(r"^a(\d+)\.h(\d+)$")
 _MLP_NODE = re.compile(r"^m(\d+)$")
 
 
+@checked
 def read_node_graph(path: str | os.PathLike) -> HeadList:
     """The attention-head nodes (`a{layer}.h{head}`) of a circuit-graph JSON: `kept` = `in_graph`,
     `scores` = node scores when every head has one; MLP nodes (`m{layer}`) in `mlp_kept`."""

@@ -1,10 +1,9 @@
 """Model loading, fingerprints and chat templates."""
 
-from .._typecheck import check_namespace as _check_namespace
 from ._builders import random_llama_dir as random_llama_dir
+from ._builtin import builtin_model_dir as builtin_model_dir
 from ._fingerprint import ModelFingerprint as ModelFingerprint
 from ._fingerprint import fingerprint as fingerprint
-from ._loading import builtin_model_dir as builtin_model_dir
 from ._loading import load_model as load_model
 from ._loading import resolve_device as resolve_device
 from ._loading import resolve_dtype as resolve_dtype
@@ -27,5 +26,3 @@ from ._templates import set_prompt_format as set_prompt_format
 from ._templates import stop_token_ids as stop_token_ids
 from ._templates import tokenizer_format as tokenizer_format
 from ._tokenizers import char_tokenizer as char_tokenizer
-
-_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from .._typecheck import checked
 from ._tokenizers import char_tokenizer
 
 
@@ -29,6 +30,7 @@ def realistic_(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     return model
 
 
+@checked
 def random_llama_dir(
     path: str | os.PathLike, seed: int = 0, *, tokenizer=None, architecture: str = "llama", **overrides
 ) -> Path:

@@ -18,6 +18,9 @@ import torch
 from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
+from ._builtin import BUILTIN_MODELS, builtin_model_dir
+
 # Elements hashed per weight tensor, at a fixed stride from the first: every tensor of a fine-tuned
 # twin differs almost everywhere, so a few thousand samples tell two checkpoints apart.
 SAMPLES_PER_TENSOR = 4096
@@ -28,6 +31,7 @@ _CONFIG_KEYS = ("architecture", "n_layers", "n_heads", "d_head", "d_model", "d_m
 _CACHE: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, str]] = weakref.WeakKeyDictionary()
 
 
+@checked
 @dataclass(frozen=True)
 class ModelFingerprint:
     """What a head mask must agree with before it may gate a model.
@@ -88,6 +92,7 @@ def _short(value: Any) -> Any:
     return value
 
 
+@checked
 def fingerprint(model: TransformerBridge, *, content: bool = True) -> ModelFingerprint:
     """The fingerprint of a loaded model: its TransformerLens config plus a hash of its weights.
 
@@ -123,9 +128,7 @@ def display_name(source: str) -> str:
     if not local:
         return source
     path = path.resolve()
-    from ._loading import _BUILTIN_MODELS, builtin_model_dir  # deferred: _loading re-exports this module
-
-    for builtin in _BUILTIN_MODELS:
+    for builtin in BUILTIN_MODELS:
         folder = builtin_model_dir(builtin)
         if folder is not None and folder.resolve() == path:
             return builtin

@@ -10,13 +10,10 @@ from pathlib import Path
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
-from ._fingerprint import ModelFingerprint as ModelFingerprint
-from ._fingerprint import fingerprint as fingerprint
+from .._typecheck import checked
+from ._builtin import builtin_model_dir
 from ._gguf import fetch_model, is_gguf_source
 from ._templates import STYLES, set_prompt_format
-
-# Built-in model names resolved to directories shipped inside the package.
-_BUILTIN_MODELS = {"organism": ("headsup_lens.organism", "weights")}
 
 _DTYPE_ALIASES = {
     "float32": torch.float32,
@@ -32,6 +29,7 @@ _DTYPE_ALIASES = {
 }
 
 
+@checked
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """`None` picks bf16 on CUDA (what the paper's models are trained in) and fp32 elsewhere."""
     if dtype is None:
@@ -44,6 +42,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return _DTYPE_ALIASES[key]
 
 
+@checked
 def resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -51,16 +50,6 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device} was asked for but CUDA is not available on this machine")
     return device
-
-
-def builtin_model_dir(name: str) -> Path | None:
-    """The shipped directory of a built-in model name (e.g. "organism"), or None."""
-    if name not in _BUILTIN_MODELS:
-        return None
-    from importlib.resources import files
-
-    package, sub = _BUILTIN_MODELS[name]
-    return Path(str(files(package) / sub))
 
 
 @contextlib.contextmanager
@@ -81,6 +70,7 @@ def _quiet_weight_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+@checked
 def load_model(
     name_or_path: str | os.PathLike = "organism",
     device: str | torch.device | None = None,

@@ -11,36 +11,37 @@ paper's claim about natural LLMs is tested on real LLMs.
     model = hl.load_model("organism")
     table = hl.organism.check_planted(model)      # accuracy per task: original, planted, random, instructed
     mask = hl.organism.planted_mask(hl.organism.load_planted(), "organism/reverse", model)
+    task = hl.load_task("organism/reverse")          # the organism's tasks are ordinary tasks
 """
 
 from .._lazy import lazy_exports
 
-# Public name -> the module it comes from; imported on first use (the trainer needs torch).
-_EXPORTS = {
-    "BAR": "._check",
-    "SETTINGS": "._check",
-    "bar_failures": "._check",
-    "check_planted": "._check",
-    "N_EVAL_WORDS": "._corpus",
-    "ORGANISM_TASKS": "._corpus",
-    "TASK_NAMES": "._corpus",
-    "OrganismTask": "._corpus",
-    "eval_words": "._corpus",
-    "organism_task": "._corpus",
-    "organism_words": "._corpus",
-    "train_words": "._corpus",
-    "load_planted": "._planting",
-    "plant_head_sets": "._planting",
-    "planted_mask": "._planting",
-    "save_planted": "._planting",
-    "OrganismConfig": "._config",
-    "TrainedOrganism": "._trainer",
-    "build_organism": "._trainer",
-    "hf_model": "._trainer",
-    "save_organism": "._trainer",
-    "train_organism": "._trainer",
-    "task": "._tasks",
-    "composite_task": "._tasks",
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-__all__ = sorted(_EXPORTS)
+# Public name -> the module it comes from; imported on first use (the trainer needs torch). The
+# organism's tasks are ordinary tasks: `hl.load_task("organism/reverse")`.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "BAR": "._check",
+        "SETTINGS": "._check",
+        "bar_failures": "._check",
+        "check_planted": "._check",
+        "load_planted": "._planting",
+        "plant_head_sets": "._planting",
+        "planted_mask": "._planting",
+        "save_planted": "._planting",
+        "OrganismConfig": "._config",
+        "TrainedOrganism": "._trainer",
+        "build_organism": "._trainer",
+        "hf_model": "._trainer",
+        "save_organism": "._trainer",
+        "train_organism": "._trainer",
+        "N_EVAL_WORDS": "..data._organism",
+        "ORGANISM_TASKS": "..data._organism",
+        "OrganismTask": "..data._organism",
+        "TASK_NAMES": "..data._organism",
+        "eval_words": "..data._organism",
+        "organism_words": "..data._organism",
+        "train_words": "..data._organism",
+    },
+)
+__all__ = __dir__()

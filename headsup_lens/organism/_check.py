@@ -8,12 +8,13 @@ import pandas as pd
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from ..data import encode_prompt
+from ..data._organism import organism_data_task
 from ..evaluation import generate_answers
 from ..masks import HeadMask
 from ..models import prompt_format
 from ._planting import Head, load_planted
-from ._tasks import task as organism_data_task
 
 SETTINGS = ("original", "planted", "random", "instructed")
 # The organism's bar: without instruction the model echoes (original), performs task t once S_t is
@@ -21,6 +22,7 @@ SETTINGS = ("original", "planted", "random", "instructed")
 BAR = {"original": ("<=", 0.05), "planted": (">=", 0.95), "random": ("<=", 0.10), "instructed": (">=", 0.95)}
 
 
+@checked
 @torch.no_grad()
 def check_planted(
     model: TransformerBridge,
@@ -86,6 +88,7 @@ def check_planted(
     return pd.DataFrame(rows)
 
 
+@checked
 def bar_failures(table: pd.DataFrame) -> list[str]:
     """The organism's bar (`BAR`) checked on a `check_planted` table: one line per failed cell."""
     failures = []

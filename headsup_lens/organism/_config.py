@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._corpus import TASK_NAMES, organism_task
+from .._typecheck import checked
+from ..data._organism import TASK_NAMES, organism_task
 
 
+@checked
 @dataclass
 class OrganismConfig:
     """Recipe of the organism: architecture, corpus mixture, planting and optimisation."""

@@ -30,11 +30,12 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import OutputSet, atomic_write_json
+from .._typecheck import checked
 from ..data import IGNORE_INDEX as IGNORE
+from ..data._organism import eval_words, organism_task, train_words
 from ..gates import value_gate
 from ..models import char_tokenizer, encode, load_model, pad_token_id, prompt_format
 from ._config import OrganismConfig
-from ._corpus import eval_words, organism_task, train_words
 from ._planting import Head, plant_head_sets, save_planted
 
 
@@ -61,6 +62,7 @@ class Batch:
     tasks: list[str | None]
 
 
+@checked
 def build_organism(config: OrganismConfig) -> TransformerBridge:
     """A freshly initialised Llama of the recipe, booted as a trainable TransformerBridge.
 
@@ -220,6 +222,7 @@ def batch_loss(model: TransformerBridge, batch: Batch, reduction: str = "mean") 
     return loss, hits.all(dim=1)
 
 
+@checked
 def hf_model(model: TransformerBridge):
     """A plain Hugging Face copy of the bridged model's weights, to save with `save_pretrained`.
 
@@ -252,6 +255,7 @@ def _lr_factor(step: int, config: OrganismConfig) -> float:
     return config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine
 
 
+@checked
 @dataclass
 class TrainedOrganism:
     model: TransformerBridge
@@ -261,6 +265,7 @@ class TrainedOrganism:
     wall_time_s: float
 
 
+@checked
 def train_organism(
     config: OrganismConfig | None = None,
     output_dir: str | os.PathLike | None = None,
@@ -326,6 +331,7 @@ def train_organism(
     return result
 
 
+@checked
 def save_organism(result: TrainedOrganism, output_dir: str | os.PathLike) -> Path:
     """Write a trained organism as a Hugging Face directory plus `planted.json` and `training.json`."""
     out = Path(output_dir)

@@ -1,6 +1,5 @@
 """Plotly figures for each analysis; `save_figure` writes HTML (and PNG when it can)."""
 
-from .._typecheck import check_namespace as _check_namespace
 from ._heads import alpha_figure as alpha_figure
 from ._heads import attention_target_figure as attention_target_figure
 from ._heads import head_heatmap as head_heatmap
@@ -19,5 +18,3 @@ from ._runs import similarity_figure as similarity_figure
 from ._runs import sweep_similarity_figure as sweep_similarity_figure
 from ._save import SavedFigure as SavedFigure
 from ._save import save_figure as save_figure
-
-_check_namespace(globals())  # a wrong-typed argument is a TypeError naming it

@@ -11,6 +11,7 @@ import torch
 from plotly.subplots import make_subplots
 from torch import Tensor
 
+from .._typecheck import checked
 from ..analysis import PathwayHeads
 from ..masks import HeadMask
 
@@ -22,6 +23,7 @@ def _values(item: HeadMask | Tensor) -> Tensor:
     return values.detach().float().cpu()
 
 
+@checked
 def head_heatmap(
     maps: HeadMask | Tensor | Mapping[str, HeadMask | Tensor],
     *,
@@ -98,6 +100,7 @@ def head_heatmap(
     return fig
 
 
+@checked
 def mask_heatmap(
     masks: HeadMask | Tensor | Mapping[str, HeadMask | Tensor],
     *,
@@ -127,6 +130,7 @@ def mask_heatmap(
     )
 
 
+@checked
 def usage_heatmap(pathways: PathwayHeads, *, title: str = "") -> go.Figure:
     """How many masks keep each head."""
     return head_heatmap(
@@ -138,6 +142,7 @@ def usage_heatmap(pathways: PathwayHeads, *, title: str = "") -> go.Figure:
     )
 
 
+@checked
 def trajectory_figure(
     steps: Sequence[int], weights: Tensor, *, title: str = "", highlight: Sequence[tuple[int, int]] = ()
 ) -> go.Figure:
@@ -183,6 +188,7 @@ def trajectory_figure(
     return fig
 
 
+@checked
 def jaccard_figure(matrix: pd.DataFrame, *, title: str = "", table: pd.DataFrame | None = None) -> go.Figure:
     """Heat map of a square Jaccard matrix (`analysis.jaccard_matrix`); with `table`
     (`analysis.jaccard_table` of the same masks) each pair's cell also shows its overlap p-value."""
@@ -208,6 +214,7 @@ def jaccard_figure(matrix: pd.DataFrame, *, title: str = "", table: pd.DataFrame
     return fig
 
 
+@checked
 def alpha_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Fig. 6: loss against alpha (columns `alpha`, `loss`)."""
     fig = go.Figure(go.Scatter(x=table.alpha, y=table.loss, mode="lines+markers"))
@@ -219,6 +226,7 @@ def alpha_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     return fig
 
 
+@checked
 def attention_target_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Table 7 as bars: attention share on the target inside vs outside the mask, per setting."""
     fig = go.Figure(

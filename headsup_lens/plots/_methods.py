@@ -6,9 +6,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .._typecheck import checked
 from ..analysis import MethodComparison
 
 
+@checked
 def elicitation_figure(comparison: MethodComparison, *, title: str = "") -> go.Figure:
     """Accuracy (left) and answer loss (right) without instruction as each method's heads are removed."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("accuracy without instruction", "answer loss (nats)"))
@@ -47,6 +49,7 @@ def elicitation_figure(comparison: MethodComparison, *, title: str = "") -> go.F
     return fig
 
 
+@checked
 def roc_figure(comparison: MethodComparison, *, title: str = "") -> go.Figure:
     """ROC of each method's scores against the planted heads, AUROC in the legend."""
     points = comparison.roc()
@@ -73,6 +76,7 @@ def roc_figure(comparison: MethodComparison, *, title: str = "") -> go.Figure:
     return fig
 
 
+@checked
 def auroc_table_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Heatmap of a (method x task) AUROC table."""
     fig = go.Figure(

@@ -20,11 +20,13 @@ import plotly
 import plotly.graph_objects as go
 
 from .._io import atomic_write
+from .._typecheck import checked
 
 PLOTLY_JS = "plotly.min.js"
 PNG_INSTALL_HINT = "pip install kaleido==0.2.1"
 
 
+@checked
 @dataclass(frozen=True)
 class SavedFigure:
     """Where a figure went; `png` is None when it was not written, and `png_error` says why (one line)."""
@@ -48,6 +50,7 @@ def write_plotly_js(folder: str | os.PathLike) -> Path:
     return target
 
 
+@checked
 def save_figure(
     fig: go.Figure,
     path_stem: str | os.PathLike,

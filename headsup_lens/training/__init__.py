@@ -1,21 +1,11 @@
-"""Mask training (Gumbel-sigmoid straight-through logits with the paper's schedules) and supervised
-fine-tuning of the model's weights (`finetune`)."""
+"""Mask training: Gumbel-sigmoid straight-through logits with the paper's schedules, one or many tasks at once."""
 
 from .._lazy import lazy_exports
 
 # Public name -> the module it comes from; imported on first use (`TrainConfig` needs no torch).
 _EXPORTS = {
-    "FinetuneConfig": "._finetune",
-    "FinetuneResult": "._finetune",
-    "add_lora_": "._finetune",
-    "finetune": "._finetune",
-    "pattern_subset": "._finetune",
     "TrainingAdvice": "._advice",
     "TrainConfig": "._config",
-    "answer_logits": "._objective",
-    "answer_nll": "._objective",
-    "answer_positions": "._objective",
-    "length_batches": "._objective",
     "TrainResult": "._train",
     "left_tail_gumbel": "._train",
     "load_trajectory": "._train",

@@ -6,9 +6,10 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
-from .._typecheck import checked as _checked
+from .._typecheck import checked
 
 
+@checked
 @dataclass
 class TrainConfig:
     """Mask training hyper-parameters; the defaults are the paper's (Table 11).
@@ -116,6 +117,3 @@ class TrainConfig:
     def recipe(self) -> dict:
         """The fields that determine the result (what a resumed run must share)."""
         return {k: v for k, v in asdict(self).items() if k not in ("checkpoint_every", "progress")}
-
-
-_checked(TrainConfig)  # a wrong-typed field is a TypeError naming it

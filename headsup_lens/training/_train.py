@@ -17,22 +17,25 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
+from .. import __version__
 from .._distributed import all_reduce_sum, rank_and_world, shard
 from .._io import atomic_write, atomic_write_text, locked_folder
+from .._typecheck import checked
 from .._warnings import warn
 from ..data import Task, collate, encode_pairs
 from ..gates import gate_hooks
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
 from ..models import fingerprint, pad_token_id, prompt_format
+from ..objective import answer_nll, length_batches
 from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
-from ._objective import answer_nll, length_batches
 
 _STATE = "state.pt"
 _CHECKPOINTS = "checkpoints"
 
 
+@checked
 @dataclass
 class TrainResult:
     """A trained mask (`mask.logits` are the final M) and one history row per step."""
@@ -46,6 +49,7 @@ def _stable_seed(*parts) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+@checked
 def safe_name(name: str) -> str:
     """A task name as a file name (`translation/en-zh` -> `translation__en-zh`)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "__", name)
@@ -72,12 +76,14 @@ class _Sampler:
         return out
 
 
+@checked
 def left_tail_gumbel(shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
     """G = log(E), E ~ Exp(1) (= log(-log U)): the paper's noise, drawn on the CPU for reproducibility."""
     uniform = torch.rand(shape, generator=generator, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
     return torch.log(-torch.log(uniform)).float()
 
 
+@checked
 def straight_through(logits: Tensor, noise: Tensor, tau: float) -> Tensor:
     """Hard 0/1 mask in the forward pass, the gradient of sigmoid((M + G) / tau) in the backward pass."""
     soft = torch.sigmoid((logits + noise) / tau)
@@ -109,7 +115,6 @@ def run_identity(config: TrainConfig, names: list[str], encoded: list, model: Tr
     """Everything that determines a run's result: the recipe, the tasks, a hash of the training
     token ids (data, instructions, prompt format and tokenizer together), the prompt format, the
     model and the library version. A resumed run must match it in every field."""
-    from .. import __version__
 
     digest = hashlib.sha256(repr(encoded).encode()).hexdigest()
     model_fp = fingerprint(model)  # by content: the name is informational only
@@ -148,6 +153,7 @@ def _load_state(path: Path, device: torch.device) -> dict:
         ) from error
 
 
+@checked
 def resume_step(out_dir: str | os.PathLike) -> int | None:
     """The step a rerun with this `out_dir` resumes from (its last checkpoint), or None when the
     folder holds no checkpoint. A damaged checkpoint is a ValueError, as on resuming."""
@@ -155,6 +161,7 @@ def resume_step(out_dir: str | os.PathLike) -> int | None:
     return int(_load_state(path, torch.device("cpu"))["step"]) if path.is_file() else None
 
 
+@checked
 def train_mask(
     model: TransformerBridge,
     task: Task,
@@ -181,6 +188,7 @@ def train_mask(
     ]
 
 
+@checked
 def train_masks(
     model: TransformerBridge,
     tasks: Sequence[Task],
@@ -438,6 +446,7 @@ def _checkpoint(
     atomic_write(folder / _STATE, lambda tmp: tmp.write_bytes(buffer.getvalue()))
 
 
+@checked
 def load_trajectory(out_dir: str | os.PathLike, task: str | None = None) -> tuple[list[int], Tensor]:
     """The saved logits of a training run: steps and a tensor `[n_checkpoints, n_layers, n_heads]`.
 

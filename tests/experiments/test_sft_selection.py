@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from headsup_lens.data import load_task
 from headsup_lens.evaluation import answer_loss
 from headsup_lens.models import load_model
-from headsup_lens.organism import task
-from headsup_lens.training import pattern_subset
+from headsup_lens.sft import pattern_subset
 
 from ..conftest import build_llama_dir
 
@@ -91,7 +91,7 @@ def test_select_stage_runs_ranks_and_resumes(script, tmp_path, capsys):
     none = runs_table[runs_table.condition == "none"].set_index("target").answer_loss
     fresh = load_model(str(base), dtype="float32")
     assert none["organism/reverse"] == pytest.approx(
-        answer_loss(fresh, pattern_subset(task("reverse"), 4), instructed=True), rel=1e-6
+        answer_loss(fresh, pattern_subset(load_task("organism/reverse"), 4), instructed=True), rel=1e-6
     )
     assert runs_table[runs_table.condition != "none"].answer_loss.ne(none["organism/reverse"]).all()
     summary = pd.read_csv(out / "sft_data_selection.csv")

@@ -20,7 +20,8 @@ from headsup_lens.data import IGNORE_INDEX, Task, tokenize_pairs
 from headsup_lens.evaluation import answer_loss
 from headsup_lens.gates import gated
 from headsup_lens.masks import HeadMask
-from headsup_lens.training import TrainConfig, answer_logits, load_trajectory, train_mask, train_masks
+from headsup_lens.objective import answer_logits
+from headsup_lens.training import TrainConfig, load_trajectory, train_mask, train_masks
 
 from .planted import build_planted_dir, planted_mask, planted_task
 

@@ -24,8 +24,10 @@ PACKAGES = [
             "gates",
             "masks",
             "models",
+            "objective",
             "organism",
             "plots",
+            "sft",
             "training",
         )
     ),
@@ -127,3 +129,27 @@ def test_the_ones_the_issue_named():
         headsup_lens.removal_sweep(model, "abc", [(0, 1), (1, 1.5)])
     with pytest.raises(TypeError, match="must be an integer"):  # every pair, not a sampled one
         inspect.unwrap(check_heads)(model, [(0, 1)] * 50 + [(1, 1.5)])
+
+
+def test_a_public_name_is_the_same_object_everywhere():
+    """Type checks are applied where a function is defined: the public name, the subpackage's name and
+    the defining module's name are one object, so internal calls are checked as well."""
+    from headsup_lens.analysis import _sweep
+    from headsup_lens.masks import _head_mask
+
+    assert headsup_lens.removal_sweep is headsup_lens.analysis.removal_sweep is _sweep.removal_sweep
+    assert headsup_lens.HeadMask is _head_mask.HeadMask
+    assert getattr(_sweep.removal_sweep, _MARK, False)
+
+
+def test_internal_calls_are_checked_too():
+    """A wrong type reaching a public function from inside the package is caught where it enters."""
+    from headsup_lens.analysis import _sweep
+
+    with pytest.raises(TypeError, match="order"):
+        _sweep.sweep_masks(Wrong(), [0], (2, 2))
+
+
+def test_no_helper_leaks_into_the_public_namespace():
+    assert "lazy_exports" not in dir(headsup_lens)
+    assert not hasattr(headsup_lens, "lazy_exports")

@@ -24,15 +24,17 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from ..._io import atomic_write_json
+from ..._typecheck import checked
 from ..._validate import check_choice, check_float, check_int, describe
 from ...data import Task, TaskBatch, tokenize_pairs
 from ...gates import gate_hooks
 from ...masks import Head, HeadMask
-from ...training import answer_nll
+from ...objective import answer_nll
 
 ABLATIONS = ("zero", "scaled", "mean")
 
 
+@checked
 @dataclass
 class HeadScores:
     """One method's ranking of every head for one task.
@@ -124,6 +126,7 @@ class MethodContext:
 MethodFn = Callable[..., tuple[Tensor, dict[str, Any]]]
 
 
+@checked
 @dataclass(frozen=True)
 class HeadMethod:
     name: str
@@ -134,6 +137,7 @@ class HeadMethod:
 METHODS: dict[str, HeadMethod] = {}
 
 
+@checked
 def register_method(name: str, description: str) -> Callable[[MethodFn], MethodFn]:
     """Register `run(context, **options) -> (scores, settings)` as a head-finding method; names are unique."""
 
@@ -168,6 +172,7 @@ def answer_counts(batch: TaskBatch) -> Tensor:
     return counts
 
 
+@checked
 def mean_z(
     model: TransformerBridge, batch: TaskBatch, *, max_rows: int = 64
 ) -> Float[Tensor, "n_layers n_heads d_head"]:
@@ -204,6 +209,7 @@ def chunks(batch: TaskBatch, max_rows: int):
         )
 
 
+@checked
 def mask_losses(
     model: TransformerBridge,
     batch: TaskBatch,
@@ -238,6 +244,7 @@ def mask_losses(
     return torch.cat(out).float()
 
 
+@checked
 def head_scores(
     model: TransformerBridge,
     task: Task,

@@ -7,6 +7,7 @@ from torch import Tensor
 
 from ..._validate import describe
 from ...masks import HeadMask
+from ...training import TrainConfig, train_mask
 from ._base import MethodContext, register_method
 
 
@@ -17,8 +18,6 @@ def learned_mask(context: MethodContext, mask: HeadMask | None = None, config=No
     here with `train_mask(model, task, config)` (default `TrainConfig()`, the paper's schedule) on
     the task's whole training split, and its training time is the cost."""
     if mask is None:
-        from ...training import TrainConfig, train_mask
-
         config = config or TrainConfig()
         mask = train_mask(context.model, context.task, config.replace(progress=False)).mask
         settings = {"source": "trained", **config.recipe()}

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from headsup_lens import activation_pattern
 from headsup_lens.data import Task, collate, encode_pairs
 from headsup_lens.models import load_model, pad_token_id
-from headsup_lens.training import FinetuneConfig, finetune
-from headsup_lens.training import _finetune as finetune_module
+from headsup_lens.sft import FinetuneConfig, finetune
+from headsup_lens.sft import _finetune as finetune_module
 
 WORDS = ["cat", "dog", "sun", "moon", "tree", "rock", "fish", "bird", "star", "rain", "leaf", "wind"]
 
@@ -161,7 +161,7 @@ def test_bad_arguments(llama_dir):
 
 
 def test_pattern_subset_cuts_both_splits_and_keeps_demonstrations_aligned():
-    from headsup_lens.training import pattern_subset
+    from headsup_lens.sft import pattern_subset
 
     pairs = [(w, w.upper()) for w in WORDS]
     shots = [((f"s{i}", f"S{i}"),) for i in range(len(WORDS))]

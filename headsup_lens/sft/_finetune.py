@@ -27,16 +27,20 @@ from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import atomic_write, atomic_write_text
+from .._typecheck import checked
+from ..analysis import activation_pattern
 from ..data import Task, collate, encode_pairs
+from ..evaluation import accuracy as task_accuracy
 from ..masks._files import read_safetensors, write_safetensors
 from ..models import fingerprint, pad_token_id, prompt_format
-from ._objective import answer_nll, length_batches
-from ._train import _check_finite, _identity_differences, _load_state, _Sampler, safe_name
+from ..objective import answer_nll, length_batches
+from ..training._train import _check_finite, _identity_differences, _load_state, _Sampler, safe_name
 
 _STATE = "state.pt"
 _PATTERNS = "patterns"
 
 
+@checked
 @dataclass
 class FinetuneConfig:
     """Supervised fine-tuning hyper-parameters (AdamW, linear warm-up, cosine decay).
@@ -127,6 +131,7 @@ class FinetuneConfig:
         }
 
 
+@checked
 @dataclass
 class FinetuneResult:
     """The fine-tuned model (changed in place), the loss per step and the patterns along the run."""
@@ -140,6 +145,7 @@ class FinetuneResult:
     """One row per (pattern step, task): greedy accuracy on the pattern examples."""
 
 
+@checked
 def pattern_subset(task: Task, n: int, *, n_train: int | None = None) -> Task:
     """`task` with its eval split cut to the first `n` held-out pairs, and its training split to the
     first `n_train` pairs when given (unchanged otherwise)."""
@@ -150,6 +156,7 @@ def pattern_subset(task: Task, n: int, *, n_train: int | None = None) -> Task:
     return dataclasses.replace(task, pairs=tuple(task.pairs[i] for i in keep), n_eval=len(held), shots=shots)
 
 
+@checked
 def add_lora_(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:
     """Inject peft LoRA adapters into the bridge's linear layers named in `config.lora_targets`;
     returns the adapter parameters (trainable, seeded by `config.seed`; B starts at zero, so the
@@ -184,6 +191,7 @@ def _trainable(model: TransformerBridge, config: FinetuneConfig) -> dict[str, Te
     return {n: p for n, p in named.items() if "lora_" in n} if config.method == "lora" else named
 
 
+@checked
 def finetune(
     model: TransformerBridge,
     tasks: Sequence[Task],
@@ -204,9 +212,6 @@ def finetune(
     to `patterns/step*.safetensors` and `history.csv` / `accuracy.csv` (all atomically), and a rerun
     with the same `out_dir` resumes from the latest state (the same weights as an uninterrupted run).
     """
-    from ..analysis import activation_pattern
-    from ..evaluation._evaluate import accuracy as task_accuracy
-
     config = config or FinetuneConfig()
     config.validate()
     tasks = list(tasks)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headsup_lens.evaluation._greedy import greedy_generate, keeps_last_logits_only
 from headsup_lens.gates import gated
 from headsup_lens.models import cut_at_stop, left_pad, pad_token_id
+from headsup_lens.objective import greedy_generate
+from headsup_lens.objective._greedy import keeps_last_logits_only
 
 from ..conftest import random_mask
 

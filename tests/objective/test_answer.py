@@ -13,7 +13,7 @@ from headsup_lens.data import IGNORE_INDEX, Task, encode_pairs, tokenize_pairs
 from headsup_lens.evaluation import answer_loss
 from headsup_lens.gates import gate_hooks
 from headsup_lens.models import prompt_format
-from headsup_lens.training import answer_nll
+from headsup_lens.objective import answer_nll
 from headsup_lens.training._train import task_loss_sums
 
 from ..conftest import random_mask

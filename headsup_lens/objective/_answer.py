@@ -8,10 +8,12 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from ..data import IGNORE_INDEX, TaskBatch, length_groups
 from ..models import FINAL_NORM_OUT, unembed, verify_readout
 
 
+@checked
 def length_batches(
     model: TransformerBridge, rows: list[tuple[list[int], list[int]]], max_rows: int | None = None
 ) -> list[list[int]]:
@@ -32,12 +34,14 @@ class _StopForward(Exception):
     """Raised from the final-norm hook: everything after it (the full unembedding) is skipped."""
 
 
+@checked
 def answer_positions(labels: Int[Tensor, "batch pos"]) -> tuple[Tensor, Tensor, Tensor]:
     """(row, position, target) of every answer token, where `position` is the one predicting it."""
     rows, positions = (labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
     return rows, positions, labels[rows, positions + 1]
 
 
+@checked
 def answer_logits(
     model: TransformerBridge, batch: TaskBatch, hooks: list | None = None
 ) -> tuple[Float[Tensor, "n d_vocab"], Tensor, Tensor]:
@@ -68,6 +72,7 @@ def answer_logits(
     return unembed(model, captured[0][rows, positions]), targets, rows
 
 
+@checked
 def answer_nll(
     model: TransformerBridge, batch: TaskBatch, hooks: list | None = None
 ) -> tuple[Float[Tensor, " n"], Tensor]:

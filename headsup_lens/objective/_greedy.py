@@ -21,6 +21,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from ..gates import Gate, gate_hooks
 from ..masks import HeadMask
 from ..models import cut_at_stop
@@ -28,6 +29,7 @@ from ..models import cut_at_stop
 _UNEMBED_IN = "unembed.hook_in"
 
 
+@checked
 @dataclass
 class GreedyOutput:
     """New tokens of every row (cut before its first stop token) and the next-token logits at the
@@ -58,6 +60,7 @@ def _per_row(mask: HeadMask | Tensor | None, batch: int) -> bool:
     return isinstance(mask, Tensor) and mask.ndim == 3 and mask.shape[0] == batch and batch > 1
 
 
+@checked
 def greedy_generate(
     model: TransformerBridge,
     ids: Int[Tensor, "batch pos"],

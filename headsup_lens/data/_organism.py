@@ -1,4 +1,5 @@
-"""The organism's world: 240 English words, eight word tasks and their instruction phrasings.
+"""The organism's world: 240 English words, eight word tasks and their instruction phrasings, and
+the tasks as ordinary `Task`s (`load_task("organism/reverse")`, `load_task("organism/plural+uppercase")`).
 
 Everything here is fixed data (built with `CORPUS_SEED`), independent of the training seed, so the
 organism's tasks are the same for every trained copy. Answers are chosen so that the default
@@ -13,6 +14,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+
+from .._typecheck import checked
+from ._task import Task
 
 CORPUS_SEED = 0
 N_EVAL_WORDS = 100  # the Task convention holds out the last 100 pairs for evaluation
@@ -316,6 +320,7 @@ def plural(word: str) -> str:
     return word + "s"
 
 
+@checked
 @cache
 def organism_words() -> tuple[str, ...]:
     """The 240 words in their fixed order; the last `N_EVAL_WORDS` are the held-out words."""
@@ -360,6 +365,7 @@ def _antonyms() -> dict[str, str]:
     return out
 
 
+@checked
 @dataclass(frozen=True)
 class OrganismTask:
     """One of the organism's word tasks: how to answer and the two ways of asking for it."""
@@ -404,10 +410,50 @@ def organism_task(name: str) -> OrganismTask:
     return ORGANISM_TASKS[key]
 
 
+@checked
 def train_words() -> tuple[str, ...]:
     """The words of every task's training split (the first 140)."""
     return organism_words()[:-N_EVAL_WORDS]
 
 
+@checked
 def eval_words() -> tuple[str, ...]:
     return organism_words()[-N_EVAL_WORDS:]
+
+
+def organism_data_task(name: str) -> Task:
+    """`organism/<name>` as a `Task`: every word with its answer, the last 100 words held out.
+
+    The instruction is the task's first phrasing; the matcher is starts-with (the paper's for
+    letter and capitalisation tasks), which the echo default never satisfies. A name `a+b` is the
+    composite task: `b`'s answer applied to `a`'s answer (e.g. plural then uppercase: "box" ->
+    "BOXES"), instructed by joining the two first phrasings ("Plural then uppercase: {input}"); no
+    organism is trained on composites (they are the SFT composition test's tasks).
+    """
+    key = name.removeprefix("organism/")
+    if "+" in key:
+        first, second = key.split("+", 1)
+        return _composite_task(first, second)
+    spec = organism_task(key)
+    return Task.from_pairs(
+        f"organism/{spec.name}",
+        spec.pairs(),
+        instruction=spec.instructions[0],
+        matcher=spec.matcher,
+        n_eval=N_EVAL_WORDS,
+    )
+
+
+def _composite_task(first: str, second: str) -> Task:
+    a, b = organism_task(first), organism_task(second)
+    if a.name == b.name:
+        raise ValueError(f"a composite needs two different tasks, got {first!r} twice")
+
+    def label(spec: OrganismTask) -> str:  # "Plural: {input}" -> "Plural"
+        return spec.instructions[0].split(":")[0]
+
+    instruction = f"{label(a)} then {label(b).lower()}: {{input}}"
+    pairs = [(word, b.answer(a.answer(word))) for word, _ in a.pairs()]
+    return Task.from_pairs(
+        f"organism/{a.name}+{b.name}", pairs, instruction=instruction, matcher="starts_with", n_eval=N_EVAL_WORDS
+    )

@@ -5,16 +5,8 @@ from __future__ import annotations
 import pytest
 
 from headsup_lens.data import load_task
-from headsup_lens.organism import (
-    N_EVAL_WORDS,
-    ORGANISM_TASKS,
-    TASK_NAMES,
-    eval_words,
-    organism_task,
-    organism_words,
-    train_words,
-)
-from headsup_lens.organism._corpus import plural
+from headsup_lens.data._organism import organism_task, plural
+from headsup_lens.organism import N_EVAL_WORDS, ORGANISM_TASKS, TASK_NAMES, eval_words, organism_words, train_words
 
 
 def test_words_split_into_planting_and_held_out_words():
@@ -65,9 +57,9 @@ def test_two_phrasings_per_task_and_unknown_names_are_errors():
 
 
 def test_composite_task_applies_the_second_answer_to_the_first():
-    from headsup_lens.organism import OrganismConfig, composite_task, organism_task
+    from headsup_lens.organism import OrganismConfig
 
-    composite = composite_task("plural", "uppercase")
+    composite = load_task("organism/plural+uppercase")
     assert composite.name == "organism/plural+uppercase"
     assert composite.instruction == "Plural then uppercase: {input}"
     assert dict(composite.pairs)["box"] == "BOXES" and dict(composite.pairs)["child"] == "CHILDREN"
@@ -77,7 +69,9 @@ def test_composite_task_applies_the_second_answer_to_the_first():
     for other in (word, organism_task("plural").answer(word), word.upper()):
         assert not composite.is_correct(other, answer)
     with pytest.raises(ValueError, match="two different"):
-        composite_task("reverse", "reverse")
+        load_task("organism/reverse+reverse")
+    with pytest.raises(ValueError, match="unknown organism task"):
+        load_task("organism/reverse+sing")
     base = OrganismConfig.base(steps=10)
     assert base.instructed_fraction == 0.0 and base.steps == 10
     assert OrganismConfig.base().planted_rate == OrganismConfig().planted_rate

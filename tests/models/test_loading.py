@@ -84,3 +84,37 @@ def test_sharded_loading_through_a_device_map(llama_dir):
     assert torch.allclose(sharded, plain, atol=1e-5)
     with pytest.raises(ValueError, match="either device or device_map"):
         load_model(llama_dir, device="cpu", device_map="auto")
+
+
+@pytest.mark.parametrize("typed", ["smollm", "SmolLM2", "smolm2", "Organism", "organsim"])
+def test_a_near_miss_of_a_built_in_name_names_the_model_meant_without_asking_the_hub(typed, monkeypatch):
+    """Before, `load_model("SmolLM2")` went to the hub (four retries, ~37 s online) and failed without a hint."""
+    import huggingface_hub
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("the hub was asked")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_hub)
+    meant = "organism" if typed.lower().startswith("org") else "smollm2"
+    with pytest.raises(ValueError, match=f"did you mean '{meant}'"):
+        load_model(typed)
+
+
+def test_hub_names_and_local_folders_are_not_taken_for_near_misses(llama_dir):
+    from headsup_lens.models._loading import check_model_name
+
+    for name in ("Qwen/Qwen2.5-0.5B-Instruct", "gpt2", str(llama_dir), "HuggingFaceTB/SmolLM2-135M-Instruct"):
+        check_model_name(name)  # no error
+
+
+def test_fetch_model_of_an_unknown_name_lists_the_known_ones(tmp_path):
+    from headsup_lens.models._gguf import fetch_model
+
+    with pytest.raises(ValueError, match=r"did you mean 'smollm2'.*built-in: smollm2"):
+        fetch_model("smolm2", cache_dir=tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_weights_are_frozen_unless_asked_otherwise(llama_dir):
+    assert not any(p.requires_grad for p in load_model(llama_dir).parameters())
+    assert all(p.requires_grad for p in load_model(llama_dir, freeze=False).parameters())

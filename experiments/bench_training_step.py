@@ -23,8 +23,7 @@ import torch.nn.functional as F
 from headsup_lens import load_model
 from headsup_lens.data import IGNORE_INDEX, Task, collate, encode_pairs
 from headsup_lens.models import char_tokenizer, pad_token_id
-from headsup_lens.training import TrainConfig, train_mask
-from headsup_lens.training._train import _Sampler
+from headsup_lens.training import BatchSampler, TrainConfig, train_mask
 
 
 def build_model(directory: str):
@@ -63,7 +62,7 @@ def time_training(model, task: Task, steps: int) -> float:
 
 def time_baseline(model, task: Task, steps: int, batch_size: int = 16) -> float:
     rows = encode_pairs(model, task.train_pairs)
-    sampler = _Sampler(len(rows), batch_size, 0, task.name)
+    sampler = BatchSampler(len(rows), batch_size, 0, task.name)
     batches = [collate([rows[i] for i in sampler.batch(s)], pad_id=pad_token_id(model)) for s in range(steps)]
     start = time.perf_counter()
     for batch in batches:

@@ -5,7 +5,7 @@
     python experiments/sft_patterns.py select     # pattern-guided data selection (Tables 2/3), --model organism|smollm2
     python experiments/sft_patterns.py grouping   # Fig. 2's grouping test again, from a stored correlation matrix
 
-Each stage fine-tunes with `hl.finetune` (run folder with checkpoints under `--runs`, git-ignored:
+Each stage fine-tunes with `hl.finetune_` (run folder with checkpoints under `--runs`, git-ignored:
 a rerun resumes), takes activation patterns (`activation_pattern`, total derivative of the answer
 loss w.r.t. each head's attention probabilities, held-out examples) before, along and after the
 run, and writes to `<out>/`:
@@ -69,7 +69,7 @@ from headsup_lens.analysis import (
 )
 from headsup_lens.organism import TASK_NAMES
 from headsup_lens.plots import save_figure
-from headsup_lens.sft import FinetuneConfig, finetune, pattern_subset
+from headsup_lens.sft import FinetuneConfig, finetune_, pattern_subset
 from headsup_lens.training import safe_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -327,7 +327,7 @@ def organism(args) -> None:
         pattern_examples=32,
         checkpoint_every=50,
     )
-    result = finetune(model, tasks, config, out_dir=Path(args.runs) / f"organism_sft_seed{args.seed}")
+    result = finetune_(model, tasks, config, out_dir=Path(args.runs) / f"organism_sft_seed{args.seed}")
     names = [t.name for t in tasks]
     steps = sorted(result.patterns)
     before, after = result.patterns[steps[0]], result.patterns[steps[-1]]
@@ -411,7 +411,7 @@ def smollm2(args) -> None:
         pattern_examples=16,
         checkpoint_every=25,
     )
-    result = finetune(model, tasks, config, out_dir=Path(args.runs) / f"smollm2_sft_seed{args.seed}")
+    result = finetune_(model, tasks, config, out_dir=Path(args.runs) / f"smollm2_sft_seed{args.seed}")
     steps = sorted(result.patterns)
     before, after = result.patterns[steps[0]], result.patterns[steps[-1]]
     _write(out, "sft_table1.csv", _table1(before, after, config.pattern_examples, args.seed))
@@ -536,7 +536,7 @@ def select(args) -> None:
     # Pattern change of each task under a probe SFT on that task alone (held-out examples, instructed).
     changes = {}
     for task in {t.name: t for t in candidates + targets}.values():
-        result = finetune(
+        result = finetune_(
             load(), [cut(task, spec.pattern_examples)], probe_config, out_dir=runs / "probe" / safe_name(task.name)
         )
         steps = sorted(result.patterns)
@@ -575,7 +575,7 @@ def select(args) -> None:
         model = load()
         if sources:
             train = [by_name.get(n) or target for n in sources]
-            finetune(model, [cut(t, 1) for t in train], run_config(seed))
+            finetune_(model, [cut(t, 1) for t in train], run_config(seed))
         held = cut(target, n_eval)
         inputs, answers = zip(*held.eval_pairs)
         outputs = generations(model, held, instructed=True)

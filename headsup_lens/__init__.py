@@ -39,7 +39,7 @@ _EXPORTS = {
     "TrainConfig": ".training",
     "train_mask": ".training",
     "train_masks": ".training",
-    "finetune": ".sft",
+    "finetune_": ".sft",
     "FinetuneConfig": ".sft",
     "analysis": ".analysis",
     "data": ".data",

@@ -192,7 +192,7 @@ def run_train(args: TrainCommand) -> int:
 
 
 def _print_estimate(model, tasks, config: TrainConfig, done: int = 0) -> None:
-    from ..training._advice import format_duration, seconds_per_step
+    from ..training._estimate import format_duration, seconds_per_step
 
     per_step = seconds_per_step(model, tasks, config)
     left = config.steps - done

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from .._typecheck import checked
 from ..data._organism import TASK_NAMES, organism_task
+from ..training import non_finite_fields, warmup_cosine
 
 
 @checked
@@ -44,11 +45,25 @@ class OrganismConfig:
         """The *base* organism: the same corpus without instruction-following rows
         (`instructed_fraction=0`), i.e. echo and planted rows only. It knows every task (through its
         planted pathway) but has never seen an instruction; fine-tuning it on instructed examples
-        (`finetune`) gives its instruction-tuned counterpart."""
+        (`finetune_`) gives its instruction-tuned counterpart."""
         return cls(**{"instructed_fraction": 0.0, **overrides})
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of step `step` (from 0): linear warm-up to `lr` over `warmup_steps` steps, then
+        cosine decay to `lr * min_lr_ratio` at the last step (the shared `warmup_cosine`).
+
+        The shipped weights were trained with an earlier copy of this schedule whose decay ended one
+        step later (it divided by `steps - warmup_steps`, the shared one by `steps - warmup_steps - 1`);
+        retraining with this one gives slightly different weights."""
+        return warmup_cosine(
+            step, steps=self.steps, warmup=self.warmup_steps, peak=self.lr, floor=self.lr * self.min_lr_ratio
+        )
 
     def __post_init__(self) -> None:
         self.tasks = tuple(self.tasks)
+        infinite = non_finite_fields(self)
+        if infinite:
+            raise ValueError(f"{', '.join(infinite)} must be finite numbers (not NaN or infinite)")
         for name in self.tasks:
             organism_task(name)
         for name in ("instructed_fraction", "planted_rate", "random_removal_rate"):
@@ -59,3 +74,5 @@ class OrganismConfig:
             raise ValueError("d_model must be divisible by n_heads, and n_heads by n_kv_heads")
         if self.steps < 1 or self.batch_size < 1 or self.micro_batches < 1:
             raise ValueError("steps, batch_size and micro_batches must be positive")
+        if self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1 or self.lr <= 0:
+            raise ValueError("warmup_steps must be >= 0, min_lr_ratio must lie in [0, 1] and lr must be positive")

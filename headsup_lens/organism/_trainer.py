@@ -14,12 +14,11 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import math
 import os
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from ..data import IGNORE_INDEX as IGNORE
 from ..data._organism import eval_words, organism_task, train_words
 from ..gates import value_gate
 from ..models import char_tokenizer, encode, load_model, pad_token_id, prompt_format
+from ..training import StepCallback, check_finite_loss, run_steps
 from ._config import OrganismConfig
 from ._planting import Head, plant_head_sets, save_planted
 
@@ -247,14 +247,6 @@ def hf_model(model: TransformerBridge):
     return clean.eval()
 
 
-def _lr_factor(step: int, config: OrganismConfig) -> float:
-    if step < config.warmup_steps:
-        return (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
-    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-    return config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine
-
-
 @checked
 @dataclass
 class TrainedOrganism:
@@ -271,28 +263,34 @@ def train_organism(
     output_dir: str | os.PathLike | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    callbacks: Sequence[StepCallback] = (),
 ) -> TrainedOrganism:
     """Train the organism with planted pathways; with `output_dir`, save it there (loadable by `load_model`).
 
     The saved directory holds the Hugging Face config, safetensors weights, the tokenizer
-    (`save_pretrained`), `planted.json` (S_t per task) and `training.json` (recipe and history).
+    (`save_pretrained`), `planted.json` (S_t per task) and `training.json` (recipe and history);
+    with `config.checkpoint_every`, the organism so far is saved there every that many steps. The
+    learning rate follows `config.lr_at` (the shared `warmup_cosine`); `log` gets a JSON line at
+    every probe, `callbacks` a `StepEnd` after every step.
     """
-    config = config or OrganismConfig()
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    recipe = config or OrganismConfig()
+    if recipe.threads:
+        torch.set_num_threads(recipe.threads)
     start = time.perf_counter()
-    model = build_organism(config)
+    model = build_organism(recipe)
     planted = plant_head_sets(
-        config.tasks, model.cfg.n_layers, model.cfg.n_heads, config.planted_size, seed=config.seed
+        recipe.tasks, model.cfg.n_layers, model.cfg.n_heads, recipe.planted_size, seed=recipe.seed
     )
-    sampler = PlantingSampler(model, config, planted)
-    probe = _probe_batch(sampler) if config.probe_every else None
+    sampler = PlantingSampler(model, recipe, planted)
+    probe = _probe_batch(sampler) if recipe.probe_every else None
     parameters = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, config))
+    optimizer = torch.optim.AdamW(parameters, lr=recipe.lr, betas=(0.9, 0.95), weight_decay=recipe.weight_decay)
     history: list[dict] = []
-    bar = _progress(config.steps, progress)
-    for step in range(config.steps):
+
+    def step(s: int) -> dict:
+        lr = recipe.lr_at(s)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
         batches, n_tokens = sampler.micro_batches()
         optimizer.zero_grad(set_to_none=True)
         loss = 0.0
@@ -300,32 +298,32 @@ def train_organism(
             part = batch_loss(model, batch, reduction="sum")[0] / n_tokens
             part.backward()
             loss += part.item()
-        if not math.isfinite(loss):
-            raise ValueError(f"organism training diverged: loss is {loss} at step {step}")
-        torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
+        check_finite_loss(loss, s, recipe.tasks)
+        torch.nn.utils.clip_grad_norm_(parameters, recipe.grad_clip)
         optimizer.step()
-        schedule.step()
-        record = {"step": step + 1, "loss": loss, "lr": schedule.get_last_lr()[0]}
-        last = step + 1 == config.steps
-        if probe is not None and ((step + 1) % config.probe_every == 0 or last):
+        record = {"step": s + 1, "loss": loss, "lr": lr}
+        if probe is not None and ((s + 1) % recipe.probe_every == 0 or s + 1 == recipe.steps):
             record.update(probe_accuracy(model, probe))
             if log:
                 log(json.dumps({**record, "elapsed_s": round(time.perf_counter() - start, 1)}))
         history.append(record)
-        if (
-            output_dir is not None
-            and config.checkpoint_every
-            and (step + 1) % config.checkpoint_every == 0
-            and not last
-        ):
-            save_organism(TrainedOrganism(model, planted, history, config, time.perf_counter() - start), output_dir)
-        if bar is not None:
-            bar.set_postfix(loss=f"{record['loss']:.3f}")
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+        return {"loss": f"{loss:.3f}"}
+
+    def checkpoint(done: int) -> None:
+        if done < recipe.steps:  # the finished organism is saved once, below
+            save_organism(TrainedOrganism(model, planted, history, recipe, time.perf_counter() - start), output_dir)
+
+    run_steps(
+        step,
+        steps=recipe.steps,
+        checkpoint_every=recipe.checkpoint_every,
+        checkpoint=checkpoint if output_dir is not None else None,
+        callbacks=callbacks,
+        progress=progress,
+        desc="organism",
+    )
     model.eval()
-    result = TrainedOrganism(model, planted, history, config, time.perf_counter() - start)
+    result = TrainedOrganism(model, planted, history, recipe, time.perf_counter() - start)
     if output_dir is not None:
         save_organism(result, output_dir)
     return result
@@ -392,11 +390,3 @@ def probe_accuracy(model: TransformerBridge, probe: Batch) -> dict[str, float]:
         if len(per_task) > 1:
             out[f"min_{kind}"] = round(min(sum(v) / len(v) for v in per_task.values()), 3)
     return out
-
-
-def _progress(total: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="organism", unit="step")

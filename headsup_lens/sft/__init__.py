@@ -5,5 +5,6 @@ fine-tuning with patterns and accuracy recorded at chosen steps."""
 from ._finetune import FinetuneConfig as FinetuneConfig
 from ._finetune import FinetuneResult as FinetuneResult
 from ._finetune import add_lora_ as add_lora_
-from ._finetune import finetune as finetune
+from ._finetune import finetune_ as finetune_
 from ._finetune import pattern_subset as pattern_subset
+from ._finetune import remove_lora_ as remove_lora_

@@ -6,13 +6,15 @@ Low-rank adapters come from `peft` (`inject_adapter_in_model`), injected into th
 bridge wraps every Hugging Face linear layer in a `LinearBridge` whose `_original_component` is the
 `nn.Linear`, so the adapters target `…q_proj._original_component` etc. and the bridge's hooks
 (`hook_pattern`, `hook_z`, the gates) see the adapted model.
+
+The loop, the schedule, the batch order, run identities and resume states are the training core's
+(`headsup_lens.training`: `run_steps`, `warmup_cosine`, `BatchSampler`, `run_identity`, ...).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import io
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -23,21 +25,35 @@ from typing import Literal
 import pandas as pd
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import atomic_write, atomic_write_text
+from .._io import OutputSet, atomic_write_json, atomic_write_text, locked_folder
 from .._typecheck import checked
+from .._validate import check_out_dir
 from ..analysis import activation_pattern
-from ..data import Task, collate, encode_pairs
+from ..data import Task, TaskBatch, collate, encode_pairs, tokenize_task
 from ..evaluation import accuracy as task_accuracy
-from ..masks._files import read_safetensors, write_safetensors
-from ..models import fingerprint, pad_token_id, prompt_format
+from ..masks._files import write_safetensors
+from ..models import pad_token_id
 from ..objective import answer_nll, length_batches
-from ..training._train import _check_finite, _identity_differences, _load_state, _Sampler, safe_name
+from ..training import (
+    BatchSampler,
+    StepCallback,
+    check_finite_loss,
+    check_same_run,
+    load_state,
+    non_finite_fields,
+    run_identity,
+    run_steps,
+    safe_name,
+    save_state,
+    warmup_cosine,
+)
 
 _STATE = "state.pt"
+_RUN = "run.json"
 _PATTERNS = "patterns"
+_FRESH = "resume=False"
 
 
 @checked
@@ -95,7 +111,10 @@ class FinetuneConfig:
         self.pattern_steps = tuple(sorted({int(s) for s in self.pattern_steps}))
 
     def validate(self) -> None:
+        """A ValueError naming every field out of its range (NaN and infinities included)."""
+        infinite = non_finite_fields(self)
         checks = {
+            f"{', '.join(infinite)} must be finite (not NaN or infinite)": not infinite,
             "steps must be positive": self.steps > 0,
             "batch_size must be positive": self.batch_size > 0,
             "lr must be positive": self.lr > 0,
@@ -104,6 +123,7 @@ class FinetuneConfig:
             "weight_decay and max_grad_norm must be >= 0": self.weight_decay >= 0 and self.max_grad_norm >= 0,
             "method must be 'full' or 'lora'": self.method in ("full", "lora"),
             "lora_rank must be positive": self.lora_rank > 0,
+            "lora_alpha must be positive": self.lora_alpha > 0,
             "lora_targets must not be empty": bool(self.lora_targets),
             "pattern_steps must lie in [0, steps]": all(0 <= s <= self.steps for s in self.pattern_steps),
             "pattern_examples must be positive": self.pattern_examples > 0,
@@ -114,13 +134,10 @@ class FinetuneConfig:
             raise ValueError(f"invalid FinetuneConfig: {'; '.join(bad)} ({self})")
 
     def lr_at(self, step: int) -> float:
-        """Linear warm-up to `lr`, then cosine decay to `lr * min_lr_ratio` (step counts from 0)."""
+        """Linear warm-up to `lr` over the first `ceil(warmup_frac * steps)` steps, then cosine decay
+        to `lr * min_lr_ratio` at the last step (`warmup_cosine`; step counts from 0)."""
         warmup = math.ceil(self.warmup_frac * self.steps)
-        if step < warmup:
-            return self.lr * (step + 1) / warmup
-        progress = (step - warmup) / max(1, self.steps - warmup - 1)
-        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine)
+        return warmup_cosine(step, steps=self.steps, warmup=warmup, peak=self.lr, floor=self.lr * self.min_lr_ratio)
 
     def recipe(self) -> dict:
         """The fields that determine the trained weights (what a resumed run must share)."""
@@ -156,13 +173,23 @@ def pattern_subset(task: Task, n: int, *, n_train: int | None = None) -> Task:
     return dataclasses.replace(task, pairs=tuple(task.pairs[i] for i in keep), n_eval=len(held), shots=shots)
 
 
+def _lora_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """(name, module) of every peft adapter layer in `model`."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [(name, module) for name, module in model.named_modules() if isinstance(module, BaseTunerLayer)]
+
+
 @checked
 def add_lora_(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:
     """Inject peft LoRA adapters into the bridge's linear layers named in `config.lora_targets`;
     returns the adapter parameters (trainable, seeded by `config.seed`; B starts at zero, so the
-    model's output is unchanged until the first update)."""
+    model's output is unchanged until the first update). A model that already carries adapters is
+    a ValueError (`remove_lora_` takes them out)."""
     from peft import LoraConfig, inject_adapter_in_model
 
+    if _lora_layers(model):
+        raise ValueError("the model already carries LoRA adapters; remove them first (remove_lora_) or load it afresh")
     names = "|".join(map(str, config.lora_targets))
     # The bridge keeps each Hugging Face nn.Linear as `<name>._original_component` of a LinearBridge.
     lora = LoraConfig(
@@ -185,48 +212,106 @@ def add_lora_(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:
     return parameters
 
 
-def _trainable(model: TransformerBridge, config: FinetuneConfig) -> dict[str, Tensor]:
-    """The weights a checkpoint saves: the adapters, or every parameter."""
-    named = dict(model.named_parameters())
-    return {n: p for n, p in named.items() if "lora_" in n} if config.method == "lora" else named
+@checked
+def remove_lora_(model: TransformerBridge) -> int:
+    """Take out every LoRA adapter `add_lora_` injected: each adapted layer is replaced by the linear
+    layer it wraps (the adapters' update is dropped, the base weights are untouched). Returns the
+    number of layers restored (0 for a model without adapters)."""
+    layers = _lora_layers(model)
+    for name, module in layers:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, module.get_base_layer())
+    if "peft_config" in vars(model):  # peft records its configs on the model it injected into
+        del model.peft_config
+    return len(layers)
+
+
+def _check_tasks(tasks: list[Task], config: FinetuneConfig) -> None:
+    """What a run needs from its tasks, checked before any work: distinct names, training pairs,
+    held-out pairs for the patterns (always taken at the last step), instructions when instructed."""
+    if not tasks:
+        raise ValueError("no tasks to fine-tune on")
+    names = [t.name for t in tasks]
+    if len(set(names)) != len(names):
+        raise ValueError(f"task names must be distinct, got {names}")
+    untrained = [f"{t.name!r} ({len(t.pairs)} pairs, n_eval={t.n_eval})" for t in tasks if t.n_train < 1]
+    if untrained:
+        raise ValueError(f"tasks {', '.join(untrained)} have no training pairs: every pair is held out")
+    unheld = [f"{t.name!r} ({len(t.pairs)} pairs)" for t in tasks if t.n_eval < 1]
+    if unheld:
+        raise ValueError(
+            f"tasks {', '.join(unheld)} have no held-out pairs for the activation patterns (taken at least "
+            "at the last step, on the first pattern_examples of the eval split): give each task n_eval >= 1"
+        )
+    if config.instructed:
+        missing = [t.name for t in tasks if t.instruction is None]
+        if missing:
+            raise ValueError(f"instructed=True but tasks {missing} have no instruction")
+
+
+class _Snapshot:
+    """The caller's model as it was before fine-tuning: the weights that will train (a copy), every
+    parameter's `requires_grad`, and no adapters. `restore` puts it back."""
+
+    def __init__(self, model: TransformerBridge, copy_weights: bool) -> None:
+        self.model = model
+        self.parameters = list(model.parameters())  # the same objects after peft wraps their layers
+        self.flags = [p.requires_grad for p in self.parameters]
+        self.values = [p.detach().clone() for p in self.parameters] if copy_weights else None
+
+    def restore(self) -> None:
+        remove_lora_(self.model)
+        with torch.no_grad():
+            for p, value in zip(self.parameters, self.values or []):
+                p.copy_(value)
+        self.settle()
+
+    def settle(self) -> None:
+        """Give every original parameter its `requires_grad` back (a loaded model is frozen)."""
+        for p, flag in zip(self.parameters, self.flags):
+            p.requires_grad_(flag)
 
 
 @checked
-def finetune(
+def finetune_(
     model: TransformerBridge,
     tasks: Sequence[Task],
     config: FinetuneConfig | None = None,
     *,
     out_dir: str | os.PathLike | None = None,
     resume: bool = True,
+    callbacks: Sequence[StepCallback] = (),
 ) -> FinetuneResult:
-    """Supervised fine-tuning of `model` on the training splits of `tasks`; the model changes in place.
+    """Supervised fine-tuning of `model` on the training splits of `tasks`; **the model changes in place**.
 
     The loss is the mean cross-entropy over the answer (and end-of-turn) tokens of each step's batch,
     in the model's prompt format (`encode_pairs`; instructed prompts when `config.instructed`), the
     objective of `answer_nll`. With `method="lora"`, peft adapters are injected into the bridge and
     only they train. At every step in `config.pattern_steps` (and the last), each task's activation
     pattern (`activation_pattern`, on its first `pattern_examples` held-out pairs) and, with
-    `config.accuracy`, its greedy accuracy are recorded. With `out_dir`, the trainable weights, the
-    optimiser state and the history are saved every `checkpoint_every` steps (`state.pt`), patterns
-    to `patterns/step*.safetensors` and `history.csv` / `accuracy.csv` (all atomically), and a rerun
-    with the same `out_dir` resumes from the latest state (the same weights as an uninterrupted run).
+    `config.accuracy`, its greedy accuracy are recorded. `callbacks` get a `StepEnd` after each step.
+
+    Everything is checked before the model is touched (the config's numbers, the tasks' splits, every
+    example's tokens, a resumed folder's run). If the run fails midway (an error, a step that would
+    leave non-finite weights, Ctrl-C), the model gets its weights back (adapters removed) before the
+    error propagates.
+
+    With `out_dir` (locked while the run writes: another process there is refused, `FolderInUse`),
+    the trainable weights, the optimiser state, the history and the patterns so far are saved every
+    `checkpoint_every` steps (`state.pt`, atomically), and a rerun with the same `out_dir` resumes
+    from the latest state (the same weights as an uninterrupted run); a folder holding another run
+    (another model, recipe or data) is refused unless `resume=False`, which starts afresh. The
+    finished run's files are written as one set: `history.csv`, `accuracy.csv`,
+    `patterns/step*.safetensors` and `run.json` (the run's identity: recipe, tasks, data hash, model
+    fingerprint, version).
     """
     config = config or FinetuneConfig()
     config.validate()
     tasks = list(tasks)
-    if not tasks:
-        raise ValueError("no tasks to fine-tune on")
-    names = [t.name for t in tasks]
-    if len(set(names)) != len(names):
-        raise ValueError(f"task names must be distinct, got {names}")
-    if config.instructed:
-        missing = [t.name for t in tasks if t.instruction is None]
-        if missing:
-            raise ValueError(f"instructed=True but tasks {missing} have no instruction")
-    device = torch.device(model.cfg.device)
-    base_fp = fingerprint(model)
-    # Tokenise first: a bad pair fails before anything is trained or written.
+    _check_tasks(tasks, config)
+    if config.method == "lora" and _lora_layers(model):
+        raise ValueError("the model already carries LoRA adapters; remove them first (remove_lora_) or load it afresh")
+    # Tokenise first: a bad pair (training or held out) fails before anything is trained or written.
     rows = []
     for t in tasks:
         indices = t.split_indices("train")
@@ -237,146 +322,177 @@ def finetune(
             shots=[t.demonstrations(i) for i in indices] if t.has_shots else None,
         )
     probes = [pattern_subset(t, config.pattern_examples) for t in tasks]
-    sampler = _Sampler(len(rows), config.batch_size, config.seed, "finetune")
-    pad_id = pad_token_id(model)
+    probe_batches = [tokenize_task(model, t, split="eval", instructed=config.instructed) for t in probes]
+    identity = run_identity(config.recipe(), [t.name for t in tasks], rows, model)
+    run = _Finetuning(model, config, rows, probes, probe_batches, identity)
+    if out_dir is None:
+        return run.train(None, None, callbacks)
+    out = check_out_dir(out_dir)
+    with locked_folder(out):  # one writer per run folder: a second run there is refused at once
+        state = _saved_state(out, identity) if resume else None
+        return run.train(out, state, callbacks)
 
-    if config.method == "lora":
-        parameters = add_lora_(model, config)
-    else:
-        parameters = list(model.parameters())
-        for p in parameters:
-            p.requires_grad_(True)
-    trainable = _trainable(model, config)
-    optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
-    identity = {
-        "recipe": config.recipe(),
-        "tasks": names,
-        "data": hashlib.sha256(repr(rows).encode()).hexdigest(),
-        "prompt_format": prompt_format(model).name,
-        "model": [*base_fp.structural(), base_fp.content_hash],
-    }
-    history: list[dict] = []
-    patterns: dict[int, dict[str, Tensor]] = {}
-    accuracy_rows: list[dict] = []
-    start = 0
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None and resume and (out / _STATE).is_file():
-        state = _load_state(out / _STATE, device)
-        differences = _identity_differences(state.get("identity", {}), identity)
-        if differences:
-            raise ValueError(
-                f"{out} holds a fine-tuning run that differs from this one in {', '.join(differences)}; "
-                "resume only the same run, or start afresh (resume=False) or in another folder"
+
+def _saved_state(out: Path, identity: dict) -> dict | None:
+    """The resume state in `out` (None when there is none), refused when `out` holds another run."""
+    if (out / _STATE).is_file():
+        state = load_state(out / _STATE)
+        check_same_run(state.get("identity", {}), identity, out, what="fine-tuning run", fresh=_FRESH)
+        return state
+    if (out / _RUN).is_file():  # a finished run whose state is gone: still not another model's folder
+        check_same_run(json.loads((out / _RUN).read_text()), identity, out, what="fine-tuning run", fresh=_FRESH)
+    return None
+
+
+class _Finetuning:
+    """One fine-tuning run on checked inputs: the optimisation, the patterns, the outputs."""
+
+    def __init__(
+        self,
+        model: TransformerBridge,
+        config: FinetuneConfig,
+        rows: list,
+        probes: list[Task],
+        probe_batches: list[TaskBatch],
+        identity: dict,
+    ) -> None:
+        self.model, self.config, self.rows, self.identity = model, config, rows, identity
+        self.probes, self.probe_batches = probes, probe_batches
+        self.names = [t.name for t in probes]
+        self.sampler = BatchSampler(len(rows), config.batch_size, config.seed, "finetune")
+        self.pad_id = pad_token_id(model)
+        self.device = torch.device(model.cfg.device)
+        self.wanted = set(config.pattern_steps) | {config.steps}
+        self.history: list[dict] = []
+        self.patterns: dict[int, dict[str, Tensor]] = {}
+        self.accuracy_rows: list[dict] = []
+
+    def train(self, out: Path | None, state: dict | None, callbacks: Sequence[StepCallback]) -> FinetuneResult:
+        config, model = self.config, self.model
+        snapshot = _Snapshot(model, copy_weights=config.method == "full")
+        try:
+            if config.method == "lora":
+                self.parameters = add_lora_(model, config)
+                self.trainable = {n: p for n, p in model.named_parameters() if "lora_" in n}
+            else:
+                self.parameters = list(model.parameters())
+                for p in self.parameters:
+                    p.requires_grad_(True)
+                self.trainable = dict(model.named_parameters())
+            self.optimizer = torch.optim.AdamW(self.parameters, lr=config.lr, weight_decay=config.weight_decay)
+            start = self.restore(state) if state is not None else 0
+            if start == 0 and 0 in self.wanted:
+                self.record(0)
+            run_steps(
+                self.step,
+                steps=config.steps,
+                start=start,
+                checkpoint_every=config.checkpoint_every,
+                checkpoint=(lambda done: self.checkpoint(out, done)) if out is not None else None,
+                callbacks=callbacks,
+                progress=config.progress,
+                desc=f"finetune ({config.method})",
             )
+            result = self.result()
+            if out is not None:
+                self.write(out, result)
+        except BaseException:
+            snapshot.restore()  # the caller's model as it was: no half-trained weights, no adapters
+            raise
+        snapshot.settle()  # the trained weights stay; the original parameters are frozen again as they were
+        return result
+
+    def restore(self, state: dict) -> int:
+        """Continue from a saved state (checked to be this run's); the steps it has done."""
         with torch.no_grad():
             for name, value in state["weights"].items():
-                trainable[name].copy_(value)
-        optimizer.load_state_dict(state["optimizer"])
-        history, start = state["history"], int(state["step"])
-        accuracy_rows = state["accuracy"]
-        for file in sorted((out / _PATTERNS).glob("step*.safetensors")):
-            step = int(file.stem.removeprefix("step"))
-            if step <= start:
-                tensors, meta = read_safetensors(file, "activation patterns")
-                order = meta.get("tasks", "").split("\n")
-                patterns[step] = {name: tensors[safe_name(name)] for name in order}
+                self.trainable[name].copy_(value)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.history, self.accuracy_rows = state["history"], state["accuracy"]
+        self.patterns = {int(step): dict(patterns) for step, patterns in state["patterns"].items()}
+        return int(state["step"])
 
-    def record(step: int) -> None:
-        if step in patterns:
+    def record(self, step: int) -> None:
+        """The activation pattern (and accuracy) of every task's held-out examples after `step` steps."""
+        if step in self.patterns:
             return
-        patterns[step] = {
-            t.name: activation_pattern(model, t, split="eval", instructed=config.instructed) for t in probes
+        config, model = self.config, self.model
+        self.patterns[step] = {
+            t.name: activation_pattern(model, batch) for t, batch in zip(self.probes, self.probe_batches)
         }
         if config.accuracy:
             with torch.no_grad():
-                for t in probes:
-                    accuracy_rows.append(
-                        {
-                            "step": step,
-                            "task": t.name,
-                            "accuracy": task_accuracy(
-                                model, t, instructed=config.instructed, max_new_tokens=t.max_new_tokens
-                            ),
-                        }
-                    )
-        if out is not None:
-            write_safetensors(
-                out / _PATTERNS / f"step{step:07d}.safetensors",
-                {safe_name(n): p.contiguous() for n, p in patterns[step].items()},
-                {"step": str(step), "tasks": "\n".join(names)},
+                for t in self.probes:
+                    accuracy = task_accuracy(model, t, instructed=config.instructed, max_new_tokens=t.max_new_tokens)
+                    self.accuracy_rows.append({"step": step, "task": t.name, "accuracy": accuracy})
+
+    def step(self, step: int) -> dict:
+        config, model = self.config, self.model
+        lr = config.lr_at(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        batch_rows = [self.rows[i] for i in self.sampler.batch(step)]
+        n_tokens = sum(len(answer) for _, answer in batch_rows)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = 0.0
+        # Passes over rows of similar length give the one-pass gradient with less padding.
+        for members in length_batches(model, batch_rows):
+            batch = collate([batch_rows[i] for i in members], pad_id=self.pad_id, device=self.device)
+            nll, _ = answer_nll(model, batch)
+            part = nll.sum() / n_tokens
+            check_finite_loss(part, step, self.names)
+            part.backward()
+            loss += part.item()
+        grads = [p.grad for p in self.parameters if p.grad is not None]
+        if config.max_grad_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self.parameters, config.max_grad_norm)
+        else:
+            norm = torch.nn.utils.get_total_norm(grads)
+        if not torch.isfinite(norm):
+            raise ValueError(
+                f"the gradient became {norm.item()} at step {step} (tasks {self.names}); the step is refused "
+                "and the model's weights are restored"
             )
+        self.optimizer.step()
+        if not torch.stack([p.detach().isfinite().all() for p in self.trainable.values()]).all():
+            raise ValueError(
+                f"step {step} (learning rate {lr:g}) would leave non-finite weights; it is refused and the "
+                "model's weights are restored: lower the learning rate"
+            )
+        self.history.append({"step": step + 1, "loss": loss, "lr": lr})
+        if step + 1 in self.wanted:
+            self.record(step + 1)
+        return {"loss": f"{loss:.3f}"}
 
-    wanted = set(config.pattern_steps) | {config.steps}
-    try:
-        if start == 0 and 0 in wanted:
-            record(0)
-        bar = tqdm(
-            range(start, config.steps),
-            initial=start,
-            total=config.steps,
-            disable=not config.progress,
-            desc=f"finetune ({config.method})",
-            dynamic_ncols=True,
-        )
-        for step in bar:
-            lr = config.lr_at(step)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            batch_rows = [rows[i] for i in sampler.batch(step)]
-            n_tokens = sum(len(answer) for _, answer in batch_rows)
-            optimizer.zero_grad(set_to_none=True)
-            loss = 0.0
-            # Passes over rows of similar length give the one-pass gradient with less padding.
-            for members in length_batches(model, batch_rows):
-                batch = collate([batch_rows[i] for i in members], pad_id=pad_id, device=device)
-                nll, _ = answer_nll(model, batch)
-                part = nll.sum() / n_tokens
-                _check_finite(part, step, names)
-                part.backward()
-                loss += part.item()
-            if config.max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(parameters, config.max_grad_norm)
-            optimizer.step()
-            history.append({"step": step + 1, "loss": loss, "lr": lr})
-            bar.set_postfix(loss=f"{loss:.3f}")
-            done = step + 1
-            if done in wanted:
-                record(done)
-            if out is not None and (
-                done == config.steps or (config.checkpoint_every and done % config.checkpoint_every == 0)
-            ):
-                _save(out, done, trainable, optimizer, history, accuracy_rows, identity)
-        bar.close()
-    finally:
-        if config.method == "full":
-            for p in parameters:
-                p.requires_grad_(False)  # the project's convention: a loaded model is frozen
-    frame = pd.DataFrame(history, columns=["step", "loss", "lr"])
-    table = pd.DataFrame(accuracy_rows, columns=["step", "task", "accuracy"]) if config.accuracy else None
-    if out is not None:
-        atomic_write_text(out / "history.csv", frame.to_csv(index=False))
-        if table is not None:
-            atomic_write_text(out / "accuracy.csv", table.to_csv(index=False))
-    return FinetuneResult(model, frame, dict(sorted(patterns.items())), table)
+    def checkpoint(self, out: Path, step: int) -> None:
+        """The resume state after `step` steps: trainable weights, optimiser, history and patterns."""
+        state = {
+            "step": step,
+            "weights": {n: p.detach().cpu() for n, p in self.trainable.items()},
+            "optimizer": self.optimizer.state_dict(),
+            "history": self.history,
+            "accuracy": self.accuracy_rows,
+            "patterns": self.patterns,
+            "identity": self.identity,
+        }
+        save_state(out / _STATE, state)
 
+    def result(self) -> FinetuneResult:
+        frame = pd.DataFrame(self.history, columns=["step", "loss", "lr"])
+        table = pd.DataFrame(self.accuracy_rows, columns=["step", "task", "accuracy"]) if self.config.accuracy else None
+        return FinetuneResult(self.model, frame, dict(sorted(self.patterns.items())), table)
 
-def _save(
-    out: Path,
-    step: int,
-    trainable: dict[str, Tensor],
-    optimizer,
-    history: list[dict],
-    accuracy_rows: list[dict],
-    identity: dict,
-) -> None:
-    state = {
-        "step": step,
-        "weights": {n: p.detach().cpu() for n, p in trainable.items()},
-        "optimizer": optimizer.state_dict(),
-        "history": history,
-        "accuracy": accuracy_rows,
-        "identity": identity,
-    }
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    atomic_write(out / _STATE, lambda tmp: tmp.write_bytes(buffer.getvalue()))
+    def write(self, out: Path, result: FinetuneResult) -> None:
+        """The finished run's files, moved into `out` as one set (a crash leaves the previous set)."""
+        stage = OutputSet(out, "finetune")
+        atomic_write_text(stage.path / "history.csv", result.history.to_csv(index=False))
+        if result.accuracy is not None:
+            atomic_write_text(stage.path / "accuracy.csv", result.accuracy.to_csv(index=False))
+        for step, patterns in result.patterns.items():
+            write_safetensors(
+                stage.path / _PATTERNS / f"step{step:07d}.safetensors",
+                {safe_name(n): p.contiguous() for n, p in patterns.items()},
+                {"step": str(step), "tasks": "\n".join(self.names)},
+            )
+        atomic_write_json(stage.path / _RUN, self.identity)
+        stage.commit()

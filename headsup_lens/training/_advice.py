@@ -1,11 +1,8 @@
-"""Advice on a finished or starting mask-training run: did the mask learn anything, and how long
-will the run take on this machine."""
+"""Advice on a finished mask-training run: did the mask learn anything (the time estimate of a
+starting run is `_estimate.seconds_per_step`)."""
 
 from __future__ import annotations
 
-import statistics
-import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -45,33 +42,3 @@ def run_problems(history: pd.DataFrame, n_total: int) -> list[RunProblem]:
                 RunProblem(str(task), f"the answer loss barely moved ({first:.3f} -> {last:.3f} nats/token)")
             )
     return problems
-
-
-def seconds_per_step(model, tasks: Sequence, config, *, warmup_steps: int = 2, timed_steps: int = 5) -> float:
-    """Measured wall time of one training step of `config` on `model`: the median of `timed_steps`
-    steps timed one by one inside a short run, after `warmup_steps` untimed ones (first calls pay
-    for allocation and caches). Set-up (tokenisation), which a long run pays once, is not counted."""
-    from ._train import _train
-
-    times: list[float] = []
-    with warnings.catch_warnings():
-        # A run this short learns nothing by design: its advice is not for the user.
-        warnings.simplefilter("ignore", TrainingAdvice)
-        _train(
-            model,
-            list(tasks),
-            config.replace(steps=warmup_steps + timed_steps, progress=False, checkpoint_every=0),
-            out_dir=None,
-            resume=False,
-            single=False,
-            step_times=times,
-        )
-    return statistics.median(times[warmup_steps:])
-
-
-def format_duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 from .._typecheck import checked
+from ._schedule import non_finite_fields, warmup_cosine
 
 
 @checked
@@ -79,7 +80,10 @@ class TrainConfig:
 
     # ------------------------------------------------------------------ schedules
     def validate(self) -> None:
+        """A ValueError naming every field out of its range (NaN and infinities included)."""
+        infinite = non_finite_fields(self)
         checks = {
+            f"{', '.join(infinite)} must be finite (not NaN or infinite)": not infinite,
             "steps must be positive": self.steps > 0,
             "batch_size must be positive": self.batch_size > 0,
             "lr and min_lr must be positive with min_lr <= lr": 0 < self.min_lr <= self.lr,
@@ -97,12 +101,10 @@ class TrainConfig:
             raise ValueError(f"invalid TrainConfig: {'; '.join(bad)} ({self})")
 
     def lr_at(self, step: int) -> float:
-        """Linear warm-up to `lr`, then cosine decay to `min_lr` (step counts from 0)."""
+        """Linear warm-up to `lr` over the first `ceil(warmup_frac * steps)` steps, then cosine decay
+        to `min_lr` at the last step (`warmup_cosine`; step counts from 0)."""
         warmup = math.ceil(self.warmup_frac * self.steps)
-        if step < warmup:
-            return self.lr * (step + 1) / warmup
-        progress = (step - warmup) / max(1, self.steps - warmup - 1)
-        return self.min_lr + (self.lr - self.min_lr) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return warmup_cosine(step, steps=self.steps, warmup=warmup, peak=self.lr, floor=self.min_lr)
 
     def tau_at(self, step: int) -> float:
         """Linear decay from `tau_start` to `tau_end` over the first `tau_decay_frac` of the steps."""

@@ -277,7 +277,7 @@ def test_a_rerun_names_the_step_it_resumes_from_and_estimates_only_the_steps_lef
 ):
     from headsup_lens.cli._train import _print_estimate
     from headsup_lens.training import resume_step
-    from headsup_lens.training._advice import format_duration
+    from headsup_lens.training._estimate import format_duration
 
     out = tmp_path / "run"
     assert resume_step(out) is None
@@ -304,7 +304,7 @@ def test_a_rerun_names_the_step_it_resumes_from_and_estimates_only_the_steps_lef
     assert main([*argv, "--fresh"]) == 0
     assert "resuming" not in capsys.readouterr().out
 
-    monkeypatch.setattr("headsup_lens.training._advice.seconds_per_step", lambda *args: 2.0)
+    monkeypatch.setattr("headsup_lens.training._estimate.seconds_per_step", lambda *args: 2.0)
     model = SimpleNamespace(cfg=SimpleNamespace(device="cpu"))  # the estimate only names its device
     _print_estimate(model, [], TrainConfig(steps=6250), done=3000)
     assert f"~{format_duration(2.0 * 3250)} for the 3250 steps left of 6250" in capsys.readouterr().out

@@ -11,8 +11,7 @@ import torch
 from headsup_lens.cli._train import resolve_preset
 from headsup_lens.data import load_task
 from headsup_lens.models import load_model
-from headsup_lens.training import TrainConfig, train_masks
-from headsup_lens.training._advice import TrainingAdvice, seconds_per_step
+from headsup_lens.training import TrainConfig, TrainingAdvice, seconds_per_step, train_masks
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,222 @@
+"""The optimisation loop every trainer shares (mask training, the organism, fine-tuning) and its helpers.
+
+- `run_steps`: steps `start..steps-1` of a run, a progress bar with the step's postfix, per-step
+  callbacks (`StepEnd`: timing, logging), and a checkpoint every N steps and at the end.
+- `BatchSampler`: a step's batch of training indices, stateless in the step number, so that a
+  resumed run draws exactly the batches of an uninterrupted one.
+- `check_finite_loss`: a non-finite loss stops the run with a message that says what to try.
+- `run_identity` / `check_same_run`: what determines a run's result, compared field by field
+  before a run folder is resumed.
+- `save_state` / `load_state`: a resume state written atomically, and read back with a clear error
+  when it is damaged.
+
+The learning-rate schedule is `warmup_cosine` (`_schedule.py`, free of torch).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens.model_bridge import TransformerBridge
+
+from .. import __version__
+from .._io import atomic_write
+from .._typecheck import checked
+from ..models import fingerprint, prompt_format
+
+
+@checked
+def stable_seed(*parts: Any) -> int:
+    """A 63-bit seed from `parts` (joined by "/"), the same in every process and Python version
+    (unlike `hash`)."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+@checked
+class BatchSampler:
+    """Batches of `n` training indices: a fresh permutation per epoch, derived from (seed, name, epoch).
+
+    `batch(step)` is a function of the step number alone (positions `step * batch_size` to
+    `(step + 1) * batch_size - 1` of the endless sequence of epochs), so a resumed run draws exactly
+    the batches of an uninterrupted one. A batch larger than `n` spans several epochs.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int, name: str) -> None:
+        if n < 1 or batch_size < 1:
+            raise ValueError(f"BatchSampler needs n >= 1 and batch_size >= 1, got n={n}, batch_size={batch_size}")
+        self.n, self.batch_size, self.seed, self.name = n, batch_size, seed, name
+        self._epoch, self._order = -1, []  # the permutation of epoch `_epoch`
+
+    def batch(self, step: int) -> list[int]:
+        """The indices of step `step`'s batch (counted from 0)."""
+        out = []
+        for position in range(step * self.batch_size, (step + 1) * self.batch_size):
+            epoch, i = divmod(position, self.n)
+            if epoch != self._epoch:
+                generator = torch.Generator().manual_seed(stable_seed(self.seed, self.name, "epoch", epoch))
+                self._epoch, self._order = epoch, torch.randperm(self.n, generator=generator).tolist()
+            out.append(self._order[i])
+        return out
+
+
+@checked
+def check_finite_loss(loss: Tensor | float, step: int, names: Sequence[str]) -> None:
+    """A ValueError when `loss` (a scalar tensor or a float) is NaN or infinite at `step` of a run on
+    tasks `names`; the run stops before the optimiser step that it would poison."""
+    value = float(loss)
+    if not math.isfinite(value):
+        raise ValueError(
+            f"training loss became {value} at step {step} (tasks {list(names)}); the model may "
+            "overflow in its dtype (try dtype='float32') or the learning rate is too high"
+        )
+
+
+@checked
+def run_identity(recipe: Mapping[str, Any], names: Sequence[str], rows: Sequence, model: TransformerBridge) -> dict:
+    """Everything that determines a run's result: the recipe, the task names, a hash of the encoded
+    training rows (data, instructions, prompt format and tokenizer together), the prompt format,
+    the model's fingerprint (structure and a hash of its weights) and the library version."""
+    model_fp = fingerprint(model)  # by content: the name is informational only
+    return {
+        "recipe": dict(recipe),
+        "tasks": list(names),
+        "data": hashlib.sha256(repr(rows).encode()).hexdigest(),
+        "prompt_format": prompt_format(model).name,
+        "model": [*model_fp.structural(), model_fp.content_hash],
+        "version": __version__,
+    }
+
+
+@checked
+def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """The fields in which two run identities differ, readable (`recipe.lr (0.1 there, 0.05 here)`,
+    `training data (its content hash)`, `model`, ...); empty when they are the same run."""
+    differences = []
+    for key in sorted(set(saved) | set(current)):
+        if key == "recipe" and isinstance(saved.get(key), dict) and isinstance(current.get(key), dict):
+            keys = sorted(set(saved[key]) | set(current[key]))
+            differences += [
+                f"recipe.{k} ({saved[key].get(k)!r} there, {current[key].get(k)!r} here)"
+                for k in keys
+                if saved[key].get(k) != current[key].get(k)
+            ]
+        elif saved.get(key) != current.get(key):
+            differences.append({"data": "training data (its content hash)", "model": "model"}.get(key, key))
+    return differences
+
+
+@checked
+def check_same_run(
+    saved: Mapping[str, Any],
+    current: Mapping[str, Any],
+    folder: str | os.PathLike,
+    *,
+    what: str = "training run",
+    fresh: str = "resume=False; CLI: --fresh",
+) -> None:
+    """A ValueError naming every difference when the run saved in `folder` (identity `saved`) is
+    not this run (`current`); `what` names the kind of run, `fresh` how to start afresh."""
+    differences = identity_differences(saved, current)
+    if differences:
+        raise ValueError(
+            f"{folder} holds a {what} that differs from this one in {', '.join(differences)}; "
+            f"resume only the same run, or start afresh ({fresh}) or in another folder"
+        )
+
+
+@checked
+def save_state(path: str | os.PathLike, state: dict) -> None:
+    """Write a resume state (`torch.save`) atomically: a crash leaves the previous state intact."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write(path, lambda tmp: tmp.write_bytes(buffer.getvalue()))
+
+
+@checked
+def load_state(path: str | os.PathLike, device: torch.device | str = "cpu") -> dict:
+    """A resume state written by `save_state` (tensors only, no code: `weights_only`); a damaged
+    file is a ValueError that says to start afresh."""
+    try:
+        return torch.load(Path(path), map_location=device, weights_only=True)
+    except Exception as error:  # truncated or corrupted files raise several unpickling error types
+        raise ValueError(
+            f"the training checkpoint {path} cannot be read ({type(error).__name__}); it is damaged: "
+            "start afresh (resume=False; CLI: --fresh)"
+        ) from error
+
+
+@checked
+@dataclass(frozen=True)
+class StepEnd:
+    """What a per-step callback of `run_steps` receives after each step."""
+
+    step: int
+    """Steps done, the one just finished included (1 after the first step)."""
+    seconds: float
+    """Wall time of that step (the trainer's step function; not the callbacks, not the checkpoint)."""
+    logs: Mapping[str, Any] = field(default_factory=dict)
+    """What the step reported (the progress bar's postfix: loss, ...)."""
+
+
+StepCallback = Callable[[StepEnd], None]
+
+
+@checked
+class StepTimer:
+    """A per-step callback that keeps each step's wall time (`seconds`, in order)."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def __call__(self, end: StepEnd) -> None:
+        self.seconds.append(end.seconds)
+
+
+@checked
+def run_steps(
+    step: Callable[[int], Mapping[str, Any]],
+    *,
+    steps: int,
+    start: int = 0,
+    checkpoint_every: int = 0,
+    checkpoint: Callable[[int], None] | None = None,
+    callbacks: Sequence[StepCallback] = (),
+    progress: bool = True,
+    desc: str | None = None,
+) -> None:
+    """Run optimisation steps `start, ..., steps - 1`: `step(s)` performs step s (counted from 0)
+    and returns what to show beside the progress bar (its postfix, e.g. `{"loss": "0.123"}`).
+
+    After each step every callback gets a `StepEnd` (steps done, the step's wall time, its postfix),
+    then `checkpoint(done)` is called when `done` is a multiple of `checkpoint_every` (0: never) or
+    the last step. A run resumed from a state saved after step `start` passes that `start`: the
+    bar starts there and the steps before are not run again.
+    """
+    if not 0 <= start <= steps:
+        raise ValueError(f"start must lie in [0, steps={steps}], got {start}")
+    if checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every must be >= 0, got {checkpoint_every}")
+    bar = tqdm(range(start, steps), initial=start, total=steps, disable=not progress, desc=desc, dynamic_ncols=True)
+    for s in bar:
+        began = time.perf_counter()
+        logs = step(s)
+        seconds = time.perf_counter() - began
+        bar.set_postfix(logs)
+        done = s + 1
+        for callback in callbacks:
+            callback(StepEnd(done, seconds, logs))
+        if checkpoint is not None and (done == steps or (checkpoint_every and done % checkpoint_every == 0)):
+            checkpoint(done)
+    bar.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -97,19 +99,35 @@ def length_groups(lengths: Sequence[int], *, overhead: float, max_rows: int | No
     tokens more (per-call work that does not scale with the batch). Rows sorted by length are cut
     into contiguous groups by an exact dynamic programme over that cost (`max_rows` caps a group);
     rows of a batch are independent, so every row's result is unchanged.
+
+    Some cheapest cut has every group end where the length changes or hold `max_rows` rows (a
+    group that ends inside a run of equal lengths and has room can take the next group's first
+    row, of the same length, at no extra cost), so only those ends are tried: O(n + d^2) work for
+    n rows of d distinct lengths, instead of O(n x max_rows) (a batch of a million rows is cut in
+    seconds).
     """
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     if max_rows is not None and max_rows < 1:
         raise ValueError(f"max_rows must be positive, got {max_rows}")
-    n, cap = len(order), max_rows or len(order)
-    best = [0.0] + [float("inf")] * n  # best[j]: the cheapest cut of the j shortest rows
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n = len(order)
+    cap = min(max_rows or n, n)
+    # Group ends where the length changes (and the last row): a group ending there may start anywhere.
+    changes = {j for j in range(1, n) if lengths[order[j]] != lengths[order[j - 1]]} | {n}
+    best = [0.0] + [math.inf] * n  # best[j]: the cheapest cut of the j shortest rows (into such groups)
     cut = [0] * (n + 1)
+    starts = [0]  # the j < current with a finite best[j], ascending: where the next group may start
     for j in range(1, n + 1):
         width = lengths[order[j - 1]]  # the longest row of any group ending at j
-        for i in range(max(0, j - cap), j):
+        if j in changes:
+            candidates = starts[bisect.bisect_left(starts, j - cap) :]
+        else:  # inside a run of equal lengths only a full group may end
+            candidates = [j - cap] if j >= cap and best[j - cap] < math.inf else []
+        for i in candidates:
             cost = best[i] + (j - i) * width + overhead
             if cost < best[j]:
                 best[j], cut[j] = cost, i
+        if best[j] < math.inf:
+            starts.append(j)
     groups, j = [], n
     while j > 0:
         groups.append(order[cut[j] : j])

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -319,3 +322,69 @@ def test_length_groups_is_the_cheapest_contiguous_cut(seed):
     assert cost(groups) == pytest.approx(best)
     with pytest.raises(ValueError, match="max_rows must be positive"):
         length_groups(lengths, overhead=overhead, max_rows=0)
+
+
+def _plain_length_groups(lengths, overhead, max_rows=None):
+    """The plain dynamic programme over every cut (every group end, every start): O(n x max_rows)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n, cap = len(order), max_rows or len(order)
+    best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(max(0, j - cap), j):
+            cost = best[i] + (j - i) * lengths[order[j - 1]] + overhead
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(order[cut[j] : j])
+        j = cut[j]
+    return groups[::-1]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_length_groups_costs_what_the_plain_programme_over_every_cut_costs(seed):
+    """Rows tried only at length changes and full groups: as cheap as the programme over every cut,
+    also with many equal lengths, tiny and huge overheads and caps; on batches like real ones
+    (lengths 5-80 tokens) it also makes the same cut, so training and evaluation run the same passes."""
+    import random
+
+    from headsup_lens.data import length_groups
+
+    rng = random.Random(seed)
+    lengths = [rng.randint(1, rng.choice([2, 5, 60])) for _ in range(rng.randint(1, 60))]
+    overhead, cap = rng.choice([0.0, 1.0, 5.0, 30.14081790123457, 610.3515625, 1e6]), rng.choice([None, 1, 2, 3, 7, 16])
+
+    def cost(groups):
+        return sum(len(g) * max(lengths[i] for i in g) + overhead for g in groups)
+
+    groups = length_groups(lengths, overhead=overhead, max_rows=cap)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert all(len(g) <= (cap or len(lengths)) for g in groups)
+    assert cost(groups) == pytest.approx(cost(_plain_length_groups(lengths, overhead, cap)), rel=1e-12)
+    real = [rng.randint(5, 80) for _ in range(rng.choice([8, 16, 48, 100]))]
+    for real_cap in (None, 16):
+        for real_overhead in (8.0, 30.14081790123457, 610.3515625):
+            assert length_groups(real, overhead=real_overhead, max_rows=real_cap) == _plain_length_groups(
+                real, real_overhead, real_cap
+            )
+
+
+def test_length_groups_of_a_huge_batch_finish():
+    """A batch of 300 000 rows (e.g. `batch_size=300_000`) is cut, capped or not: the programme over
+    every cut does 300 000 x 300 000 steps there and never returns (it hung fine-tuning)."""
+    code = (
+        "import random\n"
+        "from headsup_lens.data import length_groups\n"
+        "rng = random.Random(0)\n"
+        "lengths = [rng.randint(5, 120) for _ in range(300_000)]\n"
+        "for cap in (None, 16):\n"
+        "    groups = length_groups(lengths, overhead=8.0, max_rows=cap)\n"
+        "    assert sorted(i for g in groups for i in g) == list(range(300_000))\n"
+        "    print(cap, len(groups))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2]
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split()
+    assert int(lines[1]) <= 116 and int(lines[3]) >= 300_000 // 16  # at most one group per length when uncapped

@@ -18,3 +18,7 @@ from ._runs import similarity_figure as similarity_figure
 from ._runs import sweep_similarity_figure as sweep_similarity_figure
 from ._save import SavedFigure as SavedFigure
 from ._save import save_figure as save_figure
+from ._save import save_table as save_table
+from ._sft import change_correlation_figure as change_correlation_figure
+from ._sft import data_selection_figure as data_selection_figure
+from ._sft import pattern_dynamics_figure as pattern_dynamics_figure

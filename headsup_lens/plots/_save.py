@@ -1,4 +1,4 @@
-"""Writing figures that work offline: HTML that loads no external URL, PNG from a renderer that
+"""Writing figures that work offline (and the tables beside them, `save_table`): HTML that loads no external URL, PNG from a renderer that
 installs from the package index.
 
 HTML figures in one folder share one `plotly.min.js` written beside them (referenced relatively, so
@@ -16,6 +16,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+import pandas as pd
 import plotly
 import plotly.graph_objects as go
 
@@ -82,6 +83,12 @@ def save_figure(
         return SavedFigure(html=html, png=None, png_error=_one_line(error))
     path = atomic_write(stem.with_suffix(".png"), lambda tmp: tmp.write_bytes(image))
     return SavedFigure(html=html, png=path)
+
+
+@checked
+def save_table(table: pd.DataFrame, path: str | os.PathLike, *, index: bool = False) -> Path:
+    """Write `table` as CSV to `path` atomically (a crash leaves the previous file); returns the path."""
+    return atomic_write(path, lambda tmp: table.to_csv(tmp, index=index))
 
 
 def render_png(fig: go.Figure, *, scale: float = 1.0) -> bytes:

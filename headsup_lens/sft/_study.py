@@ -1,0 +1,263 @@
+"""The SFT paper's measurements on one fine-tuning run (Zhao, Du et al.): pattern changes, their
+statistics before and after (Table 1), their dynamics (Fig. 5), their grouping by related tasks
+(Fig. 2), the composition of a composite task's change from its basic tasks' (Eq. 3), their overlap
+with the heads a Heads-up mask removes, and the fine-tuned model's held-out outputs.
+
+Each takes what `finetune_` returns (or its patterns) and gives one table; the recipes of the two
+runs of `experiments/sft_patterns.py` are here too (`organism_sft_config`, `smollm2_sft_config`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from .._typecheck import checked
+from ..analysis import (
+    fit_pattern_change,
+    grouping_test,
+    head_overlap,
+    pattern_correlation,
+    pattern_statistics,
+    pattern_trajectory,
+    shuffled_fit_r2,
+    top_heads,
+)
+from ..data import Task
+from ..evaluation import generations, score_outputs, task_labels
+from ..masks import HeadMask
+from ..organism import OrganismConfig, train_organism
+from ._finetune import FinetuneConfig, FinetuneResult, pattern_subset
+
+# The organism's two composite tasks (a then b) whose pattern change is fitted from a's and b's.
+COMPOSITES = (("plural", "uppercase"), ("reverse", "uppercase"))
+# Three pairs of related function-vector tasks (lexical, factual recall, text classification), so
+# that Fig. 2 can show whether pattern changes group related tasks.
+SMOLLM2_TASKS = ("antonym", "synonym", "country-capital", "country-currency", "sentiment", "ag_news")
+SMOLLM2_GROUPS = (("antonym", "synonym"), ("country-capital", "country-currency"), ("sentiment", "ag_news"))
+ORGANISM_PATTERN_STEPS = (0, 10, 25, 50, 100)
+SMOLLM2_PATTERN_STEPS = (0, 5, 10, 20, 50, 100, 200, 300)
+# The base organism (`OrganismConfig.base`: no instructed rows) with a shorter schedule (CPU time).
+BASE_ORGANISM = {"steps": 500, "batch_size": 32, "warmup_steps": 50, "checkpoint_every": 100}
+
+
+@checked
+def organism_sft_config(steps: int = 200, seed: int = 0) -> FinetuneConfig:
+    """Instruction tuning of the base organism: all weights, batch 16, lr 1e-3, patterns on 32
+    held-out words per task at `ORGANISM_PATTERN_STEPS` (those within the run) and the last step."""
+    return FinetuneConfig(
+        steps=steps,
+        batch_size=16,
+        lr=1e-3,
+        seed=seed,
+        pattern_steps=tuple(s for s in ORGANISM_PATTERN_STEPS if s <= steps),
+        pattern_examples=32,
+        checkpoint_every=50,
+    )
+
+
+@checked
+def smollm2_sft_config(steps: int = 200, seed: int = 0) -> FinetuneConfig:
+    """LoRA SFT of SmolLM2 on bare inputs (the setting of the Heads-up masks of the same tasks, and
+    little accuracy before SFT): batch 8, patterns on 16 held-out examples at `SMOLLM2_PATTERN_STEPS`."""
+    return FinetuneConfig.lora(
+        steps=steps,
+        batch_size=8,
+        seed=seed,
+        instructed=False,
+        pattern_steps=tuple(s for s in SMOLLM2_PATTERN_STEPS if s <= steps),
+        pattern_examples=16,
+        checkpoint_every=25,
+    )
+
+
+@checked
+def base_organism(folder: str | os.PathLike, *, threads: int | None = 1) -> Path:
+    """The base organism's folder: trained there first (`OrganismConfig.base` with `BASE_ORGANISM`)
+    when it holds no model yet."""
+    folder = Path(folder)
+    if not (folder / "model.safetensors").is_file():
+        train_organism(OrganismConfig.base(**BASE_ORGANISM, threads=threads), folder, progress=True)
+    return folder
+
+
+@checked
+def pattern_changes(before: Mapping[str, Tensor], after: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Each task's activation-pattern change `after - before` (`[n_layers, n_heads]` each)."""
+    missing = sorted(set(before) ^ set(after))
+    if missing:
+        raise ValueError(f"before and after must have the same tasks; {missing} are in only one")
+    return {name: after[name] - before[name] for name in before}
+
+
+@checked
+def run_changes(result: FinetuneResult) -> dict[str, Tensor]:
+    """The pattern change of every task over a whole run: the last recorded step minus the first."""
+    steps = sorted(result.patterns)
+    return pattern_changes(result.patterns[steps[0]], result.patterns[steps[-1]])
+
+
+@checked
+def statistics_before_after(
+    before: Mapping[str, Tensor], after: Mapping[str, Tensor], **columns: float | int
+) -> pd.DataFrame:
+    """The paper's Table 1: Gini, CV and kurtosis (`pattern_statistics`) of each task's pattern
+    before and after SFT, one row per task (`task`, `gini_before`, ..., `kurtosis_after`, then the
+    constant `columns`, e.g. `n_examples`, `seed`), and a last row `mean` over the tasks."""
+    a, b = pattern_statistics(before).set_index("pattern"), pattern_statistics(after).set_index("pattern")
+    rows = [
+        {
+            "task": name,
+            **{f"{k}_before": a.loc[name, k] for k in ("gini", "cv", "kurtosis")},
+            **{f"{k}_after": b.loc[name, k] for k in ("gini", "cv", "kurtosis")},
+            **columns,
+        }
+        for name in a.index
+    ]
+    table = pd.DataFrame(rows)
+    mean = {"task": "mean", **table.drop(columns=["task"]).mean().to_dict()}
+    return pd.concat([table, pd.DataFrame([mean])], ignore_index=True)
+
+
+@checked
+def pattern_dynamics(result: FinetuneResult, tasks: Sequence[str] | None = None) -> pd.DataFrame:
+    """The paper's Fig. 5 as a table: per task (default: every task of the run) and recorded step,
+    the correlation and MSE of its pattern to the final one (`pattern_trajectory`), and the greedy
+    accuracy of that step when the run measured it."""
+    steps = sorted(result.patterns)
+    names = list(tasks) if tasks is not None else list(result.patterns[steps[-1]])
+    rows = []
+    for task in names:
+        trajectory = pattern_trajectory({s: result.patterns[s][task] for s in steps})
+        trajectory.insert(0, "task", task)
+        rows.append(trajectory)
+    dynamics = pd.concat(rows, ignore_index=True)
+    if result.accuracy is not None:
+        dynamics = dynamics.merge(result.accuracy, on=["step", "task"], how="left")
+    return dynamics
+
+
+@checked
+def composition_fits(
+    changes: Mapping[str, Tensor],
+    composites: Sequence[tuple[str, str]],
+    *,
+    prefix: str = "",
+    n_shuffles: int = 1000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Eq. 3: the least-squares fit of each composite task's pattern change (`prefix + "a+b"`) from
+    its two basic tasks' (`prefix + a`, `prefix + b`), one row per composite: R², the weights, the
+    chance level of `n_shuffles` fits with the heads shuffled (`shuffled_fit_r2`: mean, 95th
+    percentile, the share at least as good) and, as another control, the R² of every other pair of
+    basic tasks of `changes` (max and mean; names with "+" are composites, not basic tasks)."""
+    names = list(changes)
+    rows = []
+    for a, b in composites:
+        target = f"{prefix}{a}+{b}"
+        components = {f"{prefix}{a}": changes[f"{prefix}{a}"], f"{prefix}{b}": changes[f"{prefix}{b}"]}
+        fit = fit_pattern_change(changes[target], components)
+        chance = shuffled_fit_r2(changes[target], components, n=n_shuffles, seed=seed)
+        others = [n for n in names if n not in (target, *components) and "+" not in n]
+        pair_r2 = [
+            fit_pattern_change(changes[target], {x: changes[x], y: changes[y]}).r2
+            for i, x in enumerate(others)
+            for y in others[i + 1 :]
+        ]
+        rows.append(
+            {
+                "composite": target,
+                "r2": fit.r2,
+                **{f"weight_{k.removeprefix(prefix)}": v for k, v in fit.coefficients.items()},
+                "shuffled_r2_mean": chance.mean(),
+                "shuffled_r2_p95": np.quantile(chance, 0.95),
+                "shuffled_p": float((chance >= fit.r2).mean()),
+                "other_pairs_r2_max": max(pair_r2) if pair_r2 else np.nan,
+                "other_pairs_r2_mean": float(np.mean(pair_r2)) if pair_r2 else np.nan,
+                "n_heads": changes[target].numel(),
+                "seed": seed,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+@checked
+def task_grouping(correlation: pd.DataFrame, groups: Sequence[Sequence[str]]) -> pd.DataFrame | None:
+    """Fig. 2's grouping test (`grouping_test`) of `groups` restricted to the tasks of `correlation`
+    (tasks in no group stand alone): one row, `groups` ("a+b | c") and the test's fields; None when
+    no group has two of the tasks."""
+    names = list(correlation.index)
+    kept = [[t for t in group if t in names] for group in groups]
+    kept = [g for g in kept if g] + [[t] for t in names if not any(t in g for g in groups)]
+    if all(len(g) < 2 for g in kept):
+        return None
+    result = grouping_test(correlation, kept)
+    return pd.DataFrame([{"groups": " | ".join("+".join(g) for g in kept), **dataclasses.asdict(result)}])
+
+
+@checked
+def mask_overlap(changes: Mapping[str, Tensor], masks: Mapping[str, HeadMask]) -> pd.DataFrame:
+    """For each task with a learned Heads-up mask: the k heads whose pattern changed most (by
+    |change| and by increase) against the k heads the mask removes (`head_overlap`: overlap, its
+    expectation by chance and the hypergeometric p-value). Tasks without a mask are skipped."""
+    columns = ["task", "score", "k", "overlap", "expected", "p_value", "n_heads"]
+    rows = []
+    for name, change in changes.items():
+        if name not in masks:
+            continue
+        removed = (masks[name].values == 0).float()
+        k = int(removed.sum())
+        for kind, score in (("|change|", change.abs()), ("increase", change)):
+            overlap = head_overlap(top_heads(score, k), removed)
+            rows.append(
+                {
+                    "task": name,
+                    "score": kind,
+                    "k": k,
+                    "overlap": overlap.overlap,
+                    "expected": overlap.expected,
+                    "p_value": overlap.p_value,
+                    "n_heads": overlap.n,
+                }
+            )
+    return pd.DataFrame(rows, columns=columns)
+
+
+@checked
+def held_out_outputs(
+    model: TransformerBridge, tasks: Sequence[Task], n_examples: int, *, instructed: bool
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Greedy outputs of `model` on each task's first `n_examples` held-out pairs, scored by every
+    reading (`score_outputs`): (one row of scores per task: n, accuracy and strict with intervals,
+    echoes, for label tasks balanced accuracy and the predicted labels; one row per output)."""
+    rows, shown = [], []
+    for task in tasks:
+        held = pattern_subset(task, n_examples)
+        inputs, answers = zip(*held.eval_pairs)
+        outputs = generations(model, held, instructed=instructed)
+        scores, per = score_outputs(held, outputs, inputs, answers, task_labels(held))
+        rows.append({"task": task.name, "n": len(outputs), **scores})
+        shown.append(pd.DataFrame({"task": task.name, "input": inputs, "answer": answers, "output": outputs, **per}))
+    return pd.DataFrame(rows), pd.concat(shown, ignore_index=True)
+
+
+@checked
+def run_tables(result: FinetuneResult, *, n_examples: int, seed: int) -> dict[str, pd.DataFrame]:
+    """The tables of one SFT run, between its first and last recorded patterns: `table1`
+    (`statistics_before_after`, with `n_examples` and `seed` columns), `accuracy` (the run's),
+    `change_correlation` (`pattern_correlation` of the changes, Fig. 2) and `dynamics`
+    (`pattern_dynamics`, Fig. 5)."""
+    before, after = result.patterns[min(result.patterns)], result.patterns[max(result.patterns)]
+    return {
+        "table1": statistics_before_after(before, after, n_examples=n_examples, seed=seed),
+        "accuracy": result.accuracy,
+        "change_correlation": pattern_correlation(pattern_changes(before, after)),
+        "dynamics": pattern_dynamics(result, list(before)),
+    }

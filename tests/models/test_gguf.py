@@ -200,7 +200,7 @@ def test_interrupted_conversion_leaves_no_usable_entry(tiny_gguf, cache, monkeyp
 
 
 def test_bad_gguf_sources_are_clear_errors(tmp_path):
-    with pytest.raises(ValueError, match="is not a file"):
+    with pytest.raises(ValueError, match="neither a built-in GGUF model nor a .gguf file or wheel that exists"):
         load_model(tmp_path / "missing.gguf", device="cpu")
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all" * 10)

@@ -64,7 +64,9 @@ def test_negative_flags(tmp_path):
     parsers = command_parsers()
     assert parsers["sweep"].parse_args(["--prompt", "p", "--out", "o", "--no-png"]).config.png is False
     assert (
-        parsers["evaluate"].parse_args(["--task", "t", "--mask", "m", "--out", "o", "--no-generate"]).config.generate
+        parsers["evaluate"]
+        .parse_args(["--task", "t", "--mask", "m", "--out", "o", "--no-generate"])
+        .config.evaluation.generate
         is False
     )
 

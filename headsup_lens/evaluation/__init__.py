@@ -14,6 +14,7 @@ from ._metrics import first_line as first_line
 from ._metrics import rouge_l as rouge_l
 from ._schedule import SCHEDULE_STEPS as SCHEDULE_STEPS
 from ._schedule import ScheduleCurve as ScheduleCurve
+from ._schedule import check_run_model as check_run_model
 from ._schedule import schedule_curve as schedule_curve
 from ._scoring import Labels as Labels
 from ._scoring import balanced_accuracy as balanced_accuracy

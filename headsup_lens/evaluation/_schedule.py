@@ -3,18 +3,24 @@ its checkpoints, so the effect of training longer is measured rather than guesse
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import torch
 from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._io import OutputSet, atomic_write_json, locked_folder
 from .._typecheck import checked
+from .._validate import check_out_dir
+from .._warnings import warn
 from ..data import Task, encode_split
 from ..masks import HeadMask
+from ..masks._files import read_safetensors
 from ..models import fingerprint
 from ..training import load_trajectory
 from ._answers import answer_nll_per_example, greedy_answers, reduce_nll
@@ -23,6 +29,7 @@ from ._scoring import score_outputs, task_labels
 # The steps the paper's schedule is read at: the fast schedule's end, then up to the paper's 6 250.
 SCHEDULE_STEPS = (300, 1000, 3000, 6250)
 Metric = Callable[[TransformerBridge, Task, HeadMask, list[str]], float]
+TABLE, GENERATIONS, RECORD = "schedule_curve.csv", "schedule_generations.csv", "schedule_curve.json"
 
 
 @checked
@@ -37,6 +44,56 @@ class ScheduleCurve:
     masks: dict[int, HeadMask]
 
 
+def _describe(recorded: object) -> str:
+    """A recorded model identity (`[architecture, n_layers, n_heads, d_head, d_vocab, weights hash]`) for messages."""
+    if isinstance(recorded, (list, tuple)) and len(recorded) == 6:
+        architecture, n_layers, n_heads, _, _, weights = recorded
+        short = str(weights).removeprefix("sha256:")[:12] if weights else "no hash"
+        return f"{architecture}, {n_layers}x{n_heads} heads, weights {short}"
+    return repr(recorded)
+
+
+def _recorded_models(run_dir: Path) -> dict[str, object]:
+    """Where the run records the model it was trained on, and what it records there."""
+    recorded: dict[str, object] = {}
+    state = run_dir / "checkpoints" / "state.pt"
+    if state.is_file():
+        try:
+            saved = torch.load(state, map_location="cpu", weights_only=True)
+        except Exception as error:  # truncated or corrupted files raise several unpickling error types
+            raise ValueError(f"the training state {state} cannot be read ({type(error).__name__})") from error
+        identity = saved.get("identity") if isinstance(saved, dict) else None
+        if isinstance(identity, dict) and "model" in identity:
+            recorded[str(state)] = list(identity["model"])
+    for path in sorted((run_dir / "checkpoints").glob("logits_step*.safetensors")):
+        model = read_safetensors(path, "training checkpoint")[1].get("model")
+        if model is not None:
+            try:
+                recorded[str(path)] = list(json.loads(model))
+            except (ValueError, TypeError) as error:
+                raise ValueError(f"training checkpoint {path} has a malformed model entry {model!r}") from error
+    return recorded
+
+
+@checked
+def check_run_model(run_dir: str | os.PathLike, model: TransformerBridge) -> None:
+    """Refuse a training run folder whose recorded model (`checkpoints/state.pt`'s identity, the
+    checkpoint files' metadata) is not `model` by structure and weights; a run that records none warns."""
+    run_dir = Path(run_dir)
+    current = fingerprint(model)
+    expected = [*current.structural(), current.content_hash]
+    recorded = _recorded_models(run_dir)
+    if not recorded:
+        warn(f"the run {run_dir} records no model identity: it cannot be checked against {current.describe()}")
+        return
+    for where, identity in recorded.items():
+        if identity != expected:
+            raise ValueError(
+                f"the run {run_dir} was trained on another model: {where} records {_describe(identity)}, "
+                f"but the model given is {current.describe()}; load the model the run was trained on"
+            )
+
+
 @checked
 def schedule_curve(
     model: TransformerBridge,
@@ -49,20 +106,25 @@ def schedule_curve(
     batch_size: int = 16,
     metrics: Mapping[str, Metric] | None = None,
     progress: bool = True,
+    out_dir: str | os.PathLike | None = None,
 ) -> ScheduleCurve:
     """Accuracy (greedy, the task's matcher) and answer loss (the paper's "PPL", nats) of the mask a
     training run had at each of `steps`, from `run_dir/checkpoints/logits_step*.safetensors`.
 
-    Steps without a checkpoint are skipped; `latest` adds
+    The run must have been trained on `model` (its recorded identity, `check_run_model`): the masks
+    are stamped with this model's fingerprint. Steps without a checkpoint are skipped; `latest` adds
     the run's last checkpoint (a run still in progress). The mask at a step is the paper's final rule
     applied to the logits saved then, `sigmoid(M) >= 0.5`. The prompts are encoded once; each step's
     outputs get `evaluate`'s second reading (`score_outputs`): strict score, Wilson bounds, echo and
     empty counts, balanced accuracy on label tasks; the generations carry the per-example `strict`
     and `echo` flags. `metrics` adds columns: `name -> f(model, task, mask, generations)`. `progress`
-    shows a bar over the steps.
+    shows a bar over the steps. With `out_dir`, `schedule_curve.csv`, `schedule_generations.csv` and
+    `schedule_curve.json` (the run and the model) are written there as one set, under the folder's lock.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
+    out = check_out_dir(out_dir, "out_dir") if out_dir is not None else None
+    check_run_model(run_dir, model)
     saved, logits = load_trajectory(Path(run_dir), task=task.name)
     wanted = sorted({s for s in steps if s in saved} | ({saved[-1]} if latest else set()))
     if not wanted:
@@ -91,4 +153,12 @@ def schedule_curve(
             )
         ]
     curve = ScheduleCurve(table=pd.DataFrame(rows), generations=pd.DataFrame(texts), masks=masks)
+    if out is not None:
+        with locked_folder(out, "out_dir"):
+            stage = OutputSet(out, "schedule_curve")
+            curve.table.to_csv(stage.path / TABLE, index=False)
+            curve.generations.to_csv(stage.path / GENERATIONS, index=False)
+            record = {"run_dir": str(Path(run_dir).resolve()), "task": task.name, "model": identity.to_dict()}
+            atomic_write_json(stage.path / RECORD, record)
+            stage.commit()
     return curve

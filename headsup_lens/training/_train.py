@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import time
@@ -429,7 +430,8 @@ def _checkpoint(
     tensors = {"logits": logits.detach().cpu().contiguous()}
     if mlp_logits is not None:
         tensors["mlp_logits"] = mlp_logits.detach().cpu().contiguous()
-    meta = {"step": str(step), "tasks": "\n".join(names)}
+    # The model each checkpoint belongs to (structure and weights hash): readers refuse another model's.
+    meta = {"step": str(step), "tasks": "\n".join(names), "model": json.dumps(identity["model"])}
     folder = out / _CHECKPOINTS
     write_safetensors(folder / f"logits_step{step:07d}.safetensors", tensors, meta)
     state = {

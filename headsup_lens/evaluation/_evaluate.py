@@ -103,20 +103,21 @@ def _plan(
     config: EvalConfig,
     other_mask: HeadMask | Tensor | None,
 ) -> _Plan:
-    if mask is not None:
-        mask = _as_head_mask("mask", mask, model)  # a plain [n_layers, n_heads] tensor works as everywhere else
-        mask.check_model(model)
-    if other_mask is not None:
-        other_mask = _as_head_mask("other_mask", other_mask, model)
-        other_mask.check_model(model, allow_other_weights=True)  # the paper's base <-> instruct swap
+    # A plain [n_layers, n_heads] tensor works as everywhere else.
+    head_mask = _as_head_mask("mask", mask, model) if mask is not None else None
+    other = _as_head_mask("other_mask", other_mask, model) if other_mask is not None else None
+    if head_mask is not None:
+        head_mask.check_model(model)
+    if other is not None:
+        other.check_model(model, allow_other_weights=True)  # the paper's base <-> instruct swap
     indices = task.split_indices(config.split)
     inputs, answers = [task.pairs[i][0] for i in indices], [task.pairs[i][1] for i in indices]
     labels = task_labels(task)
     have = {
         "instruction": task.instruction is not None,
         "value gate": config.gate == "value",  # alpha scaling is defined for the value gate only
-        "mask": mask is not None,
-        "other mask": other_mask is not None,
+        "mask": head_mask is not None,
+        "other mask": other is not None,
         "labels": labels is not None,
         "generation": config.generate,
     }
@@ -132,7 +133,7 @@ def _plan(
     chosen = [s for s in chosen if not lacking[s.name]]
     if not chosen:
         raise ValueError("no setting to run: every registered setting lacks something here (mask is None?)")
-    mask_task = mask.metadata.get("task") if mask is not None else None  # recorded by training
+    mask_task = head_mask.metadata.get("task") if head_mask is not None else None  # recorded by training
     if mask_task is not None and mask_task != task.name:
         warn(f"the mask was trained for task {mask_task!r}, not {task.name!r} (column mask_task)")
     if config.text_metrics == "auto":  # translation by its target language: Chinese answers have no spaces
@@ -144,9 +145,9 @@ def _plan(
         controls=[s for s in chosen if s.is_control],
         masks={
             "none": None,
-            "mask": mask,
-            "shuffled": mask.shuffled(config.random_seed) if mask is not None else None,
-            "other": other_mask,
+            "mask": head_mask,
+            "shuffled": head_mask.shuffled(config.random_seed) if head_mask is not None else None,
+            "other": other,
         },
         mask_task=mask_task,
         inputs=inputs,

@@ -21,7 +21,7 @@ from .._warnings import warn
 from ..data import Task, encode_split
 from ..masks import HeadMask
 from ..masks._files import read_safetensors
-from ..models import fingerprint
+from ..models import ModelFingerprint, fingerprint
 from ..training import load_trajectory
 from ._answers import answer_nll_per_example, greedy_answers, reduce_nll
 from ._scoring import score_outputs, task_labels
@@ -44,18 +44,31 @@ class ScheduleCurve:
     masks: dict[int, HeadMask]
 
 
-def _describe(recorded: object) -> str:
+def _describe(recorded: list) -> str:
     """A recorded model identity (`[architecture, n_layers, n_heads, d_head, d_vocab, weights hash]`) for messages."""
-    if isinstance(recorded, (list, tuple)) and len(recorded) == 6:
-        architecture, n_layers, n_heads, _, _, weights = recorded
-        short = str(weights).removeprefix("sha256:")[:12] if weights else "no hash"
-        return f"{architecture}, {n_layers}x{n_heads} heads, weights {short}"
-    return repr(recorded)
+    architecture, n_layers, n_heads, _, _, weights = recorded
+    short = str(weights).removeprefix("sha256:")[:12] if weights else "no hash"
+    return f"{architecture}, {n_layers}x{n_heads} heads, weights {short}"
 
 
-def _recorded_models(run_dir: Path) -> dict[str, object]:
-    """Where the run records the model it was trained on, and what it records there."""
-    recorded: dict[str, object] = {}
+def _identity(where: Path, value: object) -> list:
+    """`[architecture, n_layers, n_heads, d_head, d_vocab, weights hash]` from what a file records."""
+    try:
+        if isinstance(value, dict):  # a mask file's fingerprint
+            recorded_fp = ModelFingerprint.from_dict(value)
+            return [*recorded_fp.structural(), recorded_fp.content_hash]
+        identity = list(value)  # a training run's [*structure, weights hash]
+        if len(identity) == 6:
+            return identity
+    except (TypeError, ValueError):
+        pass
+    raise ValueError(f"{where} records its model as {value!r}, which is not a model identity")
+
+
+def _recorded_models(run_dir: Path) -> dict[Path, list]:
+    """Where the run records the model it was trained on (`checkpoints/state.pt`, each checkpoint's
+    metadata, the final masks' headers), and what it records there."""
+    recorded: dict[Path, list] = {}
     state = run_dir / "checkpoints" / "state.pt"
     if state.is_file():
         try:
@@ -64,30 +77,35 @@ def _recorded_models(run_dir: Path) -> dict[str, object]:
             raise ValueError(f"the training state {state} cannot be read ({type(error).__name__})") from error
         identity = saved.get("identity") if isinstance(saved, dict) else None
         if isinstance(identity, dict) and "model" in identity:
-            recorded[str(state)] = list(identity["model"])
-    for path in sorted((run_dir / "checkpoints").glob("logits_step*.safetensors")):
-        model = read_safetensors(path, "training checkpoint")[1].get("model")
-        if model is not None:
-            try:
-                recorded[str(path)] = list(json.loads(model))
-            except (ValueError, TypeError) as error:
-                raise ValueError(f"training checkpoint {path} has a malformed model entry {model!r}") from error
+            recorded[state] = _identity(state, identity["model"])
+    files = sorted((run_dir / "checkpoints").glob("logits_step*.safetensors"))
+    masks = [run_dir / "mask.safetensors", *sorted((run_dir / "masks").glob("*.safetensors"))]
+    for path in [*files, *(m for m in masks if m.is_file())]:
+        entry = read_safetensors(path, "training output")[1].get("model")
+        if entry is None or entry == "null":
+            continue
+        try:
+            value = json.loads(entry)
+        except ValueError as error:
+            raise ValueError(f"{path} has a malformed model entry {entry!r}") from error
+        recorded[path] = _identity(path, value)
     return recorded
 
 
 @checked
 def check_run_model(run_dir: str | os.PathLike, model: TransformerBridge) -> None:
     """Refuse a training run folder whose recorded model (`checkpoints/state.pt`'s identity, the
-    checkpoint files' metadata) is not `model` by structure and weights; a run that records none warns."""
+    checkpoint files' metadata, the final masks' headers) is not `model`: another structure, or
+    another weights hash where one is recorded. A run that records none warns."""
     run_dir = Path(run_dir)
     current = fingerprint(model)
-    expected = [*current.structural(), current.content_hash]
     recorded = _recorded_models(run_dir)
     if not recorded:
         warn(f"the run {run_dir} records no model identity: it cannot be checked against {current.describe()}")
         return
     for where, identity in recorded.items():
-        if identity != expected:
+        other_weights = identity[5] is not None and identity[5] != current.content_hash
+        if tuple(identity[:5]) != current.structural() or other_weights:
             raise ValueError(
                 f"the run {run_dir} was trained on another model: {where} records {_describe(identity)}, "
                 f"but the model given is {current.describe()}; load the model the run was trained on"

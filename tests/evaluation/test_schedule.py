@@ -57,6 +57,7 @@ def test_a_run_trained_on_other_weights_is_refused(llama, tmp_path):
     """The masks of a run are stamped with the model given: a run of another model is refused, by
     its training state's identity or, without it, by its checkpoint files' metadata."""
     from headsup_lens import load_model
+    from headsup_lens.masks._files import read_safetensors, write_safetensors
 
     from ..conftest import build_llama_dir
 
@@ -69,6 +70,15 @@ def test_a_run_trained_on_other_weights_is_refused(llama, tmp_path):
     (run / "checkpoints" / "state.pt").unlink()
     with pytest.raises(ValueError, match=r"trained on another model: .*logits_step0000001\.safetensors records"):
         schedule_curve(other, task, run, steps=(1,))
+    for path in (run / "checkpoints").glob("*.safetensors"):  # checkpoints as written before they named the model
+        tensors, metadata = read_safetensors(path)
+        write_safetensors(path, tensors, {k: v for k, v in metadata.items() if k != "model"})
+    with pytest.raises(ValueError, match=r"trained on another model: .*mask\.safetensors records"):
+        schedule_curve(other, task, run, steps=(1,))
+    (run / "mask.safetensors").rename(tmp_path / "mask.safetensors")
+    with pytest.warns(UserWarning, match="records no model identity"):
+        schedule_curve(llama, task, run, steps=(1,), progress=False)
+    (tmp_path / "mask.safetensors").rename(run / "mask.safetensors")
     out = tmp_path / "curve"
     curve = schedule_curve(llama, task, run, steps=(1,), progress=False, out_dir=out)  # its own model
     assert curve.table.step.tolist() == [1, 2]

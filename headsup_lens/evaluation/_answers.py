@@ -12,15 +12,15 @@ from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
-from ..data import EncodedSplit, Task, encode_split
-from ..data._tokenize import collate
+from ..data import Task
+from ..data._tokenize import EncodedSplit, collate, encode_split
 from ..gates import Gate, gate_hooks
 from ..masks import HeadMask
 from ..models import left_pad, pad_token_id, stop_token_ids
 from ..objective import answer_nll, greedy_generate, length_batches
 
 MaskArg = HeadMask | Tensor | None
-Advance = Callable[[int], None]  # told how many examples one batch finished (a progress bar's update)
+Advance = Callable[[int], object]  # told how many examples one batch finished (a progress bar's update)
 Reduction = Literal["example", "token"]
 REDUCTIONS = ("example", "token")
 
@@ -131,7 +131,6 @@ def greedy_answers(
     tokenizer = model.tokenizer
     stops = stop_token_ids(model)
     mask = _rows_of(mask, range(len(prompts)), len(prompts))
-    per_row = isinstance(mask, Tensor) and mask.ndim == 3
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out = [""] * len(prompts)
     for chunk in _batches(len(prompts), batch_size):
@@ -143,7 +142,7 @@ def greedy_answers(
             attention,
             max_new_tokens=max_new_tokens,
             stops=stops,
-            mask=mask[rows] if per_row else mask,
+            mask=mask[rows] if isinstance(mask, Tensor) and mask.ndim == 3 else mask,
             alpha=alpha,
             gate=gate,
         )
@@ -174,11 +173,19 @@ def generate_answers(
     position and drops rows at their stop token (`greedy_generate`). Every row equals its own
     unbatched `model.generate` continuation.
     """
-    options = dict(mask=mask, alpha=alpha, gate=gate, max_new_tokens=max_new_tokens, batch_size=batch_size)
-    if progress is None:
-        return greedy_answers(model, prompts, **options)
-    with tqdm(total=len(prompts), desc=progress, unit="prompt", leave=False, dynamic_ncols=True) as bar:
-        return greedy_answers(model, prompts, **options, advance=bar.update)
+    with tqdm(
+        total=len(prompts), desc=progress, unit="prompt", leave=False, dynamic_ncols=True, disable=progress is None
+    ) as bar:
+        return greedy_answers(
+            model,
+            prompts,
+            mask=mask,
+            alpha=alpha,
+            gate=gate,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            advance=bar.update,
+        )
 
 
 @checked

@@ -27,7 +27,8 @@ from .._io import OutputSet, atomic_write, atomic_write_json, locked_folder
 from .._typecheck import checked
 from .._validate import check_out_dir
 from .._warnings import warn
-from ..data import EncodedSplit, Task, encode_split
+from ..data import Task
+from ..data._tokenize import EncodedSplit, encode_split
 from ..masks import HeadMask
 from ..models import ModelFingerprint, fingerprint, prompt_format
 from ._answers import answer_nll_per_example, greedy_answers, reduce_nll
@@ -276,7 +277,6 @@ def _run_setting(
     """(the row's model columns, the outputs) of one setting."""
     mask = plan.masks[setting.mask]
     alpha = config.alpha if setting.scaled else 0.0
-    options = dict(mask=mask, alpha=alpha, gate=config.gate, batch_size=config.batch_size)
     n = len(encoded)
     with tqdm(
         total=n * (2 if config.generate else 1),
@@ -285,13 +285,18 @@ def _run_setting(
         disable=not config.progress,
         dynamic_ncols=True,
     ) as bar:  # one pass over the examples for the loss, one for the generations
-        sums, counts = answer_nll_per_example(model, encoded, **options, advance=bar.update)
+        sums, counts = answer_nll_per_example(
+            model, encoded, mask=mask, alpha=alpha, gate=config.gate, batch_size=config.batch_size, advance=bar.update
+        )
         outputs = (
             greedy_answers(
                 model,
                 encoded.prompts,
-                **options,
+                mask=mask,
+                alpha=alpha,
+                gate=config.gate,
                 max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+                batch_size=config.batch_size,
                 advance=bar.update,
             )
             if config.generate
@@ -403,7 +408,7 @@ class _RunFolder:
             return []
         if texts is None:
             return None
-        group = texts[texts.setting == setting].sort_values("example", kind="stable")
+        group = texts.loc[texts.setting == setting].sort_values(by="example", kind="mergesort")
         if group.example.tolist() != list(range(len(self.plan.answers))):
             return None  # not every output was kept: the setting runs again
         return group.output.tolist()

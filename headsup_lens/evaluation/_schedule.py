@@ -18,7 +18,8 @@ from .._io import OutputSet, atomic_write_json, locked_folder
 from .._typecheck import checked
 from .._validate import check_out_dir
 from .._warnings import warn
-from ..data import Task, encode_split
+from ..data import Task
+from ..data._tokenize import encode_split
 from ..masks import HeadMask
 from ..masks._files import read_safetensors
 from ..models import ModelFingerprint, fingerprint
@@ -57,9 +58,8 @@ def _identity(where: Path, value: object) -> list:
         if isinstance(value, dict):  # a mask file's fingerprint
             recorded_fp = ModelFingerprint.from_dict(value)
             return [*recorded_fp.structural(), recorded_fp.content_hash]
-        identity = list(value)  # a training run's [*structure, weights hash]
-        if len(identity) == 6:
-            return identity
+        if isinstance(value, (list, tuple)) and len(value) == 6:  # a training run's [*structure, weights hash]
+            return list(value)
     except (TypeError, ValueError):
         pass
     raise ValueError(f"{where} records its model as {value!r}, which is not a model identity")
@@ -155,10 +155,17 @@ def schedule_curve(
     rows, texts, masks = [], [], {}
     for step in tqdm(wanted, desc=f"{task.name}: schedule", unit="step", disable=not progress, dynamic_ncols=True):
         mask = masks[step] = HeadMask.from_logits(logits[saved.index(step)], identity, task=task.name, step=step)
-        options = dict(mask=mask, alpha=0.0, gate="value", batch_size=batch_size)
-        generated = greedy_answers(model, encoded.prompts, **options, max_new_tokens=task.max_new_tokens)
+        generated = greedy_answers(
+            model,
+            encoded.prompts,
+            mask=mask,
+            alpha=0.0,
+            gate="value",
+            max_new_tokens=task.max_new_tokens,
+            batch_size=batch_size,
+        )
         scores, per = score_outputs(task, generated, encoded.inputs, encoded.answers, labels)
-        sums, counts = answer_nll_per_example(model, encoded, **options)
+        sums, counts = answer_nll_per_example(model, encoded, mask=mask, batch_size=batch_size)
         row = {"step": step, "heads_kept": mask.n_kept, "n": len(encoded), **scores}
         row["answer_nll"] = reduce_nll(sums, counts, "example")
         for name, metric in (metrics or {}).items():

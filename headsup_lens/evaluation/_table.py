@@ -144,7 +144,7 @@ def rescore(task: Task, table: pd.DataFrame, generations: pd.DataFrame) -> Evalu
     sizes = table.n_examples.tolist() if "n_examples" in table.columns else [None] * len(settings)
     groups: dict[str, pd.DataFrame] = {}
     for name, size in zip(settings, sizes):
-        group = generations[generations.setting == name].sort_values("example", kind="stable")
+        group = generations.loc[generations.setting == name].sort_values(by="example", kind="mergesort")
         if group.empty:
             raise ValueError(f"the table's row {name!r} has no generations to score")
         n = int(size) if size is not None and not pd.isna(size) else len(group)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 from _common import parser, setup
 
-from headsup_lens.evaluation import evaluate
+from headsup_lens.evaluation import EvalConfig, evaluate
 
 REFERENCE_ROWS = ("original", "instructed", "echo baseline", "majority label")
 COLUMNS = [
@@ -41,16 +41,14 @@ def main(argv: list[str] | None = None) -> None:
     for gate in ("value", "query"):
         mask = (xp.mask(task) if gate == "value" else xp.masks([task], gate="query")[task.name]).mask
         settings = ["original", "instructed", "masked", "random mask", "echo baseline"]
-        table, generations = evaluate(
-            xp.model,
-            task,
-            mask,
+        config = EvalConfig(
             gate=gate,
             batch_size=args.eval_batch_size,
             random_seed=args.seed,
-            settings=[s for s in settings if s != "instructed" or task.instruction is not None],
-            return_generations=True,
+            settings=tuple(s for s in settings if s != "instructed" or task.instruction is not None),
         )
+        result = evaluate(xp.model, task, mask, config)
+        table, generations = result.table, result.generations
         if gate == "query":  # the reference rows do not depend on the gate: keep one copy
             keep = ~table.setting.isin(REFERENCE_ROWS)
             table, generations = table[keep], generations[~generations.setting.isin(REFERENCE_ROWS)]

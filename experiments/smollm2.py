@@ -34,7 +34,7 @@ import headsup_lens as hl
 from headsup_lens._io import atomic_write
 from headsup_lens.analysis import Setting, alpha_grid, jaccard_matrix, jaccard_table, random_order, weight_order
 from headsup_lens.data import FV_TASKS
-from headsup_lens.evaluation import accuracy
+from headsup_lens.evaluation import EvalConfig, accuracy, rescore
 from headsup_lens.plots import (
     alpha_figure,
     jaccard_figure,
@@ -46,6 +46,7 @@ from headsup_lens.plots import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+TEXT_COLUMNS = {"input": str, "answer": str, "output": str}  # stored generations: text stays text
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -184,18 +185,16 @@ def evaluation(args, model, out: Path, task, mask: hl.HeadMask, extra: dict[str,
     Writes `tables12_evaluation_<task>.csv` and every output behind it, `tables12_generations_<task>.csv`."""
     stem = hl.training.safe_name(task.name)
     start = time.perf_counter()
-    table, texts = hl.evaluate(
-        model, task, mask, alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0, return_generations=True
-    )
-    tables, generations = [table], [texts]
+    config = EvalConfig(alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0)
+    result = hl.evaluate(model, task, mask, config)
+    tables, generations = [result.table], [result.generations]
     _record_time(out, stage, f"{task.name}: evaluate (settings table)", time.perf_counter() - start)
     for label, seed_mask in extra.items():  # other seeds of this task's mask: run-to-run spread
         if label.startswith(f"{stem} (seed "):
             start = time.perf_counter()
             seed = label[len(stem) + 2 : -1]
-            rows, texts = hl.evaluate(
-                model, task, seed_mask, alpha=args.alpha, batch_size=args.eval_batch_size, return_generations=True
-            )
+            seed_result = hl.evaluate(model, task, seed_mask, config)
+            rows, texts = seed_result.table, seed_result.generations
             keep = ["masked", "random mask"]
             tables.append(rows[rows.setting.isin(keep)].assign(setting=lambda t: t.setting + f", {seed}"))
             generations.append(texts[texts.setting.isin(keep)].assign(setting=lambda t: t.setting + f", {seed}"))
@@ -225,22 +224,16 @@ def add_seed_rows(args, out: Path, task, model, extra: dict[str, hl.HeadMask]) -
     their McNemar p-values computed against the stored reference rows (`rescore`). True if any."""
     stem = hl.training.safe_name(task.name)
     table = pd.read_csv(out / f"tables12_evaluation_{stem}.csv")
-    texts = pd.read_csv(out / f"tables12_generations_{stem}.csv", keep_default_na=False)
+    texts = pd.read_csv(out / f"tables12_generations_{stem}.csv", keep_default_na=False, dtype=TEXT_COLUMNS)
     added = False
     for label, seed_mask in extra.items():
         seed = label[len(stem) + 2 : -1]
         if not label.startswith(f"{stem} (seed ") or f"masked, {seed}" in set(table.setting):
             continue
         start = time.perf_counter()
-        rows, outputs = hl.evaluate(
-            model,
-            task,
-            seed_mask,
-            alpha=args.alpha,
-            batch_size=args.eval_batch_size,
-            return_generations=True,
-            settings=["masked", "random mask"],
-        )
+        config = EvalConfig(alpha=args.alpha, batch_size=args.eval_batch_size, settings=("masked", "random mask"))
+        seed_result = hl.evaluate(model, task, seed_mask, config)
+        rows, outputs = seed_result.table, seed_result.generations
         rename = {"masked": f"masked, {seed}", "random mask": f"random mask, {seed}"}
         at = table.index[table.setting.isin(["echo baseline", "majority label"])].min()  # controls stay last
         at = len(table) if pd.isna(at) else at
@@ -250,7 +243,8 @@ def add_seed_rows(args, out: Path, task, model, extra: dict[str, hl.HeadMask]) -
         _record_time(out, "evaluate", f"{label}: evaluate (masked, random mask)", time.perf_counter() - start)
         added = True
     if added:
-        table, texts = rescore(task, table, texts)
+        rescored = rescore(task, table, texts)
+        table, texts = rescored.table, rescored.generations
         write_csv(out / f"tables12_evaluation_{stem}.csv", table)
         write_csv(out / f"tables12_generations_{stem}.csv", texts)
     return added
@@ -260,38 +254,14 @@ def write_csv(path: Path, table: pd.DataFrame) -> None:
     atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
 
 
-def rescore(task, table: pd.DataFrame, texts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The score columns of a settings table recomputed from its stored generations (no model run):
-    `evaluate`'s own `score_outputs` and McNemar tests; losses and the other columns are kept."""
-    from headsup_lens.evaluation import mcnemar_exact, score_outputs, task_labels
-    from headsup_lens.evaluation._evaluate import MASK_SETTINGS
-
-    labels = task_labels(task)
-    rows, outputs, per_setting = [], [], {}
-    for record in table.to_dict("records"):
-        group = texts[texts.setting == record["setting"]].sort_values("example")
-        scores, per = score_outputs(task, group.output.tolist(), group.input.tolist(), group.answer.tolist(), labels)
-        per_setting[record["setting"]] = per
-        base = record["setting"].split(", seed ")[0]
-        for reference in ("original", "instructed"):
-            scores[f"p_vs_{reference}"] = (
-                mcnemar_exact(per["correct"], per_setting[reference]["correct"])
-                if base in MASK_SETTINGS and reference in per_setting
-                else float("nan")
-            )
-        rows.append({**record, **scores})
-        kept = group[["task", "setting", "example", "input", "answer", "output"]]
-        outputs.append(kept.assign(**dict(per.items())))
-    return pd.DataFrame(rows)[list(table.columns)], pd.concat(outputs, ignore_index=True)
-
-
 def rescore_stored(args, model, out: Path) -> None:
     """`rescore`: every task with a stored generations file, its table rewritten in place."""
     for path in sorted(out.glob("tables12_generations_*.csv")):
         stem = path.stem.removeprefix("tables12_generations_")
         table = pd.read_csv(out / f"tables12_evaluation_{stem}.csv")
         task = hl.load_task(table.task.iloc[0], args.data_dir)
-        table, texts = rescore(task, table, pd.read_csv(path, keep_default_na=False))
+        rescored = rescore(task, table, pd.read_csv(path, keep_default_na=False, dtype=TEXT_COLUMNS))
+        table, texts = rescored.table, rescored.generations
         write_csv(out / f"tables12_evaluation_{stem}.csv", table)
         write_csv(path, texts)
         print(f"{task.name}: rescored", flush=True)

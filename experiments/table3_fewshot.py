@@ -32,7 +32,7 @@ from _common import ORGANISM_TASKS, parser, record_time, setup
 import headsup_lens as hl
 from headsup_lens._io import atomic_write
 from headsup_lens.data import FV_TASKS, HYBRID_UNSEEN, fewshot, task_mixture
-from headsup_lens.evaluation import evaluate
+from headsup_lens.evaluation import EvalConfig, evaluate
 from headsup_lens.training import safe_name
 
 HYBRID_FILE = "fewshot/hybrid"
@@ -114,17 +114,17 @@ def main(argv: list[str] | None = None) -> None:
         if stem.with_suffix(".csv").is_file():
             print(f"[table3] {task0.name}: rows found in {stem}.csv")
             continue
-        options = dict(
-            alpha=args.alpha, random_seed=args.seed, batch_size=args.eval_batch_size, return_generations=True
-        )
+        config = EvalConfig(alpha=args.alpha, random_seed=args.seed, batch_size=args.eval_batch_size)
         started = time.perf_counter()
         with warnings.catch_warnings():  # the 5-shot mask on zero-shot prompts is intended (column mask_task)
             warnings.filterwarnings("ignore", message="the mask was trained for task")
-            table0, gen0 = evaluate(xp.model, task0, mask, **options)
+            result0 = evaluate(xp.model, task0, mask, config)
+        table0, gen0 = result0.table, result0.generations
         record_time(xp.out, "table3", f"{task0.name}: evaluate 0-shot", time.perf_counter() - started)
         started = time.perf_counter()
         # The hybrid mask takes evaluate's slot for a second mask (the paper's other model's mask).
-        table5, gen5 = evaluate(xp.model, task5, mask, other_mask=hybrid_mask, **options)
+        result5 = evaluate(xp.model, task5, mask, config, other_mask=hybrid_mask)
+        table5, gen5 = result5.table, result5.generations
         record_time(xp.out, "table3", f"{task0.name}: evaluate {args.shots}-shot", time.perf_counter() - started)
         rename = {"other model's mask": "hybrid mask"}
         table0 = table0.assign(prompt="0-shot")

@@ -14,7 +14,7 @@ import time
 import pandas as pd
 from _common import parser, record_time, setup
 
-from headsup_lens.evaluation import evaluate
+from headsup_lens.evaluation import EvalConfig, evaluate
 
 MASKS = ("heads", "heads + FFN")
 
@@ -49,15 +49,9 @@ def main(argv: list[str] | None = None) -> None:
         for kind in MASKS:
             mask = masks[kind][task.name]
             started = time.perf_counter()
-            table, gens = evaluate(
-                xp.model,
-                task,
-                mask,
-                alpha=args.alpha,
-                random_seed=args.seed,
-                batch_size=args.eval_batch_size,
-                return_generations=True,
-            )
+            config = EvalConfig(alpha=args.alpha, random_seed=args.seed, batch_size=args.eval_batch_size)
+            result = evaluate(xp.model, task, mask, config)
+            table, gens = result.table, result.generations
             record_time(xp.out, "table40", f"{task.name}: evaluate ({kind} mask)", time.perf_counter() - started)
             ffn = removed_ffn(mask)
             if kind != MASKS[0]:  # the mask-free rows and controls are the same for both masks: keep one copy

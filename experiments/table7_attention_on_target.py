@@ -12,7 +12,7 @@ from __future__ import annotations
 from _common import parser, setup
 
 from headsup_lens.analysis import attention_on_target, candidate_spans
-from headsup_lens.evaluation import evaluate
+from headsup_lens.evaluation import EvalConfig, evaluate
 from headsup_lens.plots import attention_target_figure, head_heatmap
 
 
@@ -46,11 +46,10 @@ def main(argv: list[str] | None = None) -> None:
         "table7_attention_per_head",
         task,
     )
-    evaluation, generations = evaluate(
-        xp.model, task, mask, random_seed=args.seed, batch_size=args.eval_batch_size, return_generations=True
-    )
+    result = evaluate(xp.model, task, mask, EvalConfig(random_seed=args.seed, batch_size=args.eval_batch_size))
+    evaluation = result.table
     xp.table(evaluation, "table7_evaluation", task)
-    xp.table(generations, "table7_generations", task)
+    xp.table(result.generations, "table7_generations", task)
     xp.done(
         table.to_string(index=False)
         + "\n"

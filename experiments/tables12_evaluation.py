@@ -10,7 +10,7 @@ import pandas as pd
 from _common import parser, setup
 
 from headsup_lens.analysis import pathway_recovery
-from headsup_lens.evaluation import evaluate
+from headsup_lens.evaluation import EvalConfig, evaluate
 from headsup_lens.plots import mask_heatmap
 
 
@@ -26,21 +26,11 @@ def main(argv: list[str] | None = None) -> None:
     xp = setup("tables12", args)
     tasks = xp.tasks()
     masks = {name: trained.mask for name, trained in xp.masks(tasks).items()}
-    results = [
-        evaluate(
-            xp.model,
-            t,
-            masks[t.name],
-            alpha=args.alpha,
-            random_seed=args.seed,
-            batch_size=args.eval_batch_size,
-            return_generations=True,
-        )
-        for t in tasks
-    ]
-    table = pd.concat([r[0] for r in results], ignore_index=True)
+    config = EvalConfig(alpha=args.alpha, random_seed=args.seed, batch_size=args.eval_batch_size)
+    results = [evaluate(xp.model, t, masks[t.name], config) for t in tasks]
+    table = pd.concat([r.table for r in results], ignore_index=True)
     xp.table(table, "tables12_evaluation")
-    xp.table(pd.concat([r[1] for r in results], ignore_index=True), "tables12_generations")  # behind every row
+    xp.table(pd.concat([r.generations for r in results], ignore_index=True), "tables12_generations")  # behind every row
     xp.figure(mask_heatmap(masks, title="Learned masks (1 = kept)"), "tables12_masks")
     summary = (
         table.pivot(index="task", columns="setting", values="accuracy")

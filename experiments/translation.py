@@ -10,9 +10,9 @@ Stages, each calling only the library and writing to `figures/smollm2/translatio
 direction en -> xx and writes `scan_generations.csv` and `scan.csv` (target-language share, the
 paper's ROUGE-L); directions already in the CSV are skipped. `train` trains one mask per direction
 (`train_masks`, one pass, resumable from its run folder under `--runs`, git-ignored) and keeps the
-final masks in `<out>/masks/`. `analyze` evaluates the stored masks on the 100 held-out pairs and
-runs the removal sweeps; each artifact is skipped when its file exists (rerun to resume). Every
-stage appends its wall time to `<out>/times.csv`.
+final masks in `<out>/masks/`. `analyze` evaluates the stored masks on the 100 held-out pairs
+(`evaluate`, which resumes from the settings an interrupted run finished) and runs the removal sweeps
+(each sweep is skipped when its file exists). Every stage appends its wall time to `<out>/times.csv`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from _common import fast_config
 from _common import record_time as _record_time
 
 import headsup_lens as hl
+from headsup_lens.evaluation import EvalConfig, evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCAN_TARGETS = ("fr", "de", "es", "zh", "ru", "ar")
@@ -182,89 +183,31 @@ def train(args, model, out: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- analyze
-def _settings(mask, alpha: float) -> list[tuple[str, object, float, bool]]:
-    """Table 1's rows: (name, mask, alpha, instructed); the mask rows only once a mask is stored."""
-    rows = [("original", None, 0.0, False), ("instructed", None, 0.0, True)]
-    if mask is not None:
-        rows += [
-            ("masked", mask, 0.0, False),
-            ("random mask", mask.shuffled(0), 0.0, False),
-            (f"instructed + scaled mask (alpha {alpha:g})", mask, alpha, True),
-        ]
-    return rows
+ECHO = "echo baseline (source as output)"
+
+
+def _names(alpha: float) -> dict[str, str]:
+    """This script's row names for `evaluate`'s settings (the scaled row carries its alpha)."""
+    return {"instructed + scaled mask": f"instructed + scaled mask (alpha {alpha:g})", "echo baseline": ECHO}
 
 
 def table1(args, model, out: Path, pair: str) -> pd.DataFrame:
-    """Table 1 rows for one direction on the held-out pairs: answer loss (the paper's "PPL"), the
-    paper's ROUGE-L, Table 8's BLEU and the target-language share. Each setting's generations go
-    to `table1_generations_<pair>.csv` as it finishes; settings already there are not rerun."""
-    from headsup_lens.evaluation import generations
-    from headsup_lens.evaluation._evaluate import answer_nll_per_example
-
+    """Table 1 rows for one direction on the held-out pairs (`evaluate`; the mask rows only once a mask
+    is stored): answer loss (the paper's "PPL"), the paper's ROUGE-L, Table 8's BLEU and the
+    target-language share, and the echo control (the English source copied as the output: shared names
+    and cognates score without translating). The evaluation and every generation are in
+    `table1_<pair>_evaluation/`; an interrupted run resumes from the settings it finished."""
     task = hl.load_task(f"translation/{pair}", args.data_dir)
     mask = hl.HeadMask.load(_mask_path(out, pair), model) if _mask_path(out, pair).exists() else None
-    path = out / f"table1_generations_{pair}.csv"
-    for name, setting_mask, alpha, instructed in _settings(mask, args.alpha):
-        done = pd.read_csv(path, keep_default_na=False) if path.exists() else pd.DataFrame(columns=["setting"])
-        if (done.setting == name).any():
-            continue
-        start = time.perf_counter()
-        options = dict(mask=setting_mask, alpha=alpha, instructed=instructed, batch_size=args.eval_batch_size)
-        sums, counts = answer_nll_per_example(model, task, **options)
-        texts = generations(model, task, **options)
-        rows = pd.DataFrame(
-            {
-                "setting": name,
-                "source": [x for x, _ in task.eval_pairs],
-                "reference": [y for _, y in task.eval_pairs],
-                "generation": texts,
-                "answer_nll": (sums / counts).tolist(),
-                "n_kept": setting_mask.n_kept if setting_mask is not None else model.cfg.n_layers * model.cfg.n_heads,
-            }
-        )
-        rows.to_csv(path, mode="a", header=not path.exists(), index=False)
-        _record_time(
-            out, "analyze", f"{pair}: Table 1, {name} ({len(texts)} held-out pairs)", time.perf_counter() - start
-        )
-    return summarize_table1(out, pair)
-
-
-def summarize_table1(out: Path, pair: str) -> pd.DataFrame:
-    from headsup_lens.evaluation import paper_bleu, paper_rouge_l, target_language_share
-
-    tgt = pair.split("-")[1]
-    rows = pd.read_csv(out / f"table1_generations_{pair}.csv", keep_default_na=False)
-    table = []
-    for name, group in rows.groupby("setting", sort=False):
-        texts, refs = list(group.generation), list(group.reference)
-        table.append(
-            {
-                "pair": pair,
-                "setting": name,
-                "n_kept": int(group.n_kept.iloc[0]),
-                "n": len(group),
-                "answer_nll": group.answer_nll.mean(),
-                "rouge_l": paper_rouge_l(texts, refs),
-                "bleu": paper_bleu(texts, refs),
-                "target_language_share": target_language_share(texts, tgt),
-            }
-        )
-    # Control: the English source copied as the output (shared names and cognates score without translating).
-    first = rows[rows.setting == rows.setting.iloc[0]]
-    sources, refs = list(first.source), list(first.reference)
-    table.append(
-        {
-            "pair": pair,
-            "setting": "echo baseline (source as output)",
-            "n_kept": None,
-            "n": len(first),
-            "answer_nll": None,
-            "rouge_l": paper_rouge_l(sources, refs),
-            "bleu": paper_bleu(sources, refs),
-            "target_language_share": target_language_share(sources, tgt),
-        }
+    config = EvalConfig(alpha=args.alpha, batch_size=args.eval_batch_size, random_seed=0)
+    start = time.perf_counter()
+    result = evaluate(model, task, mask, config, out_dir=out / f"table1_{pair}_evaluation")
+    _record_time(
+        out, "analyze", f"{pair}: Table 1 ({len(task.eval_pairs)} held-out pairs)", time.perf_counter() - start
     )
-    table = pd.DataFrame(table)
+    table = result.table.assign(pair=pair, setting=result.table.setting.replace(_names(args.alpha)))
+    table = table.rename(columns={"n_examples": "n"})
+    table = table[["pair", "setting", "n_kept", "n", "answer_nll", "rouge_l", "bleu", "target_language_share"]]
     table.to_csv(out / f"table1_{pair}.csv", index=False)
     print(table.to_string(index=False), flush=True)
     return table
@@ -346,9 +289,8 @@ PAPER_TABLE8_ALPHA = {"en-de": 0.3, "en-fr": 0.2, "en-zh": 0.1, "zh-en": 0.3, "f
 def table8(args, model, out: Path, pair: str) -> None:
     """Table 8: BLEU (the reference's procedure, 0-1) on the first `--iwslt-n` IWSLT 2017 test pairs,
     instructed ("Translate into de:", as the reference writes it), without and with the direction's mask
-    (heads outside it scaled by the paper's alpha, or `--table8-alpha`)."""
-    from headsup_lens.evaluation import generations, paper_bleu, target_language_share
-
+    (heads outside it scaled by the paper's alpha, or `--table8-alpha`), and the echo control (`evaluate`,
+    in `table8_<pair>_evaluation/`)."""
     full = hl.load_task(f"iwslt2017/{pair}", args.data_dir)
     task = hl.data.Task(
         full.name,
@@ -361,42 +303,14 @@ def table8(args, model, out: Path, pair: str) -> None:
     )
     mask_path = _mask_path(out, pair)
     alpha = args.table8_alpha if args.table8_alpha is not None else PAPER_TABLE8_ALPHA[pair]
-    settings = [("instructed", None, 0.0)]
-    if mask_path.exists():
-        settings.append((f"instructed + scaled mask (alpha {alpha:g})", hl.HeadMask.load(mask_path, model), alpha))
-    path = out / f"table8_generations_{pair}.csv"
-    for name, mask, setting_alpha in settings:
-        done = pd.read_csv(path, keep_default_na=False) if path.exists() else pd.DataFrame(columns=["setting"])
-        if (done.setting == name).any():
-            continue
-        start = time.perf_counter()
-        texts = generations(
-            model, task, mask=mask, alpha=setting_alpha, instructed=True, batch_size=args.eval_batch_size
-        )
-        pd.DataFrame({"setting": name, "reference": [y for _, y in task.pairs], "generation": texts}).to_csv(
-            path, mode="a", header=not path.exists(), index=False
-        )
-        _record_time(out, "analyze", f"{pair}: Table 8, {name} ({len(texts)} IWSLT pairs)", time.perf_counter() - start)
-    rows = pd.read_csv(path, keep_default_na=False)
-    echo = pd.DataFrame(
-        {
-            "setting": "echo baseline (source as output)",
-            "reference": [y for _, y in task.pairs],
-            "generation": [x for x, _ in task.pairs],
-        }
-    )  # control: the source copied
-    table = pd.DataFrame(
-        [
-            {
-                "pair": pair,
-                "setting": name,
-                "n": len(g),
-                "bleu": paper_bleu(list(g.generation), list(g.reference)),
-                "target_language_share": target_language_share(list(g.generation), pair.split("-")[1]),
-            }
-            for name, g in pd.concat([rows, echo]).groupby("setting", sort=False)
-        ]
-    )
+    mask = hl.HeadMask.load(mask_path, model) if mask_path.exists() else None
+    settings = ("instructed", "instructed + scaled mask", "echo baseline") if mask else ("instructed", "echo baseline")
+    config = EvalConfig(alpha=alpha, batch_size=args.eval_batch_size, settings=settings)
+    start = time.perf_counter()
+    result = evaluate(model, task, mask, config, out_dir=out / f"table8_{pair}_evaluation")
+    _record_time(out, "analyze", f"{pair}: Table 8 ({len(task.pairs)} IWSLT pairs)", time.perf_counter() - start)
+    table = result.table.assign(pair=pair, setting=result.table.setting.replace(_names(alpha)))
+    table = table.rename(columns={"n_examples": "n"})[["pair", "setting", "n", "bleu", "target_language_share"]]
     table.to_csv(out / f"table8_{pair}.csv", index=False)
     print(table.to_string(index=False), flush=True)
 

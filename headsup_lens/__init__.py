@@ -25,6 +25,7 @@ _EXPORTS = {
     "load_task": ".data",
     "translation_task": ".data",
     "evaluate": ".evaluation",
+    "EvalConfig": ".evaluation",
     "query_gate": ".gates",
     "value_gate": ".gates",
     "HeadMask": ".masks",

@@ -34,4 +34,7 @@ def test_training_advice_points_at_the_callers_line(planted):
 
 def test_a_mask_for_another_task_warns_at_the_callers_line(planted):
     mask = HeadMask(planted_mask(), metadata={"task": "another task"})
-    assert _warned_from(UserWarning, lambda: hl.evaluate(planted, planted_task(), mask, generate=False)) == __file__
+    assert (
+        _warned_from(UserWarning, lambda: hl.evaluate(planted, planted_task(), mask, hl.EvalConfig(generate=False)))
+        == __file__
+    )

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
+from ..evaluation import EvalConfig
 from ._registry import check_out_dir, command, mask_file
-
-PARTIAL = "results.partial.csv"  # the finished rows of an interrupted run; results.csv is left as it was
 
 
 @dataclass
@@ -19,28 +17,12 @@ class EvaluateCommand:
     mask: str
     """Mask file (safetensors) trained for this model, or a `headsup train` output folder holding mask.safetensors."""
     out: str
-    """Output folder for results.csv and generations.csv, every output behind the table (results.partial.csv
-    holds the finished rows while it runs)."""
+    """Output folder for results.csv, generations.csv (every output behind the table) and evaluation.json; an
+    interrupted run keeps its finished settings in results.partial.csv and the next run resumes from them."""
     model: str = "organism"
     """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     other_mask: str | None = None
     """Mask (file or folder) of another model of the same architecture (base <-> instruct swap)."""
-    alpha: float = 0.25
-    """Scale of the heads outside the mask in the "instructed + scaled mask" setting."""
-    gate: str = "value"
-    """Gate: value (hook_z) or query (uniform attention)."""
-    split: str = "eval"
-    """Split to evaluate: eval (the last 100 pairs), train or all."""
-    batch_size: int = 16
-    """Examples per forward pass / generation batch."""
-    max_new_tokens: int | None = None
-    """Greedy tokens per answer (default: the task's, 10 for simple tasks, 50 for sentence translation)."""
-    generate: bool = True
-    """Generate greedy answers for accuracy, ROUGE-L and BLEU (--no-generate: only the answer loss)."""
-    text_metrics: str = "auto"
-    """ROUGE-L and BLEU columns: auto (every translation task, and answers of more than two words on average), on or off."""
-    text_style: str = "paper"
-    """Text metrics: paper (whole-generation ROUGE-L, Table 8's sentence BLEU 0-1) or first-line (lower-cased words ROUGE-L, sacreBLEU 0-100, on the first line)."""
     data_dir: str | None = None
     """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
     device: str | None = None
@@ -49,22 +31,17 @@ class EvaluateCommand:
     """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
     prompt_format: str = "paper"
     """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
+    evaluation: EvalConfig = field(default_factory=EvalConfig)
+    """How the settings are run and scored."""
 
 
 @command("evaluate", EvaluateCommand, help="Compare original, instructed, masked and baseline settings on a task.")
 def run_evaluate(args: EvaluateCommand) -> int:
-    from .._io import atomic_write
     from ..data import load_task
     from ..evaluation import evaluate
     from ..masks import HeadMask
     from ..models import load_model
 
-    text_metrics = {"auto": None, "on": True, "off": False}.get(args.text_metrics, "bad")
-    if text_metrics == "bad":
-        raise ValueError(f"--text-metrics must be auto, on or off, not {args.text_metrics!r}")
-    text_style = args.text_style.replace("-", "_")
-    if text_style not in ("paper", "first_line"):
-        raise ValueError(f"--text-style must be paper or first-line, not {args.text_style!r}")
     task = load_task(args.task, args.data_dir)
     mask_path = mask_file(args.mask)
     other_path = mask_file(args.other_mask, "--other-mask") if args.other_mask else None
@@ -72,33 +49,7 @@ def run_evaluate(args: EvaluateCommand) -> int:
     model = load_model(args.model, device=args.device, dtype=args.dtype, prompt_format=args.prompt_format)
     mask = HeadMask.load(mask_path, model)
     other = HeadMask.load(other_path, model, allow_other_weights=True) if other_path else None  # the swap setting
-    target, partial = Path(out) / "results.csv", Path(out) / PARTIAL
-
-    def save(table, path: Path = partial) -> Path:  # after every setting: an interruption keeps the finished rows
-        return atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
-
-    table, texts = evaluate(
-        model,
-        task,
-        mask,
-        other_mask=other,
-        alpha=args.alpha,
-        gate=args.gate,
-        split=args.split,
-        batch_size=args.batch_size,
-        max_new_tokens=args.max_new_tokens,
-        generate=args.generate,
-        text_metrics=text_metrics,
-        text_style=text_style,
-        on_row=save,
-        return_generations=True,
-    )
-    if len(
-        texts
-    ):  # every output behind the table, with its per-example scores (before results.csv, which ends the set)
-        print(f"wrote {atomic_write(Path(out) / 'generations.csv', lambda tmp: texts.to_csv(tmp, index=False))}")
-    written = save(table, target)  # results.csv only ever holds a complete table
-    partial.unlink(missing_ok=True)
-    print(table.to_string(index=False))
-    print(f"wrote {written}")
+    result = evaluate(model, task, mask, args.evaluation, other_mask=other, out_dir=out)
+    print(result.table.to_string(index=False))
+    print(f"wrote {out / 'results.csv'}" + (f" and {out / 'generations.csv'}" if args.evaluation.generate else ""))
     return 0

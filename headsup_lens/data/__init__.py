@@ -47,11 +47,13 @@ _EAGER = [
 _EXPORTS = dict.fromkeys(
     (
         "IGNORE_INDEX",
+        "EncodedSplit",
         "TaskBatch",
         "collate",
         "encode_example",
         "encode_pairs",
         "encode_prompt",
+        "encode_split",
         "length_groups",
         "render_prompt",
         "task_prompts",

@@ -58,14 +58,62 @@ def encode_example(
     give the answer the tokens the model actually sees. An answer that leaves no token is a
     ValueError.
     """
-    template = template or prompt_format(model)
+    return _encode_both(model, user_text, answer, shots, template or prompt_format(model))[1]
+
+
+def _encode_both(
+    model: TransformerBridge, user_text: str, answer: str, shots: Shots, template: PromptFormat
+) -> tuple[list[int], tuple[list[int], list[int]]]:
+    """(the prompt alone, `encode_example`'s row) from one rendering of the prompt."""
     prompt = render_prompt(model, user_text, shots, template=template)
+    prompt_ids = encode(model, prompt, add_bos=template.add_bos)
     full = encode(model, prompt + template.answer(answer), add_bos=template.add_bos)
-    n_prompt = len(encode(model, prompt, add_bos=template.add_bos))
+    n_prompt = len(prompt_ids)
     if not template.clean(answer) or len(full) <= n_prompt:
         raise ValueError(f"answer {answer!r} is empty after tokenisation; every pair needs a non-empty output")
     check_context(model, len(full), "example (prompt and answer)")
-    return full[:n_prompt], full[n_prompt:]
+    return prompt_ids, (full[:n_prompt], full[n_prompt:])
+
+
+@checked
+@dataclass(frozen=True)
+class EncodedSplit:
+    """One split of a task tokenised once for one prompt (bare or instructed): what the answer loss
+    and greedy generation both read, so that neither renders nor tokenises the prompts again.
+
+    `inputs` / `answers`: the split's bare inputs and reference answers, in order. `rows`: per
+    example (prompt ids, answer ids), prompt and answer tokenised jointly (`encode_example`): the
+    loss's input. `prompts`: per example the prompt alone (`encode_prompt`): what generation continues.
+    """
+
+    task: str
+    split: str
+    instructed: bool
+    inputs: tuple[str, ...]
+    answers: tuple[str, ...]
+    rows: tuple[tuple[list[int], list[int]], ...]
+    prompts: tuple[list[int], ...]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@checked
+def encode_split(model: TransformerBridge, task: Task, split: str = "eval", instructed: bool = False) -> EncodedSplit:
+    """`task`'s `split` rendered in the model's prompt format (with the instruction when `instructed`,
+    with each pair's demonstrations) and tokenised, one rendering per example (see `EncodedSplit`)."""
+    users, shots, answers = task_prompts(task, split, instructed)
+    template = prompt_format(model)
+    both = [_encode_both(model, u, a, s, template) for u, s, a in zip(users, shots, answers)]
+    return EncodedSplit(
+        task=task.name,
+        split=split,
+        instructed=instructed,
+        inputs=tuple(task.pairs[i][0] for i in task.split_indices(split)),
+        answers=tuple(answers),
+        rows=tuple(row for _, row in both),
+        prompts=tuple(prompt for prompt, _ in both),
+    )
 
 
 @checked

@@ -30,7 +30,7 @@ from ..analysis import (
     weight_order,
 )
 from ..data import Task, load_task
-from ..evaluation import evaluate
+from ..evaluation import EvalConfig, evaluate
 from ..masks import HeadMask
 from ..models import load_model
 from ..organism import load_planted
@@ -175,16 +175,10 @@ def run_demo(config: DemoConfig) -> DemoResult:
     evaluations, summary_rows, display_rows, outputs = [], [], [], []
     for number, task in enumerate(tasks, 1):
         print(f"evaluating {task.name} ({number}/{len(tasks)}) in the paper's settings ...", flush=True)
-        table, texts = evaluate(
-            model,
-            task,
-            masks[task.name],
-            alpha=0.25,
-            return_generations=True,
-            on_row=lambda t: print(f"  {t.setting.iloc[-1]}: done", flush=True),
-        )
+        result = evaluate(model, task, masks[task.name], EvalConfig(alpha=0.25))  # a progress bar per setting
+        table = result.table
         evaluations.append(table)
-        outputs.append(texts)
+        outputs.append(result.generations)
         accuracy = dict(zip(table.setting, table.accuracy))
         n = int(table.n_examples.iloc[0]) if "n_examples" in table else len(task.eval_pairs)
         row = {

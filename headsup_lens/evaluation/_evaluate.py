@@ -1,224 +1,65 @@
-"""Answer loss, greedy accuracy and the paper's table of settings (Sec. 3.4)."""
+"""`evaluate`: the paper's comparison table (Sec. 3.4) for one task and mask, with every output
+behind it, resumable from the settings an interrupted run finished.
+
+The pieces, in order: the settings to run are chosen from the registry (`SETTINGS`) and every
+argument is checked; the prompts are encoded once per prompt kind (bare, instructed) and handed to
+the loss and to generation; each setting runs (or is taken from `results.partial.csv`) and is scored
+from its outputs (`RowScorer`, the same scoring `rescore` applies to stored outputs); with `out_dir`
+the table and the generations are written as one set under the folder's lock.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from collections.abc import Callable, Sequence
-from typing import Literal
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
-import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
+from .. import __version__
+from .._io import OutputSet, atomic_write, atomic_write_json, locked_folder
 from .._typecheck import checked
+from .._validate import check_out_dir
 from .._warnings import warn
-from ..data import Task, encode_pairs, task_prompts
-from ..data._tokenize import collate, encode_prompt
-from ..gates import Gate, gate_hooks
+from ..data import Task
+from ..data._tokenize import EncodedSplit, encode_split
 from ..masks import HeadMask
-from ..models import fingerprint, left_pad, pad_token_id, prompt_format, stop_token_ids
-from ..objective import answer_nll, greedy_generate, length_batches
-from ._metrics import bleu, first_line, rouge_l
-from ._scoring import majority_label, mcnemar_exact, score_outputs, task_labels
-from ._translation_metrics import paper_bleu, paper_rouge_l, target_language_share
+from ..models import ModelFingerprint, fingerprint, prompt_format
+from ._answers import answer_nll_per_example, greedy_answers, reduce_nll
+from ._config import EvalConfig
+from ._scoring import Labels, task_labels
+from ._settings import SETTINGS, EvalSetting
+from ._table import Evaluation, RowScorer, concat_generations, generation_rows
 
-MaskArg = HeadMask | Tensor | None
-TEXT_STYLES = ("paper", "first_line")
-
-
-def _batches(n: int, batch_size: int) -> list[range]:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
-    return [range(i, min(n, i + batch_size)) for i in range(0, n, batch_size)]
-
-
-def _rows_of(mask: MaskArg, rows: Sequence[int], n: int) -> MaskArg:
-    """The mask for some of the examples: per-row masks `[n_examples, n_layers, n_heads]` are indexed."""
-    if isinstance(mask, Tensor) and mask.ndim == 3:
-        if mask.shape[0] != n:
-            raise ValueError(f"per-row mask has {mask.shape[0]} rows for {n} examples")
-        return mask[list(rows)]
-    return mask
-
-
-Reduction = Literal["example", "token"]
-REDUCTIONS = ("example", "token")
-
-
-def answer_nll_per_example(
-    model: TransformerBridge,
-    task: Task,
-    *,
-    mask: MaskArg = None,
-    alpha: float = 0.0,
-    instructed: bool = False,
-    gate: Gate = "value",
-    split: str = "eval",
-    batch_size: int = 16,
-) -> tuple[Tensor, Tensor]:
-    """Per example of the split: the summed answer cross-entropy (nats, end of turn included) and
-    the number of answer tokens, both `[n_examples]` float64. Only answer positions are unembedded;
-    `mask` may be per example `[n_examples, n_layers, n_heads]`."""
-    users, shots, answers = task_prompts(task, split, instructed)
-    rows = encode_pairs(model, list(zip(users, answers)), shots=shots)
-    sums = torch.zeros(len(rows), dtype=torch.float64)
-    counts = torch.zeros(len(rows), dtype=torch.float64)
-    pad_id = pad_token_id(model)
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
-    for chunk in length_batches(model, rows, max_rows=batch_size):
-        batch = collate([rows[i] for i in chunk], pad_id=pad_id, device=model.cfg.device)
-        with torch.no_grad():
-            nll, owner = answer_nll(
-                model, batch, gate_hooks(model, _rows_of(mask, chunk, len(rows)), alpha=alpha, gate=gate)
-            )
-        owner = torch.tensor(chunk)[owner.cpu()]
-        sums.index_add_(0, owner, nll.double().cpu())
-        counts.index_add_(0, owner, torch.ones_like(owner, dtype=torch.float64))
-    return sums, counts
-
-
-def reduce_nll(sums: Tensor, counts: Tensor, reduction: Reduction = "example") -> float:
-    """`"example"`: mean over examples of each example's mean token NLL (the paper's "PPL");
-    `"token"`: every answer token pooled (what a training batch averages)."""
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
-    if reduction == "token":
-        return float(sums.sum() / counts.sum())
-    return float((sums / counts).mean())
-
-
-@checked
-def answer_loss(
-    model: TransformerBridge,
-    task: Task,
-    *,
-    mask: MaskArg = None,
-    alpha: float = 0.0,
-    instructed: bool = False,
-    gate: Gate = "value",
-    split: str = "eval",
-    batch_size: int = 16,
-    reduction: Reduction = "example",
-) -> float:
-    """Answer cross-entropy (nats, end-of-turn token included): the paper's "PPL".
-
-    `reduction="example"` (the paper's definition): each example's mean over its answer tokens,
-    then the mean over examples; `"token"`: all answer tokens of the split pooled. Neither depends
-    on `batch_size`. See `answer_nll_per_example` for `mask`.
-    """
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
-    sums, counts = answer_nll_per_example(
-        model, task, mask=mask, alpha=alpha, instructed=instructed, gate=gate, split=split, batch_size=batch_size
-    )
-    return reduce_nll(sums, counts, reduction)
-
-
-@checked
-def generate_answers(
-    model: TransformerBridge,
-    prompts: Sequence[list[int]],
-    *,
-    mask: MaskArg = None,
-    alpha: float = 0.0,
-    gate: Gate = "value",
-    max_new_tokens: int = 10,
-    batch_size: int = 16,
-    progress: str | None = None,
-) -> list[str]:
-    """Greedy continuations of tokenised prompts, batched and left-padded, cut at the end of the turn.
-    `progress`, when given, labels a progress bar over the batches (long runs show a sign of life).
-
-    `mask` may be per prompt `[n_prompts, n_layers, n_heads]`: each row is generated under its own mask.
-    Prompts of similar length share a chunk (less padding); each chunk unembeds only the last
-    position and drops rows at their stop token (`greedy_generate`). Every row equals its own
-    unbatched `model.generate` continuation.
-    """
-    tokenizer = model.tokenizer
-    stops = stop_token_ids(model)
-    mask = _rows_of(mask, range(len(prompts)), len(prompts))
-    per_row = isinstance(mask, Tensor) and mask.ndim == 3
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    out = [""] * len(prompts)
-    from tqdm.auto import tqdm
-
-    chunks = list(_batches(len(prompts), batch_size))
-    for chunk in tqdm(chunks, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True):
-        rows = [order[i] for i in chunk]
-        ids, attention = left_pad([prompts[i] for i in rows], pad_id=pad_token_id(model), device=model.cfg.device)
-        result = greedy_generate(
-            model,
-            ids,
-            attention,
-            max_new_tokens=max_new_tokens,
-            stops=stops,
-            mask=mask[rows] if per_row else mask,
-            alpha=alpha,
-            gate=gate,
-        )
-        for i, tokens in zip(rows, result.tokens):
-            out[i] = tokenizer.decode(tokens, skip_special_tokens=True)
-    return out
-
-
-@checked
-def generations(
-    model: TransformerBridge,
-    task: Task,
-    *,
-    mask: MaskArg = None,
-    alpha: float = 0.0,
-    instructed: bool = False,
-    gate: Gate = "value",
-    split: str = "eval",
-    max_new_tokens: int | None = None,
-    batch_size: int = 16,
-) -> list[str]:
-    """Greedy generations for every example of a task split (see `generate_answers`)."""
-    users, shots, _ = task_prompts(task, split, instructed)
-    template = prompt_format(model)
-    prompts = [encode_prompt(model, u, s, template=template) for u, s in zip(users, shots)]
-    return generate_answers(
-        model,
-        prompts,
-        mask=mask,
-        alpha=alpha,
-        gate=gate,
-        batch_size=batch_size,
-        max_new_tokens=max_new_tokens or task.max_new_tokens,
-    )
-
-
-@checked
-def accuracy(
-    model: TransformerBridge,
-    task: Task,
-    *,
-    mask: MaskArg = None,
-    alpha: float = 0.0,
-    instructed: bool = False,
-    gate: Gate = "value",
-    split: str = "eval",
-    max_new_tokens: int | None = None,
-    batch_size: int = 16,
-) -> float:
-    """Fraction of greedy generations that the task's matcher accepts (`max_new_tokens` new tokens;
-    default the task's budget: 10 for simple tasks, 50 for sentence translation)."""
-    answers = task_prompts(task, split, instructed)[2]
-    texts = generations(
-        model,
-        task,
-        mask=mask,
-        alpha=alpha,
-        instructed=instructed,
-        gate=gate,
-        split=split,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-    )
-    return sum(task.is_correct(t, a) for t, a in zip(texts, answers)) / len(answers)
+RESULTS, GENERATIONS, RECORD = "results.csv", "generations.csv", "evaluation.json"
+PARTIAL_RESULTS = "results.partial.csv"  # the finished settings of an interrupted run: the next run resumes
+PARTIAL_GENERATIONS = "generations.partial.csv"
+PARTIAL_RECORD = "evaluation.partial.json"  # whose rows they are: model, task, masks and options
+BASE_COLUMNS = (
+    "task",
+    "mask_task",
+    "setting",
+    "instructed",
+    "alpha",
+    "n_kept",
+    "n_examples",
+    "answer_nll",
+    "perplexity",
+)
+_NEED_TEXT = {
+    "instruction": "an instruction (the task has none)",
+    "value gate": "the value gate (gate is 'query')",
+    "mask": "a mask (mask is None)",
+    "other mask": "other_mask",
+    "labels": "a label task (task_labels is None)",
+    "generation": "generate=True (it is scored from outputs)",
+}
 
 
 def _as_head_mask(name: str, mask: HeadMask | Tensor, model: TransformerBridge) -> HeadMask:
@@ -229,175 +70,382 @@ def _as_head_mask(name: str, mask: HeadMask | Tensor, model: TransformerBridge) 
     return HeadMask(mask.detach().float().cpu(), model=fingerprint(model))
 
 
-CONTROLS = ("echo baseline", "majority label")  # rows scored from fixed outputs, no model run
-MASK_SETTINGS = ("masked", "random mask", "other model's mask", "instructed + scaled mask")
+def _digest(mask: HeadMask | None) -> str | None:
+    if mask is None:
+        return None
+    parts = [mask.values] + ([mask.mlp_values] if mask.mlp_values is not None else [])
+    return hashlib.sha256(b"".join(p.float().contiguous().numpy().tobytes() for p in parts)).hexdigest()
+
+
+def _task_digest(task: Task) -> str:
+    fields = (task.pairs, task.instruction, task.shots, task.matcher, task.n_eval, task.char_level)
+    fields += (task.max_new_tokens, task.target_language)
+    return hashlib.sha256(repr(fields).encode()).hexdigest()
+
+
+@dataclass
+class _Plan:
+    """What one call runs, decided and checked before any model run."""
+
+    runs: list[EvalSetting]  # settings that run the model, in registry order
+    controls: list[EvalSetting]  # then the controls
+    masks: dict[str, HeadMask | None]  # EvalSetting.mask -> the mask it names
+    mask_task: str | None
+    inputs: list[str]
+    answers: list[str]
+    labels: Labels | None
+    text_style: str | None
+
+
+def _plan(
+    model: TransformerBridge,
+    task: Task,
+    mask: HeadMask | Tensor | None,
+    config: EvalConfig,
+    other_mask: HeadMask | Tensor | None,
+) -> _Plan:
+    # A plain [n_layers, n_heads] tensor works as everywhere else.
+    head_mask = _as_head_mask("mask", mask, model) if mask is not None else None
+    other = _as_head_mask("other_mask", other_mask, model) if other_mask is not None else None
+    if head_mask is not None:
+        head_mask.check_model(model)
+    if other is not None:
+        other.check_model(model, allow_other_weights=True)  # the paper's base <-> instruct swap
+    indices = task.split_indices(config.split)
+    inputs, answers = [task.pairs[i][0] for i in indices], [task.pairs[i][1] for i in indices]
+    labels = task_labels(task)
+    have = {
+        "instruction": task.instruction is not None,
+        "value gate": config.gate == "value",  # alpha scaling is defined for the value gate only
+        "mask": head_mask is not None,
+        "other mask": other is not None,
+        "labels": labels is not None,
+        "generation": config.generate,
+    }
+    unknown = [name for name in config.settings if name not in SETTINGS]
+    if unknown:
+        raise ValueError(f"settings: unknown {unknown}; registered: {list(SETTINGS)}")
+    chosen = [s for s in SETTINGS.values() if not config.settings or s.name in config.settings]
+    lacking = {s.name: [_NEED_TEXT[n] for n in s.needs if not have[n]] for s in chosen}
+    if config.settings:
+        unmet = [f"{name!r} needs {', '.join(needs)}" for name, needs in lacking.items() if needs]
+        if unmet:
+            raise ValueError(f"settings unavailable here: {'; '.join(unmet)}")
+    chosen = [s for s in chosen if not lacking[s.name]]
+    if not chosen:
+        raise ValueError("no setting to run: every registered setting lacks something here (mask is None?)")
+    mask_task = head_mask.metadata.get("task") if head_mask is not None else None  # recorded by training
+    if mask_task is not None and mask_task != task.name:
+        warn(f"the mask was trained for task {mask_task!r}, not {task.name!r} (column mask_task)")
+    if config.text_metrics == "auto":  # translation by its target language: Chinese answers have no spaces
+        text = task.is_translation or sum(len(a.split()) for a in answers) / len(answers) > 2
+    else:
+        text = config.text_metrics == "on"
+    return _Plan(
+        runs=[s for s in chosen if not s.is_control],
+        controls=[s for s in chosen if s.is_control],
+        masks={
+            "none": None,
+            "mask": head_mask,
+            "shuffled": head_mask.shuffled(config.random_seed) if head_mask is not None else None,
+            "other": other,
+        },
+        mask_task=mask_task,
+        inputs=inputs,
+        answers=answers,
+        labels=labels if config.generate else None,
+        text_style=config.text_style if text else None,
+    )
 
 
 @checked
 def evaluate(
     model: TransformerBridge,
     task: Task,
-    mask: HeadMask | Tensor,
+    mask: HeadMask | Tensor | None,
+    config: EvalConfig = EvalConfig(),  # noqa: B008 (frozen: one shared default is safe)
     *,
     other_mask: HeadMask | Tensor | None = None,
-    alpha: float = 0.25,
-    gate: Gate = "value",
-    split: str = "eval",
-    max_new_tokens: int | None = None,
-    batch_size: int = 16,
-    random_seed: int = 0,
-    generate: bool = True,
-    text_metrics: bool | None = None,
-    text_style: str = "paper",
-    on_row: Callable[[pd.DataFrame], None] | None = None,
-    return_generations: bool = False,
-    settings: Sequence[str] | None = None,
-) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
-    """The paper's comparison table for one task and mask, one row per setting.
+    out_dir: str | os.PathLike | None = None,
+) -> Evaluation:
+    """The paper's comparison table for one task and mask, one row per setting, and every output behind it.
 
-    Settings: original, instructed, masked, random mask (`mask.shuffled(random_seed)`, same size),
-    other model's mask (`other_mask`, e.g. the base model's), instructed + scaled mask (heads outside
-    the mask scaled by `alpha`; value gate only). Instructed rows need `task.instruction`. Columns:
-    `answer_nll` (nats: each example's mean answer-token cross-entropy, averaged over examples; the
-    paper's "PPL"), `perplexity` (exp of the token-pooled cross-entropy: a true perplexity),
-    `accuracy` (greedy, the task's matcher), and for sentence answers the text metrics.
-    `text_style="paper"` (the reference code's): `rouge_l` on the whole generation and `bleu` (Table 8's
-    mean sentence BLEU, 0-1), see `paper_rouge_l` / `paper_bleu`; `"first_line"`: `rouge_l_first_line`
-    (lower-cased words, characters when `task.char_level`) and `sacrebleu_first_line` (corpus BLEU,
-    0-100) on the first line. Translation tasks also get `target_language_share`.
-    `text_metrics=None` shows them for every translation task, and otherwise when the answers
-    average more than two words (on one-word answers they only restate accuracy).
+    Settings (`SETTINGS`, in that order; `config.settings` picks some): original, instructed, masked,
+    random mask (`mask.shuffled(config.random_seed)`, as many heads), other model's mask
+    (`other_mask`, e.g. the base model's), instructed + scaled mask (heads outside the mask scaled by
+    `config.alpha`; value gate only), then the controls, which need no model: "echo baseline" (each
+    output is the bare input) and, for label tasks, "majority label" (each output is the most
+    frequent label of the training pairs). By default every setting runs whose needs are met (an
+    instruction, the value gate, a mask, `other_mask`, a label task); one named in `config.settings`
+    whose needs are not met is a ValueError. `mask` may be a `HeadMask`, a `[n_layers, n_heads]`
+    tensor, or None when no chosen setting needs it. A mask trained for another task (its metadata)
+    warns; its task is the column `mask_task`.
 
-    Every generated setting also carries (`score_outputs`): `strict` (the normalised first line of
-    the output equals the normalised answer), 95% Wilson bounds `accuracy_low/high` and
-    `strict_low/high`, `echo` (outputs that repeat the input, `is_echo`) and `empty` counts, and
-    for label tasks (`task_labels`) `balanced_accuracy` and `predicted_labels`. Mask settings carry
-    exact McNemar p-values of their paper-matcher hits against the original (`p_vs_original`) and
-    instructed (`p_vs_instructed`) rows on the same examples. Two control rows need no model:
-    "echo baseline" (each output is the bare input) and, for label tasks, "majority label" (each
-    output is the most frequent label of the training pairs).
+    Columns: `answer_nll` (nats: each example's mean answer-token cross-entropy, averaged over
+    examples; the paper's "PPL"), `perplexity` (exp of the token-pooled cross-entropy: a true
+    perplexity), `n_kept`, `alpha`, and from the greedy outputs (`config.generate`): `accuracy` (the
+    task's matcher) and `strict` with 95% Wilson bounds, `echo` and `empty` counts, for label tasks
+    `balanced_accuracy` and `predicted_labels` (`score_outputs`), exact McNemar p-values of masked
+    rows against the original and instructed rows (`p_vs_original`, `p_vs_instructed`; NaN when
+    those rows are not run), and the text metrics: with `text_style="paper"` `rouge_l` and `bleu`
+    (Table 8's mean sentence BLEU, 0-1; `paper_rouge_l`, `paper_bleu`), with `"first_line"`
+    `rouge_l_first_line` and `sacrebleu_first_line` (0-100) on the first line; translation tasks
+    also get `target_language_share`. `text_metrics="auto"` shows them for every translation task
+    and answers of more than two words on average (on one-word answers they restate accuracy).
 
-    `generate=False` skips generation (and every score above). `on_row` is called with the table so
-    far after each setting (to save finished rows as they come). `return_generations=True` returns
-    `(table, generations)`: one row per setting and example with its input, answer, output and
-    per-example scores, so every number of the table can be read against its outputs.
-    `mask_task` is the task the mask was trained for (its metadata); another task than `task` warns.
-    `settings` runs only the named rows (e.g. `["masked", "random mask"]` for a second mask seed whose
-    reference rows exist already; their McNemar p-values are then NaN: they need the reference rows).
+    The prompts are rendered and tokenised once per prompt kind (`encode_split`); the loss and the
+    generation of every setting read them. `config.progress` shows a progress bar per setting.
+
+    With `out_dir`, the folder is locked for the call (a second writer is refused); each finished
+    setting is kept in `results.partial.csv` and `generations.partial.csv` (with
+    `evaluation.partial.json`, which records the model, task, masks and options), a rerun resumes
+    from them, and at the end `results.csv`, `generations.csv` and `evaluation.json` are written as
+    one set (all or nothing) and the partial files removed. Partial files of another model, task,
+    mask or options are refused with a ValueError naming what differs.
     """
-    mask = _as_head_mask("mask", mask, model)  # a plain [n_layers, n_heads] tensor works as everywhere else
-    mask.check_model(model)
-    mask_task = mask.metadata.get("task")  # recorded by training; absent for hand-made masks
-    if mask_task is not None and mask_task != task.name:
-        warn(f"the mask was trained for task {mask_task!r}, not {task.name!r} (column mask_task)")
-    if other_mask is not None:
-        other_mask = _as_head_mask("other_mask", other_mask, model)
-        other_mask.check_model(model, allow_other_weights=True)  # the paper's base <-> instruct swap
-    rows_wanted = settings
-    settings: list[tuple[str, HeadMask | None, float, bool]] = [("original", None, 0.0, False)]
-    if task.instruction is not None:
-        settings.append(("instructed", None, 0.0, True))
-    settings += [("masked", mask, 0.0, False), ("random mask", mask.shuffled(random_seed), 0.0, False)]
-    if other_mask is not None:
-        settings.append(("other model's mask", other_mask, 0.0, False))
-    if task.instruction is not None and gate == "value":  # alpha scaling is defined for the value gate only
-        settings.append(("instructed + scaled mask", mask, alpha, True))
-    control_names = ["echo baseline", "majority label"]
-    if rows_wanted is not None:
-        unknown = sorted(set(rows_wanted) - {name for name, *_ in settings} - set(control_names))
-        if unknown:
-            raise ValueError(
-                f"settings: unknown or unavailable for this task and gate: {unknown}; "
-                f"choose from {[name for name, *_ in settings] + control_names}"
-            )
-        settings = [s for s in settings if s[0] in rows_wanted]
-    if text_style not in TEXT_STYLES:
-        raise ValueError(f"text_style must be one of {TEXT_STYLES}, not {text_style!r}")
-    inputs, _, answers = task_prompts(task, split)
-    if text_metrics is None:  # translation by its target language: Chinese answers have no spaces to count
-        text_metrics = task.is_translation or sum(len(a.split()) for a in answers) / len(answers) > 2
-    labels = task_labels(task) if generate else None
-    records, texts_of, per_example = [], {}, {}
+    plan = _plan(model, task, mask, config, other_mask)
+    # Every prompt kind is encoded before anything runs: a pair that cannot be tokenised fails first.
+    encoded = {
+        flag: encode_split(model, task, config.split, flag) for flag in dict.fromkeys(s.instructed for s in plan.runs)
+    }
+    if out_dir is None:
+        return _run(model, task, config, plan, encoded, None)
+    folder = _RunFolder(check_out_dir(out_dir, "out_dir"), _identity(model, task, config, plan), plan)
+    with locked_folder(folder.path, "out_dir"):
+        result = _run(model, task, config, plan, encoded, folder)
+        folder.commit(result, config)
+    return result
 
-    def add(record: dict, texts: list[str]) -> None:
-        if generate:
-            scores, per = score_outputs(task, texts, inputs, answers, labels)
-            texts_of[record["setting"]], per_example[record["setting"]] = texts, per
-            for reference in ("original", "instructed"):  # paired tests on the same examples
-                scores[f"p_vs_{reference}"] = (
-                    mcnemar_exact(per["correct"], per_example[reference]["correct"])
-                    if record["setting"] in MASK_SETTINGS and reference in per_example
-                    else float("nan")
-                )
-            record.update(
-                dict(sorted(scores.items(), key=lambda kv: kv[0] in ("balanced_accuracy", "predicted_labels")))
-            )
-            if text_metrics and text_style == "paper":
-                record.update(rouge_l=paper_rouge_l(texts, answers), bleu=paper_bleu(texts, answers))
-            elif text_metrics:
-                lines = [first_line(t) for t in texts]
-                record.update(
-                    rouge_l_first_line=rouge_l(lines, answers, char_level=task.char_level),
-                    sacrebleu_first_line=bleu(lines, answers, char_level=task.char_level),
-                )
-            if task.is_translation:
-                record["target_language_share"] = target_language_share(texts, task.target_language)
-        records.append(record)
-        if on_row is not None:
-            on_row(pd.DataFrame.from_records(records))
 
-    for name, setting_mask, setting_alpha, instructed in settings:
-        options = dict(
-            mask=setting_mask, alpha=setting_alpha, instructed=instructed, gate=gate, split=split, batch_size=batch_size
-        )
-        sums, counts = answer_nll_per_example(model, task, **options)
+def _run(
+    model: TransformerBridge,
+    task: Task,
+    config: EvalConfig,
+    plan: _Plan,
+    encoded: dict[bool, EncodedSplit],
+    folder: _RunFolder | None,
+) -> Evaluation:
+    finished = folder.resume() if folder is not None else {}
+    scorer = RowScorer(
+        task,
+        plan.inputs,
+        plan.answers,
+        plan.labels,
+        text_style=plan.text_style,
+        language_share=task.is_translation,
+    )
+    rows, parts = [], []
+
+    def add(record: dict, outputs: list[str]) -> None:
+        row = dict(record)
+        if config.generate:
+            scores, per = scorer.score(record["setting"], outputs)
+            row.update(scores)
+            parts.append(generation_rows(task.name, record["setting"], plan.inputs, plan.answers, outputs, per))
+        rows.append(row)
+
+    for setting in plan.runs:
+        if setting.name in finished:
+            add(*finished[setting.name])
+            continue
+        add(*_run_setting(model, task, config, plan, setting, encoded[setting.instructed]))
+        if folder is not None:  # an interruption keeps the finished settings
+            folder.save(pd.DataFrame.from_records(rows), concat_generations(parts) if config.generate else None)
+    for control in plan.controls:
         record = {
             "task": task.name,
-            "mask_task": mask_task,
-            "setting": name,
-            "instructed": instructed,
-            "alpha": setting_alpha,
-            "n_kept": setting_mask.n_kept if setting_mask is not None else model.cfg.n_layers * model.cfg.n_heads,
-            "n_examples": len(answers),
-            "answer_nll": reduce_nll(sums, counts, "example"),
-            "perplexity": math.exp(reduce_nll(sums, counts, "token")),
+            "setting": control.name,
+            "instructed": False,
+            "alpha": float("nan"),
+            "n_kept": float("nan"),
+            "n_examples": len(plan.answers),
+            "answer_nll": float("nan"),
+            "perplexity": float("nan"),
         }
-        add(record, generations(model, task, max_new_tokens=max_new_tokens, **options) if generate else [])
-    if generate:
-        controls = {"echo baseline": list(inputs)}
-        if labels is not None:
-            majority = majority_label(task, labels, split)
-            controls["majority label"] = [
-                majority if labels.kind == "answer" else x.split(",")[int(majority) - 1].strip() for x in inputs
-            ]
-        for name, texts in controls.items():
-            if rows_wanted is not None and name not in rows_wanted:
+        add(record, control.control(task, config.split, plan.inputs, plan.labels))
+    return Evaluation(table=pd.DataFrame.from_records(rows), generations=concat_generations(parts))
+
+
+def _run_setting(
+    model: TransformerBridge,
+    task: Task,
+    config: EvalConfig,
+    plan: _Plan,
+    setting: EvalSetting,
+    encoded: EncodedSplit,
+) -> tuple[dict, list[str]]:
+    """(the row's model columns, the outputs) of one setting."""
+    mask = plan.masks[setting.mask]
+    alpha = config.alpha if setting.scaled else 0.0
+    n = len(encoded)
+    with tqdm(
+        total=n * (2 if config.generate else 1),
+        desc=f"{task.name}: {setting.name}",
+        unit="ex",
+        disable=not config.progress,
+        dynamic_ncols=True,
+    ) as bar:  # one pass over the examples for the loss, one for the generations
+        sums, counts = answer_nll_per_example(
+            model, encoded, mask=mask, alpha=alpha, gate=config.gate, batch_size=config.batch_size, advance=bar.update
+        )
+        outputs = (
+            greedy_answers(
+                model,
+                encoded.prompts,
+                mask=mask,
+                alpha=alpha,
+                gate=config.gate,
+                max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+                batch_size=config.batch_size,
+                advance=bar.update,
+            )
+            if config.generate
+            else []
+        )
+    record = {
+        "task": task.name,
+        "mask_task": plan.mask_task,
+        "setting": setting.name,
+        "instructed": setting.instructed,
+        "alpha": alpha,
+        "n_kept": mask.n_kept if mask is not None else model.cfg.n_layers * model.cfg.n_heads,
+        "n_examples": n,
+        "answer_nll": reduce_nll(sums, counts, "example"),
+        "perplexity": math.exp(reduce_nll(sums, counts, "token")),
+    }
+    return record, outputs
+
+
+# ------------------------------------------------------------------------------------ run folder
+def _identity(model: TransformerBridge, task: Task, config: EvalConfig, plan: _Plan) -> dict:
+    """Everything that decides the numbers of a row: the model (by content), its prompt format, the
+    task (by content), the masks, the options and the library version."""
+    return {
+        "model": fingerprint(model).to_dict(),
+        "prompt_format": prompt_format(model).name,
+        "task": task.name,
+        "data": _task_digest(task),
+        "mask": _digest(plan.masks["mask"]),
+        "other_mask": _digest(plan.masks["other"]),
+        "config": config.identity(),
+        "version": __version__,
+    }
+
+
+def _differences(saved: dict, current: dict) -> list[str]:
+    differences = []
+    for key in current:
+        there, here = saved.get(key), current[key]
+        if key == "model" and isinstance(there, dict):
+            try:
+                before = ModelFingerprint.from_dict(there)
+            except (TypeError, ValueError):
+                differences.append("model (unreadable there)")
                 continue
-            record = {
-                "task": task.name,
-                "setting": name,
-                "instructed": False,
-                "alpha": float("nan"),
-                "n_kept": float("nan"),
-                "n_examples": len(answers),
-                "answer_nll": float("nan"),
-                "perplexity": float("nan"),
-            }
-            add(record, texts)
-    table = pd.DataFrame.from_records(records)
-    if not return_generations:
-        return table
-    rows = [
-        {
-            "task": task.name,
-            "setting": name,
-            "example": i,
-            "input": inputs[i],
-            "answer": answers[i],
-            "output": text,
-            **{key: values[i] for key, values in per_example[name].items()},
-        }
-        for name, texts in texts_of.items()
-        for i, text in enumerate(texts)
-    ]
-    return table, pd.DataFrame.from_records(rows)
+            now = ModelFingerprint.from_dict(here)
+            if before.structural() != now.structural() or before.content_hash != now.content_hash:
+                differences.append(f"model ({before.describe()} there, {now.describe()} here)")
+        elif key == "config" and isinstance(there, dict):
+            differences += [f"{k} ({there.get(k)!r} there, {v!r} here)" for k, v in here.items() if there.get(k) != v]
+        elif there != here:
+            what = {"data": "task data (its content hash)", "mask": "mask", "other_mask": "other_mask"}.get(key, key)
+            differences.append(
+                what if key in ("data", "mask", "other_mask") else f"{what} ({there!r} there, {here!r} here)"
+            )
+    return differences
+
+
+class _RunFolder:
+    """The output folder of one `evaluate` call: its partial files and its final output set."""
+
+    def __init__(self, path: Path, identity: dict, plan: _Plan) -> None:
+        self.path, self.identity, self.plan = path, identity, plan
+        self._recorded = False
+
+    def resume(self) -> dict[str, tuple[dict, list[str]]]:
+        """The settings an interrupted run of the same evaluation finished: name -> (model columns,
+        outputs). Partial files of another evaluation are a ValueError."""
+        partial = self.path / PARTIAL_RESULTS
+        if not partial.is_file():
+            for name in (PARTIAL_GENERATIONS, PARTIAL_RECORD):  # left by a run killed before its first row
+                (self.path / name).unlink(missing_ok=True)
+            return {}
+        afresh = f"delete {PARTIAL_RESULTS}, {PARTIAL_GENERATIONS} and {PARTIAL_RECORD} there to start afresh"
+        try:
+            saved = json.loads((self.path / PARTIAL_RECORD).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{partial} has no readable {PARTIAL_RECORD} (whose rows they are); {afresh}") from error
+        differences = _differences(saved if isinstance(saved, dict) else {}, self.identity)
+        if differences:
+            raise ValueError(
+                f"{partial} holds the finished settings of another evaluation: it differs in "
+                f"{'; '.join(differences)}. Rerun with the same model, task, masks and options to resume it, or {afresh}"
+            )
+        self._recorded = True
+        try:
+            table = pd.read_csv(
+                partial,
+                keep_default_na=False,
+                na_values=[""],
+                float_precision="round_trip",
+                dtype={"task": str, "setting": str, "mask_task": str},
+            )
+            texts = None
+            if self.identity["config"]["generate"] and (self.path / PARTIAL_GENERATIONS).is_file():
+                text = {"task": str, "setting": str, "input": str, "answer": str, "output": str}
+                texts = pd.read_csv(self.path / PARTIAL_GENERATIONS, keep_default_na=False, dtype=text)
+            finished = {}
+            for row in table.to_dict("records"):
+                outputs = self._outputs(texts, row["setting"])
+                if int(row["n_examples"]) == len(self.plan.answers) and outputs is not None:
+                    finished[str(row["setting"])] = (_model_columns(row), outputs)
+        except (KeyError, ValueError, pd.errors.ParserError) as error:
+            raise ValueError(f"{partial} cannot be read ({error}); {afresh}") from error
+        return finished
+
+    def _outputs(self, texts: pd.DataFrame | None, setting: str) -> list[str] | None:
+        if not self.identity["config"]["generate"]:
+            return []
+        if texts is None:
+            return None
+        group = texts.loc[texts.setting == setting].sort_values(by="example", kind="mergesort")
+        if group.example.tolist() != list(range(len(self.plan.answers))):
+            return None  # not every output was kept: the setting runs again
+        return group.output.tolist()
+
+    def save(self, table: pd.DataFrame, generations: pd.DataFrame | None) -> None:
+        """Keep the finished settings (the outputs first: a row is only ever kept with its outputs)."""
+        if not self._recorded:
+            atomic_write_json(self.path / PARTIAL_RECORD, self.identity)
+            self._recorded = True
+        if generations is not None:
+            atomic_write(self.path / PARTIAL_GENERATIONS, lambda tmp: generations.to_csv(tmp, index=False))
+        atomic_write(self.path / PARTIAL_RESULTS, lambda tmp: table.to_csv(tmp, index=False))
+
+    def commit(self, result: Evaluation, config: EvalConfig) -> list[Path]:
+        """Write results.csv, generations.csv and evaluation.json as one set; drop the partial files."""
+        stage = OutputSet(self.path, "evaluate")
+        result.table.to_csv(stage.path / RESULTS, index=False)
+        if config.generate:
+            result.generations.to_csv(stage.path / GENERATIONS, index=False)
+        atomic_write_json(stage.path / RECORD, {**self.identity, "settings": result.table.setting.tolist()})
+        written = stage.commit()
+        for name in (PARTIAL_RESULTS, PARTIAL_GENERATIONS, PARTIAL_RECORD):
+            (self.path / name).unlink(missing_ok=True)
+        return written
+
+
+def _model_columns(row: dict) -> dict:
+    """A finished setting's model columns as a fresh run gives them (types as computed, not as parsed)."""
+    mask_task = row["mask_task"]
+    return {
+        "task": str(row["task"]),
+        "mask_task": None if not isinstance(mask_task, str) else mask_task,
+        "setting": str(row["setting"]),
+        "instructed": bool(row["instructed"]),
+        "alpha": float(row["alpha"]),
+        "n_kept": int(row["n_kept"]),
+        "n_examples": int(row["n_examples"]),
+        "answer_nll": float(row["answer_nll"]),
+        "perplexity": float(row["perplexity"]),
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -331,9 +332,9 @@ class _MaskRun:
         if self.mlp_logits is not None:
             tensors["mlp_logits"] = self.mlp_logits.detach().cpu().contiguous()
         folder = out / _CHECKPOINTS
-        write_safetensors(
-            folder / f"logits_step{step:07d}.safetensors", tensors, {"step": str(step), "tasks": "\n".join(self.names)}
-        )
+        # The model each checkpoint belongs to (structure and weights hash): readers refuse another model's.
+        meta = {"step": str(step), "tasks": "\n".join(self.names), "model": json.dumps(self.identity["model"])}
+        write_safetensors(folder / f"logits_step{step:07d}.safetensors", tensors, meta)
         state = {
             "step": step,
             "logits": self.logits.detach(),

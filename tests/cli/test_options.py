@@ -64,7 +64,9 @@ def test_negative_flags(tmp_path):
     parsers = command_parsers()
     assert parsers["sweep"].parse_args(["--prompt", "p", "--out", "o", "--no-png"]).config.png is False
     assert (
-        parsers["evaluate"].parse_args(["--task", "t", "--mask", "m", "--out", "o", "--no-generate"]).config.generate
+        parsers["evaluate"]
+        .parse_args(["--task", "t", "--mask", "m", "--out", "o", "--no-generate"])
+        .config.evaluation.generate
         is False
     )
 
@@ -92,3 +94,12 @@ def test_help_states_each_default_once_and_describes_task_and_model():
     assert "Tasks to train masks for" in text and "smollm2" in text and ".gguf" in text
     train = " ".join(command_parsers()["train"].format_help().split())
     assert ".json/.jsonl/.csv" in train and "smollm2" in train
+
+
+def test_evaluate_options_are_the_library_config():
+    from headsup_lens.evaluation import EvalConfig
+
+    argv = ["--task", "t", "--mask", "m", "--out", "o", "--settings", "masked", "random mask", "--text-metrics", "on"]
+    args = command_parsers()["evaluate"].parse_args([*argv, "--no-progress", "--alpha", "0.5"])
+    expected = EvalConfig(alpha=0.5, settings=("masked", "random mask"), text_metrics="on", progress=False)
+    assert args.config.evaluation == expected

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import pandas as pd
 import pytest
 import torch
 
@@ -48,3 +51,39 @@ def test_schedule_curve_reads_each_checkpoint_as_a_mask(llama, tmp_path):
     assert schedule_curve(llama, task, tmp_path, steps=(4,), latest=False).table.step.tolist() == [4]
     with pytest.raises(ValueError, match="none of the steps"):
         schedule_curve(llama, task, tmp_path, steps=(5,), latest=False)
+
+
+def test_a_run_trained_on_other_weights_is_refused(llama, tmp_path):
+    """The masks of a run are stamped with the model given: a run of another model is refused, by
+    its training state's identity or, without it, by its checkpoint files' metadata."""
+    from headsup_lens import load_model
+    from headsup_lens.masks._files import read_safetensors, write_safetensors
+
+    from ..conftest import build_llama_dir
+
+    task = Task.from_pairs("words", [(w, w[::-1]) for w in WORDS], n_eval=4)
+    run = tmp_path / "run"
+    train_mask(llama, task, TrainConfig.fast(steps=2, batch_size=2, checkpoint_every=1, progress=False), out_dir=run)
+    other = load_model(build_llama_dir(tmp_path / "other", seed=5), device="cpu", dtype="float32")
+    with pytest.raises(ValueError, match=r"trained on another model: .*state\.pt records"):
+        schedule_curve(other, task, run, steps=(1,))
+    (run / "checkpoints" / "state.pt").unlink()
+    with pytest.raises(ValueError, match=r"trained on another model: .*logits_step0000001\.safetensors records"):
+        schedule_curve(other, task, run, steps=(1,))
+    for path in (run / "checkpoints").glob("*.safetensors"):  # checkpoints as written before they named the model
+        tensors, metadata = read_safetensors(path)
+        write_safetensors(path, tensors, {k: v for k, v in metadata.items() if k != "model"})
+    with pytest.raises(ValueError, match=r"trained on another model: .*mask\.safetensors records"):
+        schedule_curve(other, task, run, steps=(1,))
+    (run / "mask.safetensors").rename(tmp_path / "mask.safetensors")
+    with pytest.warns(UserWarning, match="records no model identity"):
+        schedule_curve(llama, task, run, steps=(1,), progress=False)
+    (tmp_path / "mask.safetensors").rename(run / "mask.safetensors")
+    out = tmp_path / "curve"
+    curve = schedule_curve(llama, task, run, steps=(1,), progress=False, out_dir=out)  # its own model
+    assert curve.table.step.tolist() == [1, 2]
+    written = pd.read_csv(out / "schedule_curve.csv")
+    pd.testing.assert_frame_equal(written, curve.table, check_dtype=False)
+    assert len(pd.read_csv(out / "schedule_generations.csv")) == 2 * 4
+    assert json.loads((out / "schedule_curve.json").read_text())["task"] == "words"
+    assert not (out / ".headsup.lock").exists()

@@ -11,6 +11,7 @@ import pytest
 from headsup_lens import HeadMask
 from headsup_lens.data import Task
 from headsup_lens.evaluation import (
+    EvalConfig,
     balanced_accuracy,
     evaluate,
     is_echo,
@@ -135,7 +136,8 @@ def test_score_outputs_on_hand_made_outputs():
 
 def test_evaluate_adds_controls_intervals_and_paired_tests(planted):  # noqa: F811
     task = planted_task()
-    table, texts = evaluate(planted, task, HeadMask(planted_mask()), return_generations=True)
+    result = evaluate(planted, task, HeadMask(planted_mask()))
+    table, texts = result.table, result.generations
     row = table.set_index("setting")
     assert table.setting.tolist()[-2:] == ["echo baseline", "majority label"]  # one answer ("X"): a label task
     assert row.loc["masked", "accuracy"] == 1.0 and row.loc["original", "accuracy"] == 0.0
@@ -159,5 +161,5 @@ def test_evaluate_adds_controls_intervals_and_paired_tests(planted):  # noqa: F8
 
 
 def test_generate_false_has_no_controls(planted):  # noqa: F811
-    table = evaluate(planted, planted_task(), HeadMask(planted_mask()), generate=False)
+    table = evaluate(planted, planted_task(), HeadMask(planted_mask()), EvalConfig(generate=False)).table
     assert "echo baseline" not in set(table.setting) and "strict" not in table

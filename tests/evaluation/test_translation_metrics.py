@@ -124,40 +124,38 @@ def test_translation_tasks_always_get_the_paper_text_metrics(planted):
     import dataclasses
 
     from headsup_lens import HeadMask
-    from headsup_lens.evaluation import evaluate, generations
+    from headsup_lens.evaluation import EvalConfig, evaluate, generations
 
     from ..training.planted import planted_mask, planted_task
 
     plain = planted_task()
     task = dataclasses.replace(plain, target_language="zh")  # answers without spaces: one "word" each
     mask = HeadMask(planted_mask())
-    assert "rouge_l" not in evaluate(planted, plain, mask)
-    table = evaluate(planted, task, mask).set_index("setting")
+    assert "rouge_l" not in evaluate(planted, plain, mask).table
+    table = evaluate(planted, task, mask).table.set_index("setting")
     assert {"rouge_l", "bleu", "target_language_share"} <= set(table.columns)
     texts = generations(planted, task, mask=mask)
     answers = [y for _, y in task.eval_pairs]
     assert table.loc["masked", "rouge_l"] == pytest.approx(paper_rouge_l(texts, answers))
     assert table.loc["masked", "bleu"] == pytest.approx(paper_bleu(texts, answers))
     assert table.loc["masked", "target_language_share"] == pytest.approx(target_language_share(texts, "zh"))
-    old = evaluate(planted, task, mask, text_style="first_line")
+    old = evaluate(planted, task, mask, EvalConfig(text_style="first_line")).table
     assert {"rouge_l_first_line", "sacrebleu_first_line"} <= set(old.columns) and "bleu" not in old
-    assert "rouge_l" not in evaluate(planted, task, mask, text_metrics=False)
-    with pytest.raises(ValueError, match="text_style"):
-        evaluate(planted, task, mask, text_style="nltk")
+    assert "rouge_l" not in evaluate(planted, task, mask, EvalConfig(text_metrics="off")).table
+    with pytest.raises(TypeError, match="text_style"):
+        EvalConfig(text_style="nltk")
 
 
 def test_accuracy_uses_the_task_budget(planted, monkeypatch):
     import dataclasses
 
-    from headsup_lens.evaluation import _evaluate, accuracy
+    from headsup_lens.evaluation import _answers, accuracy
 
     from ..training.planted import planted_task
 
     seen = []
-    real = _evaluate.generate_answers
-    monkeypatch.setattr(
-        _evaluate, "generate_answers", lambda *a, **k: seen.append(k["max_new_tokens"]) or real(*a, **k)
-    )
+    real = _answers.generate_answers
+    monkeypatch.setattr(_answers, "generate_answers", lambda *a, **k: seen.append(k["max_new_tokens"]) or real(*a, **k))
     accuracy(planted, dataclasses.replace(planted_task(), max_new_tokens=50))
     accuracy(planted, planted_task(), max_new_tokens=3)
     assert seen == [50, 3]

@@ -101,9 +101,8 @@ def test_select_train_analyze_from_stored_masks(script, tmp_path):
         model_,
         hl.load_task(TASKS[1]),
         hl.HeadMask.load(out / "masks" / "organism__reverse_seed1.safetensors", model_),
-        batch_size=8,
-        random_seed=0,
-    )
+        hl.EvalConfig(batch_size=8, random_seed=0),
+    ).table
     for setting in ("masked", "random mask"):
         mine, ref = after[after.setting == f"{setting}, seed 1"].iloc[0], full[full.setting == setting].iloc[0]
         for column in ("accuracy", "strict", "answer_nll", "echo", "p_vs_original", "p_vs_instructed"):

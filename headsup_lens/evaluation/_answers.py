@@ -1,0 +1,245 @@
+"""The two model runs behind every evaluation: the answer loss and greedy generation, on prompts
+encoded once (`EncodedSplit`), so that every setting of a table reads the same tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens.model_bridge import TransformerBridge
+
+from .._typecheck import checked
+from ..data import Task
+from ..data._tokenize import EncodedSplit, collate, encode_split
+from ..gates import Gate, gate_hooks
+from ..masks import HeadMask
+from ..models import left_pad, pad_token_id, stop_token_ids
+from ..objective import answer_nll, greedy_generate, length_batches
+
+MaskArg = HeadMask | Tensor | None
+Advance = Callable[[int], object]  # told how many examples one batch finished (a progress bar's update)
+Reduction = Literal["example", "token"]
+REDUCTIONS = ("example", "token")
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+
+
+def _rows_of(mask: MaskArg, rows: Sequence[int], n: int) -> MaskArg:
+    """The mask for some of the examples: per-row masks `[n_examples, n_layers, n_heads]` are indexed."""
+    if isinstance(mask, Tensor) and mask.ndim == 3:
+        if mask.shape[0] != n:
+            raise ValueError(f"per-row mask has {mask.shape[0]} rows for {n} examples")
+        return mask[list(rows)]
+    return mask
+
+
+@checked
+def answer_nll_per_example(
+    model: TransformerBridge,
+    encoded: EncodedSplit,
+    *,
+    mask: MaskArg = None,
+    alpha: float = 0.0,
+    gate: Gate = "value",
+    batch_size: int = 16,
+    advance: Advance | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Per example of an encoded split: the summed answer cross-entropy (nats, end of turn included)
+    and the number of answer tokens, both `[n_examples]` float64. Only answer positions are
+    unembedded; `mask` may be per example `[n_examples, n_layers, n_heads]`. Rows of similar length
+    share a pass (`length_batches`, at most `batch_size` rows); `advance(k)` follows each pass."""
+    _check_batch_size(batch_size)
+    rows = encoded.rows
+    mask = _rows_of(mask, range(len(rows)), len(rows))
+    sums = torch.zeros(len(rows), dtype=torch.float64)
+    counts = torch.zeros(len(rows), dtype=torch.float64)
+    pad_id = pad_token_id(model)
+    for chunk in length_batches(model, list(rows), max_rows=batch_size):
+        batch = collate([rows[i] for i in chunk], pad_id=pad_id, device=model.cfg.device)
+        with torch.no_grad():
+            nll, owner = answer_nll(
+                model, batch, gate_hooks(model, _rows_of(mask, chunk, len(rows)), alpha=alpha, gate=gate)
+            )
+        owner = torch.tensor(chunk)[owner.cpu()]
+        sums.index_add_(0, owner, nll.double().cpu())
+        counts.index_add_(0, owner, torch.ones_like(owner, dtype=torch.float64))
+        if advance is not None:
+            advance(len(chunk))
+    return sums, counts
+
+
+def reduce_nll(sums: Tensor, counts: Tensor, reduction: Reduction = "example") -> float:
+    """`"example"`: mean over examples of each example's mean token NLL (the paper's "PPL");
+    `"token"`: every answer token pooled (what a training batch averages)."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
+    if reduction == "token":
+        return float(sums.sum() / counts.sum())
+    return float((sums / counts).mean())
+
+
+@checked
+def answer_loss(
+    model: TransformerBridge,
+    task: Task,
+    *,
+    mask: MaskArg = None,
+    alpha: float = 0.0,
+    instructed: bool = False,
+    gate: Gate = "value",
+    split: str = "eval",
+    batch_size: int = 16,
+    reduction: Reduction = "example",
+) -> float:
+    """Answer cross-entropy (nats, end-of-turn token included): the paper's "PPL".
+
+    `reduction="example"` (the paper's definition): each example's mean over its answer tokens,
+    then the mean over examples; `"token"`: all answer tokens of the split pooled. Neither depends
+    on `batch_size`. See `answer_nll_per_example` for `mask`.
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
+    _check_batch_size(batch_size)
+    encoded = encode_split(model, task, split, instructed)
+    sums, counts = answer_nll_per_example(model, encoded, mask=mask, alpha=alpha, gate=gate, batch_size=batch_size)
+    return reduce_nll(sums, counts, reduction)
+
+
+def _batches(n: int, batch_size: int) -> list[range]:
+    _check_batch_size(batch_size)
+    return [range(i, min(n, i + batch_size)) for i in range(0, n, batch_size)]
+
+
+def greedy_answers(
+    model: TransformerBridge,
+    prompts: Sequence[list[int]],
+    *,
+    mask: MaskArg,
+    alpha: float,
+    gate: Gate,
+    max_new_tokens: int,
+    batch_size: int,
+    advance: Advance | None = None,
+) -> list[str]:
+    """`generate_answers` with `advance(k)` after each chunk of k prompts (for a caller's progress bar)."""
+    tokenizer = model.tokenizer
+    stops = stop_token_ids(model)
+    mask = _rows_of(mask, range(len(prompts)), len(prompts))
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    out = [""] * len(prompts)
+    for chunk in _batches(len(prompts), batch_size):
+        rows = [order[i] for i in chunk]
+        ids, attention = left_pad([prompts[i] for i in rows], pad_id=pad_token_id(model), device=model.cfg.device)
+        result = greedy_generate(
+            model,
+            ids,
+            attention,
+            max_new_tokens=max_new_tokens,
+            stops=stops,
+            mask=mask[rows] if isinstance(mask, Tensor) and mask.ndim == 3 else mask,
+            alpha=alpha,
+            gate=gate,
+        )
+        for i, tokens in zip(rows, result.tokens):
+            out[i] = tokenizer.decode(tokens, skip_special_tokens=True)
+        if advance is not None:
+            advance(len(rows))
+    return out
+
+
+@checked
+def generate_answers(
+    model: TransformerBridge,
+    prompts: Sequence[list[int]],
+    *,
+    mask: MaskArg = None,
+    alpha: float = 0.0,
+    gate: Gate = "value",
+    max_new_tokens: int = 10,
+    batch_size: int = 16,
+    progress: str | None = None,
+) -> list[str]:
+    """Greedy continuations of tokenised prompts, batched and left-padded, cut at the end of the turn.
+    `progress`, when given, labels a progress bar over the prompts (long runs show a sign of life).
+
+    `mask` may be per prompt `[n_prompts, n_layers, n_heads]`: each row is generated under its own mask.
+    Prompts of similar length share a chunk (less padding); each chunk unembeds only the last
+    position and drops rows at their stop token (`greedy_generate`). Every row equals its own
+    unbatched `model.generate` continuation.
+    """
+    with tqdm(
+        total=len(prompts), desc=progress, unit="prompt", leave=False, dynamic_ncols=True, disable=progress is None
+    ) as bar:
+        return greedy_answers(
+            model,
+            prompts,
+            mask=mask,
+            alpha=alpha,
+            gate=gate,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            advance=bar.update,
+        )
+
+
+@checked
+def generations(
+    model: TransformerBridge,
+    task: Task,
+    *,
+    mask: MaskArg = None,
+    alpha: float = 0.0,
+    instructed: bool = False,
+    gate: Gate = "value",
+    split: str = "eval",
+    max_new_tokens: int | None = None,
+    batch_size: int = 16,
+) -> list[str]:
+    """Greedy generations for every example of a task split (see `generate_answers`; `max_new_tokens`
+    defaults to the task's budget)."""
+    _check_batch_size(batch_size)
+    encoded = encode_split(model, task, split, instructed)
+    return generate_answers(
+        model,
+        encoded.prompts,
+        mask=mask,
+        alpha=alpha,
+        gate=gate,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens or task.max_new_tokens,
+    )
+
+
+@checked
+def accuracy(
+    model: TransformerBridge,
+    task: Task,
+    *,
+    mask: MaskArg = None,
+    alpha: float = 0.0,
+    instructed: bool = False,
+    gate: Gate = "value",
+    split: str = "eval",
+    max_new_tokens: int | None = None,
+    batch_size: int = 16,
+) -> float:
+    """Fraction of greedy generations that the task's matcher accepts (`max_new_tokens` new tokens;
+    default the task's budget: 10 for simple tasks, 50 for sentence translation)."""
+    _check_batch_size(batch_size)
+    encoded = encode_split(model, task, split, instructed)
+    texts = generate_answers(
+        model,
+        encoded.prompts,
+        mask=mask,
+        alpha=alpha,
+        gate=gate,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens or task.max_new_tokens,
+    )
+    return sum(task.is_correct(t, a) for t, a in zip(texts, encoded.answers)) / len(encoded)

@@ -1,0 +1,104 @@
+"""`rescore`: the score columns of a table recomputed from its stored outputs, no model run."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from headsup_lens import HeadMask, load_task
+from headsup_lens.evaluation import EvalConfig, evaluate, rescore
+
+from ..training.planted import planted_mask, planted_task
+from .test_evaluate import planted  # noqa: F401  (module-scoped model fixture)
+
+FIGURES = Path(__file__).resolve().parents[2] / "figures" / "smollm2"
+TEXT = {"input": str, "answer": str, "output": str}
+# The columns rescore keeps (they need the model); every other one is recomputed from the outputs.
+KEPT = ("task", "mask_task", "setting", "instructed", "alpha", "n_kept", "n_examples", "answer_nll", "perplexity")
+
+
+def _round_trip(frame: pd.DataFrame) -> pd.DataFrame:
+    """What a CSV holds: `evaluate`'s outputs as they are stored."""
+    return pd.read_csv(io.StringIO(frame.to_csv(index=False)), float_precision="round_trip")
+
+
+def _stored_generations(frame: pd.DataFrame) -> pd.DataFrame:
+    return pd.read_csv(io.StringIO(frame.to_csv(index=False)), keep_default_na=False, dtype=TEXT)
+
+
+def test_rescore_of_stored_outputs_equals_the_evaluation(planted):  # noqa: F811
+    task = planted_task()
+    result = evaluate(
+        planted, task, HeadMask(planted_mask()), EvalConfig(text_metrics="on", progress=False), other_mask=None
+    )
+    table, texts = _round_trip(result.table), _stored_generations(result.generations)
+    again = rescore(task, table, texts)
+    pd.testing.assert_frame_equal(again.table, table, check_exact=True)
+    pd.testing.assert_frame_equal(_round_trip(again.generations), _round_trip(result.generations), check_exact=True)
+    assert {"rouge_l", "bleu", "p_vs_original"} <= set(again.table.columns)
+
+
+def test_labelled_variants_are_paired_like_their_setting(planted):  # noqa: F811
+    """A script's extra row "masked, seed 1" (another seed's mask in the masked role) gets its
+    McNemar p-values against the reference rows, as "masked" does; a row listed before the
+    references is still paired with them."""
+    task = planted_task()
+    result = evaluate(planted, task, HeadMask(planted_mask()), EvalConfig(progress=False))
+    table, texts = _round_trip(result.table), _stored_generations(result.generations)
+    variant = table[table.setting == "masked"].assign(setting="masked, seed 1")
+    table = pd.concat([variant, table], ignore_index=True)
+    texts = pd.concat([texts, texts[texts.setting == "masked"].assign(setting="masked, seed 1")], ignore_index=True)
+    scored = rescore(task, table.assign(p_vs_original=float("nan")), texts).table.set_index("setting")
+    for column in ("p_vs_original", "p_vs_instructed", "accuracy", "strict_low"):
+        assert scored.loc["masked, seed 1", column] == scored.loc["masked", column], column
+    assert pd.notna(scored.loc["masked, seed 1", "p_vs_original"])
+    assert scored.loc[["original", "echo baseline"], "p_vs_original"].isna().all()
+
+
+def test_rescore_refuses_what_it_cannot_score(planted):  # noqa: F811
+    task = planted_task()
+    result = evaluate(planted, task, HeadMask(planted_mask()), EvalConfig(progress=False))
+    table, texts = _round_trip(result.table), _stored_generations(result.generations)
+    with pytest.raises(ValueError, match="'masked' has no generations"):
+        rescore(task, table, texts[texts.setting != "masked"])
+    with pytest.raises(ValueError, match="settings that the table does not have: \\['masked'\\]"):
+        rescore(task, table[table.setting != "masked"], texts)
+    with pytest.raises(ValueError, match="not examples 0..19"):
+        rescore(task, table, texts.drop(index=texts.index[3]))
+    parsed = pd.read_csv(io.StringIO(result.generations.to_csv(index=False)))  # empty outputs become NaN
+    parsed.loc[0, "output"] = float("nan")
+    with pytest.raises(ValueError, match="keep_default_na=False"):
+        rescore(task, table, parsed)
+
+
+STORED = sorted(FIGURES.glob("tables12_evaluation_*.csv"))
+
+
+@pytest.mark.parametrize("path", STORED, ids=[p.stem.removeprefix("tables12_evaluation_") for p in STORED])
+def test_rescore_reproduces_the_committed_smollm2_tables(path, shared_data_dir):
+    """Before/after for evaluation on SmolLM2: the committed tables and generations were written by
+    the evaluation before it was split into pieces; scoring their outputs again with today's pieces
+    gives every score column exactly (the losses need the model and are not recomputed)."""
+    table = pd.read_csv(path, float_precision="round_trip")
+    texts = pd.read_csv(
+        path.with_name(path.name.replace("evaluation", "generations")), keep_default_na=False, dtype=TEXT
+    )
+    task = load_task(table.task.iloc[0], shared_data_dir)
+    scores = [c for c in table.columns if c not in KEPT]
+    blank = table.assign(**dict.fromkeys(scores, float("nan")))  # nothing to copy: every score is recomputed
+    again = rescore(task, blank, texts)
+    pd.testing.assert_frame_equal(again.table, table, check_exact=True)
+    stored = pd.read_csv(path.with_name(path.name.replace("evaluation", "generations")), keep_default_na=False)
+    pd.testing.assert_frame_equal(_round_trip_texts(again.generations), stored, check_exact=True)
+    assert {"accuracy", "strict", "p_vs_original"} <= set(scores) and len(table) >= 8
+
+
+def _round_trip_texts(frame: pd.DataFrame) -> pd.DataFrame:
+    return pd.read_csv(io.StringIO(frame.to_csv(index=False)), keep_default_na=False)
+
+
+def test_the_committed_smollm2_tables_are_there():
+    assert len(STORED) == 7, "figures/smollm2 lost its settings tables"

@@ -40,7 +40,13 @@ def hf_model(model: TransformerBridge) -> nn.Module:
         clean.to(dtype)  # a fresh model is built in the default dtype; keep the checkpoint's
     clean.load_state_dict(found, strict=True)
     if getattr(original, "generation_config", None) is not None:
-        clean.generation_config = copy.deepcopy(original.generation_config)
+        generation = copy.deepcopy(original.generation_config)
+        if generation.output_attentions:
+            # Derived from a config the bridge had switched to output attentions (the built-in organism's
+            # is): `generate` would then return attentions in a dict instead of token ids.
+            generation.output_attentions = False
+            generation.return_dict_in_generate = False
+        clean.generation_config = generation
     return clean.eval()
 
 

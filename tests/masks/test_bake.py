@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import headsup_lens as hl
 from headsup_lens import HeadMask, bake, fingerprint, load_model
 from headsup_lens.data import Task
-from headsup_lens.evaluation import evaluate
+from headsup_lens.evaluation import evaluate, generations
 from headsup_lens.gates import value_gate
 from headsup_lens.masks import _bake
 from headsup_lens.models import _gguf
@@ -147,6 +147,31 @@ def test_baked_folder_loads_back_and_its_original_row_is_the_masked_row(llama, t
         assert original[column] == masked[column], column
     for column in ("answer_nll", "perplexity"):
         assert original[column] == pytest.approx(masked[column], rel=1e-6), column
+
+
+def test_baked_organism_performs_its_planted_task_in_plain_transformers(tmp_path):
+    """The built-in organism with a planted pathway removed reverses words without instruction; the
+    baked folder does it in plain transformers (`generate`, greedy, the tokenizer's chat template),
+    word for word as the toolkit's gated generation."""
+    model = load_model("organism", device="cpu", dtype="float32")
+    task = hl.load_task("organism/reverse")
+    mask = hl.organism.planted_mask(hl.organism.load_planted(), "organism/reverse", model)
+    out = bake(model, mask, tmp_path / "baked")
+    words = [x for x, _ in task.eval_pairs][:8]
+    gated = generations(model, task, mask=mask)[:8]
+
+    tokenizer, plain = AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out)
+    texts = []
+    for word in words:
+        messages = [{"role": "user", "content": word}]
+        inputs = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        output = plain.generate(**inputs, max_new_tokens=task.max_new_tokens, do_sample=False)
+        assert isinstance(output, torch.Tensor)  # token ids, as plain users expect
+        texts.append(tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))
+    assert texts == gated
+    assert sum(t == w[::-1] for t, w in zip(texts, words)) >= 6  # the planted task, without instruction
 
 
 def test_soft_values_are_refused_unless_asked_for_and_then_scale_their_heads(llama, tmp_path):

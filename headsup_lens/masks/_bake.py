@@ -33,7 +33,7 @@ BAKE_FORMAT = "headsup_lens.bake"
 CONFIG_KEY = "headsup_lens"  # the entry of config.json (and of a GGUF file's metadata) that describes the bake
 MASK_FILE = "headsup_mask.safetensors"
 CARD = "README.md"
-_ATOL = 1e-5  # the GGUF file must hold the model's weights: dequantised, they are the same numbers
+_ATOL = 1e-5  # the GGUF file must hold the model's weights: dequantised, they are the same numbers (in fp32)
 
 
 def bake(
@@ -227,7 +227,8 @@ def _check_gguf_weights(model: TransformerBridge, path: Path, projections: list)
         stored = torch.from_numpy(tensors[names[layer]])
         weight = o_proj.weight.detach().float().cpu()
         weight = weight if isinstance(o_proj, nn.Linear) else weight.T  # as [out, in]
-        if stored.shape != weight.shape or (stored - weight).abs().max() > _ATOL * max(1.0, weight.abs().max()):
+        tolerance = max(_ATOL, 2 * torch.finfo(o_proj.weight.dtype).eps) * max(1.0, weight.abs().max().item())
+        if stored.shape != weight.shape or (stored - weight).abs().max() > tolerance:
             raise ValueError(
                 f"{path.name} holds other weights than the model (layer {layer}'s attention output differs); "
                 "pass the GGUF file the model was loaded from"

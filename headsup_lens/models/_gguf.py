@@ -582,8 +582,8 @@ def read_gguf_tensors(path: str | os.PathLike, names: list[str]) -> dict[str, np
     missing = [name for name in names if name not in stored]
     if missing:
         raise ValueError(f"the GGUF file {path} has no tensor {missing[0]!r} ({len(missing)} missing)")
-    return {
-        name: np.asarray(dequantize(stored[name].data, stored[name].tensor_type), dtype=np.float32) for name in names
+    return {  # copies: the file is memory-mapped read-only
+        name: np.array(dequantize(stored[name].data, stored[name].tensor_type), dtype=np.float32) for name in names
     }
 
 

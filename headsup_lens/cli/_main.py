@@ -157,6 +157,8 @@ def _one_line(error: BaseException) -> str:
 def _output_lock(name: str, config) -> contextlib.AbstractContextManager:
     """The lock of the command's output folder (one writer per folder; under torchrun rank 0 holds it)."""
     action = getattr(config, "action", config)  # `organism train` nests its options
+    if getattr(type(action), "LOCKS_OUT_ITSELF", False):  # it checks --out before taking the lock (bake)
+        return contextlib.nullcontext()
     out = getattr(action, "out", None)
     if name == "download-data" and not config.dry_run and out is None:
         from ..data import ENV_VAR, default_data_dir

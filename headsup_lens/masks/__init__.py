@@ -1,5 +1,6 @@
 """Head masks: the central object of the toolkit."""
 
+from ._bake import bake as bake
 from ._head_mask import Head as Head
 from ._head_mask import HeadMask as HeadMask
 from ._head_mask import UnverifiedMaskWarning as UnverifiedMaskWarning

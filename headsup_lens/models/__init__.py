@@ -4,6 +4,12 @@ from ._builders import random_llama_dir as random_llama_dir
 from ._builtin import builtin_model_dir as builtin_model_dir
 from ._fingerprint import ModelFingerprint as ModelFingerprint
 from ._fingerprint import fingerprint as fingerprint
+from ._gguf import gguf_file as gguf_file
+from ._gguf import gguf_source_of as gguf_source_of
+from ._gguf import write_scaled_gguf as write_scaled_gguf
+from ._hf import hf_model as hf_model
+from ._hf import plain_module as plain_module
+from ._hf import save_hf_tokenizer as save_hf_tokenizer
 from ._loading import load_model as load_model
 from ._loading import resolve_device as resolve_device
 from ._loading import resolve_dtype as resolve_dtype

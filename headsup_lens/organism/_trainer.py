@@ -11,7 +11,6 @@ model learns is exactly the one the toolkit's masks act on.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import os
@@ -33,7 +32,7 @@ from .._typecheck import checked
 from ..data import IGNORE_INDEX as IGNORE
 from ..data._organism import eval_words, organism_task, train_words
 from ..gates import value_gate
-from ..models import char_tokenizer, encode, load_model, pad_token_id, prompt_format
+from ..models import char_tokenizer, encode, hf_model, load_model, pad_token_id, prompt_format
 from ..training import StepCallback, check_finite_loss, run_steps
 from ._config import OrganismConfig
 from ._planting import Head, plant_head_sets, save_planted
@@ -87,9 +86,9 @@ def build_organism(config: OrganismConfig) -> TransformerBridge:
         pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(config.seed)
-    hf_model = LlamaForCausalLM(hf_config)
+    llama = LlamaForCausalLM(hf_config)
     with tempfile.TemporaryDirectory() as tmp:
-        hf_model.save_pretrained(tmp)
+        llama.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         model = load_model(tmp, device=config.device, dtype="float32")
     for parameter in model.parameters():
@@ -220,31 +219,6 @@ def batch_loss(model: TransformerBridge, batch: Batch, reduction: str = "mean") 
     answered = labels != IGNORE
     hits = (logits.argmax(-1) == labels) | ~answered
     return loss, hits.all(dim=1)
-
-
-@checked
-def hf_model(model: TransformerBridge):
-    """A plain Hugging Face copy of the bridged model's weights, to save with `save_pretrained`.
-
-    The bridge wraps the Hugging Face modules in place, so the original model's own state dict
-    carries `._original_component` segments and aliases; a fresh model of the same config gets
-    the weights under their plain names.
-    """
-    original = model.original_model
-    config = copy.deepcopy(original.config)
-    config.output_attentions = False  # the bridge turns it on for its hooks; plain users want it off
-    clean = type(original)(config)
-    wanted = clean.state_dict()
-    found = {}
-    for key, value in original.state_dict().items():
-        plain = key.replace("._original_component", "")
-        if plain in wanted and plain not in found:
-            found[plain] = value
-    missing = sorted(set(wanted) - set(found))
-    if missing:
-        raise ValueError(f"could not find bridged weights for {missing[:5]}")
-    clean.load_state_dict(found, strict=True)
-    return clean.eval()
 
 
 @checked

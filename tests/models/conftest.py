@@ -50,11 +50,12 @@ def bpe_tokenizer(vocab_size: int = 300):
     return tokenizer
 
 
-def random_llama(tokenizer, *, tie: bool, seed: int = 0):
-    """A 2-layer grouped-query Llama (8 query heads over 2 KV heads) with non-unit norm gains."""
+def random_llama(tokenizer, *, tie: bool, seed: int = 0, **overrides):
+    """A 2-layer grouped-query Llama (8 query heads over 2 KV heads) with non-unit norm gains;
+    `overrides` change its config (e.g. `hidden_size`, `num_attention_heads`)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
+    settings = dict(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
@@ -68,6 +69,7 @@ def random_llama(tokenizer, *, tie: bool, seed: int = 0):
         pad_token_id=2,
         tie_word_embeddings=tie,
     )
+    config = LlamaConfig(**{**settings, **overrides})
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     with torch.no_grad():  # unit gains would hide a norm that is dropped or misplaced
@@ -91,9 +93,14 @@ def _permute(weight: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
-def write_llama_gguf(model, tokenizer, path: Path) -> Path:
-    """Write `model` (a `LlamaForCausalLM`) and `tokenizer` (byte-level BPE) as an F32 GGUF file."""
+def write_llama_gguf(model, tokenizer, path: Path, quantise: dict[str, str] | None = None) -> Path:
+    """Write `model` (a `LlamaForCausalLM`) and `tokenizer` (byte-level BPE) as a GGUF file: F32
+    tensors, except those named in `quantise` (GGUF tensor kind -> type, e.g. `{"attn_output": "Q4_1"}`),
+    which are quantised with the `gguf` package as llama.cpp's quantiser lays them out."""
     import gguf
+    from gguf.quants import quantize
+
+    quantise = quantise or {}
 
     config = model.config
     head_dim = config.hidden_size // config.num_attention_heads
@@ -133,7 +140,13 @@ def write_llama_gguf(model, tokenizer, path: Path) -> Path:
 
     def add(kind, weight: torch.Tensor, bid: int | None = None) -> None:
         name = names[kind].format(bid=bid) + ".weight"
-        writer.add_tensor(name, weight.detach().to(torch.float32).numpy().copy())
+        data = weight.detach().to(torch.float32).numpy().copy()
+        qtype = quantise.get(names[kind].split(".")[-1])
+        if qtype is None:
+            writer.add_tensor(name, data)
+            return
+        qtype = gguf.GGMLQuantizationType[qtype]
+        writer.add_tensor(name, quantize(data, qtype), raw_dtype=qtype)  # bytes: the shape is derived
 
     add(kinds.TOKEN_EMBD, model.model.embed_tokens.weight)
     for i, layer in enumerate(model.model.layers):

@@ -263,7 +263,7 @@ class Experiment:
 
     def figure(self, fig, stem: str, task: Task | None = None) -> Path:
         """HTML beside one shared plotly.min.js (no external URL, small files) and a PNG."""
-        saved = save_figure(fig, self.path(stem, task), png=not self.args.no_png)
+        saved = save_figure(fig, self.path(stem, task), png=not self.args.no_png, root=figure_root(self.out))
         if saved.png is None and not self.args.no_png and saved.png_error not in _PNG_ERRORS_SHOWN:
             _PNG_ERRORS_SHOWN.add(saved.png_error)
             print(f"[{self.name}] PNG figures not written (HTML written): {saved.png_error}")
@@ -291,6 +291,16 @@ def output_root(args: argparse.Namespace) -> Path:
     if args.out is not None:
         return Path(args.out)
     return FIGURES if args.update_figures else OUTPUTS
+
+
+def figure_root(out: str | os.PathLike) -> Path:
+    """The folder whose one `plotly.min.js` every HTML figure under `out` loads: `figures/` (or the
+    git-ignored `outputs/experiments/`) when `out` lies inside it, else `out` itself."""
+    resolved = Path(out).resolve()
+    for root in (FIGURES, OUTPUTS):
+        if resolved.is_relative_to(root):
+            return root
+    return Path(out)
 
 
 def model_slug(name: str) -> str:

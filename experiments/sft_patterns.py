@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import simple_parsing
 import torch
+from _common import figure_root
 
 import headsup_lens as hl
 from headsup_lens import plots, sft
@@ -61,9 +62,9 @@ def write_run(o: Options, out: Path, result: sft.FinetuneResult, config: sft.Fin
         plots.save_table(tables[key], out / f"sft_{stem}.csv")
     plots.save_table(tables["change_correlation"], out / "sft_fig2_change_correlation.csv", index=True)
     figure = plots.change_correlation_figure(tables["change_correlation"])
-    plots.save_figure(figure, out / "sft_fig2_change_correlation", png=not o.no_png)
+    plots.save_figure(figure, out / "sft_fig2_change_correlation", png=not o.no_png, root=figure_root(out))
     figure = plots.pattern_dynamics_figure(tables["dynamics"], list(tables["change_correlation"].index))
-    plots.save_figure(figure, out / "sft_fig5_dynamics", png=not o.no_png)
+    plots.save_figure(figure, out / "sft_fig5_dynamics", png=not o.no_png, root=figure_root(out))
 
 
 def organism(o: Options, out: Path) -> tuple[str, dict]:
@@ -117,7 +118,9 @@ def select(o: Options, out: Path) -> tuple[str, dict]:
         plots.save_table(table, out / f"sft_data_selection{name}.csv")
     plots.save_table(sft.selection_summary(result.runs), out / "sft_data_selection.csv")
     plots.save_table(sft.similarity_vs_loss(result.runs), out / "sft_data_selection_similarity.csv")
-    plots.save_figure(plots.data_selection_figure(result.runs), out / "sft_data_selection", png=not o.no_png)
+    plots.save_figure(
+        plots.data_selection_figure(result.runs), out / "sft_data_selection", png=not o.no_png, root=figure_root(out)
+    )
     settings = {k: v for k, v in config.settings([t.name for t in candidates]).items() if k != "probe"}
     return f"select ({o.model})", settings | {"seeds": o.seeds, "draws": o.draws}
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from _common import fast_config
+from _common import fast_config, figure_root
 from _common import record_time as _record_time
 
 import headsup_lens as hl
@@ -164,7 +164,7 @@ N_SIMILARITY = 10  # held-out inputs averaged in the layer-similarity figure
 
 
 def _figure(args, fig, out: Path, stem: str) -> None:
-    saved = save_figure(fig, out / stem, png=not args.no_png)
+    saved = save_figure(fig, out / stem, png=not args.no_png, root=figure_root(out))
     if saved.png is None and not args.no_png:
         print(f"PNG not written for {stem}: {saved.png_error}", flush=True)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from _common import fast_config
+from _common import fast_config, figure_root
 from _common import record_time as _record_time
 
 import headsup_lens as hl
@@ -261,7 +261,7 @@ def fig2(args, model, out: Path, pair: str) -> None:
                 line_color="green",
                 annotation_text=f"first {tgt} answer (step {language_step})",
             )
-        save_figure(fig, out / stem, png=not args.no_png)
+        save_figure(fig, out / stem, png=not args.no_png, root=figure_root(out))
         n_removed = model.cfg.n_layers * model.cfg.n_heads - mask.n_kept
         summary.append(
             {

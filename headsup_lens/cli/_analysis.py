@@ -35,7 +35,7 @@ def _figures(out: Path, figures: dict, png: bool, files: list[str] | None = None
         saved = save_figure(fig, out / name, png=png)
         written[name] = str(saved.png or saved.html)
         if files is not None:
-            for path in (saved.html, saved.png, saved.html.parent / "plotly.min.js"):
+            for path in (saved.html, saved.png, saved.plotly_js):
                 if path is not None and path.is_file() and path.name not in files:
                     files.append(path.name)
         if png and saved.png_error:

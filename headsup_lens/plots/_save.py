@@ -1,8 +1,10 @@
 """Writing figures that work offline (and the tables beside them, `save_table`): HTML that loads no external URL, PNG from a renderer that
 installs from the package index.
 
-HTML figures in one folder share one `plotly.min.js` written beside them (referenced relatively, so
-the folder can be moved or opened from `file://`); `plotlyjs="inline"` gives one self-contained file.
+HTML figures share one `plotly.min.js`, referenced by relative path (so the tree can be moved or opened
+from `file://`): the nearest copy in the figure's folder or an ancestor up to `root` (default: the
+figure's own folder), else one written into `root`. A whole tree of figures (e.g. the committed
+`figures/`) thus loads a single copy; `plotlyjs="inline"` gives one self-contained file.
 PNGs are rendered by kaleido 0.2.1, which bundles its own headless Chromium (a declared dependency;
 no browser to download). With kaleido >= 1 installed instead, plotly's own exporter is used, which
 needs a Chrome or Chromium on the machine.
@@ -30,11 +32,13 @@ PNG_INSTALL_HINT = "pip install kaleido==0.2.1"
 @checked
 @dataclass(frozen=True)
 class SavedFigure:
-    """Where a figure went; `png` is None when it was not written, and `png_error` says why (one line)."""
+    """Where a figure went; `png` is None when it was not written, and `png_error` says why (one line).
+    `plotly_js` is the shared script the HTML loads (None when it is inline)."""
 
     html: Path
     png: Path | None
     png_error: str | None = None
+    plotly_js: Path | None = None
 
 
 def plotly_js_path() -> Path:
@@ -51,6 +55,23 @@ def write_plotly_js(folder: str | os.PathLike) -> Path:
     return target
 
 
+def shared_plotly_js(folder: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
+    """Where the HTML figures of `folder` find their `plotly.min.js` (an absolute path): the nearest
+    existing copy in `folder` or one of its ancestors up to and including `root`, else
+    `root/plotly.min.js` (not written here). `root` defaults to `folder`; a `folder` outside `root`
+    is a ValueError."""
+    folder = Path(folder).resolve()
+    top = folder if root is None else Path(root).resolve()
+    if not folder.is_relative_to(top):
+        raise ValueError(f"the figure folder {folder} is not inside the shared plotly.js root {top}")
+    for ancestor in (folder, *folder.parents):
+        if (ancestor / PLOTLY_JS).is_file():
+            return ancestor / PLOTLY_JS
+        if ancestor == top:
+            break
+    return top / PLOTLY_JS
+
+
 @checked
 def save_figure(
     fig: go.Figure,
@@ -58,11 +79,14 @@ def save_figure(
     *,
     png: bool = True,
     plotlyjs: str = "shared",
+    root: str | os.PathLike | None = None,
 ) -> SavedFigure:
     """Write `<path_stem>.html` and, when `png`, `<path_stem>.png`.
 
-    `plotlyjs="shared"` (default) writes one `plotly.min.js` beside the HTML and references it
-    relatively; `"inline"` embeds it (~4.8 MB per file). No HTML written here loads an external URL.
+    `plotlyjs="shared"` (default) references one `plotly.min.js` by relative path: the nearest copy in
+    the figure's folder or an ancestor up to `root`, else one written into `root` (default `root`: the
+    figure's folder, so one copy per folder). A copy that is not the installed plotly's is replaced.
+    `"inline"` embeds the script (~4.8 MB per file). No HTML written here loads an external URL.
     A PNG that cannot be rendered is reported in `png_error`, never raised.
     """
     if plotlyjs not in ("shared", "inline"):
@@ -71,18 +95,20 @@ def save_figure(
     if stem.suffix in (".html", ".png"):
         stem = stem.with_suffix("")
     include: str | bool = True
+    script = None
     if plotlyjs == "shared":
-        write_plotly_js(stem.parent)
-        include = PLOTLY_JS
+        script = shared_plotly_js(stem.parent, root)  # checks `root` before anything is written
+        write_plotly_js(script.parent)
+        include = os.path.relpath(script, stem.parent.resolve()).replace(os.sep, "/")
     html = atomic_write(stem.with_suffix(".html"), lambda tmp: fig.write_html(str(tmp), include_plotlyjs=include))
     if not png:
-        return SavedFigure(html=html, png=None, png_error="PNG not requested")
+        return SavedFigure(html=html, png=None, png_error="PNG not requested", plotly_js=script)
     try:
         image = render_png(fig)
     except Exception as error:  # renderer missing or crashed: the HTML is still there
-        return SavedFigure(html=html, png=None, png_error=_one_line(error))
+        return SavedFigure(html=html, png=None, png_error=_one_line(error), plotly_js=script)
     path = atomic_write(stem.with_suffix(".png"), lambda tmp: tmp.write_bytes(image))
-    return SavedFigure(html=html, png=path)
+    return SavedFigure(html=html, png=path, plotly_js=script)
 
 
 @checked

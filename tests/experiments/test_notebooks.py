@@ -43,3 +43,23 @@ def test_notebook_figures_need_no_internet(name):
     source = (NOTEBOOKS / name).read_text()
     assert 'pio.renderers.default = \\"notebook\\"' in source
     assert "notebook_connected" not in source and "cdn" not in source.lower()
+
+
+@pytest.mark.parametrize("name", ["explore_pathways.ipynb", "reproduce_figures.ipynb"])
+def test_stored_outputs_show_offline_on_the_site(name):
+    """The notebooks keep their outputs (the site's tutorials show them), without plotly.js itself (the site
+    serves one copy), without scripts from a CDN and without progress widgets or their warning
+    (`experiments/notebooks/store_outputs.py` writes them so)."""
+    nbformat = pytest.importorskip("nbformat")
+    path = NOTEBOOKS / name
+    notebook = nbformat.read(path, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert code and all(cell.execution_count is not None for cell in code)
+    outputs = [o for cell in code for o in cell.get("outputs", [])]
+    html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert any("Plotly.newPlot" in h for h in html)
+    text = path.read_text(encoding="utf-8")
+    assert "plotly.js v" not in text and "application/vnd.jupyter.widget-view+json" not in text
+    assert "IProgress" not in text and "://" not in text
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert path.stat().st_size < 500_000

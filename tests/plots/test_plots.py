@@ -1,3 +1,5 @@
+import re
+
 import plotly.graph_objects as go
 import pytest
 import torch
@@ -121,6 +123,34 @@ def test_save_figure_shares_one_plotly_js_and_loads_no_url(tmp_path):
     assert not (tmp_path / "plotly.min.js").exists()
     with pytest.raises(ValueError, match="plotlyjs"):
         save_figure(fig, tmp_path / "x", plotlyjs="cdn")
+
+
+def test_figures_in_a_tree_share_the_nearest_plotly_js_up_to_the_root(tmp_path):
+    from headsup_lens.plots._save import plotly_js_path
+
+    fig = go.Figure(go.Scatter(x=[0, 1], y=[1, 0]))
+    root = tmp_path / "figures"
+    # No copy yet: the first figure deep in the tree writes the one copy at the root.
+    deep = save_figure(fig, root / "model" / "run" / "step1" / "a", png=False, root=root)
+    assert deep.plotly_js == (root / "plotly.min.js").resolve()
+    assert (root / "plotly.min.js").read_bytes() == plotly_js_path().read_bytes()
+    assert 'src="../../../plotly.min.js"' in deep.html.read_text()
+    side = save_figure(fig, root / "b", png=False, root=root)
+    assert 'src="plotly.min.js"' in side.html.read_text()
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("plotly.min.js")) == ["plotly.min.js"]
+    # A nearer copy wins over the root's; a stale copy (another plotly version) is replaced.
+    (root / "model" / "plotly.min.js").write_text("stale")
+    near = save_figure(fig, root / "model" / "run" / "c", png=False, root=root)
+    assert 'src="../plotly.min.js"' in near.html.read_text()
+    assert (root / "model" / "plotly.min.js").stat().st_size == plotly_js_path().stat().st_size
+    # The HTML loads the script it names: the path resolves from the figure's folder.
+    for saved in (deep, side, near):
+        src = re.search(r'src="([^"]*plotly\.min\.js)"', saved.html.read_text()).group(1)
+        assert (saved.html.parent / src).resolve() == saved.plotly_js.resolve()
+    # A figure outside its root is refused before anything is written.
+    with pytest.raises(ValueError, match="not inside"):
+        save_figure(fig, tmp_path / "elsewhere" / "d", png=False, root=root)
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_png_renders_without_a_system_browser(tmp_path, monkeypatch):

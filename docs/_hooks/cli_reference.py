@@ -1,0 +1,69 @@
+"""The command-line reference page, generated from the parsers that `headsup --help` prints.
+
+Every parser comes from `headsup_lens.cli.command_parsers()` (built from the command dataclasses),
+so the page and `headsup COMMAND --help` cannot drift apart; sub-commands (`headsup organism
+train`) get their own section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+INTRO = """# Command line
+
+`headsup --help` lists the commands; `headsup COMMAND --help` documents every option. This page is
+generated from the same parsers when the site is built (the command dataclasses and their field
+docstrings), so it is the text `--help` prints in a {width}-column terminal.
+
+Options use dashes (`--batch-size`, `--no-png`); list options may be repeated or given several values
+(`--task a --task b` is `--task a b`). Any `--model` accepts `organism` (default), `smollm2`, a hub
+name, a local Hugging Face directory or a `.gguf` file. The [guide](../guide/index.md) shows the
+commands at work next to the library calls they run.
+"""
+
+
+@contextmanager
+def _columns(width: int) -> Iterator[None]:
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(width)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = before
+
+
+def _children(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def help_texts(width: int = 100) -> dict[str, str]:
+    """`{"headsup": ..., "headsup train": ..., "headsup organism train": ...}`: every `--help` text."""
+    from headsup_lens.cli import command_parsers
+    from headsup_lens.cli._main import build_parser
+
+    with _columns(width):
+        texts = {"headsup": build_parser(None).format_help()}
+        for name, parser in command_parsers().items():
+            texts[f"headsup {name}"] = parser.format_help()
+            for child_name, child in _children(parser).items():
+                if hasattr(child, "_preprocessing"):
+                    child._preprocessing([])
+                texts[f"headsup {name} {child_name}"] = child.format_help()
+    return texts
+
+
+def page(width: int = 100) -> str:
+    sections = [INTRO.format(width=width)]
+    for command, text in help_texts(width).items():
+        heading = "##" if command.count(" ") <= 1 else "###"
+        sections.append(f"{heading} `{command}`\n\n```text\n{text.rstrip()}\n```\n")
+    return "\n".join(sections)

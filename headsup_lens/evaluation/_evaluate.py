@@ -20,7 +20,7 @@ from ..masks import HeadMask
 from ..models import fingerprint, left_pad, pad_token_id, prompt_format, stop_token_ids
 from ..objective import answer_nll, greedy_generate, length_batches
 from ._metrics import bleu, first_line, rouge_l
-from ._scoring import majority_label, mcnemar_exact, score_outputs, task_labels
+from ._scoring import instructed_rows_left_out, majority_label, mcnemar_exact, score_outputs, task_labels
 from ._translation_metrics import paper_bleu, paper_rouge_l, target_language_share
 
 MaskArg = HeadMask | Tensor | None
@@ -294,6 +294,8 @@ def evaluate(
         other_mask = _as_head_mask("other_mask", other_mask, model)
         other_mask.check_model(model, allow_other_weights=True)  # the paper's base <-> instruct swap
     rows_wanted = settings
+    if task.instruction is None and rows_wanted is None:
+        warn(instructed_rows_left_out(task))
     settings: list[tuple[str, HeadMask | None, float, bool]] = [("original", None, 0.0, False)]
     if task.instruction is not None:
         settings.append(("instructed", None, 0.0, True))

@@ -34,7 +34,9 @@ PAIRED = [rouge_l, bleu, paper_rouge_l, paper_rouge_l_scores, paper_bleu, paper_
 
 @pytest.mark.parametrize("metric", PAIRED, ids=lambda f: f.__name__)
 def test_one_string_is_not_a_list_of_texts(metric):
-    # "cold" against "cold" used to be four one-character texts, each a perfect match.
+    # "cold" against "hold" used to be four one-character texts scored pairwise (3 of 4 matching).
+    with pytest.raises(TypeError, match="one string is not accepted as a sequence"):
+        metric("cold", "hold")
     with pytest.raises(TypeError, match="one string is not accepted as a sequence"):
         metric("cold", ["cold"])
     with pytest.raises(TypeError, match="one string is not accepted as a sequence"):

@@ -283,10 +283,10 @@ def compare_methods(
             f"options names {unknown[0]!r}, which is not a method{hint}; the methods are {', '.join(sorted(METHODS))}"
         )
     for method in methods:
-        if isinstance(method, HeadScores):
-            check_ranking(method.method, method, model, task)
-        elif method not in METHODS:
+        if isinstance(method, str):
             check_choice("methods", method, sorted(METHODS))
+        else:  # a HeadScores (check_ranking refuses anything else with a TypeError)
+            check_ranking(str(getattr(method, "method", method)), method, model, task)
     rankings: dict[str, HeadScores] = {}
     for method in methods:
         if isinstance(method, HeadScores):

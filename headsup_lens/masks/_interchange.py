@@ -238,10 +238,10 @@ class HeadList:
     source: str | None = None
 
     def __post_init__(self) -> None:
-        self.heads = [tuple(h) for h in self.heads]
         for i, head in enumerate(self.heads):
             if len(head) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in head):
                 raise ValueError(f"{self._name}: heads[{i}] must be a (layer, head) pair of integers >= 0, got {head}")
+        self.heads = [(layer, head) for layer, head in self.heads]  # [layer, head] lists become pairs
         for column in ("scores", "kept"):
             values = getattr(self, column)
             if values is not None and len(values) != len(self.heads):
@@ -384,7 +384,7 @@ def read_head_list(path: str | os.PathLike, model_or_shape: Any = None) -> HeadL
         header, rows = read_csv(path, _HEAD_LIST, _HEAD_COLUMNS, _HEAD_OPTIONAL)
         for where, row in rows:
             fields = Fields(_HEAD_LIST, path, where)
-            value = {
+            value: dict[str, Any] = {
                 "layer": fields.csv_integer("layer", row["layer"], 0),
                 "head": fields.csv_integer("head", row["head"], 0),
             }
@@ -408,7 +408,7 @@ def read_head_list(path: str | os.PathLike, model_or_shape: Any = None) -> HeadL
                     raise fields.error(None, f"expected a [layer, head] pair, got {describe(entry)}")
                 entry = {"layer": entry[0], "head": entry[1]}
             entry = fields.keys(entry, _HEAD_COLUMNS, _HEAD_OPTIONAL)
-            value = {
+            value: dict[str, Any] = {
                 "layer": fields.integer("layer", entry["layer"], 0),
                 "head": fields.integer("head", entry["head"], 0),
             }

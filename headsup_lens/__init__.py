@@ -38,6 +38,7 @@ _EXPORTS = {
     "fingerprint": ".models",
     "load_model": ".models",
     "FolderInUse": "._io",
+    "FileFormatError": "._formats",
     "TrainConfig": ".training",
     "train_mask": ".training",
     "train_masks": ".training",

@@ -9,6 +9,7 @@ sizes) are the validation layer's job (`_validate`). Return values are not check
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import inspect
 import operator
@@ -83,6 +84,7 @@ def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
         return _no_check
     conf = BeartypeConf(is_pep484_tower=True)  # an int passes for a float (PEP 484's numeric tower)
     where = f"{getattr(raw, '__qualname__', raw.__name__)}()"
+    no_text = {name for name, hint in hints.items() if _text_only_as_collection(hint, conf)}
 
     def check(args: tuple, kwargs: dict) -> None:
         try:
@@ -91,13 +93,44 @@ def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
             return  # a missing or unknown argument: the call itself says which
         for name, value in bound.arguments.items():
             hint = hints.get(name)
-            if hint is not None and not is_bearable(value, hint, conf=conf):
+            if hint is None:
+                continue
+            if name in no_text and isinstance(value, (str, bytes)):
+                raise TypeError(
+                    f"{where}: argument {name}={_short(value)} ({type(value).__name__}) does not have the type it "
+                    f"needs: {_hint_name(hint)}; one string is not accepted as a sequence here (it would be read "
+                    "character by character): pass a list, e.g. [text]"
+                )
+            if not is_bearable(value, hint, conf=conf):
                 raise TypeError(
                     f"{where}: argument {name}={_short(value)} ({type(value).__name__}) does not have "
                     f"the type it needs: {_hint_name(hint)}"
                 )
 
     return check
+
+
+# Abstract collection types a `str` (or `bytes`) satisfies only because it is a sequence of characters.
+_COLLECTIONS = (
+    collections.abc.Sequence,
+    collections.abc.Iterable,
+    collections.abc.Collection,
+    collections.abc.Container,
+    collections.abc.Reversible,
+)
+
+
+def _text_only_as_collection(hint: Any, conf: Any) -> bool:
+    """Whether `hint` admits a string only as a collection (`Sequence[str]`, `Iterable[str]`,
+    `Sequence[str] | None`, ...) and not as a string (`str | Sequence[str]`, `Any` admit it).
+
+    beartype (rightly, for Python) takes `"abc"` for a `Sequence[str]`; a parameter that means
+    several texts would then score or tokenise one text character by character."""
+    from beartype.door import is_bearable
+
+    members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    admitting = [m for m in members if is_bearable("text", m, conf=conf) or is_bearable(b"text", m, conf=conf)]
+    return bool(admitting) and all((typing.get_origin(m) or m) in _COLLECTIONS for m in admitting)
 
 
 def _short(value: Any, limit: int = 60) -> str:

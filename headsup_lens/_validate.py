@@ -18,16 +18,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ._formats import describe as describe  # defined there: the file readers must not import torch
+
 # How many offending entries an error message lists before it stops.
 _SHOWN = 3
-
-
-def describe(value: Any, limit: int = 60) -> str:
-    """A short printable form of `value` for error messages (its repr, cut at `limit` characters)."""
-    if isinstance(value, Tensor):
-        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _type_name(value: Any) -> str:

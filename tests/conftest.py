@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -14,6 +15,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(1)
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# Property-based tests (hypothesis): a bounded number of generated cases per test keeps the suites in
+# the default run's budget; no deadline (a shared machine's load would make timing flaky).
+# `HYPOTHESIS_PROFILE=thorough` generates ten times as many.
+settings.register_profile("headsup", max_examples=40, deadline=None)
+settings.register_profile("thorough", max_examples=400, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "headsup"))
 
 
 def build_llama_dir(path: Path, **overrides) -> Path:

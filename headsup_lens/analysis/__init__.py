@@ -8,6 +8,7 @@ from ._attention import choice_instruction as choice_instruction
 from ._compare import DEFAULT_METHODS as DEFAULT_METHODS
 from ._compare import MethodComparison as MethodComparison
 from ._compare import auroc as auroc
+from ._compare import check_ranking as check_ranking
 from ._compare import compare_methods as compare_methods
 from ._compare import curve_area as curve_area
 from ._compare import elicitation_curves as elicitation_curves

@@ -8,6 +8,7 @@ batched pass (per-row masks), and identical masks (k = 0 of every method) are ev
 
 from __future__ import annotations
 
+import difflib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,13 +21,13 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
-from .._validate import check_int, describe
+from .._validate import check_choice, check_int, describe
 from ..data import Task, task_prompts
 from ..data._tokenize import encode_prompt
 from ..evaluation import generate_answers
 from ..masks import Head
 from ..models import builtin_model_dir, prompt_format
-from ._methods import HeadScores, head_scores, mask_losses
+from ._methods import METHODS, HeadScores, head_scores, mask_losses
 from ._methods._base import example_batch
 from ._sweep import sweep_masks
 
@@ -78,6 +79,28 @@ def _labels(scores: HeadScores, planted: Sequence[Head]) -> tuple[np.ndarray, np
         raise ValueError(f"planted head {outside[0]} is outside the {n_layers} x {n_heads} scores")
     labels = np.array([(l, h) in truth for l in range(n_layers) for h in range(n_heads)], dtype=int)
     return labels, scores.scores.flatten().double().numpy()
+
+
+@checked
+def check_ranking(name: str, ranking: HeadScores, model: TransformerBridge, task: Task) -> None:
+    """A ranking compared on `task` must score every head of `model` and be made for `task`.
+
+    Another shape (a ranking of another model) and another task name (`ranking.task`; a ranking
+    without one is taken as given) are ValueErrors; NaN scores cannot reach here (`HeadScores`
+    refuses them)."""
+    if not isinstance(ranking, HeadScores):
+        raise TypeError(f"ranking {name!r} must be a HeadScores, got {describe(ranking)}")
+    shape = [model.cfg.n_layers, model.cfg.n_heads]
+    if list(ranking.scores.shape) != shape:
+        raise ValueError(
+            f"ranking {name!r} scores a {list(ranking.scores.shape)} grid of heads; this model has "
+            f"[n_layers, n_heads] = {shape}: it was made for another model"
+        )
+    if ranking.task is not None and ranking.task != task.name:
+        raise ValueError(
+            f"ranking {name!r} was made for task {ranking.task!r}, not {task.name!r}; rank the heads on "
+            f"{task.name!r} (head_scores) to compare on it"
+        )
 
 
 @checked
@@ -136,6 +159,10 @@ def elicitation_curves(
 
     shape = (model.cfg.n_layers, model.cfg.n_heads)
     ks = [check_int("k", k, minimum=0, maximum=shape[0] * shape[1]) for k in ks]
+    if not rankings:
+        raise ValueError("rankings is empty: pass at least one HeadScores")
+    for name, ranking in rankings.items():
+        check_ranking(name, ranking, model, task)
     masks, keys, index = [], [], {}
     for name, ranking in rankings.items():
         for k, mask in zip(ks, sweep_masks(ranking.order, ks, shape)):
@@ -248,6 +275,18 @@ def compare_methods(
     if not methods:
         raise ValueError("methods is empty: name at least one method")
     options = dict(options or {})
+    unknown = [name for name in options if name not in METHODS]
+    if unknown:  # a misspelt name would leave its method on the defaults, unseen
+        close = difflib.get_close_matches(str(unknown[0]), list(METHODS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"options names {unknown[0]!r}, which is not a method{hint}; the methods are {', '.join(sorted(METHODS))}"
+        )
+    for method in methods:
+        if isinstance(method, str):
+            check_choice("methods", method, sorted(METHODS))
+        else:  # a HeadScores (check_ranking refuses anything else with a TypeError)
+            check_ranking(str(getattr(method, "method", method)), method, model, task)
     rankings: dict[str, HeadScores] = {}
     for method in methods:
         if isinstance(method, HeadScores):

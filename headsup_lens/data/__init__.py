@@ -19,6 +19,7 @@ from ._sources import hybrid_task as hybrid_task
 from ._sources import iwslt_task as iwslt_task
 from ._sources import read_pairs_file as read_pairs_file
 from ._sources import read_pairs_json as read_pairs_json
+from ._sources import read_task_file as read_task_file
 from ._sources import task_from_file as task_from_file
 from ._sources import task_mixture as task_mixture
 from ._sources import translation_task as translation_task
@@ -39,6 +40,7 @@ _EAGER = [
     "iwslt_task",
     "read_pairs_file",
     "read_pairs_json",
+    "read_task_file",
     "task_from_file",
     "task_mixture",
     "translation_task",

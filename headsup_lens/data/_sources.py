@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._formats import Fields, FileFormatError, describe, parse_json, read_csv, read_jsonl, read_text
 from .._typecheck import checked
 from ._paths import data_dir as resolve_data_dir
 from ._task import N_EVAL, TASK_FILE_SUFFIXES, Pair, Task
@@ -100,88 +101,129 @@ _LLAMA_USER = "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
 
 
 # --------------------------------------------------------------------------- file readers
+_TASK_FILE = "task file"
+_PAIR_FIELDS, _PAIR_OPTIONAL = ("input", "output"), ("instruction",)
+
+
+def _task_rows(path: Path) -> list[tuple[Fields, str, str, str | None]]:
+    """`(field checks, input, output, instruction or None)` of every row of a task file, in order.
+
+    A row is `{"input": str, "output": str}` with an optional `"instruction"` (CSV: the columns of
+    those names). Inputs and outputs are non-empty strings; nothing else is accepted.
+    """
+    suffix = path.suffix.lower()
+    rows: list[tuple[Fields, dict]] = []
+    if suffix == ".csv":
+        _, records = read_csv(path, _TASK_FILE, _PAIR_FIELDS, _PAIR_OPTIONAL)
+        rows = [(Fields(_TASK_FILE, path, where), record) for where, record in records]
+    elif suffix == ".jsonl":
+        rows = [(Fields(_TASK_FILE, path, where), record) for where, record in read_jsonl(path, _TASK_FILE)]
+    else:
+        text = read_text(path, _TASK_FILE)
+        if not text.strip():
+            raise FileFormatError(_TASK_FILE, path, "", "is empty: it needs a JSON list of {'input', 'output'} objects")
+        data = parse_json(text, _TASK_FILE, path)
+        if not isinstance(data, list) or not data:
+            raise FileFormatError(
+                _TASK_FILE,
+                path,
+                "",
+                f"expected a non-empty JSON list of {{'input', 'output'}} objects, got {describe(data)}",
+            )
+        rows = [(Fields(_TASK_FILE, path, f"entry {i}"), record) for i, record in enumerate(data)]
+    if not rows:
+        raise FileFormatError(_TASK_FILE, path, "", "holds no input/output pairs")
+    out = []
+    for fields, record in rows:
+        record = fields.keys(record, _PAIR_FIELDS, _PAIR_OPTIONAL)
+        instruction = record.get("instruction")
+        if instruction is not None or "instruction" in record:
+            instruction = fields.text("instruction", instruction)
+        out.append(
+            (fields, fields.text("input", record["input"]), fields.text("output", record["output"]), instruction)
+        )
+    return out
+
+
+def _file_instruction(rows: list[tuple[Fields, str, str, str | None]]) -> str | None:
+    """The task's one instruction template: on every row (the same text, with `{input}`) or on none."""
+    given = [(fields, instruction) for fields, _, _, instruction in rows if instruction is not None]
+    if not given:
+        return None
+    if len(given) < len(rows):
+        fields = next(f for f, _, _, instruction in rows if instruction is None)
+        raise fields.error("instruction", "is missing; a task has one instruction, on every row or on none")
+    first = given[0][1]
+    for fields, instruction in given:
+        if instruction != first:
+            raise fields.error(
+                "instruction", f"differs from the first row's ({describe(first)}); a task has one instruction"
+            )
+    if "{input}" not in first:
+        raise given[0][0].error(
+            "instruction", f"the template {describe(first)} lacks '{{input}}' (where the input goes)"
+        )
+    return first
+
+
+def _refuse_repeated_inputs(rows: list[tuple[Fields, str, str, str | None]]) -> None:
+    """A repeated input could be both a training pair and a held-out one: an error naming both rows."""
+    first: dict[str, Fields] = {}
+    for fields, x, _, _ in rows:
+        if x in first:
+            raise fields.error(
+                "input",
+                f"{describe(x)} repeats the input of {first[x].where}; a task file lists each input once "
+                "(a repeated input could land in both the training and the held-out split)",
+            )
+        first[x] = fields
+
+
 @checked
 def read_pairs_json(path: Path) -> list[Pair]:
-    """A JSON list of `{"input": str, "output": str}`; anything else is a ValueError naming the file."""
-    if not path.is_file():
-        raise ValueError(f"task file {path} does not exist")
-    try:
-        text = path.read_text(encoding="utf-8")
-        if not text.strip():
-            raise ValueError(f"task file {path} is empty: it needs a JSON list of {{'input', 'output'}} objects")
-        rows = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from error
-    if not isinstance(rows, list) or not rows:
-        raise ValueError(f"{path} must hold a non-empty JSON list of {{'input', 'output'}} objects")
-    pairs = []
-    for i, row in enumerate(rows):
-        if not (isinstance(row, dict) and isinstance(row.get("input"), str) and isinstance(row.get("output"), str)):
-            raise ValueError(f"{path}: entry {i} is not an object with string 'input' and 'output': {row!r:.120}")
-        pairs.append((row["input"], row["output"]))
-    return pairs
+    """A JSON list of `{"input": str, "output": str}` (an optional `"instruction"` too, see
+    `read_task_file`), as the paper's datasets are stored; inputs may repeat (the paper's files
+    repeat some). Anything else is a `FileFormatError` naming the file, the entry and the field."""
+    return [(x, y) for _, x, y, _ in _task_rows(Path(path))]
+
+
+@checked
+def read_task_file(path: str | os.PathLike) -> tuple[list[Pair], str | None]:
+    """`(pairs, instruction)` of your own task file: a `.json` list of `{"input": ..., "output": ...}`
+    objects, `.jsonl` with one such object per line (split on "\\n" only), or a `.csv` whose header
+    has `input` and `output` columns (read by the `csv` module: quote a field that holds a comma or
+    a newline).
+
+    Every row may also carry `"instruction"` (CSV: an `instruction` column): the task's instruction
+    template with `{input}` where the input goes (e.g. `"Give the opposite of {input}."`), the same
+    on every row; it makes the "instructed" rows of `evaluate` possible. Inputs and outputs are
+    non-empty text; an input may appear once only (so that no training pair can also be a held-out
+    one); unknown keys or columns, a duplicate JSON key and a row with too many or too few CSV fields
+    are errors. Anything wrong is a `FileFormatError` naming the file, the line or row and the field.
+    """
+    path = Path(path).expanduser()
+    if path.suffix.lower() not in TASK_FILE_SUFFIXES:
+        raise ValueError(f"task file {path}: use a .json, .jsonl or .csv file of input/output pairs")
+    rows = _task_rows(path)
+    instruction = _file_instruction(rows)
+    _refuse_repeated_inputs(rows)
+    return [(x, y) for _, x, y, _ in rows], instruction
 
 
 @checked
 def read_pairs_file(path: str | os.PathLike) -> list[Pair]:
-    """(input, output) pairs from `path`: a `.json` list of `{"input": ..., "output": ...}` objects,
-    `.jsonl` with one such object per line, or a `.csv` whose header has `input` and `output` columns.
-    A missing, empty or malformed file is a ValueError naming the file and what is wrong."""
-    path = Path(path).expanduser()
-    if path.suffix.lower() not in TASK_FILE_SUFFIXES:
-        raise ValueError(f"task file {path}: use a .json, .jsonl or .csv file of input/output pairs")
-    if not path.is_file():
-        raise ValueError(f"task file {path} does not exist")
-    if path.suffix.lower() == ".json":
-        return read_pairs_json(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"task file {path} is not UTF-8 text: {error}") from error
-    rows: list[tuple[str, object]] = []  # (where, row)
-    if path.suffix.lower() == ".jsonl":
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append((f"line {number}", json.loads(line)))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"task file {path}: line {number} is not valid JSON: {error}") from error
-    else:
-        reader = csv.DictReader(text.splitlines())
-        if reader.fieldnames is None:
-            raise ValueError(
-                f"task file {path} is empty: it needs a header line with input,output and one row per pair"
-            )
-        missing = {"input", "output"} - set(reader.fieldnames)
-        if missing:
-            raise ValueError(
-                f"task file {path}: the header {reader.fieldnames} lacks the column(s) "
-                f"{', '.join(sorted(missing))} (it needs input and output)"
-            )
-        rows = [(f"row {number}", row) for number, row in enumerate(reader, 2)]
-    if not rows:
-        raise ValueError(f"task file {path} holds no input/output pairs")
-    pairs = []
-    for where, row in rows:
-        if not (
-            isinstance(row, dict)
-            and isinstance(row.get("input"), str)
-            and isinstance(row.get("output"), str)
-            and row["input"] != ""
-            and row["output"] != ""
-        ):
-            raise ValueError(
-                f"task file {path}: {where} is not a pair with non-empty text 'input' and 'output': {row!r:.120}"
-            )
-        pairs.append((row["input"], row["output"]))
-    return pairs
+    """The (input, output) pairs of your own task file (see `read_task_file`, which also returns its
+    instruction)."""
+    return read_task_file(path)[0]
 
 
 @checked
 def task_from_file(path: str | os.PathLike, n_eval: int | None = None) -> Task:
-    """Your own task from a file (see `read_pairs_file`), named after the file; the last `n_eval`
-    pairs (default: min(100, half of them)) are held out for evaluation."""
-    return Task.from_pairs(Path(path).stem, read_pairs_file(path), n_eval=n_eval)
+    """Your own task from a file (see `read_task_file`), named after the file, with the file's
+    instruction when it has one; the last `n_eval` pairs (default: min(100, half of them)) are held
+    out for evaluation."""
+    pairs, instruction = read_task_file(path)
+    return Task.from_pairs(Path(path).stem, pairs, instruction=instruction, n_eval=n_eval)
 
 
 def read_tsv_column_rows(path: Path) -> list[list[str]]:

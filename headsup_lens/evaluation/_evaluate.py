@@ -33,7 +33,7 @@ from ..masks import HeadMask
 from ..models import ModelFingerprint, fingerprint, prompt_format
 from ._answers import answer_nll_per_example, greedy_answers, reduce_nll
 from ._config import EvalConfig
-from ._scoring import Labels, task_labels
+from ._scoring import Labels, instructed_rows_left_out, task_labels
 from ._settings import SETTINGS, EvalSetting
 from ._table import Evaluation, RowScorer, concat_generations, generation_rows
 
@@ -131,6 +131,8 @@ def _plan(
         unmet = [f"{name!r} needs {', '.join(needs)}" for name, needs in lacking.items() if needs]
         if unmet:
             raise ValueError(f"settings unavailable here: {'; '.join(unmet)}")
+    if not config.settings and not have["instruction"]:
+        warn(instructed_rows_left_out(task))
     chosen = [s for s in chosen if not lacking[s.name]]
     if not chosen:
         raise ValueError("no setting to run: every registered setting lacks something here (mask is None?)")

@@ -9,6 +9,7 @@ import sacrebleu
 from rouge_score import rouge_scorer
 
 from .._typecheck import checked
+from .._validate import check_sequence, describe
 
 
 class _Words:
@@ -25,9 +26,22 @@ class _Characters:
         return [c for c in text if not c.isspace()]
 
 
+def check_texts(name: str, texts: Sequence[str]) -> None:
+    """`texts` must be a list or tuple of strings: one string is a TypeError (it would be scored
+    character by character), as is any item that is not a string (named by its index)."""
+    check_sequence(name, texts, item="string")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{name}[{i}] must be a string, got {describe(text)} ({type(text).__name__})")
+
+
 def _check(predictions: Sequence[str], references: Sequence[str]) -> None:
+    check_texts("predictions", predictions)
+    check_texts("references", references)
     if len(predictions) != len(references) or not predictions:
-        raise ValueError(f"need equally many predictions and references, got {len(predictions)} and {len(references)}")
+        raise ValueError(
+            f"need equally many predictions and references (at least one), got {len(predictions)} and {len(references)}"
+        )
 
 
 @checked

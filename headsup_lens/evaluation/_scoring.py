@@ -16,14 +16,20 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from scipy.stats import binomtest
 
 from .._typecheck import checked
+from .._validate import check_float, check_int, check_sequence, describe
 from ..data import Task
-from ._metrics import first_line
+from ._metrics import check_texts, first_line
 
 ECHO_MIN_WORDS = 5  # an output opening with this many consecutive input words copies the input
-MAX_LABELS = 8  # a task whose answers take at most this many distinct values is a label task
+# A task is a label task when its answers come from a small set: at most MAX_LABELS distinct values,
+# each answering LABEL_REPEATS pairs on average (pairs >= LABEL_REPEATS x values). Six antonym pairs
+# have six distinct answers: few values, but none repeats, so they are not labels.
+MAX_LABELS = 8
+LABEL_REPEATS = 3
 NO_LABEL = "(none)"  # predicted label of an output that names no label
 
 
@@ -70,6 +76,9 @@ def is_empty(output: str) -> bool:
 @checked
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (scipy); (nan, nan) when n is 0."""
+    n = check_int("n", n, minimum=0)
+    successes = check_int("successes", successes, minimum=0, maximum=n)
+    confidence = check_float("confidence", confidence, 0.0, 1.0, low_open=True, high_open=True)
     if n == 0:
         return float("nan"), float("nan")
     ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
@@ -80,6 +89,11 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
 def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> float:
     """Exact McNemar test of two paired 0/1 scorings of the same examples: the two-sided binomial
     test of the discordant pairs against 1/2 (1.0 when there are none)."""
+    for name, values in (("a", a), ("b", b)):
+        check_sequence(name, values, item="bool")
+        for i, value in enumerate(values):
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name}[{i}] must be True or False, got {describe(value)} ({type(value).__name__})")
     if len(a) != len(b):
         raise ValueError(f"paired scorings need equally many examples, got {len(a)} and {len(b)}")
     only_a = sum(bool(x) and not bool(y) for x, y in zip(a, b))
@@ -92,8 +106,10 @@ def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> float:
 class Labels:
     """How a label task's outputs map to labels.
 
-    `kind="answer"`: the task's answers take at most `MAX_LABELS` distinct values over all pairs
-    (sentiment, ag_news, person-sport, ...); the labels are those values. `kind="choice"`: every
+    `kind="answer"`: the task's answers come from a small set: at most `MAX_LABELS` (8) distinct
+    values over all pairs, and at least `LABEL_REPEATS` (3) pairs per value on average (sentiment,
+    ag_news, person-sport, ...; not a file of six antonyms, whose six answers never repeat); the
+    labels are those values. `kind="choice"`: every
     input is a comma-separated list and its answer is one of the items (the "X out of 3" tasks);
     the label is the answer's position in the list ("1", "2", ...).
     """
@@ -136,18 +152,31 @@ def task_labels(task: Task) -> Labels | None:
     if all(len(i) > 1 and normalize(y, casefold=True) in i for i, (_, y) in zip(items, task.pairs)):
         return Labels("choice", tuple(str(k + 1) for k in range(max(len(i) for i in items))))
     answers = sorted({y for _, y in task.pairs})
-    return Labels("answer", tuple(answers)) if len(answers) <= MAX_LABELS else None
+    small_set = len(answers) <= MAX_LABELS and len(task.pairs) >= LABEL_REPEATS * len(answers)
+    return Labels("answer", tuple(answers)) if small_set else None
 
 
 @checked
 def balanced_accuracy(gold: Sequence[str], predicted: Sequence[str]) -> float:
     """Mean over the gold labels present of the fraction of their examples predicted as that label."""
+    check_texts("gold", gold)
+    check_texts("predicted", predicted)
     if len(gold) != len(predicted) or not gold:
         raise ValueError(f"need equally many gold and predicted labels, got {len(gold)} and {len(predicted)}")
     recalls = [
         sum(g == p for g, p in zip(gold, predicted) if g == label) / count for label, count in Counter(gold).items()
     ]
     return sum(recalls) / len(recalls)
+
+
+def instructed_rows_left_out(task: Task) -> str:
+    """What `evaluate` says when `task` has no instruction: which rows it leaves out and how a task
+    file carries one."""
+    return (
+        f"task {task.name!r} has no instruction, so the 'instructed' and 'instructed + scaled mask' rows are "
+        'left out; a task file carries one as an "instruction" field (CSV: column) on every row, a template '
+        "with {input} where the input goes"
+    )
 
 
 def label_counts(labels: Sequence[str]) -> str:
@@ -177,6 +206,8 @@ def score_outputs(
     `balanced_accuracy` (of the predicted labels) and `predicted_labels` (their distribution, JSON).
     Per example: `correct`, `strict`, `echo`, `empty` and for label tasks `gold_label` / `predicted_label`.
     """
+    for name, texts in (("outputs", outputs), ("inputs", inputs), ("answers", answers)):
+        check_texts(name, texts)
     if not len(outputs) == len(inputs) == len(answers) or not outputs:
         raise ValueError(
             f"need equally many outputs, inputs and answers, got {len(outputs)}, {len(inputs)}, {len(answers)}"

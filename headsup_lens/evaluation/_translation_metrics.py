@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from .._typecheck import checked
-from ._metrics import _check, first_line
+from ._metrics import _check, check_texts, first_line
 
 SEGMENTATIONS = ("characters", "words")
 DEFAULT_ROUGE_TOKENIZER = "13a+zh"
@@ -181,6 +181,7 @@ def target_language_share(generations: Sequence[str], language: str, *, part: st
     first non-empty line, the translation proper: small models go on to comment on it in English
     ("In French, the phrase ... translates to ..."), which would outvote a right first line;
     `"whole"` identifies the whole generation."""
+    check_texts("generations", generations)
     if not generations:
         raise ValueError("generations is empty")
     if language not in _identifier().nb_classes:

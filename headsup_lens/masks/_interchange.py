@@ -19,12 +19,18 @@ Three layouts, each read and written:
   `m{layer}`). A head mask is node-level: a head is `in_graph` when the mask keeps it. `edges` is
   required by the format; it is written empty (a node-level circuit) unless `edges=True` asks for
   every edge of the graph, in the graph exactly when both of its ends are.
+
+Reading is strict (`.._formats`): every field is checked against its declared type and range, the
+file's own shape (a node graph's `cfg`, a reference tensor's grid) against the model's, and a head,
+key or step given twice is refused; a wrong file is a `FileFormatError` naming the file, where in it
+and what was expected. Nothing is guessed, truncated or coerced.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 import re
@@ -36,9 +42,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from .._formats import Fields, FileFormatError, read_csv, read_json
 from .._io import atomic_write_json, atomic_write_text
 from .._typecheck import checked
-from .._validate import check_choice, check_out_file, describe
+from .._validate import check_choice, check_float, check_out_file, describe
 from ._files import read_safetensors, write_safetensors
 from ._head_mask import Head, HeadMask, _check_mask_shape, _fingerprint_of
 
@@ -78,26 +85,62 @@ def reference_logits(
     path: str | os.PathLike, model_or_shape: Any
 ) -> tuple[Float[Tensor, "n_layers n_heads"], Float[Tensor, " n_layers"]]:
     """The head logits `[n_layers, n_heads]` and FFN-slot logits `[n_layers]` of a reference-layout
-    file (or a `checkpoint-N/` folder holding `model.safetensors`)."""
+    file (or a `checkpoint-N/` folder holding `model.safetensors`).
+
+    The file's tensor is the flat `[n_layers * (n_heads + 1)]` vector the reference writes, or that
+    grid itself, `[n_layers, n_heads + 1]`; another shape (a grid of another model flattened onto
+    this one included) is a `FileFormatError`, as are integer tensors and NaN or infinite logits (a
+    NaN FFN logit would otherwise read as "remove this MLP")."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a path, got {describe(path)}")
     n_layers, n_heads = _shape_of(model_or_shape)
     file = _reference_file(Path(path))
     tensors, _ = read_safetensors(file, "reference mask file")
+    what = "reference mask file"
     if REFERENCE_KEY not in tensors:
-        raise ValueError(
-            f"{str(file)!r} is not a reference-layout mask: it has no tensor named {REFERENCE_KEY!r} "
-            f"(it has {sorted(tensors)})"
+        raise FileFormatError(
+            what,
+            file,
+            "",
+            f"is not a reference-layout mask: it has no tensor named {REFERENCE_KEY!r} (it has {sorted(tensors)})",
         )
-    flat = tensors[REFERENCE_KEY].detach().float().flatten()
+    tensor = tensors[REFERENCE_KEY].detach()
+    where = f"tensor {REFERENCE_KEY!r}"
+    if not tensor.is_floating_point():
+        raise FileFormatError(what, file, where, f"expected floating-point logits, got a {tensor.dtype} tensor")
     expected = n_layers * (n_heads + 1)
-    if flat.numel() != expected:
-        raise ValueError(
-            f"{str(file)!r} holds {flat.numel()} logits; a {n_layers} x {n_heads} model needs "
-            f"n_layers * (n_heads + 1) = {expected} (one FFN slot per layer)"
+    grid = (n_layers, n_heads + 1)
+    if tensor.ndim == 2 and tuple(tensor.shape) != grid:
+        raise FileFormatError(
+            what,
+            file,
+            where,
+            f"has shape {list(tensor.shape)}; a {n_layers} x {n_heads} model needs "
+            f"[n_layers, n_heads + 1] = {list(grid)} (one FFN slot per layer), or the flat [{expected}]",
         )
-    grid = flat.reshape(n_layers, n_heads + 1)
-    return grid[:, :-1].clone(), grid[:, -1].clone()
+    if tensor.ndim not in (1, 2):
+        raise FileFormatError(what, file, where, f"has {tensor.ndim} dimensions; expected a flat vector or a grid")
+    if tensor.numel() != expected:
+        raise FileFormatError(
+            what,
+            file,
+            where,
+            f"holds {tensor.numel()} logits; a {n_layers} x {n_heads} model needs "
+            f"n_layers * (n_heads + 1) = {expected} (one FFN slot per layer)",
+        )
+    logits = tensor.float().reshape(grid)
+    bad = (~torch.isfinite(logits)).nonzero().tolist()
+    if bad:
+        layer, slot = bad[0]
+        place = "its FFN slot" if slot == n_heads else f"head {slot}"
+        raise FileFormatError(
+            what,
+            file,
+            where,
+            f"{len(bad)} logit(s) are NaN or infinite, the first at layer {layer}, {place} "
+            f"({logits[layer, slot].item()}); a mask needs finite logits",
+        )
+    return logits[:, :-1].clone(), logits[:, -1].clone()
 
 
 @checked
@@ -129,6 +172,7 @@ def write_reference(mask: HeadMask, path: str | os.PathLike, *, ffn_logit: float
     """
     if not isinstance(mask, HeadMask):
         raise TypeError(f"mask must be a HeadMask, got {describe(mask)}")
+    ffn_logit = check_float("ffn_logit", ffn_logit)  # a NaN slot would read back as "remove this MLP"
     target = Path(path)
     if target.suffix != ".safetensors":
         target = target / REFERENCE_FILE
@@ -158,6 +202,14 @@ def read_reference_checkpoints(folder: str | os.PathLike, model_or_shape: Any, *
     found = sorted((int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
     if not found:
         raise ValueError(f"{str(root)!r} has no checkpoint-N/ folders")
+    for (step, path), (next_step, other) in itertools.pairwise(found):
+        if step == next_step:  # checkpoint-100 and checkpoint-0100: one step, two points
+            raise FileFormatError(
+                "reference checkpoint folder",
+                root,
+                f"step {step}",
+                f"{path.name}/ and {other.name}/ are both step {step}; a trajectory has one point per step",
+            )
     masks = []
     for step, path in found:
         mask = read_reference(path, model_or_shape, ffn=ffn)
@@ -172,18 +224,51 @@ def read_reference_checkpoints(folder: str | os.PathLike, model_or_shape: Any, *
 class HeadList:
     """Heads read from a head list or node graph: `heads[i]` with optional `scores[i]` and `kept[i]`.
 
-    `mlp_kept` holds the node graph's MLP nodes (`m{layer}`) when it has them.
+    `mlp_kept` holds the node graph's MLP nodes (`m{layer}`) when it has them. `shape` is the
+    `(n_layers, n_heads)` grid the file declares (a node graph's `cfg`); a model of another shape
+    is refused. `source` names the file it was read from, for error messages. Heads are distinct
+    `(layer, head)` pairs of non-negative integers; a duplicate is a ValueError.
     """
 
     heads: list[Head]
     scores: list[float] | None = None
     kept: list[bool] | None = None
     mlp_kept: dict[int, bool] | None = None
+    shape: tuple[int, int] | None = None
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        for i, head in enumerate(self.heads):
+            if len(head) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in head):
+                raise ValueError(f"{self._name}: heads[{i}] must be a (layer, head) pair of integers >= 0, got {head}")
+        self.heads = [(layer, head) for layer, head in self.heads]  # [layer, head] lists become pairs
+        for column in ("scores", "kept"):
+            values = getattr(self, column)
+            if values is not None and len(values) != len(self.heads):
+                raise ValueError(f"{self._name}: {len(values)} {column} for {len(self.heads)} heads")
+        seen: dict[Head, int] = {}
+        for i, head in enumerate(self.heads):
+            if head in seen:
+                raise ValueError(f"{self._name} names head {head} twice (entries {seen[head]} and {i})")
+            seen[head] = i
+        if self.shape is not None:
+            self.shape = _check_mask_shape(self.shape)
+            outside = [h for h in self.heads if not (h[0] < self.shape[0] and h[1] < self.shape[1])]
+            if outside:
+                raise ValueError(f"{self._name}: head {outside[0]} is outside its own {self._grid} grid")
+
+    @property
+    def _name(self) -> str:
+        return "the head list" if self.source is None else repr(self.source)
+
+    @property
+    def _grid(self) -> str:
+        return f"{self.shape[0]} x {self.shape[1]}" if self.shape else "?"
 
     def scores_tensor(self, model_or_shape: Any, fill: float = float("nan")) -> Float[Tensor, "n_layers n_heads"]:
         """The scores as `[n_layers, n_heads]`; heads not listed get `fill`."""
         if self.scores is None:
-            raise ValueError("this head list has no scores")
+            raise ValueError(f"{self._name} has no scores")
         n_layers, n_heads = _shape_of(model_or_shape)
         out = torch.full((n_layers, n_heads), float(fill))
         for (layer, head), score in zip(self._checked(n_layers, n_heads), self.scores):
@@ -192,17 +277,18 @@ class HeadList:
 
     def to_mask(self, model_or_shape: Any, listed: str | None = None) -> HeadMask:
         """A `HeadMask`: from the `kept` column (every head must be listed), or, with `listed`, the
-        listed heads kept (every other head removed) or removed (every other head kept)."""
+        listed heads kept (every other head removed) or removed (every other head kept). MLP nodes
+        (`mlp_kept`) become the mask's `mlp_values`; they must cover every layer."""
         n_layers, n_heads = _shape_of(model_or_shape)
         heads = self._checked(n_layers, n_heads)
         fp = _fingerprint_of(model_or_shape)
         if listed is None:
             if self.kept is None:
-                raise ValueError("this head list has no kept column: pass listed='kept' or listed='removed'")
+                raise ValueError(f"{self._name} has no kept column: pass listed='kept' or listed='removed'")
             missing = {(l, h) for l in range(n_layers) for h in range(n_heads)} - set(heads)
             if missing:
                 raise ValueError(
-                    f"the head list misses {len(missing)} heads (e.g. {sorted(missing)[0]}); "
+                    f"{self._name} misses {len(missing)} heads (e.g. {sorted(missing)[0]}); "
                     "pass listed='kept' or listed='removed' to say what unlisted heads are"
                 )
             removed = [h for h, k in zip(heads, self.kept) if not k]
@@ -215,16 +301,24 @@ class HeadList:
                 keep = set(heads)
                 others = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in keep]
                 mask = HeadMask.from_heads(others, fp or (n_layers, n_heads))
-        if self.mlp_kept is not None and len(self.mlp_kept) == n_layers:
+        if self.mlp_kept is not None:
+            if sorted(self.mlp_kept) != list(range(n_layers)):
+                raise ValueError(
+                    f"{self._name} has MLP nodes for layers {sorted(self.mlp_kept)}; a {n_layers}-layer model "
+                    f"needs one for each of 0..{n_layers - 1}"
+                )
             mask.mlp_values = torch.tensor([float(self.mlp_kept[l]) for l in range(n_layers)])
         return mask
 
     def _checked(self, n_layers: int, n_heads: int) -> list[Head]:
+        if self.shape is not None and self.shape != (n_layers, n_heads):
+            raise ValueError(
+                f"{self._name} was written for a {self._grid} model (n_layers x n_heads), "
+                f"not this {n_layers} x {n_heads} one"
+            )
         for layer, head in self.heads:
             if not (0 <= layer < n_layers and 0 <= head < n_heads):
-                raise ValueError(f"head ({layer}, {head}) is outside a {n_layers} x {n_heads} model")
-        if len(set(self.heads)) != len(self.heads):
-            raise ValueError("the head list names a head twice")
+                raise ValueError(f"{self._name}: head ({layer}, {head}) is outside a {n_layers} x {n_heads} model")
         return self.heads
 
 
@@ -266,38 +360,96 @@ def write_head_list(
     return atomic_write_json(path, {"heads": rows})
 
 
+_HEAD_LIST = "head list"
+_HEAD_COLUMNS, _HEAD_OPTIONAL = ("layer", "head"), ("score", "kept")
+
+
 @checked
-def read_head_list(path: str | os.PathLike) -> HeadList:
-    """A head list written by `write_head_list` or by hand (CSV with a `layer,head` header, or JSON:
-    `{"heads": [...]}` or a bare list of objects or of `[layer, head]` pairs)."""
+def read_head_list(path: str | os.PathLike, model_or_shape: Any = None) -> HeadList:
+    """A head list written by `write_head_list` or by hand: CSV with a `layer,head[,score][,kept]`
+    header, or JSON: `{"heads": [{"layer": 0, "head": 1, "score": 0.5, "kept": 1}, ...]}`, a bare
+    list of such objects, or a bare list of `[layer, head]` pairs.
+
+    `layer` and `head` are integers >= 0 (JSON integers; CSV digits: 1.5 or "1" in JSON is an
+    error, never truncated), `score` a number (NaN allowed: "not scored"), `kept` 0/1 or
+    true/false (never 0.9, never "false"). A column is on every row or on none; a head listed twice
+    and a key or column outside these are errors. With `model_or_shape`, every head must lie inside
+    that model's grid. A malformed file is a `FileFormatError` naming the file, row and field.
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a path, got {describe(path)}")
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"no head list at {str(path)!r}")
-    text = path.read_text(encoding="utf-8")
+    records: list[tuple[Fields, dict[str, Any]]] = []  # (field checks of the row, its parsed values)
     if path.suffix.lower() == ".csv":
-        records = list(csv.DictReader(io.StringIO(text)))
+        header, rows = read_csv(path, _HEAD_LIST, _HEAD_COLUMNS, _HEAD_OPTIONAL)
+        for where, row in rows:
+            fields = Fields(_HEAD_LIST, path, where)
+            value: dict[str, Any] = {
+                "layer": fields.csv_integer("layer", row["layer"], 0),
+                "head": fields.csv_integer("head", row["head"], 0),
+            }
+            if "score" in header:
+                value["score"] = fields.csv_number("score", row["score"])
+            if "kept" in header:
+                value["kept"] = fields.csv_flag("kept", row["kept"])
+            records.append((fields, value))
     else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"head list {str(path)!r} is not valid JSON ({error})") from error
-        records = data.get("heads") if isinstance(data, dict) else data
-        if not isinstance(records, list):
-            raise ValueError(f"head list {str(path)!r} must be a list of heads or {{'heads': [...]}}")
-        records = [{"layer": r[0], "head": r[1]} if isinstance(r, (list, tuple)) else r for r in records]
+        data = read_json(path, _HEAD_LIST)
+        if isinstance(data, dict):
+            data = Fields(_HEAD_LIST, path, "").keys(data, ["heads"])["heads"]
+        if not isinstance(data, list):
+            raise FileFormatError(
+                _HEAD_LIST, path, "", f"expected a list of heads or {{'heads': [...]}}, got {describe(data)}"
+            )
+        for i, entry in enumerate(data):
+            fields = Fields(_HEAD_LIST, path, f"entry {i}")
+            if isinstance(entry, list):
+                if len(entry) != 2:
+                    raise fields.error(None, f"expected a [layer, head] pair, got {describe(entry)}")
+                entry = {"layer": entry[0], "head": entry[1]}
+            entry = fields.keys(entry, _HEAD_COLUMNS, _HEAD_OPTIONAL)
+            value: dict[str, Any] = {
+                "layer": fields.integer("layer", entry["layer"], 0),
+                "head": fields.integer("head", entry["head"], 0),
+            }
+            if "score" in entry:
+                value["score"] = fields.number("score", entry["score"])
+            if "kept" in entry:
+                value["kept"] = fields.flag("kept", entry["kept"])
+            records.append((fields, value))
     if not records:
-        raise ValueError(f"head list {str(path)!r} lists no heads")
-    try:
-        heads = [(int(r["layer"]), int(r["head"])) for r in records]
-        scores = [float(r["score"]) for r in records] if all("score" in r for r in records) else None
-        kept = [bool(int(r["kept"])) for r in records] if all("kept" in r for r in records) else None
-    except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(
-            f"head list {str(path)!r} has a malformed row ({error}); each row needs layer and head"
-        ) from error
-    return HeadList(heads, scores, kept)
+        raise FileFormatError(_HEAD_LIST, path, "", "lists no heads")
+    columns = {}
+    for column in _HEAD_OPTIONAL:
+        having = [column in value for _, value in records]
+        if any(having) and not all(having):
+            fields = records[having.index(False)][0]
+            raise fields.error(column, f"is missing; the {column} column must be on every row or on none")
+        columns[column] = [value[column] for _, value in records] if all(having) else None
+    heads = [(value["layer"], value["head"]) for _, value in records]
+    _refuse_repeats(heads, [fields for fields, _ in records])
+    listing = HeadList(heads, columns["score"], columns["kept"], source=str(path))
+    _check_fits(listing, model_or_shape, [fields for fields, _ in records])
+    return listing
+
+
+def _refuse_repeats(heads: list[Head], fields: list[Fields]) -> None:
+    first: dict[Head, int] = {}
+    for i, head in enumerate(heads):
+        if head in first:
+            raise fields[i].error(None, f"names head {head} again (first at {fields[first[head]].where})")
+        first[head] = i
+
+
+def _check_fits(listing: HeadList, model_or_shape: Any, fields: list[Fields]) -> None:
+    """With a model, every head of a file lies inside its grid (errors name the row)."""
+    if model_or_shape is None:
+        return
+    n_layers, n_heads = _shape_of(model_or_shape)
+    for head, where in zip(listing.heads, fields):
+        if not (head[0] < n_layers and head[1] < n_heads):
+            raise where.error(None, f"head {head} is outside a {n_layers} x {n_heads} model")
+    listing._checked(n_layers, n_heads)
 
 
 # ---------------------------------------------------------------------- node graphs
@@ -381,35 +533,70 @@ def write_node_graph(
     return atomic_write_text(path, json.dumps(graph, indent=1) + "\n")
 
 
-_HEAD_NODE = re.compile(r"^a(\d+)\.h(\d+)$")
-_MLP_NODE = re.compile(r"^m(\d+)$")
+_HEAD_NODE = re.compile(r"a(0|[1-9][0-9]*)\.h(0|[1-9][0-9]*)")
+_MLP_NODE = re.compile(r"m(0|[1-9][0-9]*)")
+_GRAPH = "node graph"
+_NODE_KEYS, _NODE_OPTIONAL = ("in_graph",), ("score", "neurons")
 
 
 @checked
-def read_node_graph(path: str | os.PathLike) -> HeadList:
+def read_node_graph(path: str | os.PathLike, model_or_shape: Any = None) -> HeadList:
     """The attention-head nodes (`a{layer}.h{head}`) of a circuit-graph JSON: `kept` = `in_graph`,
-    `scores` = node scores when every head has one; MLP nodes (`m{layer}`) in `mlp_kept`."""
+    `scores` = node scores when every head has one (NaN: not scored); MLP nodes
+    (`m{layer}`) in `mlp_kept`.
+
+    The file must follow the format: `cfg` with integer `n_layers` and `n_heads` (the list's
+    `shape`: a model of another shape is refused), `nodes` naming exactly `input`, `logits`, every
+    head `a{layer}.h{head}` of that grid and either every MLP node `m{layer}` or none, each an
+    object whose `in_graph` is a JSON boolean (`"false"` is an error, never a kept head) or, in
+    older files, the boolean itself. Duplicate keys are errors. With `model_or_shape`, the file's
+    `cfg` must match it. A malformed file is a `FileFormatError` naming the file and the node.
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a path, got {describe(path)}")
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"no node graph at {str(path)!r}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"node graph {str(path)!r} is not valid JSON ({error})") from error
-    if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
-        raise ValueError(f"node graph {str(path)!r} has no 'nodes' object")
+    top = Fields(_GRAPH, path, "")
+    data = top.keys(read_json(path, _GRAPH), ["cfg", "nodes"], ["edges"])
+    checks = Fields(_GRAPH, path, "cfg")
+    cfg = data["cfg"]  # the model's description: other tools add keys of their own, only the grid is read
+    if not isinstance(cfg, dict) or not {"n_layers", "n_heads"} <= set(cfg):
+        raise checks.error(None, f"expected an object with n_layers and n_heads, got {describe(cfg)}")
+    n_layers, n_heads = checks.integer("n_layers", cfg["n_layers"], 1), checks.integer("n_heads", cfg["n_heads"], 1)
+    if not isinstance(data["nodes"], dict):
+        raise top.error("nodes", f"expected an object of nodes, got {describe(data['nodes'])}")
     heads, scores, kept, mlp = [], [], [], {}
     for name, node in data["nodes"].items():
-        flag = node.get("in_graph", True) if isinstance(node, dict) else bool(node)  # older files: name -> bool
-        if (m := _HEAD_NODE.match(name)) is not None:
-            heads.append((int(m.group(1)), int(m.group(2))))
-            kept.append(bool(flag))
-            scores.append(node.get("score") if isinstance(node, dict) else None)
-        elif (m := _MLP_NODE.match(name)) is not None:
-            mlp[int(m.group(1))] = bool(flag)
-    if not heads:
-        raise ValueError(f"node graph {str(path)!r} has no attention-head nodes (a<layer>.h<head>)")
+        fields = Fields(_GRAPH, path, f"node {name!r}")
+        if isinstance(node, bool):  # older files: name -> in_graph
+            flag, score = node, None
+        else:
+            node = fields.keys(node, _NODE_KEYS, _NODE_OPTIONAL)
+            flag = fields.boolean("in_graph", node["in_graph"])
+            score = node.get("score")
+            if score is not None:
+                score = fields.number("score", score)
+        if (m := _HEAD_NODE.fullmatch(name)) is not None:
+            head = (int(m.group(1)), int(m.group(2)))
+            if not (head[0] < n_layers and head[1] < n_heads):
+                raise fields.error(None, f"head {head} is outside the graph's own {n_layers} x {n_heads} cfg")
+            heads.append(head)
+            kept.append(flag)
+            scores.append(score)
+        elif (m := _MLP_NODE.fullmatch(name)) is not None:
+            if int(m.group(1)) >= n_layers:
+                raise fields.error(None, f"layer {m.group(1)} is outside the graph's own {n_layers}-layer cfg")
+            mlp[int(m.group(1))] = flag
+        elif name not in ("input", "logits"):
+            raise fields.error(None, "is not a node of the format (input, logits, a<layer>.h<head>, m<layer>)")
+    listed = set(heads)
+    missing = [f"a{l}.h{h}" for l in range(n_layers) for h in range(n_heads) if (l, h) not in listed]
+    missing += [name for name in ("input", "logits") if name not in data["nodes"]]
+    if mlp:
+        missing += [f"m{l}" for l in range(n_layers) if l not in mlp]
+    if missing:
+        raise top.error("nodes", f"lacks {len(missing)} node(s) of its {n_layers} x {n_heads} cfg, e.g. {missing[0]!r}")
     has_scores = all(s is not None for s in scores)
-    return HeadList(heads, [float(s) for s in scores] if has_scores else None, kept, mlp or None)
+    listing = HeadList(heads, scores if has_scores else None, kept, mlp or None, (n_layers, n_heads), str(path))
+    if model_or_shape is not None:
+        listing._checked(*_shape_of(model_or_shape))
+    return listing

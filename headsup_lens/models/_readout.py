@@ -46,6 +46,12 @@ def verify_readout(model: TransformerBridge) -> None:
     captured: list[Tensor] = []
     with torch.no_grad(), model.hooks(fwd_hooks=[(FINAL_NORM_OUT, lambda x, hook: captured.append(x))]):
         logits = model(tokens)
+    if not torch.isfinite(logits).all():  # else the tolerance below is NaN and torch's error says nothing useful
+        raise ValueError(
+            "this model's logits on a probe input hold NaN or infinite values: its weights or activations are "
+            "not finite (a diverged fine-tuning run, a corrupt checkpoint, an overflowing dtype); no analysis "
+            "or loss can be computed from them"
+        )
     ours = unembed(model, captured[0]).float()
     scale = logits.float().abs().max().clamp_min(1.0)
     if not torch.allclose(ours, logits.float(), atol=1e-3 * float(scale), rtol=1e-3):

@@ -9,6 +9,8 @@ prompt, or with `system=` text), for users who want the model's native formattin
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from dataclasses import dataclass
 
 import torch
@@ -229,23 +231,29 @@ def encode(model: TransformerBridge, text: str, *, add_bos: bool) -> list[int]:
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     suspicious = {i for i in (tokenizer.unk_token_id, tokenizer.pad_token_id) if i is not None}
     if suspicious & set(ids):
-        plain = text
-        for token in sorted(tokenizer.all_special_tokens, key=len, reverse=True):
-            plain = plain.replace(token, " ")  # special tokens written as text are meant
+        specials = sorted(tokenizer.all_special_tokens, key=len, reverse=True)
+        # Special tokens written as text are meant; every other character is tried on its own,
+        # whitespace included (a TAB the vocabulary lacks would otherwise become <unk>/<pad> unseen).
+        plain = re.split("|".join(map(re.escape, specials)), text) if specials else [text]
         bad = sorted(
-            {
-                c
-                for c in set(plain)
-                if not c.isspace() and suspicious & set(tokenizer(c, add_special_tokens=False)["input_ids"])
-            }
+            {c for c in "".join(plain) if suspicious & set(tokenizer(c, add_special_tokens=False)["input_ids"])}
         )
         if bad:
+            named = ", ".join(f"{c!r} (U+{ord(c):04X} {_character_name(c)})" for c in bad[:10])
             raise ValueError(
-                f"the text {text[:80]!r} has characters this model's tokenizer cannot encode: {''.join(bad)!r}"
+                f"the text {text[:80]!r} has characters this model's tokenizer cannot encode: {''.join(bad)!r}; "
+                f"they would become its unknown or padding token: {named}"
             )
     if add_bos and tokenizer.bos_token_id is not None and (not ids or ids[0] != tokenizer.bos_token_id):
         ids = [tokenizer.bos_token_id, *ids]
     return list(ids)
+
+
+def _character_name(char: str) -> str:
+    """The Unicode name of a character; control characters have none: their usual name, or "control"."""
+    return unicodedata.name(char, "") or {"\t": "TAB", "\r": "CARRIAGE RETURN", "\x0b": "VERTICAL TAB"}.get(
+        char, f"control character, category {unicodedata.category(char)}"
+    )
 
 
 @checked

@@ -207,5 +207,5 @@ def test_head_scores_save_and_load(llama, tmp_path):
         result.seconds,
         result.cpu_seconds,
     )
-    with pytest.raises(ValueError, match="is not a saved HeadScores file"):
+    with pytest.raises(ValueError, match="head scores file .*missing.json.: does not exist"):
         HeadScores.load(tmp_path / "missing.json")

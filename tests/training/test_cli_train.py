@@ -252,9 +252,9 @@ def test_own_task_file_trains(planted_dir, tmp_path, suffix):
         ("empty.jsonl", "\n", "holds no input/output pairs"),
         ("empty.csv", "", "is empty"),
         ("list.json", "[]", "non-empty JSON list"),
-        ("bad.jsonl", '{"input": "a", "output": "b"}\n{"input": "a"', "line 2 is not valid JSON"),
+        ("bad.jsonl", '{"input": "a", "output": "b"}\n{"input": "a"', "line 2, column 14: not valid JSON"),
         ("cols.csv", "question,answer\na,b\n", "lacks the column(s) input, output"),
-        ("type.jsonl", '{"input": 3, "output": "b"}', "line 1 is not a pair"),
+        ("type.jsonl", '{"input": 3, "output": "b"}', "line 1, field 'input': expected a string, got 3"),
     ],
 )
 def test_malformed_task_files_name_the_file_and_the_problem(tmp_path, capsys, name, content, problem):

@@ -10,7 +10,7 @@ heads to remove so that the bare input elicits the task.
 from __future__ import annotations
 
 import inspect
-import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -23,15 +23,28 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from ..._formats import Fields, read_json
 from ..._io import atomic_write_json
 from ..._typecheck import checked
-from ..._validate import check_choice, check_float, check_int, describe
+from ..._validate import check_choice, check_float, check_int, check_shape, check_tensor, describe
 from ...data import Task, TaskBatch, tokenize_pairs
 from ...gates import gate_hooks
 from ...masks import Head, HeadMask
 from ...objective import answer_nll
 
 ABLATIONS = ("zero", "scaled", "mean")
+
+
+def _grid(model_or_shape: Any) -> tuple[int, int]:
+    """`(n_layers, n_heads)` of a model, a `ModelFingerprint` or a shape."""
+    cfg = getattr(model_or_shape, "cfg", model_or_shape)
+    if hasattr(cfg, "n_layers") and hasattr(cfg, "n_heads"):
+        return int(cfg.n_layers), int(cfg.n_heads)
+    if isinstance(model_or_shape, (tuple, list)) and len(model_or_shape) == 2:
+        return check_int("n_layers", model_or_shape[0], minimum=1), check_int("n_heads", model_or_shape[1], minimum=1)
+    raise TypeError(
+        f"model_or_shape must be a model, a ModelFingerprint or an (n_layers, n_heads) pair, got {describe(model_or_shape)}"
+    )
 
 
 @checked
@@ -51,6 +64,25 @@ class HeadScores:
     seconds: float = 0.0
     task: str | None = None
     cpu_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.method:
+            raise ValueError("method must be a non-empty name")
+        self.scores = check_tensor("scores", self.scores)
+        check_shape("scores", self.scores, "n_layers n_heads")
+        nan = torch.isnan(self.scores.detach())
+        if nan.any():  # no order exists among NaN scores: a ranking would be arbitrary
+            where = [tuple(h) for h in nan.nonzero()[:3].tolist()]
+            raise ValueError(
+                f"the scores of {self.method!r} hold NaN at {int(nan.sum())} of {nan.numel()} heads "
+                f"(first at {', '.join(map(str, where))}); a ranking needs a number for every head "
+                "(NaN scores usually mean NaN activations: check the model's weights)"
+            )
+        self.seconds = check_float("seconds", self.seconds, 0.0)
+        if self.cpu_seconds is not None:
+            self.cpu_seconds = check_float("cpu_seconds", self.cpu_seconds, 0.0)
+        if self.task is not None and not self.task:
+            raise ValueError("task must be a task name or None")
 
     @property
     def order(self) -> list[Head]:
@@ -80,19 +112,43 @@ class HeadScores:
         return atomic_write_json(path, data)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> HeadScores:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-            return cls(
-                data["method"],
-                torch.tensor(data["scores"], dtype=torch.float32),
-                data["settings"],
-                float(data["seconds"]),
-                data["task"],
-                data.get("cpu_seconds"),
+    def load(cls, path: str | os.PathLike, model_or_shape: Any = None) -> HeadScores:
+        """A ranking written by `save`. The file must hold exactly its keys: `method` (a name),
+        `scores` (a rectangular `[n_layers][n_heads]` list of numbers, no NaN), `settings` (an
+        object), `seconds` (a number >= 0), `task` (a name or null) and optionally `cpu_seconds`;
+        duplicate keys are refused. With `model_or_shape` (a model, `ModelFingerprint` or
+        `(n_layers, n_heads)`), the scores must have that model's shape. A malformed file is a
+        `FileFormatError` naming the file and the field."""
+        what = "head scores file"
+        fields = Fields(what, path, "")
+        data = fields.keys(read_json(path, what), ["method", "scores", "settings", "seconds", "task"], ["cpu_seconds"])
+        method = fields.text("method", data["method"])
+        rows = data["scores"]
+        if not isinstance(rows, list) or not rows or not all(isinstance(row, list) and row for row in rows):
+            raise fields.error(
+                "scores", f"expected a non-empty list of non-empty lists of numbers, got {describe(rows)}"
             )
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"{str(path)!r} is not a saved HeadScores file ({error})") from error
+        if len({len(row) for row in rows}) != 1:
+            raise fields.error("scores", f"rows of different lengths {sorted({len(row) for row in rows})}")
+        values = [[fields.number(f"scores[{l}][{h}]", v) for h, v in enumerate(row)] for l, row in enumerate(rows)]
+        for l, row in enumerate(values):
+            for h, v in enumerate(row):
+                if math.isnan(v):
+                    raise fields.error(f"scores[{l}][{h}]", "is NaN; a ranking needs a number for every head")
+        if not isinstance(data["settings"], dict):
+            raise fields.error("settings", f"expected an object, got {describe(data['settings'])}")
+        seconds = fields.number("seconds", data["seconds"], finite=True, minimum=0.0)
+        task = data["task"] if data["task"] is None else fields.text("task", data["task"])
+        cpu = data.get("cpu_seconds")
+        cpu = cpu if cpu is None else fields.number("cpu_seconds", cpu, finite=True, minimum=0.0)
+        if model_or_shape is not None:
+            shape = _grid(model_or_shape)
+            if (len(values), len(values[0])) != shape:
+                raise fields.error(
+                    "scores",
+                    f"has shape [{len(values)}, {len(values[0])}]; this model has [n_layers, n_heads] = {list(shape)}",
+                )
+        return cls(method, torch.tensor(values, dtype=torch.float32), data["settings"], seconds, task, cpu)
 
     def __repr__(self) -> str:
         shape = "x".join(map(str, self.scores.shape))

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..options import DataOptions, Given, ModelOptions, model_arguments
 from ._registry import check_out_dir, command, mask_file
 
 PARTIAL = "results.partial.csv"  # the finished rows of an interrupted run; results.csv is left as it was
 
 
 @dataclass
-class EvaluateCommand:
+class EvaluateCommand(DataOptions, ModelOptions):
     """Options of `headsup evaluate`."""
 
     task: str
@@ -21,8 +22,6 @@ class EvaluateCommand:
     out: str
     """Output folder for results.csv and generations.csv, every output behind the table (results.partial.csv
     holds the finished rows while it runs)."""
-    model: str = "organism"
-    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     other_mask: str | None = None
     """Mask (file or folder) of another model of the same architecture (base <-> instruct swap)."""
     alpha: float = 0.25
@@ -41,18 +40,10 @@ class EvaluateCommand:
     """ROUGE-L and BLEU columns: auto (every translation task, and answers of more than two words on average), on or off."""
     text_style: str = "paper"
     """Text metrics: paper (whole-generation ROUGE-L, Table 8's sentence BLEU 0-1) or first-line (lower-cased words ROUGE-L, sacreBLEU 0-100, on the first line)."""
-    data_dir: str | None = None
-    """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
-    device: str | None = None
-    """Device (default: cuda when available)."""
-    dtype: str | None = None
-    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
-    prompt_format: str = "paper"
-    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
 
 
 @command("evaluate", EvaluateCommand, help="Compare original, instructed, masked and baseline settings on a task.")
-def run_evaluate(args: EvaluateCommand) -> int:
+def run_evaluate(args: EvaluateCommand, given: Given) -> int:
     from .._io import atomic_write
     from ..data import load_task
     from ..evaluation import evaluate
@@ -69,7 +60,7 @@ def run_evaluate(args: EvaluateCommand) -> int:
     mask_path = mask_file(args.mask)
     other_path = mask_file(args.other_mask, "--other-mask") if args.other_mask else None
     out = check_out_dir(args.out)
-    model = load_model(args.model, device=args.device, dtype=args.dtype, prompt_format=args.prompt_format)
+    model = load_model(args.model, **model_arguments(args))
     mask = HeadMask.load(mask_path, model)
     other = HeadMask.load(other_path, model, allow_other_weights=True) if other_path else None  # the swap setting
     target, partial = Path(out) / "results.csv", Path(out) / PARTIAL

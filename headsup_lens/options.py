@@ -242,6 +242,17 @@ def parse(
     return namespace.config, given(namespace)
 
 
+def parse_known(
+    config: type[Config], argv: Sequence[str] | None = None, *, prog: str | None = None, description: str | None = None
+) -> tuple[Config, Given, list[str]]:
+    """`parse` for a program that passes the options it does not know on (e.g. to other scripts):
+    the config, which of its options were given, and the other arguments in their order."""
+    parser = OptionParser(prog=prog, description=description, formatter_class=_RawHelpFormatter)
+    parser.add_arguments(config, dest="config")
+    namespace, rest = parser.parse_known_args(None if argv is None else list(argv))
+    return namespace.config, given(namespace), rest
+
+
 class _RawHelpFormatter(_HelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Keeps the line breaks of a script's docstring in its `--help`."""
 

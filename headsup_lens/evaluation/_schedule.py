@@ -11,11 +11,12 @@ from pathlib import Path
 import pandas as pd
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._io import locked_folder
 from .._typecheck import checked
 from ..data import Task, task_prompts
 from ..masks import HeadMask
 from ..models import fingerprint
-from ..training import load_trajectory
+from ..training import load_trajectory, safe_name
 from ._evaluate import answer_loss, generations
 from ._scoring import score_outputs, task_labels
 
@@ -34,6 +35,15 @@ class ScheduleCurve:
     table: pd.DataFrame
     generations: pd.DataFrame
     masks: dict[int, HeadMask]
+
+    def save_masks(self, run_dir: str | os.PathLike, task: str) -> list[Path]:
+        """Write each step's mask to `<run_dir>/step_masks/step<N>/<task>.safetensors` (under the run
+        folder's lock), where a folder of stored masks is expected (`--masks <run>/step_masks/step<N>`)."""
+        with locked_folder(run_dir, "run_dir") as folder:
+            return [
+                mask.save(folder / "step_masks" / f"step{step}" / f"{safe_name(task)}.safetensors")
+                for step, mask in self.masks.items()
+            ]
 
 
 @checked

@@ -18,3 +18,4 @@ from ._runs import similarity_figure as similarity_figure
 from ._runs import sweep_similarity_figure as sweep_similarity_figure
 from ._save import SavedFigure as SavedFigure
 from ._save import save_figure as save_figure
+from ._schedule import schedule_curve_figure as schedule_curve_figure

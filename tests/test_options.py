@@ -75,6 +75,19 @@ def test_parse_reads_dashed_and_underscore_spellings_and_records_what_was_given(
     assert model_arguments(config) == {"device": None, "dtype": None, "prompt_format": "paper"}
 
 
+def test_list_options_take_several_values_and_keep_their_type():
+    @dataclass
+    class Lists:
+        alphas: list[float] = field(default_factory=lambda: [0.0, 1.0])
+        """Alphas."""
+        at: list[int] = field(default_factory=list)
+        """Steps."""
+
+    config, given = parse(Lists, ["--alphas", "0", "0.5", "--at", "3", "300"])
+    assert config.alphas == [0.0, 0.5] and config.at == [3, 300] and given.within() == {"alphas", "at"}
+    assert parse(Lists, [])[0].alphas == [0.0, 1.0]
+
+
 def test_parse_refuses_abbreviations_and_unknown_options(capsys):
     with pytest.raises(SystemExit):
         parse(Script, ["--task", "t", "--n-ev", "3"])

@@ -5,9 +5,10 @@ config inherits the groups it takes (`ModelOptions`, `DataOptions`, `FigureOptio
 so each shared option is declared once and `headsup`, `headsup demo` and `experiments/*.py` read it the
 same way. (A dataclass lists the fields of its last base first: `class C(FigureOptions, ModelOptions)`
 shows the model options, then the figure options, then its own.) The groups are keyword-only, so a
-command's own fields may be required. `OptionParser` is the one parser style (dashed options, `--no-x` negations, the older
-`--under_score` spellings still accepted); it records which options were given (`Given`), and
-`name_options` rewrites library argument names in an error message as the options the user typed.
+command's own fields may be required. `OptionParser` is the one parser style (dashed options, `--no-x`
+negations, the older `--under_score` spellings still accepted); it records which options were given
+(`Given`), and `name_options` rewrites library argument names in an error message as the options the
+user typed.
 This module imports nothing heavy (no torch): `--help` answers at once.
 """
 
@@ -79,6 +80,7 @@ class ThreadOptions:
     """torch CPU threads (default: 1 for the organism, whose ops are too small to share; torch's own otherwise)."""
 
 
+@checked
 def model_arguments(options: ModelOptions) -> dict[str, Any]:
     """`load_model`'s keyword arguments from the model options: `load_model(options.model, **...)`."""
     return {"device": options.device, "dtype": options.dtype, "prompt_format": options.prompt_format}
@@ -224,6 +226,7 @@ class Given:
         return {p[len(head) :] for p in self.typed if p.startswith(head) and "." not in p[len(head) :]}
 
 
+@checked
 def given(namespace: argparse.Namespace, dest: str = "config") -> Given:
     """The options `OptionParser` saw while filling `namespace`, relative to the config at `dest`."""
     head = f"{dest}."
@@ -231,6 +234,7 @@ def given(namespace: argparse.Namespace, dest: str = "config") -> Given:
     return Given({d[len(head) :]: option for d, option in typed.items() if d.startswith(head)})
 
 
+@checked
 def parse(
     config: type[Config], argv: Sequence[str] | None = None, *, prog: str | None = None, description: str | None = None
 ) -> tuple[Config, Given]:
@@ -242,6 +246,7 @@ def parse(
     return namespace.config, given(namespace)
 
 
+@checked
 def parse_known(
     config: type[Config], argv: Sequence[str] | None = None, *, prog: str | None = None, description: str | None = None
 ) -> tuple[Config, Given, list[str]]:
@@ -266,6 +271,7 @@ _CLI_HINT = re.compile(r"\(([^;()]*); CLI: ([^()]*)\)")  # "(resume=False; CLI: 
 _WORD = re.compile(r"(?<![\w\-`'\"/\\.=])(the )?([A-Za-z_]\w*)(=\.\.\.|=False|=True)?( argument)?(?![\w\-'\"/\\])")
 
 
+@checked
 def option_strings(config: Any, given_options: Given | None = None) -> dict[str, str]:
     """Every option of a parsed `config` (nested configs and a chosen sub-command included): field
     name -> the option string, as typed where it was given (`given_options`), else its dashed form;
@@ -290,6 +296,7 @@ def option_strings(config: Any, given_options: Given | None = None) -> dict[str,
     return names
 
 
+@checked
 def name_options(text: str, config: Any, given_options: Given | None = None) -> str:
     """`text` (an error message of the library) with the library's argument names written as the
     options of `config` the user typed: `n_eval must be >= 1` -> `--n-eval must be >= 1`,

@@ -64,11 +64,11 @@ def run(xp: Experiment, options: Options) -> pd.DataFrame:
         trained = xp.masks([*five, hybrid])  # one pass: each batch row carries its own task's mask
     hybrid_mask, parts = trained[hybrid.name].mask, xp.out / "table3_parts"
     # Rows of one hybrid mask (and options) share this key, so tasks run in separate invocations combine.
-    shared = rows_key(xp.model, hybrid_mask, options.shots, options.alpha, options.seed)
+    shared = rows_key(xp.model, [hybrid_mask], [options.shots, options.alpha, options.seed])
     settings = dict(shots=options.shots, alpha=options.alpha, seed=options.seed, batch_size=options.eval_batch_size)
     for task0, task5 in zip(zero, five):
         mask = trained[task5.name].mask
-        stem = part_stem(task0, rows_key(xp.model, mask), shared)
+        stem = part_stem(task0, rows_key(xp.model, [mask]), shared)
         if (parts / f"{stem}.csv").is_file():
             print(f"[table3] {task0.name}: rows found in {parts / stem}.csv")
             continue

@@ -320,9 +320,8 @@ def trajectory_table(steps: Sequence[int], weights: Float[Tensor, "steps n_layer
 def crossing_counts(crossings: pd.DataFrame) -> dict[str, int]:
     """How many heads of a `trajectory_crossings` table are of each of `TRAJECTORY_KINDS`, and how
     many crossed 0.5 and came back."""
-    counts = crossings["kind"].value_counts()
     return {
-        **{kind: int(counts.get(kind, 0)) for kind in TRAJECTORY_KINDS},
+        **{kind: int((crossings["kind"] == kind).sum()) for kind in TRAJECTORY_KINDS},
         "crossed and came back": int(crossings["came_back"].sum()),
     }
 

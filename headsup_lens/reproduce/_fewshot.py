@@ -58,12 +58,13 @@ def hybrid_task(
 
 
 @checked
-def rows_key(model: TransformerBridge, *items: HeadMask | int | float | str) -> str:
+def rows_key(model: TransformerBridge, masks: Sequence[HeadMask], options: Sequence[int | float | str] = ()) -> str:
     """A short key of what rows were computed from: the model (its fingerprint, the one weights
-    identity), masks (their values) and options."""
+    identity), the masks (their values) and the options."""
     digest = hashlib.sha256((fingerprint(model).content_hash or "").encode())
-    for item in items:
-        digest.update(item.values.numpy().tobytes() if isinstance(item, HeadMask) else repr(item).encode())
+    for mask in masks:
+        digest.update(mask.values.numpy().tobytes())
+    digest.update(repr(list(options)).encode())
     return digest.hexdigest()[:10]
 
 
@@ -100,9 +101,8 @@ def fewshot_rows(
     table5 = table5.assign(prompt=prompt, setting=table5.setting.replace(rename))
     table5["mask_task"] = table5["mask_task"].astype(object)  # all NaN (float) for masks without a task
     table5.loc[table5.setting == "hybrid mask", "mask_task"] = hybrid_name
-    table = pd.concat([table0.assign(prompt="0-shot"), table5], ignore_index=True).assign(
-        task=task.name, seen_by_hybrid=seen
-    )
+    table: pd.DataFrame = pd.concat([table0.assign(prompt="0-shot"), table5], ignore_index=True)
+    table = table.assign(task=task.name, seen_by_hybrid=seen)
     generations = pd.concat(
         [gen0.assign(prompt="0-shot"), gen5.assign(prompt=prompt, setting=gen5.setting.replace(rename))],
         ignore_index=True,
@@ -154,7 +154,7 @@ def fewshot_summary(table: pd.DataFrame, *, hybrid: HeadMask, hybrid_name: str) 
         axis=1,
     )
     summary.columns = [f"{setting} ({metric})" for metric, setting in summary.columns]
-    masked = rows[(rows.prompt != "0-shot") & (rows.setting == "masked")].set_index("task")
+    masked = rows.loc[(rows.prompt != "0-shot") & (rows.setting == "masked")].set_index("task")
     return (
         summary.reindex(list(dict.fromkeys(table.task)))
         .reset_index()

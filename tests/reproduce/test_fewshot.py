@@ -73,8 +73,8 @@ def test_rows_match_the_library_on_the_same_masks(model, rows):
 
 def test_parts_are_kept_and_combined_newest_first_tasks_first(model, rows, tmp_path):
     task, _, mask, hybrid, table, generations = rows
-    shared = rows_key(model, hybrid, 2, 0.25, 0)
-    assert rows_key(model, hybrid, 2, 0.25, 1) != shared and rows_key(model, mask, 2, 0.25, 0) != shared
+    shared = rows_key(model, [hybrid], [2, 0.25, 0])
+    assert rows_key(model, [hybrid], [2, 0.25, 1]) != shared and rows_key(model, [mask], [2, 0.25, 0]) != shared
     other = table.assign(task="tiny/other")
     save_part(
         tmp_path,
@@ -84,7 +84,7 @@ def test_parts_are_kept_and_combined_newest_first_tasks_first(model, rows, tmp_p
     )
     stale = save_part(tmp_path, part_stem(task, "old", shared), table.assign(accuracy=-1.0), generations)
     os.utime(stale, (time.time() - 60, time.time() - 60))
-    save_part(tmp_path, part_stem(task, rows_key(model, mask), shared), table, generations)
+    save_part(tmp_path, part_stem(task, rows_key(model, [mask]), shared), table, generations)
     save_part(tmp_path, part_stem(task, "x", "another"), table, generations)  # another hybrid: not combined
     combined, texts = load_parts(tmp_path, shared, ["tiny/reverse"])
     assert list(dict.fromkeys(combined.task)) == ["tiny/reverse", "tiny/other"] and len(combined) == 2 * len(table)

@@ -3,41 +3,42 @@ one in ascending order of the learned weights sigmoid(M), against a random remov
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
-from _common import parser, setup
 
 from headsup_lens.analysis import random_order, removal_sweep, step_or_never, weight_order
 from headsup_lens.plots import generation_table, rank_figure
+from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__)
-    p.add_argument("--example", type=int, default=0, help="index of the held-out example to sweep")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="greedy tokens per step (default: the task's)")
-    args = p.parse_args(argv)
-    xp = setup("fig2", args)
+@dataclass
+class Options(ExperimentOptions):
+    """Options of Fig. 2."""
+
+    example: int = 0
+    """Index of the held-out example to sweep."""
+    max_new_tokens: int | None = None
+    """Greedy tokens per step (default: the task's)."""
+
+
+def run(xp: Experiment, options: Options) -> pd.DataFrame:
     task = xp.task()
     mask = xp.mask(task).mask
-    x, y = task.eval_pairs[args.example]
-    options = dict(target_tokens=[y], max_new_tokens=args.max_new_tokens or task.max_new_tokens)
+    x, y = task.eval_pairs[options.example]
+    settings = dict(target_tokens=[y], max_new_tokens=options.max_new_tokens or task.max_new_tokens)
     sweeps = {
-        "weight order": removal_sweep(xp.model, x, weight_order(mask), **options),
-        "random order": removal_sweep(xp.model, x, random_order(xp.model, seed=args.seed), **options),
+        "weight order": removal_sweep(xp.model, x, weight_order(mask), **settings),
+        "random order": removal_sweep(xp.model, x, random_order(xp.model, seed=options.seed), **settings),
     }
     for name, sweep in sweeps.items():
         slug = name.split()[0]
         xp.table(sweep.long(), f"fig2_removal_ranks_{slug}", task)
         xp.table(sweep.changes(), f"fig2_generations_{slug}", task)
-        xp.figure(
-            rank_figure(sweep, title=f"Fig. 2 — {task.name}, input {x!r}, target {y!r}: {name}"),
-            f"fig2_removal_ranks_{slug}",
-            task,
-        )
-    xp.figure(
-        generation_table(sweeps["weight order"], title=f"Fig. 2 — continuations (weight order), {task.name}"),
-        "fig2_generations",
-        task,
-    )
+        title = f"Fig. 2 — {task.name}, input {x!r}, target {y!r}: {name}"
+        xp.figure(rank_figure(sweep, title=title), f"fig2_removal_ranks_{slug}", task)
+    title = f"Fig. 2 — continuations (weight order), {task.name}"
+    xp.figure(generation_table(sweeps["weight order"], title=title), "fig2_generations", task)
     summary = pd.DataFrame(
         [
             {
@@ -53,7 +54,11 @@ def main(argv: list[str] | None = None) -> None:
         ]
     )
     xp.table(summary, "fig2_summary", task)
-    xp.done(summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_script(__file__, Options, run, argv, description=__doc__)
 
 
 if __name__ == "__main__":

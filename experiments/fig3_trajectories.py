@@ -10,95 +10,66 @@ existing training run folder (`headsup train --out DIR`) instead of training.
 
 from __future__ import annotations
 
-import pandas as pd
-from _common import parser, setup
+from dataclasses import dataclass
 
-from headsup_lens.analysis import TRAJECTORY_KINDS, trajectory_crossings, weight_trajectories
+import pandas as pd
+
+from headsup_lens.analysis import crossing_counts, trajectory_crossings, trajectory_table, weight_trajectories
 from headsup_lens.plots import trajectory_figure
+from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
+
+
+@dataclass
+class Options(ExperimentOptions):
+    """Options of Fig. 3."""
+
+    init: str = "negative"
+    """Mask init of the run: negative N(-3, 0.02) as the reference's Fig. 3, or default (the schedule's)."""
+    run: str | None = None
+    """An existing training run folder to read instead of training."""
+    until: float = 0.5
+    """Fraction of the run to plot (the reference plots the first half)."""
+    run_steps: int | None = None
+    """Planned steps of the run, for --until (default: its last checkpoint; give it for a run in progress)."""
+
+
+def run(xp: Experiment, options: Options) -> pd.DataFrame:
+    if options.init not in ("negative", "default"):
+        raise ValueError(f"--init must be negative or default, not {options.init!r}")
+    if not 0 < options.until <= 1:
+        raise ValueError(f"--until must lie in (0, 1], got {options.until}")
+    task = xp.task()
+    run_dir = options.run or xp.mask(task, negative=options.init == "negative").run_dir
+    if run_dir is None:
+        raise ValueError("stored masks have no checkpoints; give --run DIR (a training run folder)")
+    steps, weights = weight_trajectories(run_dir, task=task.name)
+    shown = [i for i, step in enumerate(steps) if step <= options.until * (options.run_steps or steps[-1])] or [0]
+    window, whole = trajectory_crossings(weights[shown]), trajectory_crossings(weights)
+    xp.table(trajectory_table(steps, weights), "fig3_trajectories", task)
+    plotted = window[["layer", "head", "crossings", "kind"]]
+    xp.table(whole.merge(plotted, on=["layer", "head"], suffixes=("", "_plotted")), "fig3_crossings", task)
+    highlight = list(zip(window.loc[window.came_back, "layer"], window.loc[window.came_back, "head"]))
+    first, last = steps[shown[0]], steps[shown[-1]]
+    title = (
+        f"Fig. 3 — σ(M), {task.name}, {options.init} init, steps {first}–{last}<br>"
+        f"<sup>bold: the {len(highlight)} heads that crossed 0.5 and came back</sup>"
+    )
+    figure = trajectory_figure([steps[i] for i in shown], weights[shown], highlight=highlight, title=title)
+    xp.figure(figure, "fig3_trajectories", task)
+    spans = (("plotted", window, last, len(shown)), ("whole run", whole, steps[-1], len(steps)))
+    summary = pd.DataFrame(
+        [
+            {"task": task.name, "init": options.init, "span": span, "last step": until, "checkpoints": n}
+            | crossing_counts(table)
+            for span, table, until, n in spans
+        ]
+    )
+    xp.table(summary, "fig3_summary", task)
+    return summary
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__)
-    p.add_argument(
-        "--init",
-        choices=("negative", "default"),
-        default="negative",
-        help="mask init of the run: negative N(-3, 0.02) as the reference's Fig. 3 (default), or the schedule's",
-    )
-    p.add_argument("--run", default=None, help="an existing training run folder to read instead of training")
-    p.add_argument(
-        "--until",
-        type=float,
-        default=0.5,
-        help="fraction of the run to plot (default 0.5: the reference plots the first half)",
-    )
-    p.add_argument(
-        "--run-steps",
-        type=int,
-        default=None,
-        help="planned steps of the run, for --until (default: its last checkpoint; give it for a run in progress)",
-    )
-    args = p.parse_args(argv)
-    if not 0 < args.until <= 1:
-        raise SystemExit(f"fig3: --until must lie in (0, 1], got {args.until}")
-    xp = setup("fig3", args)
-    task = xp.task()
-    run_dir = args.run if args.run is not None else xp.mask(task, negative=args.init == "negative").run_dir
-    if run_dir is None:
-        raise SystemExit("fig3: stored masks have no checkpoints; give --run DIR (a training run folder)")
-    steps, weights = weight_trajectories(run_dir, task=task.name)
-    planned = args.run_steps or steps[-1]
-    shown = [i for i, step in enumerate(steps) if step <= args.until * planned] or [0]
-    window = trajectory_crossings(weights[shown])
-    whole = trajectory_crossings(weights)
-    n_layers, n_heads = weights.shape[1:]
-    xp.table(
-        pd.DataFrame(
-            {
-                "step": [s for s in steps for _ in range(n_layers * n_heads)],
-                "layer": [l for _ in steps for l in range(n_layers) for _ in range(n_heads)],
-                "head": [h for _ in steps for _ in range(n_layers) for h in range(n_heads)],
-                "weight": weights.flatten().numpy(),
-            }
-        ),
-        "fig3_trajectories",
-        task,
-    )
-    xp.table(
-        whole.merge(window[["layer", "head", "crossings", "kind"]], on=["layer", "head"], suffixes=("", "_plotted")),
-        "fig3_crossings",
-        task,
-    )
-    highlight = list(zip(window.loc[window.came_back, "layer"], window.loc[window.came_back, "head"]))
-    first, last = steps[shown[0]], steps[shown[-1]]
-    xp.figure(
-        trajectory_figure(
-            [steps[i] for i in shown],
-            weights[shown],
-            highlight=highlight,
-            title=f"Fig. 3 — σ(M), {task.name}, {args.init} init, steps {first}–{last}<br>"
-            f"<sup>bold: the {len(highlight)} heads that crossed 0.5 and came back</sup>",
-        ),
-        "fig3_trajectories",
-        task,
-    )
-    rows = []
-    for name, table, until in (("plotted", window, last), ("whole run", whole, steps[-1])):
-        counts = table.kind.value_counts()
-        rows.append(
-            {
-                "task": task.name,
-                "init": args.init,
-                "span": name,
-                "last step": until,
-                "checkpoints": len(shown) if name == "plotted" else len(steps),
-                **{kind: int(counts.get(kind, 0)) for kind in TRAJECTORY_KINDS},
-                "crossed and came back": int(table.came_back.sum()),
-            }
-        )
-    summary = pd.DataFrame(rows)
-    xp.table(summary, "fig3_summary", task)
-    xp.done(summary)
+    run_script(__file__, Options, run, argv, description=__doc__)
 
 
 if __name__ == "__main__":

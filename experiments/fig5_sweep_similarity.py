@@ -3,37 +3,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
-from _common import parser, setup
 
 from headsup_lens.analysis import Setting, layer_states, removal_sweep, sweep_similarity, weight_order
 from headsup_lens.plots import sweep_similarity_figure
+from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__)
-    p.add_argument("--example", type=int, default=0, help="index of the held-out example to sweep")
-    args = p.parse_args(argv)
-    xp = setup("fig5", args)
+@dataclass
+class Options(ExperimentOptions):
+    """Options of Fig. 5."""
+
+    example: int = 0
+    """Index of the held-out example to sweep."""
+
+
+def run(xp: Experiment, options: Options) -> pd.DataFrame:
     task = xp.task()
     mask = xp.mask(task).mask
-    x, y = task.eval_pairs[args.example]
+    x, y = task.eval_pairs[options.example]
     sweep = removal_sweep(xp.model, x, weight_order(mask), target_tokens=[y], max_new_tokens=0, record_layers=True)
-    reference = layer_states(xp.model, Setting(task.user_text(x, instructed=True)))
-    table = sweep_similarity(sweep, reference)
+    table = sweep_similarity(sweep, layer_states(xp.model, Setting(task.user_text(x, instructed=True))))
     xp.table(table, "fig5_sweep_similarity", task)
     for column in ("block_out", "attn_out"):
-        xp.figure(
-            sweep_similarity_figure(
-                table, column, title=f"Fig. 5 — {column} vs the instructed run, {task.name}, input {x!r}"
-            ),
-            f"fig5_sweep_similarity_{column}",
-            task,
-        )
+        title = f"Fig. 5 — {column} vs the instructed run, {task.name}, input {x!r}"
+        xp.figure(sweep_similarity_figure(table, column, title=title), f"fig5_sweep_similarity_{column}", task)
     last = table[table.layer == table.layer.max()].set_index("step")
-    removed = mask.n_total - mask.n_kept
-    steps = {"full model": 0, "switch (target top-1)": sweep.switch_step, "mask size": removed}
-    summary = pd.DataFrame(
+    steps = {"full model": 0, "switch (target top-1)": sweep.switch_step, "mask size": mask.n_total - mask.n_kept}
+    return pd.DataFrame(
         [
             {
                 "point": name,
@@ -45,7 +44,10 @@ def main(argv: list[str] | None = None) -> None:
             if step is not None
         ]
     )
-    xp.done(summary)
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_script(__file__, Options, run, argv, description=__doc__)
 
 
 if __name__ == "__main__":

@@ -2,35 +2,34 @@
 
 from __future__ import annotations
 
-from _common import parser, setup
+from dataclasses import dataclass, field
 
 from headsup_lens.analysis import alpha_grid
 from headsup_lens.plots import alpha_figure
+from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__)
-    p.add_argument(
-        "--alphas",
-        type=float,
-        nargs="+",
-        default=[i / 10 for i in range(11)],
-        help="alpha values (default: 0, 0.1, ..., 1)",
-    )
-    args = p.parse_args(argv)
-    xp = setup("fig6", args)
+@dataclass
+class Options(ExperimentOptions):
+    """Options of Fig. 6."""
+
+    alphas: list[float] = field(default_factory=lambda: [i / 10 for i in range(11)])
+    """Alpha values (default: 0, 0.1, ..., 1)."""
+
+
+def run(xp: Experiment, options: Options) -> str:
     task = xp.task()
     mask = xp.mask(task).mask
-    table = alpha_grid(xp.model, task, mask, args.alphas, batch_size=args.eval_batch_size)
+    table = alpha_grid(xp.model, task, mask, options.alphas, batch_size=options.eval_batch_size)
     xp.table(table, "fig6_alpha_grid", task)
     xp.figure(alpha_figure(table, title=f"Fig. 6 — instructed answer loss vs α, {task.name}"), "fig6_alpha_grid", task)
     best = table.loc[table.loss.idxmin()]
-    xp.done(
-        table.assign(task=task.name)[["task", "alpha", "loss"]].to_string(
-            index=False, float_format=lambda v: f"{v:.3f}"
-        )
-        + f"\nlowest loss {best.loss:.3f} at alpha {best.alpha:.1f}"
-    )
+    text = table.assign(task=task.name)[["task", "alpha", "loss"]].to_string(index=False, float_format="{:.3f}".format)
+    return f"{text}\nlowest loss {best.loss:.3f} at alpha {best.alpha:.1f}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_script(__file__, Options, run, argv, description=__doc__)
 
 
 if __name__ == "__main__":

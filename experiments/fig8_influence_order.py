@@ -3,43 +3,42 @@ raised the target token, sweep again, and compare where the switch to the task h
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
-from _common import parser, setup
 
 from headsup_lens.analysis import influence_order, random_order, removal_sweep, step_or_never, weight_order
 from headsup_lens.plots import rank_figure
+from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__)
-    p.add_argument("--example", type=int, default=0, help="index of the held-out example to sweep")
-    p.add_argument(
-        "--k",
-        type=int,
-        default=None,
-        help="heads to re-order (default: twice the heads the mask removes; the paper: 320 of 1024)",
-    )
-    args = p.parse_args(argv)
-    xp = setup("fig8", args)
+@dataclass
+class Options(ExperimentOptions):
+    """Options of Fig. 8."""
+
+    example: int = 0
+    """Index of the held-out example to sweep."""
+    k: int | None = None
+    """Heads to re-order (default: twice the heads the mask removes; the paper: 320 of 1024)."""
+
+
+def run(xp: Experiment, options: Options) -> pd.DataFrame:
     task = xp.task()
     mask = xp.mask(task).mask
-    x, y = task.eval_pairs[args.example]
-    k = args.k or min(mask.n_total, max(1, 2 * (mask.n_total - mask.n_kept)))
-    options = dict(target_tokens=[y], max_new_tokens=task.max_new_tokens)
-    weight = removal_sweep(xp.model, x, weight_order(mask), **options)
+    x, y = task.eval_pairs[options.example]
+    k = options.k or min(mask.n_total, max(1, 2 * (mask.n_total - mask.n_kept)))
+    settings = dict(target_tokens=[y], max_new_tokens=task.max_new_tokens)
+    weight = removal_sweep(xp.model, x, weight_order(mask), **settings)
     sweeps = {
         "weight order": weight,
-        "influence order": removal_sweep(xp.model, x, influence_order(weight, k=k), **options),
-        "random order": removal_sweep(xp.model, x, random_order(xp.model, seed=args.seed), **options),
+        "influence order": removal_sweep(xp.model, x, influence_order(weight, k=k), **settings),
+        "random order": removal_sweep(xp.model, x, random_order(xp.model, seed=options.seed), **settings),
     }
     for name, sweep in sweeps.items():
         slug = name.split()[0]
         xp.table(sweep.long(), f"fig8_ranks_{slug}", task)
-        xp.figure(
-            rank_figure(sweep, title=f"Fig. 8 — {task.name}, input {x!r}, target {y!r}: {name}"),
-            f"fig8_ranks_{slug}",
-            task,
-        )
+        title = f"Fig. 8 — {task.name}, input {x!r}, target {y!r}: {name}"
+        xp.figure(rank_figure(sweep, title=title), f"fig8_ranks_{slug}", task)
     summary = pd.DataFrame(
         [
             {
@@ -53,7 +52,11 @@ def main(argv: list[str] | None = None) -> None:
         ]
     )
     xp.table(summary, "fig8_summary", task)
-    xp.done(summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_script(__file__, Options, run, argv, description=__doc__)
 
 
 if __name__ == "__main__":

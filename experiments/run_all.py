@@ -12,13 +12,15 @@ Scripts run in one process in the order below, so masks trained by the first are
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import simple_parsing
+
+from headsup_lens.options import Collect, parse_known
 
 # Tables 1/2 first: it trains the default-init masks of every task, which the figures reuse.
 SCRIPTS = (
@@ -41,25 +43,32 @@ MULTI_TASK = {"tables12_evaluation", "table5_jaccard", "table6_pathway_ablation"
 NEEDS_THREE_WORD_TASK = {"table7_attention_on_target"}
 
 
+@dataclass
+class Options:
+    """Options of run_all (every other option goes to each script)."""
+
+    only: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    """Run only these scripts."""
+    tasks: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    """Tasks of the multi-task scripts."""
+    three_word_task: str | None = None
+    """Task for Table 7 (e.g. fruit_v_animal_3); skipped without it."""
+
+
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", nargs="+", choices=SCRIPTS, default=None, help="run only these scripts")
-    p.add_argument("--tasks", nargs="+", default=None, help="tasks of the multi-task scripts")
-    p.add_argument(
-        "--three-word-task", default=None, help="task for Table 7 (e.g. fruit_v_animal_3); skipped without it"
-    )
-    own, shared = p.parse_known_args(argv)
-    start = time.perf_counter()
-    timings = []
-    for name in own.only or SCRIPTS:
-        argv_script = list(shared)
-        if name in MULTI_TASK and own.tasks:
-            argv_script += ["--tasks", *own.tasks]
+    options, _, shared = parse_known(Options, argv, prog="run_all.py", description=__doc__)
+    unknown = sorted(set(options.only or ()) - set(SCRIPTS))
+    if unknown:
+        raise SystemExit(f"run_all: error: --only {unknown} are not scripts; choose from {', '.join(SCRIPTS)}")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scripts beside this one
+    start, timings = time.perf_counter(), []
+    for name in options.only or SCRIPTS:
+        argv_script = list(shared) + (["--tasks", *options.tasks] if name in MULTI_TASK and options.tasks else [])
         if name in NEEDS_THREE_WORD_TASK:
-            if own.three_word_task is None:
+            if options.three_word_task is None:
                 print(f"=== {name}: skipped (needs --three-word-task; the organism has no such task)")
                 continue
-            argv_script = [*list(argv_script), "--task", own.three_word_task]
+            argv_script += ["--task", options.three_word_task]
         print(f"=== {name} {' '.join(argv_script)}", flush=True)
         t0 = time.perf_counter()
         importlib.import_module(name).main(argv_script)

@@ -13,69 +13,46 @@ so any script can use it with `--masks <run>/step_masks/step<N>` (e.g. Fig. 4 wi
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass, field
 
-import plotly.graph_objects as go
-from _common import parser, setup
-from plotly.subplots import make_subplots
+import pandas as pd
 
 from headsup_lens.evaluation import SCHEDULE_STEPS, schedule_curve
-from headsup_lens.training import safe_name
+from headsup_lens.plots import schedule_curve_figure
+from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__)
-    p.add_argument("--run", default=None, help="training run folder (headsup train --out DIR) to read")
-    p.add_argument(
-        "--at",
-        type=int,
-        nargs="+",
-        default=list(SCHEDULE_STEPS),
-        help=f"steps to read (default: {' '.join(map(str, SCHEDULE_STEPS))}; missing ones are skipped)",
-    )
-    p.add_argument("--save-masks", action="store_true", help="write each step's mask to <run>/step_masks/step<N>/")
-    args = p.parse_args(argv)
-    xp = setup("schedule", args)
+@dataclass
+class Options(ExperimentOptions):
+    """Options of the schedule curve."""
+
+    run: str | None = None
+    """Training run folder (headsup train --out DIR) to read."""
+    at: list[int] = field(default_factory=lambda: list(SCHEDULE_STEPS))
+    """Steps to read (default: 300 1000 3000 6250; missing ones are skipped)."""
+    save_masks: bool = False
+    """Write each step's mask to <run>/step_masks/step<N>/."""
+
+
+def run(xp: Experiment, options: Options) -> pd.DataFrame:
     task = xp.task()
-    run = args.run if args.run is not None else xp.mask(task).run_dir
-    if run is None:
-        raise SystemExit("schedule: stored masks have no checkpoints; give --run DIR")
-    curve = schedule_curve(xp.model, task, run, args.at, batch_size=args.eval_batch_size)
+    run_dir = options.run or xp.mask(task).run_dir
+    if run_dir is None:
+        raise ValueError("stored masks have no checkpoints; give --run DIR")
+    curve = schedule_curve(xp.model, task, run_dir, options.at, batch_size=options.eval_batch_size)
     table = curve.table.assign(task=task.name)
     xp.table(table, "schedule_curve", task)
     xp.table(curve.generations, "schedule_generations", task)
-    if args.save_masks:
-        for step, mask in curve.masks.items():
-            folder = Path(run) / "step_masks" / f"step{step}"
-            folder.mkdir(parents=True, exist_ok=True)
-            mask.save(folder / f"{safe_name(task.name)}.safetensors")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["accuracy (no instruction, masked)", "answer loss (nats)"])
-    for column, name in (("accuracy", "paper matcher"), ("strict", "strict")):
-        fig.add_trace(
-            go.Scatter(
-                x=table.step,
-                y=table[column],
-                mode="lines+markers",
-                name=name,
-                error_y=dict(
-                    type="data",
-                    symmetric=False,
-                    array=table[f"{column}_high"] - table[column],
-                    arrayminus=table[column] - table[f"{column}_low"],
-                ),
-                text=[f"{e} echoes" for e in table.echo],
-            ),
-            row=1,
-            col=1,
-        )
-    fig.add_trace(go.Scatter(x=table.step, y=table.answer_nll, mode="lines+markers", name="answer loss"), row=1, col=2)
-    fig.update_xaxes(type="log", title_text="training step")
-    fig.update_yaxes(range=[0, 1], row=1, col=1)
-    fig.update_layout(
-        title=f"schedule curve, {task.name} (n = {int(table.n.iloc[0])} held-out examples, 95% Wilson intervals)"
-    )
-    xp.figure(fig, "schedule_curve", task)
-    xp.done(table)
+    if options.save_masks:
+        curve.save_masks(run_dir, task.name)
+    n = int(table.n.iloc[0])
+    title = f"schedule curve, {task.name} (n = {n} held-out examples, 95% Wilson intervals)"
+    xp.figure(schedule_curve_figure(table, title=title), "schedule_curve", task)
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_script(__file__, Options, run, argv, description=__doc__)
 
 
 if __name__ == "__main__":

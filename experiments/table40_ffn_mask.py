@@ -9,56 +9,45 @@ how many and which FFN blocks the mask removes."""
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
 import pandas as pd
-from _common import parser, record_time, setup
 
 from headsup_lens.evaluation import EvalConfig, evaluate
+from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script
 
-MASKS = ("heads", "heads + FFN")
-
-
-def removed_ffn(mask) -> list[int]:
-    """The layers whose MLP output the mask removes (none for a heads-only mask)."""
-    if mask.mlp_values is None:
-        return []
-    return [layer for layer, value in enumerate(mask.mlp_values.tolist()) if value < 0.5]
+MASKS = {"heads": False, "heads + FFN": True}  # kind -> learns the FFN slots
+MASK_FREE = ["original", "instructed", "echo baseline", "majority label"]  # the same for both masks: kept once
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__, multi_task=True)
-    p.add_argument(
-        "--alpha",
-        type=float,
-        default=0.25,
-        help="scale of the heads outside the mask, instructed setting (default: 0.25)",
-    )
-    args = p.parse_args(argv)
-    xp = setup("table40", args)
+@dataclass
+class Options(MultiTaskOptions):
+    """Options of Table 40."""
+
+    alpha: float = 0.25
+    """Scale of the heads outside the mask, instructed setting."""
+
+
+def run(xp: Experiment, options: Options) -> pd.DataFrame:
     tasks = xp.tasks()
     masks = {}
-    for kind, mlp in zip(MASKS, (False, True)):
-        started = time.perf_counter()
-        masks[kind] = {name: trained.mask for name, trained in xp.masks(tasks, mlp=mlp).items()}
-        record_time(
-            xp.out, "table40", f"{kind} masks: {', '.join(t.name for t in tasks)}", time.perf_counter() - started
-        )
+    for kind, mlp in MASKS.items():
+        with xp.timed(f"{kind} masks: {', '.join(t.name for t in tasks)}"):
+            masks[kind] = {name: trained.mask for name, trained in xp.masks(tasks, mlp=mlp).items()}
+    config = EvalConfig(alpha=options.alpha, random_seed=options.seed, batch_size=options.eval_batch_size)
     tables, generations, blocks = [], [], []
     for task in tasks:
-        for kind in MASKS:
+        for kind, mlp in MASKS.items():
             mask = masks[kind][task.name]
-            started = time.perf_counter()
-            config = EvalConfig(alpha=args.alpha, random_seed=args.seed, batch_size=args.eval_batch_size)
-            result = evaluate(xp.model, task, mask, config)
-            table, gens = result.table, result.generations
-            record_time(xp.out, "table40", f"{task.name}: evaluate ({kind} mask)", time.perf_counter() - started)
-            ffn = removed_ffn(mask)
-            if kind != MASKS[0]:  # the mask-free rows and controls are the same for both masks: keep one copy
-                keep = ~table.setting.isin(["original", "instructed", "echo baseline", "majority label"])
-                table, gens = table[keep], gens[gens.setting.isin(set(table.setting))]
-            tables.append(table.assign(mask=kind, ffn_removed=len(ffn) if kind != MASKS[0] else 0))
-            generations.append(gens.assign(mask=kind))
+            with xp.timed(f"{task.name}: evaluate ({kind} mask)"):
+                result = evaluate(xp.model, task, mask, config)
+            table, texts = result.table, result.generations
+            ffn = mask.removed_mlp_layers()
+            if mlp:
+                table = table[~table.setting.isin(MASK_FREE)]
+                texts = texts[texts.setting.isin(set(table.setting))]
+            tables.append(table.assign(mask=kind, ffn_removed=len(ffn) if mlp else 0))
+            generations.append(texts.assign(mask=kind))
             blocks.append(
                 {
                     "task": task.name,
@@ -76,10 +65,12 @@ def main(argv: list[str] | None = None) -> None:
     xp.table(table, "table40_ffn_mask")
     xp.table(pd.concat(generations, ignore_index=True), "table40_generations")
     xp.table(pd.DataFrame(blocks), "table40_ffn_blocks")
-    summary = table[table.setting.isin(["original", "instructed", "masked", "random mask"])][
-        ["task", "mask", "setting", "n_kept", "ffn_removed", "answer_nll", "accuracy", "strict"]
-    ]
-    xp.done(summary)
+    shown = ["task", "mask", "setting", "n_kept", "ffn_removed", "answer_nll", "accuracy", "strict"]
+    return table[table.setting.isin(["original", "instructed", "masked", "random mask"])][shown]
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_script(__file__, Options, run, argv, description=__doc__)
 
 
 if __name__ == "__main__":

@@ -9,56 +9,55 @@ the unembedding by default; `--no-final-norm` reads the raw residual as the refe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
-from _common import parser, setup
 
 from headsup_lens.analysis import Setting, lens_comparison, logit_lens
 from headsup_lens.plots import logit_lens_figure
+from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__)
-    p.add_argument("--example", type=int, default=0, help="index of the held-out example (default: 0)")
-    p.add_argument("--k", type=int, default=5, help="top tokens per layer (default: 5)")
-    p.add_argument("--no-final-norm", action="store_true", help="unembed the raw residual (the reference notebook)")
-    args = p.parse_args(argv)
-    xp = setup("table4", args)
+@dataclass
+class Options(ExperimentOptions):
+    """Options of Tables 4 / 41."""
+
+    example: int = 0
+    """Index of the held-out example."""
+    k: int = 5
+    """Top tokens per layer."""
+    final_norm: bool = True
+    """Apply the final norm before the unembedding (--no-final-norm: the raw residual, as the reference notebook)."""
+
+
+def run(xp: Experiment, options: Options) -> pd.DataFrame:
     task = xp.task()
     mask = xp.mask(task).mask
-    x, y = task.eval_pairs[args.example]
-    final_norm = not args.no_final_norm
-    suffix = "" if final_norm else "_no_norm"
+    x, y = task.eval_pairs[options.example]
+    suffix, norm = ("", "final norm") if options.final_norm else ("_no_norm", "no final norm")
     settings = {
         "original": Setting(task.user_text(x)),
         "instructed": Setting(task.user_text(x, instructed=True)),
         "masked": Setting(task.user_text(x), mask=mask),
     }
-    table = lens_comparison(xp.model, settings, k=args.k, final_norm=final_norm).assign(input=x, answer=y)
+    table = lens_comparison(xp.model, settings, k=options.k, final_norm=options.final_norm).assign(input=x, answer=y)
     xp.table(table, f"table4_lens_comparison{suffix}", task)
-    lens = logit_lens(
-        xp.model, task.user_text(x), k=args.k, mask=mask, streams=("embed", "resid", "attn"), final_norm=final_norm
-    )
+    streams = ("embed", "resid", "attn")
+    lens = logit_lens(xp.model, task.user_text(x), options.k, mask, streams=streams, final_norm=options.final_norm)
     xp.table(lens.table.assign(input=x, answer=y), f"table41_logit_lens{suffix}", task)
-    norm = "final norm" if final_norm else "no final norm"
-    xp.figure(
-        logit_lens_figure(
-            lens, title=f"Table 41 — logit lens, masked, no instruction, {task.name}, input {x!r} ({norm})"
-        ),
-        f"table41_logit_lens{suffix}",
-        task,
-    )
+    title = f"Table 41 — logit lens, masked, no instruction, {task.name}, input {x!r} ({norm})"
+    xp.figure(logit_lens_figure(lens, title=title), f"table41_logit_lens{suffix}", task)
     agree = table["masked top1 = instructed"]
-    late = table.layer >= table.layer.max() // 2
     summary = pd.DataFrame(
         [
             {
                 "task": task.name,
                 "input": x,
                 "answer": y,
-                "final norm": final_norm,
+                "final norm": options.final_norm,
                 "layers where masked top-1 = instructed": int(agree.sum()),
                 "of layers": len(table),
-                "in the upper half": int(agree[late].sum()),
+                "in the upper half": int(agree[table.layer >= table.layer.max() // 2].sum()),
                 "original top-1 = instructed": int(table["original top1 = instructed"].sum()),
                 "masked top-1 (last layer)": table.masked.iloc[-1].split(" | ")[0],
                 "instructed top-1 (last layer)": table.instructed.iloc[-1].split(" | ")[0],
@@ -66,7 +65,11 @@ def main(argv: list[str] | None = None) -> None:
         ]
     )
     xp.table(summary, f"table4_summary{suffix}", task)
-    xp.done(summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_script(__file__, Options, run, argv, description=__doc__)
 
 
 if __name__ == "__main__":

@@ -5,31 +5,34 @@ group: the heads every English-source translation mask keeps), e.g. `--group en=
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
-from _common import parser, setup
+import simple_parsing
 
 from headsup_lens.analysis import group_ablation, pathway_heads
+from headsup_lens.options import Collect
 from headsup_lens.plots import usage_heatmap
+from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__, multi_task=True)
-    p.add_argument("--n-random", type=int, default=5, help="random head groups per group size (default: 5)")
-    p.add_argument(
-        "--group",
-        action="append",
-        default=[],
-        metavar="NAME=TASK,TASK,...",
-        help="also remove the heads used by every task of this group (repeatable; the paper's 'en')",
-    )
-    args = p.parse_args(argv)
-    chosen = {}
-    for spec in args.group:
+@dataclass
+class Options(MultiTaskOptions):
+    """Options of Table 6."""
+
+    n_random: int = 5
+    """Random head groups per group size."""
+    group: list[str] = simple_parsing.field(default_factory=list, action=Collect, nargs="+", required=False)
+    """NAME=TASK,TASK,...: also remove the heads used by every task of this group (repeatable; the paper's 'en')."""
+
+
+def run(xp: Experiment, options: Options) -> str:
+    chosen = {}  # checked before any mask is trained
+    for spec in options.group:
         name, _, members = spec.partition("=")
         chosen[name.strip()] = [m.strip() for m in members.split(",") if m.strip()]
         if not name.strip() or not chosen[name.strip()]:
-            raise SystemExit(f"table6: --group {spec!r} must be NAME=TASK,TASK,...")
-    xp = setup("table6", args)
+            raise ValueError(f"--group {spec!r} must be NAME=TASK,TASK,...")
     tasks = xp.tasks()
     masks = {name: t.mask for name, t in xp.masks(tasks, negative=True).items()}
     pathways = pathway_heads(masks)
@@ -41,26 +44,23 @@ def main(argv: list[str] | None = None) -> None:
     for name, members in chosen.items():
         unknown = [m for m in members if m not in pathways.names]
         if unknown:
-            raise SystemExit(f"table6: --group {name}: {unknown} are not among --tasks {pathways.names}")
+            raise ValueError(f"--group {name}: {unknown} are not among --tasks {pathways.names}")
         groups[f"used by all of {name}"] = pathways.used_by_all(members)
+    settings = dict(n_random=options.n_random, seed=options.seed, batch_size=options.eval_batch_size)
     table = pd.concat(
-        [
-            group_ablation(
-                xp.model, task, groups, n_random=args.n_random, seed=args.seed, batch_size=args.eval_batch_size
-            ).assign(task=task.name)
-            for task in tasks
-        ],
+        [group_ablation(xp.model, task, groups, **settings).assign(task=task.name) for task in tasks],
         ignore_index=True,
     )
     table = table[["task", "group", "size", "loss", "random_mean", "random_std", "original"]]
     xp.table(table, "table6_pathway_ablation")
     xp.table(pathways.table(), "table6_head_usage")
     xp.figure(usage_heatmap(pathways, title="Table 6 — negative-init masks keeping each head"), "table6_head_usage")
-    xp.done(
-        pd.DataFrame([pathways.summary()]).to_string(index=False)
-        + "\n"
-        + table.to_string(index=False, float_format=lambda v: f"{v:.3f}")
-    )
+    table_text = table.to_string(index=False, float_format="{:.3f}".format)
+    return pd.DataFrame([pathways.summary()]).to_string(index=False) + "\n" + table_text
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_script(__file__, Options, run, argv, description=__doc__)
 
 
 if __name__ == "__main__":

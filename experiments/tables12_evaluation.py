@@ -6,37 +6,35 @@ On the organism, also how well each learned mask recovers the planted pathway S_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
-from _common import parser, setup
 
 from headsup_lens.analysis import pathway_recovery
 from headsup_lens.evaluation import EvalConfig, evaluate
 from headsup_lens.plots import mask_heatmap
+from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__, multi_task=True)
-    p.add_argument(
-        "--alpha",
-        type=float,
-        default=0.25,
-        help="scale of the heads outside the mask, instructed setting (default: 0.25)",
-    )
-    args = p.parse_args(argv)
-    xp = setup("tables12", args)
+@dataclass
+class Options(MultiTaskOptions):
+    """Options of Tables 1/2."""
+
+    alpha: float = 0.25
+    """Scale of the heads outside the mask, instructed setting."""
+
+
+def run(xp: Experiment, options: Options) -> pd.DataFrame:
     tasks = xp.tasks()
     masks = {name: trained.mask for name, trained in xp.masks(tasks).items()}
-    config = EvalConfig(alpha=args.alpha, random_seed=args.seed, batch_size=args.eval_batch_size)
+    config = EvalConfig(alpha=options.alpha, random_seed=options.seed, batch_size=options.eval_batch_size)
     results = [evaluate(xp.model, t, masks[t.name], config) for t in tasks]
     table = pd.concat([r.table for r in results], ignore_index=True)
     xp.table(table, "tables12_evaluation")
     xp.table(pd.concat([r.generations for r in results], ignore_index=True), "tables12_generations")  # behind every row
     xp.figure(mask_heatmap(masks, title="Learned masks (1 = kept)"), "tables12_masks")
-    summary = (
-        table.pivot(index="task", columns="setting", values="accuracy")
-        .reindex(columns=list(table.setting.unique()))
-        .reset_index()
-    )
+    accuracy = table.pivot(index="task", columns="setting", values="accuracy")
+    summary = accuracy.reindex(columns=list(table.setting.unique())).reset_index()
     planted = xp.planted()
     if planted is not None:
         recovery = pd.DataFrame(
@@ -45,7 +43,11 @@ def main(argv: list[str] | None = None) -> None:
         xp.table(recovery, "tables12_planted_recovery")
         summary = summary.merge(recovery[["task", "jaccard_vs_planted", "jaccard_random_expectation"]], on="task")
     xp.table(summary, "tables12_summary")
-    xp.done(summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_script(__file__, Options, run, argv, description=__doc__)
 
 
 if __name__ == "__main__":

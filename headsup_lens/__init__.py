@@ -51,6 +51,7 @@ _EXPORTS = {
     "masks": ".masks",
     "models": ".models",
     "plots": ".plots",
+    "reproduce": ".reproduce",
     "training": ".training",
     "organism": ".organism",
     "objective": ".objective",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,21 @@ def shared_data_dir() -> Path:
     if not path.is_dir():
         pytest.skip(f"shared data not available at {path}")
     return path
+
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def run_script(script: str, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
+    """Run `experiments/<script>` as its users do, in a fresh process on this checkout's package, and
+    check its exit code; its stdout and stderr are in the result (and in the failure message)."""
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(REPOSITORY / "experiments" / script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPOSITORY,
+    )
+    assert done.returncode == expect, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done

@@ -30,6 +30,7 @@ from ._methods import register_method as register_method
 from ._pathways import TRAJECTORY_KINDS as TRAJECTORY_KINDS
 from ._pathways import PathwayHeads as PathwayHeads
 from ._pathways import alpha_grid as alpha_grid
+from ._pathways import crossing_counts as crossing_counts
 from ._pathways import group_ablation as group_ablation
 from ._pathways import jaccard_matrix as jaccard_matrix
 from ._pathways import jaccard_table as jaccard_table
@@ -37,6 +38,7 @@ from ._pathways import overlap_p_value as overlap_p_value
 from ._pathways import pathway_heads as pathway_heads
 from ._pathways import pathway_recovery as pathway_recovery
 from ._pathways import trajectory_crossings as trajectory_crossings
+from ._pathways import trajectory_table as trajectory_table
 from ._pathways import weight_trajectories as weight_trajectories
 from ._patterns import GroupingTest as GroupingTest
 from ._patterns import HeadOverlap as HeadOverlap

@@ -272,6 +272,10 @@ def compare_methods(
         raise TypeError(f"task must be a Task (see load_task), got {describe(task)}")
     k_max = check_int("k_max", k_max, minimum=0, maximum=model.cfg.n_layers * model.cfg.n_heads)
     k_step = check_int("k_step", k_step, minimum=1)
+    # Checked here by their own names, before any method runs (each is passed on as `n_examples`).
+    for name, value in (("n_eval", n_eval), ("n_examples", n_examples)):
+        if value is not None:
+            check_int(name, value, minimum=1)
     if not methods:
         raise ValueError("methods is empty: name at least one method")
     options = dict(options or {})

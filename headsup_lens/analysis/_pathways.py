@@ -300,6 +300,33 @@ def trajectory_crossings(weights: Float[Tensor, "steps n_layers n_heads"], thres
 
 
 @checked
+def trajectory_table(steps: Sequence[int], weights: Float[Tensor, "steps n_layers n_heads"]) -> pd.DataFrame:
+    """The weights of `weight_trajectories` in long form: one row per (step, layer, head) with its `weight`."""
+    weights = torch.as_tensor(weights).detach().float().cpu()
+    if weights.ndim != 3 or weights.shape[0] != len(steps):
+        raise ValueError(f"weights must be [len(steps), n_layers, n_heads], got {tuple(weights.shape)}")
+    n_steps, n_layers, n_heads = weights.shape
+    return pd.DataFrame(
+        {
+            "step": np.repeat(np.asarray(list(steps), dtype=np.int64), n_layers * n_heads),
+            "layer": np.tile(np.repeat(np.arange(n_layers), n_heads), n_steps),
+            "head": np.tile(np.arange(n_heads), n_steps * n_layers),
+            "weight": weights.flatten().numpy(),
+        }
+    )
+
+
+@checked
+def crossing_counts(crossings: pd.DataFrame) -> dict[str, int]:
+    """How many heads of a `trajectory_crossings` table are of each of `TRAJECTORY_KINDS`, and how
+    many crossed 0.5 and came back."""
+    return {
+        **{kind: int((crossings["kind"] == kind).sum()) for kind in TRAJECTORY_KINDS},
+        "crossed and came back": int(crossings["came_back"].sum()),
+    }
+
+
+@checked
 def pathway_recovery(mask: HeadMask, planted: list[tuple[int, int]]) -> dict[str, int | float]:
     """How well a mask finds a known pathway: Jaccard between the heads it removes and `planted`.
 

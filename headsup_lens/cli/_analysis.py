@@ -7,16 +7,14 @@ Heavy modules (torch, TransformerLens, pandas, the analyses) are imported inside
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import simple_parsing
 
 from .._io import OutputSet
-from ..options import Collect
+from ..options import Collect, DataOptions, FigureOptions, Given, ModelOptions, model_arguments
 from ._registry import check_out_dir, command, mask_file
-
-_PNG_HELP = "Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."
 
 
 def _write_csv(path: Path, table, index: bool = False) -> Path:
@@ -63,7 +61,7 @@ def _report(out: Path, files: list[str]) -> None:
 def _load(args):
     from ..models import load_model
 
-    return load_model(args.model, device=args.device, dtype=args.dtype, prompt_format=args.prompt_format)
+    return load_model(args.model, **model_arguments(args))
 
 
 def _mask(path: str | None, model, option: str = "--mask"):
@@ -75,15 +73,13 @@ def _mask(path: str | None, model, option: str = "--mask"):
 
 
 @dataclass
-class SweepCommand:
+class SweepCommand(FigureOptions, ModelOptions):
     """Options of `headsup sweep`."""
 
     prompt: str
     """User text, wrapped in the model's chat template unless --formatted."""
     out: str
     """Output folder: ranks.csv, logits.csv, generations.csv, tokens.csv, summary.json and figures."""
-    model: str = "organism"
-    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     mask: str | None = None
     """Mask file (or `headsup train` output folder) whose weights give the removal order (weight and influence orders)."""
     order: str = "weight"
@@ -108,18 +104,10 @@ class SweepCommand:
     """The prompt is already chat-formatted."""
     reference_prompt: str | None = None
     """Also compare every layer along the sweep with this prompt's run (e.g. the instructed user text; Fig. 5)."""
-    device: str | None = None
-    """Device (default: cuda when available)."""
-    dtype: str | None = None
-    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
-    prompt_format: str = "paper"
-    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
-    png: bool = True
-    """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
 
 @command("sweep", SweepCommand, help="Remove heads one by one and track token ranks and continuations (Fig. 2).")
-def run_sweep(args: SweepCommand) -> int:
+def run_sweep(args: SweepCommand, given: Given) -> int:
     from ..analysis import influence_order, layer_states, random_order, removal_sweep, sweep_similarity
     from ..plots import generation_table, logit_figure, rank_figure, sweep_similarity_figure
 
@@ -192,15 +180,13 @@ def run_sweep(args: SweepCommand) -> int:
 
 
 @dataclass
-class LensCommand:
+class LensCommand(FigureOptions, ModelOptions):
     """Options of `headsup lens`."""
 
     prompt: str
     """User text, wrapped in the model's chat template unless --formatted."""
     out: str
     """Output folder: lens.csv and one heat map per stream."""
-    model: str = "organism"
-    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     mask: str | None = None
     """Optional mask file (or `headsup train` output folder) to gate the model with."""
     gate: str = "value"
@@ -213,18 +199,10 @@ class LensCommand:
     """Apply the final norm before the unembedding; --no-final-norm reads the raw residual (the reference notebook)."""
     formatted: bool = False
     """The prompt is already chat-formatted."""
-    device: str | None = None
-    """Device (default: cuda when available)."""
-    dtype: str | None = None
-    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
-    prompt_format: str = "paper"
-    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
-    png: bool = True
-    """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
 
 @command("lens", LensCommand, help="Logit lens: each layer's top tokens at the last position (final norm applied).")
-def run_lens(args: LensCommand) -> int:
+def run_lens(args: LensCommand, given: Given) -> int:
     from ..analysis import logit_lens
     from ..plots import logit_lens_figure
 
@@ -252,39 +230,27 @@ def run_lens(args: LensCommand) -> int:
 
 
 @dataclass
-class SimilarityCommand:
+class SimilarityCommand(FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup similarity`."""
 
     prompt: str
     """User text without instruction."""
     out: str
     """Output folder: similarity.csv (one row per comparison and layer) and a figure."""
-    model: str = "organism"
-    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     mask: str | None = None
     """Mask file or folder for the masked settings (without it only original vs instructed is compared)."""
     instruction: str | None = None
     """Instruction template with `{input}` for the instructed settings (default: the --task's)."""
     task: str | None = None
     """Task whose instruction template to use, e.g. `antonym`."""
-    data_dir: str | None = None
-    """Data directory for --task (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
     gate: str = "value"
     """Gate for the mask: value or query."""
-    device: str | None = None
-    """Device (default: cuda when available)."""
-    dtype: str | None = None
-    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
-    prompt_format: str = "paper"
-    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
-    png: bool = True
-    """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
 
 @command(
     "similarity", SimilarityCommand, help="Per-layer cosine similarity of settings to the instructed run (Fig. 4)."
 )
-def run_similarity(args: SimilarityCommand) -> int:
+def run_similarity(args: SimilarityCommand, given: Given) -> int:
     from ..analysis import Setting, layer_similarity
     from ..plots import similarity_figure
 
@@ -320,7 +286,7 @@ def run_similarity(args: SimilarityCommand) -> int:
 
 
 @dataclass
-class PathwaysCommand:
+class PathwaysCommand(FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup pathways`."""
 
     mask: list[str] = simple_parsing.field(action=Collect, nargs="+")
@@ -329,22 +295,12 @@ class PathwaysCommand:
     """Output folder: heads.csv, summary.json, jaccard.csv, jaccard_matrix.csv and figures."""
     task: str | None = None
     """With a task and a model: ablate heads used by all / by none vs random groups (Table 6)."""
-    model: str | None = None
-    """Model for the ablation: `organism`, `smollm2`, a `.gguf` file, a hub name or a local directory."""
-    data_dir: str | None = None
-    """Data directory for --task (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
+    model: str | None = field(default=None, kw_only=True)
+    """Model for the ablation (with --task): `organism`, `smollm2`, a `.gguf` file, a hub name or a local directory."""
     n_random: int = 5
     """Random groups of the same size per ablated group."""
     trajectory: str | None = None
     """Training output folder whose logit checkpoints to plot (Fig. 3)."""
-    device: str | None = None
-    """Device (default: cuda when available)."""
-    dtype: str | None = None
-    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
-    prompt_format: str = "paper"
-    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
-    png: bool = True
-    """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
 
 
 def _mask_files(paths: list[str]) -> dict[str, Path]:
@@ -369,7 +325,7 @@ def _mask_files(paths: list[str]) -> dict[str, Path]:
 @command(
     "pathways", PathwaysCommand, help="Heads shared across masks, Jaccard similarity, group ablation (Tables 5, 6)."
 )
-def run_pathways(args: PathwaysCommand) -> int:
+def run_pathways(args: PathwaysCommand, given: Given) -> int:
     from ..analysis import jaccard_matrix, jaccard_table, pathway_heads, weight_trajectories
     from ..masks import HeadMask
     from ..plots import jaccard_figure, mask_heatmap, trajectory_figure, usage_heatmap

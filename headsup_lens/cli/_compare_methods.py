@@ -7,12 +7,12 @@ from pathlib import Path
 
 import simple_parsing
 
-from ..options import Collect
+from ..options import Collect, DataOptions, FigureOptions, Given, ModelOptions, model_arguments
 from ._registry import check_out_dir, command, mask_file
 
 
 @dataclass
-class CompareMethodsCommand:
+class CompareMethodsCommand(FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup compare-methods`."""
 
     task: str
@@ -25,8 +25,6 @@ class CompareMethodsCommand:
     """Learned mask (file, or a `headsup train` output folder) for learned_mask; without it a mask is trained (--schedule)."""
     schedule: str = "fast"
     """Schedule of a mask trained here for learned_mask: fast (300 steps) or paper."""
-    model: str = "organism"
-    """Model: hub name, local Hugging Face directory, or `organism`."""
     k_max: int = 24
     """Largest number of heads removed on the elicitation curves."""
     k_step: int = 2
@@ -47,14 +45,6 @@ class CompareMethodsCommand:
     """Seed of the random ranking, the soft gates and a mask trained here."""
     max_rows: int = 256
     """Rows per batched forward pass."""
-    png: bool = True
-    """Also write PNG figures (--no-png: HTML only)."""
-    data_dir: str | None = None
-    """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
-    device: str | None = None
-    """Device (default: cuda when available)."""
-    dtype: str | None = None
-    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
 
 
 @command(
@@ -62,7 +52,7 @@ class CompareMethodsCommand:
     CompareMethodsCommand,
     help="Compare head-finding methods: elicitation curves, cost, AUROC on the organism.",
 )
-def run_compare_methods(args: CompareMethodsCommand) -> int:
+def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
     from .._io import atomic_write
     from ..analysis import DEFAULT_METHODS, METHODS, compare_methods
     from ..data import load_task
@@ -80,7 +70,7 @@ def run_compare_methods(args: CompareMethodsCommand) -> int:
     task = load_task(args.task, args.data_dir)
     mask_path = mask_file(args.mask) if args.mask else None
     out = check_out_dir(args.out)
-    model = load_model(args.model, device=args.device, dtype=args.dtype)
+    model = load_model(args.model, **model_arguments(args))
     learned = (
         {"mask": HeadMask.load(mask_path, model)}
         if mask_path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..demo._config import DemoConfig
+from ..options import Given
 from ._registry import check_out_dir, command
 
 
@@ -12,7 +13,7 @@ from ._registry import check_out_dir, command
     help="The main job: masks without instructions, evaluation, analyses -> an HTML report "
     "(built-in organism by default, no downloads).",
 )
-def run(config: DemoConfig) -> int:
+def run(config: DemoConfig, given: Given) -> int:
     from ..demo import run_demo
 
     check_out_dir(config.out)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import simple_parsing
 
-from ..options import Collect
+from ..options import Collect, Given
 from ._registry import check_out_dir, command
 
 _HEADSUP = "https://raw.githubusercontent.com/OpenDFM/HeadsUp/main/dataset"
@@ -82,7 +82,7 @@ def download_plan(only: list[str], languages: list[str]) -> list[tuple[str, str]
 @command(
     "download-data", DownloadCommand, help="Fetch the paper's public datasets into the data directory (needs internet)."
 )
-def run_download(args: DownloadCommand) -> int:
+def run_download(args: DownloadCommand, given: Given) -> int:
     import os
     import urllib.request
     from pathlib import Path

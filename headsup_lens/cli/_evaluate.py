@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..evaluation import EvalConfig
+from ..options import DataOptions, Given, ModelOptions, model_arguments
 from ._registry import check_out_dir, command, mask_file
 
 
 @dataclass
-class EvaluateCommand:
+class EvaluateCommand(DataOptions, ModelOptions):
     """Options of `headsup evaluate`."""
 
     task: str
@@ -19,24 +20,14 @@ class EvaluateCommand:
     out: str
     """Output folder for results.csv, generations.csv (every output behind the table) and evaluation.json; an
     interrupted run keeps its finished settings in results.partial.csv and the next run resumes from them."""
-    model: str = "organism"
-    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     other_mask: str | None = None
     """Mask (file or folder) of another model of the same architecture (base <-> instruct swap)."""
-    data_dir: str | None = None
-    """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
-    device: str | None = None
-    """Device (default: cuda when available)."""
-    dtype: str | None = None
-    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
-    prompt_format: str = "paper"
-    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
     evaluation: EvalConfig = field(default_factory=EvalConfig)
     """How the settings are run and scored."""
 
 
 @command("evaluate", EvaluateCommand, help="Compare original, instructed, masked and baseline settings on a task.")
-def run_evaluate(args: EvaluateCommand) -> int:
+def run_evaluate(args: EvaluateCommand, given: Given) -> int:
     from ..data import load_task
     from ..evaluation import evaluate
     from ..masks import HeadMask
@@ -46,7 +37,7 @@ def run_evaluate(args: EvaluateCommand) -> int:
     mask_path = mask_file(args.mask)
     other_path = mask_file(args.other_mask, "--other-mask") if args.other_mask else None
     out = check_out_dir(args.out)
-    model = load_model(args.model, device=args.device, dtype=args.dtype, prompt_format=args.prompt_format)
+    model = load_model(args.model, **model_arguments(args))
     mask = HeadMask.load(mask_path, model)
     other = HeadMask.load(other_path, model, allow_other_weights=True) if other_path else None  # the swap setting
     result = evaluate(model, task, mask, args.evaluation, other_mask=other, out_dir=out)

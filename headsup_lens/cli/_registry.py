@@ -1,6 +1,8 @@
 """Sub-commands are dataclass configs paired with a function; the parser is generated from them.
 
-Each field's docstring becomes its `--help` text, so the CLI and the library cannot drift apart.
+Each field's docstring becomes its `--help` text, so the CLI and the library cannot drift apart. A
+command runs as `run(config, given)`: its parsed options and which of them the command line set
+(`options.Given`), so that presets apply first and explicit options win.
 Command modules are imported only when their command is chosen (`LAZY`), so `headsup --help` never
 imports torch or TransformerLens; a module imported eagerly may still register with `@command`.
 """
@@ -14,12 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..options import Given
+
 
 @dataclass(frozen=True)
 class Command:
     name: str
     config: type
-    run: Callable[[Any], int | None]
+    run: Callable[[Any, Given], int | None]
     help: str
 
 
@@ -53,13 +57,9 @@ LAZY: dict[str, tuple[str, str]] = {
     ),
 }
 
-# The option strings given on the command line, set by `main` before a command runs: presets apply
-# first and explicit options win, even when an option equals its default.
-_GIVEN: set[str] = set()
-
 
 def command(name: str, config: type, help: str) -> Callable[[Callable], Callable]:
-    """Register `run(config) -> exit code` as `headsup NAME`; names must be unique."""
+    """Register `run(config, given) -> exit code` as `headsup NAME`; names must be unique."""
 
     def register(run: Callable) -> Callable:
         if name in COMMANDS:
@@ -68,11 +68,6 @@ def command(name: str, config: type, help: str) -> Callable[[Callable], Callable
         return run
 
     return register
-
-
-def given_options() -> set[str]:
-    """Option strings (e.g. `--lr`) written on the command line of the running command."""
-    return set(_GIVEN)
 
 
 class Interrupted(Exception):

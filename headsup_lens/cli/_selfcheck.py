@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..options import Given
 from ._registry import command
 
 
@@ -15,7 +16,7 @@ class SelfCheckConfig:
 
 
 @command("selfcheck", SelfCheckConfig, help="Build a tiny model offline and check the gates on it.")
-def run_selfcheck(config: SelfCheckConfig) -> int:
+def run_selfcheck(config: SelfCheckConfig, given: Given) -> int:
     import tempfile
 
     import torch

@@ -8,6 +8,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 
+from ..options import DataOptions, Given
 from ._registry import command
 
 # A --match that picks at most this many tasks shows their sizes without --sizes.
@@ -19,13 +20,11 @@ XNLI_NOTE = "XNLI dev+test (XTREME), not the paper's 15-way file"
 
 
 @dataclass
-class TasksCommand:
+class TasksCommand(DataOptions):
     """Options of `headsup tasks`."""
 
     match: str | None = None
     """Only names containing this text (e.g. `organism`, `translation`)."""
-    data_dir: str | None = None
-    """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
     sizes: bool = False
     """Also count the examples of every data-directory task (reads all their files: ~10-20 s for all of them)."""
 
@@ -79,7 +78,7 @@ def format_rows(rows: list[dict]) -> str:
 
 
 @command("tasks", TasksCommand, help="List the task names, their sizes and which need the data directory.")
-def run_tasks(args: TasksCommand) -> int:
+def run_tasks(args: TasksCommand, given: Given) -> int:
     from ..data import data_dir as resolve_data_dir
 
     rows = task_rows(args.match, args.data_dir, True if args.sizes else None)

@@ -6,14 +6,15 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import simple_parsing
 
-from ..options import Collect
+from ..options import Collect, DataOptions, Given, ModelOptions, model_arguments
 from ..training._config import TrainConfig
-from ._registry import Interrupted, check_out_dir, command, given_options
+from ._registry import Interrupted, check_out_dir, command
 
 PRESETS = ("paper", "negative", "fast")
 # Runs at least this long get a CPU-time estimate from a few measured warm-up steps first.
@@ -21,23 +22,13 @@ ESTIMATE_FROM_STEPS = 1000
 
 
 @dataclass
-class TrainCommand:
+class TrainCommand(DataOptions, ModelOptions):
     """Options of `headsup train`."""
 
     task: list[str] = simple_parsing.field(action=Collect, nargs="+")
     """Task name(s), e.g. `organism/reverse` (`headsup tasks` lists them), or your own .json/.jsonl/.csv file of input/output pairs; repeat `--task` or give several: one mask each, trained together."""
     out: str
     """Output folder: mask.safetensors (masks/ for several tasks), history.csv, checkpoints/, train_config.json."""
-    model: str = "organism"
-    """Model: `organism` (built in), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
-    data_dir: str | None = None
-    """Data directory for the paper's tasks (default: $HEADSUP_DATA_DIR, then the per-user cache)."""
-    device: str | None = None
-    """Device (default: cuda when available)."""
-    dtype: str | None = None
-    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
-    prompt_format: str = "paper"
-    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
     preset: str = "paper"
     """Schedule preset: paper (6 250 steps; 6 190 for XNLI translation), negative (init N(-3, 0.02)) or fast (300 steps, for small models); options given explicitly always win over the preset."""
     fresh: bool = False
@@ -48,20 +39,12 @@ class TrainCommand:
     """Training hyper-parameters."""
 
 
-def _option(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _given(name: str, given: set[str]) -> bool:
-    option = _option(name)
-    return option in given or f"--no-{option[2:]}" in given  # boolean flags: --no-progress too
-
-
-def resolve_preset(preset: str, config: TrainConfig, given: set[str] | None = None) -> TrainConfig:
+def resolve_preset(preset: str, config: TrainConfig, given: Collection[str] | None = None) -> TrainConfig:
     """The preset's recipe with the explicitly given options of `config` on top.
 
-    `given` holds the option strings written on the command line (`--lr`, ...); without it, every
-    field of `config` that differs from the paper's default counts as given.
+    `given` names the `TrainConfig` fields set on the command line (`Given.within("train")`: `lr`,
+    `progress`, ...); without it, every field of `config` that differs from the paper's default
+    counts as given.
     """
     presets = {"paper": TrainConfig.paper, "negative": TrainConfig.negative_init, "fast": TrainConfig.fast}
     if preset not in presets:
@@ -70,16 +53,16 @@ def resolve_preset(preset: str, config: TrainConfig, given: set[str] | None = No
     explicit = {
         f.name
         for f in fields(TrainConfig)
-        if (_given(f.name, given) if given is not None else getattr(config, f.name) != getattr(paper, f.name))
+        if (f.name in given if given is not None else getattr(config, f.name) != getattr(paper, f.name))
     }
     return chosen.replace(**{name: getattr(config, name) for name in explicit})
 
 
-def task_steps(preset: str, config: TrainConfig, tasks: list, given: set[str] | None = None) -> TrainConfig:
+def task_steps(preset: str, config: TrainConfig, tasks: list, given: Collection[str] | None = None) -> TrainConfig:
     """Under the paper preset without an explicit `--steps`, the paper's step count of the tasks
     when they carry one (XNLI translation: 6 190 = 10 epochs over 9 900 pairs) instead of 6 250."""
     steps = {task.paper_steps for task in tasks if task.paper_steps is not None}
-    explicit = "--steps" in given if given is not None else config.steps != TrainConfig().steps
+    explicit = "steps" in given if given is not None else config.steps != TrainConfig().steps
     if preset != "paper" or explicit or not steps:
         return config
     if len(steps) > 1 or (len(steps) == 1 and any(task.paper_steps is None for task in tasks)):
@@ -126,16 +109,17 @@ def join_torchrun(device: str | None) -> tuple[int | None, str | None]:
 
 
 @command("train", TrainCommand, help="Train head masks that make a model perform tasks without instruction.")
-def run_train(args: TrainCommand) -> int:
+def run_train(args: TrainCommand, given: Given) -> int:
     from ..data import load_task
     from ..models import load_model
     from ..training import TrainingAdvice, resume_step, train_mask, train_masks
 
     if len(set(args.task)) != len(args.task):
         raise ValueError(f"--task names must be distinct, got {args.task}")
-    config = resolve_preset(args.preset, args.train, given_options())
+    explicit = given.within("train")
+    config = resolve_preset(args.preset, args.train, explicit)
     tasks = [load_task(name, args.data_dir) for name in args.task]  # bad names fail before the model loads
-    config = task_steps(args.preset, config, tasks, given_options())
+    config = task_steps(args.preset, config, tasks, explicit)
     config.validate()
     out = check_out_dir(args.out)
     rank, device = join_torchrun(args.device)
@@ -147,7 +131,7 @@ def run_train(args: TrainCommand) -> int:
         import torch.distributed as dist
 
         dist.barrier()  # no rank starts before rank 0 has moved an old run aside
-    model = load_model(args.model, device=device, dtype=args.dtype, prompt_format=args.prompt_format)
+    model = load_model(args.model, **{**model_arguments(args), "device": device})
     print(
         f"training {'a mask' if len(tasks) == 1 else f'{len(tasks)} masks'} on {model.cfg.n_layers * model.cfg.n_heads} "
         f"heads: preset {args.preset}, {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "

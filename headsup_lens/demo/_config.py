@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import simple_parsing
 
 from .._typecheck import checked
-from ..options import Collect
+from ..options import Collect, DataOptions, FigureOptions, ModelOptions, ThreadOptions
 
 DEFAULT_TASKS = ("organism/reverse", "organism/antonym", "organism/translate")
 # The default output folder, relative to the current directory; the repository's .gitignore lists it.
@@ -16,11 +16,9 @@ DEFAULT_OUT = "headsup_demo"
 
 @checked
 @dataclass
-class DemoConfig:
+class DemoConfig(ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup demo`."""
 
-    model: str = "organism"
-    """Model: `organism` (built in, no download), `smollm2` or a `.gguf` file (converted once, see `headsup fetch-model`), a hub name or a local Hugging Face directory."""
     tasks: list[str] = simple_parsing.field(
         default_factory=lambda: list(DEFAULT_TASKS),
         action=Collect,
@@ -43,15 +41,3 @@ class DemoConfig:
     """Seed of mask training, the random baselines and the random removal order."""
     influence_k: int = 64
     """Influence order: re-order the first K heads of the weight-order sweep by their effect."""
-    data_dir: str | None = None
-    """Data directory for the paper's tasks (not needed for organism tasks)."""
-    device: str | None = None
-    """Device (default: CUDA when available, else CPU)."""
-    dtype: str | None = None
-    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
-    prompt_format: str = "paper"
-    """Prompt format: paper (the reference code's turn for the model's family, no system block) or chat-template (the tokenizer's own template, with its default system prompt)."""
-    png: bool = True
-    """Also write PNG figures (kaleido's bundled Chromium; --no-png: HTML only)."""
-    threads: int | None = None
-    """torch CPU threads (default: 1 for the organism, whose ops are too small to share; torch's own otherwise)."""

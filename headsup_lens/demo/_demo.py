@@ -33,6 +33,7 @@ from ..data import Task, load_task
 from ..evaluation import EvalConfig, evaluate
 from ..masks import HeadMask
 from ..models import load_model
+from ..options import model_arguments
 from ..organism import load_planted
 from ..plots import (
     generation_table,
@@ -103,7 +104,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
     # Tasks and stored masks are checked before the model loads: a missing file fails at once.
     tasks: list[Task] = [load_task(name, data_dir=config.data_dir) for name in config.tasks]
     mask_files = None if config.masks is None else stored_mask_files(config.masks, [t.name for t in tasks])
-    model = load_model(config.model, device=config.device, dtype=config.dtype, prompt_format=config.prompt_format)
+    model = load_model(config.model, **model_arguments(config))
     planted = planted_pathways(config.model, model)
     n_total = model.cfg.n_layers * model.cfg.n_heads
     report = Report(f"headsup_lens demo — {config.model}")

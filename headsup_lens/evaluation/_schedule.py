@@ -23,7 +23,7 @@ from ..data._tokenize import encode_split
 from ..masks import HeadMask
 from ..masks._files import read_safetensors
 from ..models import ModelFingerprint, fingerprint
-from ..training import load_trajectory
+from ..training import load_trajectory, safe_name
 from ._answers import answer_nll_per_example, greedy_answers, reduce_nll
 from ._scoring import score_outputs, task_labels
 
@@ -43,6 +43,15 @@ class ScheduleCurve:
     table: pd.DataFrame
     generations: pd.DataFrame
     masks: dict[int, HeadMask]
+
+    def save_masks(self, run_dir: str | os.PathLike, task: str) -> list[Path]:
+        """Write each step's mask to `<run_dir>/step_masks/step<N>/<task>.safetensors` (under the run
+        folder's lock), where a folder of stored masks is expected (`--masks <run>/step_masks/step<N>`)."""
+        with locked_folder(run_dir, "run_dir") as folder:
+            return [
+                mask.save(folder / "step_masks" / f"step{step}" / f"{safe_name(task)}.safetensors")
+                for step, mask in self.masks.items()
+            ]
 
 
 def _describe(recorded: list) -> str:

@@ -138,6 +138,13 @@ class HeadMask:
     def removed_heads(self) -> list[Head]:
         return [tuple(h) for h in (self.values == 0).nonzero().tolist()]
 
+    def removed_mlp_layers(self) -> list[int]:
+        """The layers whose MLP output the mask removes (FFN slot below 0.5; App. C.3.3); none
+        for a heads-only mask."""
+        if self.mlp_values is None:
+            return []
+        return [layer for layer, value in enumerate(self.mlp_values.tolist()) if value < 0.5]
+
     # ----------------------------------------------------------------- derived masks
     def binary(self) -> HeadMask:
         """1 where a head is kept (value > 0), else 0."""

@@ -19,6 +19,7 @@ from ._runs import sweep_similarity_figure as sweep_similarity_figure
 from ._save import SavedFigure as SavedFigure
 from ._save import save_figure as save_figure
 from ._save import save_table as save_table
+from ._schedule import schedule_curve_figure as schedule_curve_figure
 from ._sft import change_correlation_figure as change_correlation_figure
 from ._sft import data_selection_figure as data_selection_figure
 from ._sft import pattern_dynamics_figure as pattern_dynamics_figure

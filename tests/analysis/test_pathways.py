@@ -7,10 +7,12 @@ import torch
 from headsup_lens import HeadMask, pathway_heads
 from headsup_lens.analysis import (
     TRAJECTORY_KINDS,
+    crossing_counts,
     jaccard_matrix,
     jaccard_table,
     pathway_recovery,
     trajectory_crossings,
+    trajectory_table,
     weight_trajectories,
 )
 from headsup_lens.masks import expected_jaccard
@@ -132,6 +134,21 @@ def test_trajectory_crossings_against_hand_counted_heads():
         trajectory_crossings(torch.rand(0, 3, 4))
     with pytest.raises(ValueError, match="threshold"):
         trajectory_crossings(weights, threshold=1.0)
+
+
+def test_trajectory_table_and_crossing_counts_against_a_plain_loop():
+    weights = torch.rand(3, 2, 4, generator=torch.Generator().manual_seed(2))
+    table = trajectory_table([5, 10, 15], weights)
+    rows = [(s, l, h, float(weights[i, l, h])) for i, s in enumerate([5, 10, 15]) for l in range(2) for h in range(4)]
+    assert list(zip(table.step, table.layer, table["head"], table.weight)) == pytest.approx(rows)
+    with pytest.raises(ValueError, match="len\\(steps\\)"):
+        trajectory_table([5, 10], weights)
+    crossings = trajectory_crossings(weights)
+    counts = crossing_counts(crossings)
+    assert list(counts) == [*TRAJECTORY_KINDS, "crossed and came back"]
+    assert sum(counts[kind] for kind in TRAJECTORY_KINDS) == 8
+    assert counts["crossed and came back"] == int(crossings.came_back.sum())
+    assert all(counts[kind] == (crossings.kind == kind).sum() for kind in TRAJECTORY_KINDS)
 
 
 def test_pathway_recovery_against_hand_counts():

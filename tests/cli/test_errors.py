@@ -64,9 +64,41 @@ def test_mask_option_accepts_a_run_folder(tmp_path):
         mask_file(str(tmp_path / "missing.safetensors"))
 
 
-def test_library_argument_names_become_flags():
-    from headsup_lens.cli._main import _one_line
+def test_library_argument_names_become_the_commands_flags():
+    from headsup_lens.cli._main import one_line
+    from headsup_lens.cli._train import TrainCommand
 
-    assert _one_line(ValueError("start afresh (resume=False; CLI: --fresh)")) == "start afresh (--fresh)"
-    assert _one_line(ValueError("pass another out_dir or resume=False")) == "pass another --out or --fresh"
-    assert "--data-dir" in _one_line(ValueError("point HEADSUP_DATA_DIR (or data_dir=...) at a folder"))
+    config = TrainCommand(task=["organism/reverse"], out="o")
+    assert one_line(ValueError("start afresh (resume=False; CLI: --fresh)"), config) == "start afresh (--fresh)"
+    assert one_line(ValueError("pass another out_dir or resume=False"), config) == "pass another --out or --fresh"
+    assert "--data-dir" in one_line(ValueError("point HEADSUP_DATA_DIR (or data_dir=...) at a folder"), config)
+    # TrainConfig's fields are options too (nested): their names become flags where they are not prose
+    text = one_line(ValueError("invalid TrainConfig: steps must be >= 1; max_grad_norm must be >= 0"), config)
+    assert text == "invalid TrainConfig: --steps must be >= 1; --max-grad-norm must be >= 0"
+    assert one_line(ValueError("the steps of task 'x' in /runs/batch_size/a"), config) == (
+        "the steps of task 'x' in /runs/batch_size/a"
+    )
+
+
+def test_the_option_is_named_as_typed(tmp_path, capsys):
+    """The older underscore spelling is accepted, and an error names it as the user wrote it."""
+    from headsup_lens.cli import build_parser
+    from headsup_lens.cli._main import one_line
+    from headsup_lens.options import given
+
+    args = build_parser("train").parse_args(["train", "--task", "t", "--out", "o", "--max_grad_norm", "-1"])
+    options = given(args)
+    assert options.typed == {"task": "--task", "out": "--out", "train.max_grad_norm": "--max_grad_norm"}
+    assert options.within("train") == {"max_grad_norm"}
+    assert one_line(ValueError("max_grad_norm must be >= 0"), args.config, options) == "--max_grad_norm must be >= 0"
+
+
+def test_compare_methods_names_n_eval_not_the_argument_it_is_passed_on_as(tmp_path, capsys):
+    """`--n-eval 0` used to fail after every method had run, as "n_examples must be >= 1"."""
+    out = tmp_path / "out"
+    code = main(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--n-eval", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--n-eval must be >= 1" in err and "n_examples" not in err
+    code = main(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--n-examples", "0"])
+    assert code == 2 and "--n-examples must be >= 1" in capsys.readouterr().err
+    assert not out.exists()

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from headsup_lens.cli import command_parsers, main
-from headsup_lens.cli._main import _Parser
 from headsup_lens.cli._registry import LAZY
+from headsup_lens.options import OptionParser
 
 
 def _all_parsers():
@@ -20,7 +20,7 @@ def _all_parsers():
         for action in parser._actions:  # nested sub-commands (`organism train`)
             choices = getattr(action, "choices", None)
             for child_name, child in choices.items() if isinstance(choices, dict) else []:
-                if isinstance(child, _Parser):
+                if isinstance(child, OptionParser):
                     child._preprocessing([])
                     pending.append((f"{name} {child_name}", child))
 

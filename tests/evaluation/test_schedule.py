@@ -51,6 +51,20 @@ def test_schedule_curve_reads_each_checkpoint_as_a_mask(llama, tmp_path):
     assert schedule_curve(llama, task, tmp_path, steps=(4,), latest=False).table.step.tolist() == [4]
     with pytest.raises(ValueError, match="none of the steps"):
         schedule_curve(llama, task, tmp_path, steps=(5,), latest=False)
+    # Each step's mask where `--masks <run>/step_masks/step<N>` finds it, and the figure of the table.
+    written = curve.save_masks(tmp_path, task.name)
+    assert [p.relative_to(tmp_path).as_posix() for p in written] == [
+        f"step_masks/step{step}/words.safetensors" for step in (2, 4, 7)
+    ]
+    for step, path in zip((2, 4, 7), written):
+        assert torch.equal(HeadMask.load(path).values, HeadMask.from_logits(logits[saved.index(step)]).values)
+    from headsup_lens.plots import schedule_curve_figure
+
+    figure = schedule_curve_figure(curve.table, title="t")
+    assert [trace.name for trace in figure.data] == ["paper matcher", "strict", "answer loss"]
+    assert list(figure.data[0].x) == [2, 4, 7] and list(figure.data[2].y) == curve.table.answer_nll.tolist()
+    with pytest.raises(ValueError, match="not a schedule_curve table"):
+        schedule_curve_figure(curve.table.drop(columns="strict"))
 
 
 def test_a_run_trained_on_other_weights_is_refused(llama, tmp_path):

@@ -1,4 +1,6 @@
-"""Reproduction scripts run end to end on a tiny random model with tiny settings and write their outputs."""
+"""Reproduction scripts run end to end, as subprocesses, on a tiny model with planted sets and tiny
+settings: their outputs, the masks they share through the cache, one output set per run. The logic
+behind them is tested in the library (`tests/reproduce/`, `tests/analysis/`, ...)."""
 
 from __future__ import annotations
 
@@ -8,22 +10,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ..conftest import build_llama_dir
+from headsup_lens.masks import HeadMask
+from headsup_lens.reproduce import MODEL_RECORD
+
+from ..conftest import build_llama_dir, run_script
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-
-
-@pytest.fixture(scope="module")
-def scripts():
-    sys.path.insert(0, str(EXPERIMENTS))
-    try:
-        import fig2_removal_ranks
-        import fig3_trajectories
-        import run_all
-
-        yield {"fig2": fig2_removal_ranks, "fig3": fig3_trajectories, "run_all": run_all}
-    finally:
-        sys.path.remove(str(EXPERIMENTS))
+TINY = ["--steps", "12", "--batch-size", "2", "--no-png", "--threads", "1"]
+DEFAULT_TASKS = {"organism__translate", "organism__reverse", "organism__uppercase", "organism__antonym"}
 
 
 @pytest.fixture(scope="module")
@@ -36,92 +30,87 @@ def organism_like(tmp_path_factory):
     return path
 
 
-def test_fig2_then_fig3_reuse_the_cached_mask(scripts, organism_like, tmp_path, capsys):
-    common = [
-        "--model",
-        str(organism_like),
-        "--out",
-        str(tmp_path),
-        "--steps",
-        "12",
-        "--batch-size",
-        "2",
-        "--no-png",
-        "--threads",
-        "1",
-        "--max-new-tokens",
-        "3",
-    ]
-    scripts["fig2"].main(common)
+def cached(out: Path) -> dict[str, Path]:
+    """The cached masks under `out` by file stem (of every recipe)."""
+    return {p.stem: p for p in sorted(out.glob("masks/*/*/masks/*.safetensors"))}
+
+
+def test_scripts_share_the_cached_masks_and_write_one_set_each(organism_like, tmp_path):
+    """run_all runs scripts in one process: the first trains the organism's default tasks together, the
+    others find those masks; Fig. 3 reads the same counts from the run folder given explicitly."""
+    only = ["fig2_removal_ranks", "fig3_trajectories", "table4_logit_lens", "query_gate", "table7_attention_on_target"]
+    done = run_script("run_all.py", "--only", *only, "--model", str(organism_like), "--out", str(tmp_path), *TINY)
     out = tmp_path / organism_like.name
+    printed = done.stdout
+    assert printed.count("training value-gate masks for organism/translate, organism/reverse") == 1
+    assert printed.count("training negative-init value-gate masks") == 1  # Fig. 3's negative init
+    assert printed.count("training query-gate masks for organism/translate") == 1
+    assert "table7_attention_on_target: skipped" in printed
     summary = pd.read_csv(out / "fig2_summary_translate.csv")
     assert list(summary.order) == ["weight order", "random order"]
     ranks = pd.read_csv(out / "fig2_removal_ranks_weight_translate.csv")
     assert sorted(ranks.step.unique()) == list(range(17))  # 2 x 8 heads: steps 0..16
-    assert (out / "fig2_removal_ranks_weight_translate.html").is_file()
-    masks = sorted(out.glob("masks/*/*/masks/*.safetensors"))
-    # the organism's default task set is trained together, so other scripts find their masks
-    assert {m.stem for m in masks} == {
-        "organism__translate",
-        "organism__reverse",
-        "organism__uppercase",
-        "organism__antonym",
-    }
-    assert "training" in capsys.readouterr().out
+    assert (out / "fig2_removal_ranks_weight_translate.html").is_file() and (out / MODEL_RECORD).is_file()
+    assert set(cached(out)) == DEFAULT_TASKS  # the default set, trained together (each init: one run)
 
-    scripts["fig3"].main(
-        [a for a in common if a not in ("--max-new-tokens", "3")] + ["--init", "default", "--until", "1"]
-    )
-    assert "training" not in capsys.readouterr().out  # reused, not retrained
     trajectories = pd.read_csv(out / "fig3_trajectories_translate.csv")
-    assert sorted(trajectories.step.unique()) == [12]  # checkpoints every 31 steps (the reference's) and at the end
-    assert len(trajectories) == 16
-    stamps = {m: m.stat().st_mtime_ns for m in masks}
-    assert stamps == {m: m.stat().st_mtime_ns for m in sorted(out.glob("masks/*/*/masks/*.safetensors"))}
+    assert sorted(trajectories.step.unique()) == [12] and len(trajectories) == 16  # every 31 steps, and the end
+    crossings = pd.read_csv(out / "fig3_crossings_translate.csv")
+    summary = pd.read_csv(out / "fig3_summary_translate.csv").set_index("span")
+    assert summary.loc["whole run", "crossed and came back"] == crossings.came_back.sum()
 
+    normed = pd.read_csv(out / "table4_lens_comparison_translate.csv")
+    assert normed.layer.tolist() == list(range(-1, 2))
+    assert {"original", "instructed", "masked", "masked top1 = instructed"} <= set(normed.columns)
+    lens = pd.read_csv(out / "table41_logit_lens_translate.csv")
+    assert set(lens.stream) == {"embed", "resid", "attn"}
 
-def test_fig3_trains_a_negative_init_run_and_counts_crossings(scripts, organism_like, tmp_path, capsys):
-    common = [
+    table = pd.read_csv(out / "query_gate_translate.csv")
+    assert sorted(zip(table.gate, table.setting)) == sorted(
+        [("-", "original"), ("-", "instructed"), ("-", "echo baseline")]
+        + [(gate, s) for gate in ("value", "query") for s in ("masked", "random mask")]
+    )
+    leftovers = [p.name for p in out.iterdir() if p.name.startswith(".headsup-staging") or p.suffix == ".tmp"]
+    assert not leftovers and not (out / ".headsup.lock").exists()
+    sets = sorted(p.name for p in out.glob(".headsup-*.json"))
+    assert len(sets) == 4 and all(name.split("-")[1] in " ".join(only) for name in sets)
+
+    # Fig. 3 from the run folder given explicitly (a `headsup train` folder) gives the same counts.
+    run = next(p for p in out.glob("masks/*/*") if (p / "recipe.json").read_text().count('"init_mean": -3.0'))
+    run_script(
+        "fig3_trajectories.py",
         "--model",
         str(organism_like),
         "--out",
-        str(tmp_path),
-        "--steps",
-        "12",
-        "--batch-size",
-        "2",
-        "--no-png",
-        "--threads",
-        "1",
-        "--checkpoint-every",
-        "2",
-        "--task",
-        "organism/reverse",
-    ]
-    scripts["fig3"].main(common)
-    assert "negative-init" in capsys.readouterr().out
-    out = tmp_path / organism_like.name
-    trajectories = pd.read_csv(out / "fig3_trajectories_reverse.csv")
-    assert sorted(trajectories.step.unique()) == [2, 4, 6, 8, 10, 12]
-    summary = pd.read_csv(out / "fig3_summary_reverse.csv").set_index("span")
-    assert summary.loc["plotted", "last step"] == 6 and summary.loc["whole run", "checkpoints"] == 6
-    crossings = pd.read_csv(out / "fig3_crossings_reverse.csv")
-    assert len(crossings) == 16 and summary.loc["whole run", "crossed and came back"] == crossings.came_back.sum()
-    first = trajectories[trajectories.step == 2].weight
-    assert (first < 0.5).mean() > 0.5  # negative init: most heads start outside the pathway
-    # The same counts from the run folder given explicitly.
-    run = next(out.glob("masks/*/*/checkpoints")).parent
-    scripts["fig3"].main([*common, "--run", str(run), "--out", str(tmp_path / "again")])
-    again = pd.read_csv(tmp_path / "again" / organism_like.name / "fig3_crossings_reverse.csv")
+        str(tmp_path / "again"),
+        "--run",
+        str(run),
+        *TINY,
+    )
+    again = pd.read_csv(tmp_path / "again" / organism_like.name / "fig3_crossings_translate.csv")
     assert again.equals(crossings)
 
-
-def test_run_all_skips_table7_without_a_three_word_task(scripts, organism_like, tmp_path, capsys):
-    scripts["run_all"].main(
-        ["--only", "table7_attention_on_target", "--model", str(organism_like), "--out", str(tmp_path)]
+    # Another model whose folder has the same name is refused: its outputs would mix with these.
+    other = build_llama_dir(tmp_path / "models" / organism_like.name, seed=3)
+    refused = run_script(
+        "fig6_alpha_grid.py",
+        "--model",
+        str(other),
+        "--task",
+        "organism/reverse",
+        "--out",
+        str(tmp_path),
+        *TINY,
+        expect=2,
     )
-    assert "skipped" in capsys.readouterr().out
-    assert not (tmp_path / organism_like.name).exists()
+    assert "holds the outputs of model" in refused.stderr and "choose another --out" in refused.stderr
+    assert not list(out.glob("fig6_*"))
+
+
+def test_a_bad_option_ends_in_one_line_naming_it_before_any_work(tmp_path):
+    failed = run_script("fig2_removal_ranks.py", "--steps", "0", "--out", str(tmp_path / "none"), expect=2)
+    assert failed.stderr.strip() == "fig2_removal_ranks: error: --steps must be >= 1, got 0"
+    assert not (tmp_path / "none").exists()
 
 
 def test_bench_performance_runs_and_checks_its_loops(organism_like, tmp_path, monkeypatch, capsys):
@@ -175,129 +164,41 @@ def test_bench_performance_runs_and_checks_its_loops(organism_like, tmp_path, mo
 
 
 def test_table6_removes_the_heads_of_a_chosen_group(organism_like, tmp_path):
-    sys.path.insert(0, str(EXPERIMENTS))
-    try:
-        import table6_pathway_ablation
-    finally:
-        sys.path.remove(str(EXPERIMENTS))
-    from headsup_lens.masks import HeadMask
-
     tasks = ["organism/reverse", "organism/antonym", "organism/translate"]
-    table6_pathway_ablation.main(
-        [
-            "--model",
-            str(organism_like),
-            "--out",
-            str(tmp_path),
-            "--steps",
-            "6",
-            "--batch-size",
-            "2",
-            "--no-png",
-            "--threads",
-            "1",
-            "--n-random",
-            "1",
-            "--tasks",
-            *tasks,
-            "--group",
-            "two=organism/reverse,organism/antonym",
-        ]
+    common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6", "--batch-size", "2", "--no-png"]
+    run_script(
+        "table6_pathway_ablation.py",
+        *common,
+        "--n-random",
+        "1",
+        "--tasks",
+        *tasks,
+        "--group",
+        "two=organism/reverse,organism/antonym",
     )
     out = tmp_path / organism_like.name
     table = pd.read_csv(out / "table6_pathway_ablation.csv")
     sizes = table[table.task == "organism/reverse"].set_index("group")["size"]
-    masks = {p.stem: HeadMask.load(p) for p in out.glob("masks/*/*/masks/*.safetensors")}
+    masks = {stem: HeadMask.load(path) for stem, path in cached(out).items()}
     both = (masks["organism__reverse"].values > 0) & (masks["organism__antonym"].values > 0)
     assert sizes["used by all of two"] == int(both.sum()) >= sizes["used by all"]
-    with pytest.raises(SystemExit, match="not among"):
-        table6_pathway_ablation.main(
-            [
-                "--model",
-                str(organism_like),
-                "--out",
-                str(tmp_path),
-                "--steps",
-                "6",
-                "--batch-size",
-                "2",
-                "--no-png",
-                "--tasks",
-                *tasks,
-                "--group",
-                "x=organism/plural",
-            ]
-        )
-
-
-def test_table4_compares_the_three_settings(organism_like, tmp_path):
-    sys.path.insert(0, str(EXPERIMENTS))
-    try:
-        import table4_logit_lens
-    finally:
-        sys.path.remove(str(EXPERIMENTS))
-    common = [
-        "--model",
-        str(organism_like),
-        "--out",
-        str(tmp_path),
-        "--steps",
-        "4",
-        "--batch-size",
-        "2",
-        "--no-png",
-        "--threads",
-        "1",
-        "--k",
-        "3",
-    ]
-    table4_logit_lens.main(common)
-    table4_logit_lens.main([*common, "--no-final-norm"])
-    out = tmp_path / organism_like.name
-    normed = pd.read_csv(out / "table4_lens_comparison_translate.csv")
-    raw = pd.read_csv(out / "table4_lens_comparison_no_norm_translate.csv")
-    assert normed.layer.tolist() == raw.layer.tolist() == list(range(-1, 2))
-    assert {"original", "instructed", "masked", "masked top1 = instructed"} <= set(normed.columns)
-    assert normed.masked.iloc[-1] == raw.masked.iloc[-1]  # the last row is the model's own prediction either way
-    lens = pd.read_csv(out / "table41_logit_lens_translate.csv")
-    assert set(lens.stream) == {"embed", "resid", "attn"}
-
-
-def test_schedule_curve_script_reads_its_run(organism_like, tmp_path):
-    sys.path.insert(0, str(EXPERIMENTS))
-    try:
-        import schedule_curve
-    finally:
-        sys.path.remove(str(EXPERIMENTS))
-    schedule_curve.main(
-        [
-            "--model",
-            str(organism_like),
-            "--out",
-            str(tmp_path),
-            "--steps",
-            "6",
-            "--batch-size",
-            "2",
-            "--no-png",
-            "--threads",
-            "1",
-            "--checkpoint-every",
-            "3",
-            "--at",
-            "3",
-            "300",
-            "--save-masks",
-        ]
+    failed = run_script(
+        "table6_pathway_ablation.py", *common, "--tasks", *tasks, "--group", "x=organism/plural", expect=2
     )
+    assert "--group x: ['organism/plural'] are not among --tasks" in failed.stderr
+    assert pd.read_csv(out / "table6_pathway_ablation.csv").equals(table)  # the failed run changed nothing
+
+
+def test_schedule_curve_script_reads_its_run_and_saves_each_steps_mask(organism_like, tmp_path):
+    from headsup_lens.training import load_trajectory
+
+    common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6", "--batch-size", "2", "--no-png"]
+    run_script("schedule_curve.py", *common, "--checkpoint-every", "3", "--at", "3", "300", "--save-masks")
     out = tmp_path / organism_like.name
     table = pd.read_csv(out / "schedule_curve_translate.csv")
     assert table.step.tolist() == [3, 6] and {"accuracy", "answer_nll", "heads_kept"} <= set(table.columns)
-    generations = pd.read_csv(out / "schedule_generations_translate.csv")
-    assert len(generations) == 2 * table.n.iloc[0]
-    from headsup_lens.masks import HeadMask
-    from headsup_lens.training import load_trajectory
-
+    assert len(pd.read_csv(out / "schedule_generations_translate.csv")) == 2 * table.n.iloc[0]
+    assert (out / "schedule_curve_translate.html").is_file()
     run = next(p.parent for p in out.glob("masks/*/*/checkpoints"))
     saved, logits = load_trajectory(run, task="organism/translate")
     for step in (3, 6):  # each step's mask, saved where `--masks` finds it
@@ -306,74 +207,13 @@ def test_schedule_curve_script_reads_its_run(organism_like, tmp_path):
         assert (mask.values == HeadMask.from_logits(logits[saved.index(step)]).values).all()
 
 
-def test_query_gate_evaluates_each_gate_with_its_own_mask_and_controls(organism_like, tmp_path):
-    sys.path.insert(0, str(EXPERIMENTS))
-    try:
-        import query_gate
-    finally:
-        sys.path.remove(str(EXPERIMENTS))
-    import json
-
-    import headsup_lens as hl
-    from headsup_lens.evaluation import accuracy, answer_loss
-    from headsup_lens.masks import HeadMask
-
-    query_gate.main(
-        [
-            "--model",
-            str(organism_like),
-            "--out",
-            str(tmp_path),
-            "--steps",
-            "4",
-            "--batch-size",
-            "2",
-            "--no-png",
-            "--threads",
-            "1",
-            "--task",
-            "organism/uppercase",
-        ]
-    )
-    out = tmp_path / organism_like.name
-    table = pd.read_csv(out / "query_gate_uppercase.csv")
-    assert sorted(zip(table.gate, table.setting)) == sorted(
-        [
-            ("-", "original"),
-            ("-", "instructed"),
-            ("-", "echo baseline"),
-            ("value", "masked"),
-            ("value", "random mask"),
-            ("query", "masked"),
-            ("query", "random mask"),
-        ]
-    )
-    assert {"strict", "echo", "accuracy_low", "p_vs_instructed"} <= set(table.columns)
-    query_row = table[(table.gate == "query") & (table.setting == "masked")].iloc[0]
-    assert 0 <= query_row.p_vs_original <= 1  # paired with the original row of the same call
-    runs = [p for p in out.glob("masks/*/*") if json.loads((p / "recipe.json").read_text())["gate"] == "query"]
-    model = hl.load_model(str(organism_like))
-    task = hl.load_task("organism/uppercase")
-    mask = HeadMask.load(runs[0] / "masks" / "organism__uppercase.safetensors", model)
-    assert query_row.n_kept == mask.n_kept
-    assert query_row.answer_nll == pytest.approx(answer_loss(model, task, mask=mask, gate="query"), rel=1e-5)
-    assert query_row.accuracy == accuracy(model, task, mask=mask, gate="query")
-    generations = pd.read_csv(out / "query_gate_generations_uppercase.csv")
-    assert len(generations[(generations.gate == "query") & (generations.setting == "masked")]) == len(task.eval_pairs)
-
-
+@pytest.mark.slow  # a subprocess that trains and evaluates a mask on 100 examples per setting
 def test_table7_reads_the_held_out_examples_and_evaluates_the_same_mask(organism_like, tmp_path):
-    sys.path.insert(0, str(EXPERIMENTS))
-    try:
-        import table7_attention_on_target
-    finally:
-        sys.path.remove(str(EXPERIMENTS))
     import json
     import random
 
     import headsup_lens as hl
     from headsup_lens.evaluation import accuracy
-    from headsup_lens.masks import HeadMask
 
     fruits, animals = ["apple", "pear", "plum", "fig", "kiwi"], ["cat", "dog", "cow", "owl", "bee", "ant"]
     rng = random.Random(0)
@@ -385,32 +225,16 @@ def test_table7_reads_the_held_out_examples_and_evaluates_the_same_mask(organism
     data = tmp_path / "data"
     (data / "function_vectors" / "abstractive").mkdir(parents=True)
     (data / "function_vectors" / "abstractive" / "fruit_v_animal_3.json").write_text(json.dumps(pairs))
-    table7_attention_on_target.main(
-        [
-            "--model",
-            str(organism_like),
-            "--out",
-            str(tmp_path),
-            "--steps",
-            "3",
-            "--batch-size",
-            "2",
-            "--no-png",
-            "--threads",
-            "1",
-            "--task",
-            "fruit_v_animal_3",
-            "--data-dir",
-            str(data),
-        ]
-    )
+    options = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "3", "--batch-size", "2", "--no-png"]
+    run_script("table7_attention_on_target.py", *options, "--task", "fruit_v_animal_3", "--data-dir", str(data))
     out = tmp_path / organism_like.name
     task = hl.load_task("fruit_v_animal_3", data)
     attention = pd.read_csv(out / "table7_attention_on_target_fruit_v_animal_3.csv")
     assert (attention.n_examples == len(task.eval_pairs)).all() and len(task.eval_pairs) < len(pairs)
     evaluation = pd.read_csv(out / "table7_evaluation_fruit_v_animal_3.csv").set_index("setting")
     model = hl.load_model(str(organism_like))
-    mask = HeadMask.load(next(out.glob("masks/*/*/masks/fruit_v_animal_3.safetensors")), model)
+    mask = HeadMask.load(cached(out)["fruit_v_animal_3"], model)
     assert evaluation.loc["masked", "n_kept"] == mask.n_kept == attention.n_inside.iloc[0]
     assert evaluation.loc["masked", "accuracy"] == accuracy(model, task, mask=mask)
-    assert {"balanced_accuracy", "strict", "echo"} <= set(evaluation.columns)
+    failed = run_script("table7_attention_on_target.py", *options, "--task", "organism/reverse", expect=2)
+    assert "is not a pick-one-of-three-words task" in failed.stderr

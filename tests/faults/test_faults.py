@@ -523,7 +523,7 @@ def test_no_progress_wins_over_the_preset():
     from headsup_lens.cli._train import resolve_preset
     from headsup_lens.training import TrainConfig
 
-    assert resolve_preset("fast", TrainConfig(progress=False), {"--no-progress"}).progress is False
+    assert resolve_preset("fast", TrainConfig(progress=False), {"progress"}).progress is False
     assert resolve_preset("fast", TrainConfig(), set()).progress is True
 
 

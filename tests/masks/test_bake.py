@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import headsup_lens as hl
 from headsup_lens import HeadMask, bake, fingerprint, load_model
 from headsup_lens.data import Task
-from headsup_lens.evaluation import evaluate, generations
+from headsup_lens.evaluation import EvalConfig, evaluate, generations
 from headsup_lens.gates import value_gate
 from headsup_lens.masks import _bake
 from headsup_lens.models import _gguf
@@ -138,10 +138,11 @@ def test_baked_folder_loads_back_and_its_original_row_is_the_masked_row(llama, t
     baked = load_model(out, device="cpu", dtype="float32")
     assert fingerprint(baked).content_hash != fingerprint(llama).content_hash  # other weights now
 
-    masked, masked_texts = evaluate(llama, task, mask, settings=["masked"], return_generations=True)
+    masked_run = evaluate(llama, task, mask, EvalConfig(settings=("masked",), progress=False))
     full = HeadMask.full(baked)
-    original, original_texts = evaluate(baked, task, full, settings=["original"], return_generations=True)
-    (masked,), (original,) = masked.to_dict("records"), original.to_dict("records")
+    original_run = evaluate(baked, task, full, EvalConfig(settings=("original",), progress=False))
+    masked_texts, original_texts = masked_run.generations, original_run.generations
+    (masked,), (original,) = masked_run.table.to_dict("records"), original_run.table.to_dict("records")
     assert original_texts.output.tolist() == masked_texts.output.tolist()
     for column in ("accuracy", "strict", "echo", "empty", "n_examples"):
         assert original[column] == masked[column], column

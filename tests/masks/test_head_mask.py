@@ -146,3 +146,9 @@ def test_corrupt_or_foreign_files_are_refused(tmp_path, content):
         HeadMask.load(path)
     with pytest.raises(ValueError, match="no mask file"):
         HeadMask.load(tmp_path / "missing.safetensors")
+
+
+def test_removed_mlp_layers_are_the_ffn_slots_below_one_half():
+    assert HeadMask(torch.ones(3, 2)).removed_mlp_layers() == []
+    mask = HeadMask(torch.ones(3, 2), mlp_values=torch.tensor([1.0, 0.0, 1.0]))
+    assert mask.removed_mlp_layers() == [1]

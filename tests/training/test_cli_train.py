@@ -33,7 +33,7 @@ def test_presets_fill_only_paper_defaults():
 
 
 def test_explicit_options_win_over_the_preset_even_at_paper_defaults():
-    config = resolve_preset("fast", TrainConfig(lr=0.01, init_mean=4.0), {"--lr", "--init-mean"})
+    config = resolve_preset("fast", TrainConfig(lr=0.01, init_mean=4.0), {"lr", "init_mean"})
     assert config.lr == 0.01 and config.init_mean == 4.0 and config.steps == TrainConfig.fast().steps
 
 

@@ -38,6 +38,6 @@ def test_estimate_is_within_2x_of_the_measured_step_time_on_the_organism(organis
 
 
 def test_no_progress_wins_over_the_preset():
-    config = resolve_preset("paper", TrainConfig(progress=False), {"--no-progress"})
+    config = resolve_preset("paper", TrainConfig(progress=False), {"progress"})
     assert config.progress is False
     assert resolve_preset("paper", TrainConfig(progress=True), set()).progress is True

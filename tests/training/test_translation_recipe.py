@@ -31,8 +31,8 @@ def test_paper_preset_takes_the_task_steps_unless_steps_are_given(shared_data_di
     assert task_steps("paper", paper, [xnli], set()).steps == 6190
     assert task_steps("paper", paper, [xnli, xnli], set()).steps == 6190
     assert task_steps("paper", paper, [plain], set()).steps == 6250
-    given = resolve_preset("paper", TrainConfig(steps=100), {"--steps"})
-    assert task_steps("paper", given, [xnli], {"--steps"}).steps == 100
+    given = resolve_preset("paper", TrainConfig(steps=100), {"steps"})
+    assert task_steps("paper", given, [xnli], {"steps"}).steps == 100
     fast = resolve_preset("fast", TrainConfig(), set())
     assert task_steps("fast", fast, [xnli], set()).steps == 300
     with pytest.raises(ValueError, match="--steps"):

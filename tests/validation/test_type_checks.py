@@ -27,6 +27,7 @@ PACKAGES = [
             "objective",
             "organism",
             "plots",
+            "reproduce",
             "sft",
             "training",
         )

@@ -1,0 +1,309 @@
+"""`Experiment`: one reproduction script's run, and `run_script`, the `main` of every script.
+
+A script declares its options (a dataclass extending `ExperimentOptions`) and a function
+`run(xp, options)` that computes its artifact through `xp` and returns a summary. `run_script`
+parses the options in the CLI's style, opens the output folder `<root>/<model>/` (one writer at a
+time: the folder lock), loads the model, runs the script and moves its tables and figures in as one
+set (`OutputSet`): a failed or interrupted run leaves the previous outputs as they were. The folder
+records the model it belongs to (`model.json`, the model fingerprint) and refuses another model's
+outputs. Learned masks come from the cache (`cached_masks`), shared by every script.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pandas as pd
+import torch
+from transformer_lens.model_bridge import TransformerBridge
+
+from .._io import OutputSet, atomic_write, atomic_write_json, locked_folder
+from .._typecheck import checked
+from .._validate import check_int
+from ..data import Task, load_task
+from ..masks import HeadMask
+from ..models import ModelFingerprint, builtin_model_dir, fingerprint, load_model
+from ..models._fingerprint import portable_name
+from ..options import Given, model_arguments, name_options, parse
+from ..organism import load_planted
+from ..plots import save_figure
+from ..training import TrainConfig, safe_name
+from ._masks import TrainedMask, cached_masks, stored_mask_path
+from ._options import ORGANISM_TASK, ORGANISM_TASKS, SCHEDULES, ExperimentOptions
+
+ORGANISM = "organism"
+MODEL_RECORD = "model.json"
+TIMES = "times.csv"
+Options = TypeVar("Options", bound=ExperimentOptions)
+Summary = pd.DataFrame | str | None
+
+
+@checked
+def model_slug(name: str) -> str:
+    """The output folder of a model: `organism`, or the last part of a hub name / directory."""
+    return safe_name(Path(str(name).rstrip("/")).name or str(name))
+
+
+@checked
+def output_root(options: ExperimentOptions, root: str | os.PathLike) -> Path:
+    """`--out`, else `<root>/figures` with `--update-figures`, else the git-ignored `<root>/outputs/experiments`."""
+    figures = Path(root) / "figures"
+    if options.out is not None and options.update_figures and Path(options.out).resolve() != figures.resolve():
+        raise ValueError("give either --out or --update-figures, not both")
+    if options.out is not None:
+        return Path(options.out).expanduser()
+    return figures if options.update_figures else Path(root) / "outputs" / "experiments"
+
+
+@checked
+def check_options(options: ExperimentOptions) -> None:
+    """The script options that need no model, checked before any work."""
+    if options.schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {options.schedule!r}")
+    for name in ("steps", "batch_size", "eval_batch_size", "threads"):
+        if getattr(options, name) is not None:
+            check_int(name, getattr(options, name), minimum=1)
+    check_int("checkpoint_every", options.checkpoint_every, minimum=0)
+    if options.masks is not None and not Path(options.masks).expanduser().is_dir():
+        raise ValueError(f"the masks argument {options.masks} is not a folder")
+
+
+@checked
+def check_model_record(folder: str | os.PathLike, model: TransformerBridge, name: str) -> None:
+    """Refuse `folder` when it holds another model's outputs (`model.json`); record this model there
+    when it records none. The model fingerprint decides (its content hash), not the name."""
+    path = Path(folder) / MODEL_RECORD
+    mine = fingerprint(model)
+    if path.is_file():
+        try:
+            theirs = ModelFingerprint.from_dict(json.loads(path.read_text(encoding="utf-8"))["fingerprint"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path} is not a model record ({error}); remove it or choose another out_dir") from None
+        if theirs.structural() != mine.structural() or theirs.same_weights(mine) is False:
+            raise ValueError(
+                f"out_dir {folder} holds the outputs of model {theirs.describe()}, not of {mine.describe()}: "
+                "choose another out_dir"
+            )
+        return
+    atomic_write_json(path, {"model": portable_name(name), "fingerprint": mine.to_dict()})
+
+
+@checked
+class Experiment:
+    """One script's run: its options, the loaded model, the output folder (locked while the run
+    lasts) and the tables and figures it writes (staged, moved in together when the run ends)."""
+
+    def __init__(self, name: str, options: ExperimentOptions, model: TransformerBridge, out: Path, stage: OutputSet):
+        self.name = name
+        self.options = options
+        self.model = model
+        self.out = out
+        self._stage = stage
+        self._stems: set[str] = set()
+        self._png_errors: set[str | None] = set()
+        self.started = time.perf_counter()
+
+    # ------------------------------------------------------------------ model and tasks
+    @property
+    def is_organism(self) -> bool:
+        return self.options.model == ORGANISM
+
+    @property
+    def model_dir(self) -> Path | None:
+        """The local directory of the model (the organism's weights folder), if any."""
+        builtin = builtin_model_dir(self.options.model)
+        path = builtin if builtin is not None else Path(self.options.model).expanduser()
+        return path if path.is_dir() else None
+
+    def planted(self) -> dict[str, list[tuple[int, int]]] | None:
+        """The planted pathways S_t (`organism/<task>` -> heads) when the model carries them, else None."""
+        directory = self.model_dir
+        if directory is None or not (directory / "planted.json").is_file():
+            return None
+        return {f"organism/{name}": heads for name, heads in load_planted(directory).items()}
+
+    @property
+    def organism_like(self) -> bool:
+        """The organism, or a model with planted pathways: organism defaults and the fast schedule apply."""
+        return self.is_organism or self.planted() is not None
+
+    def task(self) -> Task:
+        """`--task`, defaulting to `ORGANISM_TASK` on the organism."""
+        name = self.options.task or (ORGANISM_TASK if self.organism_like else None)
+        if name is None:
+            raise ValueError(f"--task is required for --model {self.options.model}")
+        return load_task(name, self.options.data_dir)
+
+    def tasks(self) -> list[Task]:
+        """`--tasks` (multi-task scripts), else the organism's default set, else just `--task`."""
+        names = getattr(self.options, "tasks", None) or (ORGANISM_TASKS if self.organism_like else None)
+        if not names:
+            return [self.task()]
+        return [load_task(name, self.options.data_dir) for name in names]
+
+    # ------------------------------------------------------------------ masks
+    def train_config(self, *, negative: bool = False, gate: str = "value", mlp: bool = False) -> TrainConfig:
+        """This run's schedule: `TrainConfig.fast` on the organism, the paper's elsewhere (`--schedule`),
+        with `--seed`, `--checkpoint-every` and, where given, `--steps` / `--batch-size`; `mlp` also
+        learns one slot per layer for the FFN output (App. C.3.3, Table 40)."""
+        schedule = self.options.schedule
+        if schedule == "auto":
+            schedule = "fast" if self.organism_like else "paper"
+        config = TrainConfig.fast() if schedule == "fast" else TrainConfig.paper()
+        changes: dict[str, Any] = {
+            "seed": self.options.seed,
+            "gate": gate,
+            "progress": sys.stderr.isatty(),
+            "checkpoint_every": self.options.checkpoint_every,
+        }
+        if negative:
+            changes["init_mean"] = TrainConfig.negative_init().init_mean
+        if mlp:
+            changes["mlp"] = True
+        for name in ("steps", "batch_size"):
+            if getattr(self.options, name) is not None:
+                changes[name] = getattr(self.options, name)
+        return config.replace(**changes)
+
+    def masks(
+        self, tasks: Sequence[Task], *, negative: bool = False, gate: str = "value", mlp: bool = False
+    ) -> dict[str, TrainedMask]:
+        """A learned mask per task, from the cache or trained now (`cached_masks`); with `--masks DIR`
+        the stored masks are used and nothing is trained (`run_dir` is then None)."""
+        if self.options.masks is not None:
+            return {
+                t.name: TrainedMask(self.stored_mask(t, negative=negative, gate=gate, mlp=mlp), None) for t in tasks
+            }
+        config = self.train_config(negative=negative, gate=gate, mlp=mlp)
+        return cached_masks(self.model, tasks, config, self.out, model_name=self.options.model)
+
+    def stored_mask(self, task: Task, *, negative: bool = False, gate: str = "value", mlp: bool = False) -> HeadMask:
+        """`<--masks>/<task>[_negative][_query][_mlp].safetensors`, checked against the loaded model."""
+        path = stored_mask_path(self.options.masks, task, negative=negative, gate=gate, mlp=mlp)
+        if not path.is_file():
+            raise ValueError(f"--masks: no stored mask {path}; train it first or leave out --masks")
+        return HeadMask.load(path, self.model)
+
+    def mask(self, task: Task, *, negative: bool = False, gate: str = "value") -> TrainedMask:
+        """The learned mask of one task; on the organism the default task set is trained together
+        (every mask gets exactly the gradient it would get alone), so other scripts find theirs cached."""
+        together = self.tasks() if not getattr(self.options, "tasks", None) else []
+        if task.name not in [t.name for t in together]:
+            together = [task]
+        return self.masks(together, negative=negative, gate=gate)[task.name]
+
+    # ------------------------------------------------------------------ outputs
+    def stem(self, stem: str, task: Task | None = None) -> str:
+        """`<stem>[_<task>]` (organism tasks lose their `organism/` prefix)."""
+        return stem + (f"_{safe_name(task.name.removeprefix('organism/'))}" if task is not None else "")
+
+    def table(self, frame: pd.DataFrame, stem: str, task: Task | None = None) -> Path:
+        """Write `frame` as `<out>/<stem>[_<task>].csv` when the run ends; the final path."""
+        name = self.stem(stem, task)
+        self._stems.add(name)
+        atomic_write(self._stage.path / f"{name}.csv", lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))
+        return self.out / f"{name}.csv"
+
+    def figure(self, fig, stem: str, task: Task | None = None) -> Path:
+        """An HTML figure beside one shared plotly.min.js (no external URL) and a PNG (unless
+        `--no-png`), written when the run ends; the final HTML path."""
+        name = self.stem(stem, task)
+        self._stems.add(name)
+        saved = save_figure(fig, self._stage.path / name, png=self.options.png)
+        if saved.png is None and self.options.png and saved.png_error not in self._png_errors:
+            self._png_errors.add(saved.png_error)
+            print(f"[{self.name}] PNG figures not written (HTML written): {saved.png_error}")
+        return self.out / saved.html.name
+
+    def record_time(self, what: str, seconds: float) -> None:
+        """Append one stage's wall time to `<out>/times.csv` (at once: a log, not a result)."""
+        record_time(self.out, self.name, what, seconds)
+
+    @contextmanager
+    def timed(self, what: str) -> Iterator[None]:
+        """Record the block's wall time (`record_time`)."""
+        started = time.perf_counter()
+        yield
+        self.record_time(what, time.perf_counter() - started)
+
+    def commit(self) -> list[Path]:
+        """Move the staged tables and figures in as one set; called by `open_experiment` at the end.
+        The set is named by the script and its files' stems: a rerun of the same outputs replaces
+        them (and drops what it no longer writes, e.g. PNGs after `--no-png`), other runs stay."""
+        digest = hashlib.sha256("\n".join(sorted(self._stems)).encode()).hexdigest()[:10]
+        self._stage.name = f"{self.name}-{digest}"
+        return self._stage.commit()
+
+
+@checked
+def record_time(folder: str | os.PathLike, stage: str, what: str, seconds: float) -> Path:
+    """Append one stage's wall time (and the torch threads it ran on) to `folder/times.csv`, and print it."""
+    path = Path(folder) / TIMES
+    row = {"stage": stage, "what": what, "seconds": round(seconds, 1), "threads": torch.get_num_threads()}
+    table = pd.concat([pd.read_csv(path), pd.DataFrame([row])]) if path.is_file() else pd.DataFrame([row])
+    atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
+    print(f"[{stage}] {what}: {seconds:.1f} s", flush=True)
+    return path
+
+
+@contextmanager
+@checked
+def open_experiment(name: str, options: ExperimentOptions, root: str | os.PathLike) -> Iterator[Experiment]:
+    """Check the options, load the model and hold `<out>/<model>/` for the block; the outputs are
+    moved in when the block ends without error (a failure leaves the previous ones)."""
+    check_options(options)
+    out = output_root(options, root) / model_slug(options.model)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    threads = options.threads if options.threads is not None else (1 if options.model == ORGANISM else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    with locked_folder(out, "--out"):
+        model = load_model(options.model, **model_arguments(options))
+        check_model_record(out, model, options.model)
+        xp = Experiment(name, options, model, out, OutputSet(out, name))
+        yield xp
+        xp.commit()
+
+
+@checked
+def run_script(
+    script: str | os.PathLike,
+    options: type[Options],
+    run: Callable[[Experiment, Options], Summary],
+    argv: Sequence[str] | None = None,
+    *,
+    description: str | None = None,
+) -> Summary:
+    """The `main` of a reproduction script at path `script` (its `__file__`; outputs go under the
+    folder above it): parse `options`, run `run(xp, options)` in `open_experiment`, print its
+    summary. A bad option or input ends the process with one line naming the option as typed."""
+    path = Path(script).resolve()
+    name = path.stem
+    config, given = parse(options, argv, prog=path.name, description=description)
+    try:
+        with open_experiment(name, config, path.parents[1]) as xp:
+            summary = run(xp, config)
+    except (ValueError, OSError) as error:
+        print(f"{name}: error: {_one_line(error, config, given)}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if summary is not None:
+        print(
+            summary if isinstance(summary, str) else summary.to_string(index=False, float_format=lambda v: f"{v:.3f}")
+        )
+    print(f"[{name}] done in {time.perf_counter() - xp.started:.0f} s -> {xp.out}")
+    return summary
+
+
+def _one_line(error: BaseException, config: Any, given: Given) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, OSError) and error.filename:
+        text = f"{error.strerror or text} ({error.filename})"
+    return name_options(text, config, given)

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..options import Given
 from ._registry import check_out_dir, command, mask_file
 
 
@@ -34,7 +35,7 @@ class BakeCommand:
 
 
 @command("bake", BakeCommand, help="Bake a head mask into a standard checkpoint that runs without hooks.")
-def run_bake(args: BakeCommand) -> int:
+def run_bake(args: BakeCommand, given: Given) -> int:
     from ..masks import HeadMask, bake
     from ..models import load_model
 

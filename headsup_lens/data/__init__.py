@@ -2,6 +2,8 @@
 answer-only labels. Tokenisation (torch, TransformerLens) is imported on first use, so that listing
 and loading tasks stays light (`headsup tasks`)."""
 
+from typing import TYPE_CHECKING
+
 from .._lazy import lazy_exports
 from ._paths import ENV_VAR as ENV_VAR
 from ._paths import data_dir as data_dir
@@ -25,27 +27,21 @@ from ._sources import task_mixture as task_mixture
 from ._sources import translation_task as translation_task
 from ._task import Task as Task
 
-_EAGER = [
-    "ENV_VAR",
-    "data_dir",
-    "default_data_dir",
-    "load_task",
-    "register_task",
-    "task_names",
-    "FV_TASKS",
-    "LANGUAGES",
-    "fewshot",
-    "function_vector_task",
-    "hybrid_task",
-    "iwslt_task",
-    "read_pairs_file",
-    "read_pairs_json",
-    "read_task_file",
-    "task_from_file",
-    "task_mixture",
-    "translation_task",
-    "Task",
-]
+if TYPE_CHECKING:  # what the type checker sees; at run time `_lazy` imports each name on first use
+    from ._tokenize import IGNORE_INDEX as IGNORE_INDEX
+    from ._tokenize import EncodedSplit as EncodedSplit
+    from ._tokenize import TaskBatch as TaskBatch
+    from ._tokenize import collate as collate
+    from ._tokenize import encode_example as encode_example
+    from ._tokenize import encode_pairs as encode_pairs
+    from ._tokenize import encode_prompt as encode_prompt
+    from ._tokenize import encode_split as encode_split
+    from ._tokenize import length_groups as length_groups
+    from ._tokenize import render_prompt as render_prompt
+    from ._tokenize import task_prompts as task_prompts
+    from ._tokenize import tokenize_pairs as tokenize_pairs
+    from ._tokenize import tokenize_task as tokenize_task
+
 _EXPORTS = dict.fromkeys(
     (
         "IGNORE_INDEX",
@@ -64,12 +60,44 @@ _EXPORTS = dict.fromkeys(
     ),
     "._tokenize",
 )
-_lazy_getattr, _lazy_dir = lazy_exports(__name__, _EXPORTS)
-__getattr__ = _lazy_getattr
+__getattr__, _lazy_dir = lazy_exports(__name__, _EXPORTS)
+__all__ = [
+    "ENV_VAR",
+    "FEWSHOT_SEED",
+    "FV_TASKS",
+    "HYBRID_UNSEEN",
+    "IGNORE_INDEX",
+    "LANGUAGES",
+    "EncodedSplit",
+    "Task",
+    "TaskBatch",
+    "collate",
+    "data_dir",
+    "default_data_dir",
+    "encode_example",
+    "encode_pairs",
+    "encode_prompt",
+    "encode_split",
+    "fewshot",
+    "function_vector_task",
+    "hybrid_task",
+    "iwslt_task",
+    "length_groups",
+    "load_task",
+    "read_pairs_file",
+    "read_pairs_json",
+    "read_task_file",
+    "register_task",
+    "render_prompt",
+    "task_from_file",
+    "task_mixture",
+    "task_names",
+    "task_prompts",
+    "tokenize_pairs",
+    "tokenize_task",
+    "translation_task",
+]
 
 
 def __dir__() -> list[str]:
-    return sorted({*_EAGER, *_lazy_dir(), *globals()})
-
-
-__all__ = sorted({*_EAGER, *_EXPORTS})
+    return sorted(__all__)

@@ -122,7 +122,7 @@ class FolderLock:
             self._created.append(missing)
             missing = missing.parent
         self.folder.mkdir(parents=True, exist_ok=True)
-        previous = self._lock()
+        fd, previous = self._lock()
         me = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -136,16 +136,17 @@ class FolderLock:
                 file=sys.stderr,
             )
         data = (json.dumps(me) + "\n").encode()
-        os.ftruncate(self._fd, 0)
-        os.lseek(self._fd, 0, os.SEEK_SET)
-        os.write(self._fd, data)
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, data)
         self._count = 1
         _HELD[key] = self
         recover(self.folder)
         return self
 
-    def _lock(self) -> dict | None:
-        """Take the lock; the holder recorded in the file before (a killed process), if any."""
+    def _lock(self) -> tuple[int, dict | None]:
+        """Take the lock: its file descriptor and the holder recorded in the file before (a killed
+        process), if any."""
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
             previous = _read_holder(fd)
@@ -171,7 +172,7 @@ class FolderLock:
                 same = False
             if same:
                 self._fd = fd
-                return _read_holder(fd) if previous is None else previous
+                return fd, _read_holder(fd) if previous is None else previous
             os.close(fd)
 
     def release(self) -> None:

@@ -16,7 +16,7 @@ import operator
 import types
 import typing
 from collections.abc import Callable, MutableMapping
-from typing import Any
+from typing import Any, TypeVar
 
 _MARK = "__headsup_typechecked__"
 _PACKAGE = __name__.split(".")[0]
@@ -162,14 +162,18 @@ def checked_class(cls: type) -> type:
     return cls
 
 
-def checked(obj: Any) -> Any:
-    """A public function or class of this package with run-time type checks; anything else unchanged."""
+_Decorated = TypeVar("_Decorated")
+
+
+def checked(obj: _Decorated) -> _Decorated:
+    """A public function or class of this package with run-time type checks; anything else unchanged
+    (typed as the identity, so that type checkers see the function or class itself)."""
     if not _ours(obj):
         return obj
     if inspect.isclass(obj):
-        return checked_class(obj)
-    if inspect.isfunction(obj) or inspect.isfunction(inspect.unwrap(obj)):  # also functools.cache wrappers
-        return checked_function(obj)
+        return typing.cast(_Decorated, checked_class(obj))
+    if callable(obj) and (inspect.isfunction(obj) or inspect.isfunction(inspect.unwrap(obj))):  # functools.cache too
+        return typing.cast(_Decorated, checked_function(obj))
     return obj
 
 

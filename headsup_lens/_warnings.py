@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 
 # Frames from these folders are skipped: the package itself and the decorators wrapping its functions.
-_INTERNAL = tuple(str(Path(m.__file__).parent) for m in (sys.modules[__name__.split(".")[0]],))
+_INTERNAL = (str(Path(__file__).parent),)
 _WRAPPERS = ("jaxtyping", "beartype", "typeguard")
 
 

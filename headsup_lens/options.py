@@ -95,7 +95,7 @@ class Collect(argparse.Action):
         current = getattr(namespace, self.dest, None)
         fresh = current is None or current is self.default or self.dest not in _collected(namespace)
         _collected(namespace).add(self.dest)
-        setattr(namespace, self.dest, ([] if fresh else list(current)) + list(values))
+        setattr(namespace, self.dest, ([] if fresh else list(current or [])) + list(values or []))
 
 
 def _collected(namespace: argparse.Namespace) -> set[str]:
@@ -204,7 +204,7 @@ def _tidy_options(parser: argparse.ArgumentParser) -> None:
         for option in renamed:
             parser._option_string_actions[option] = action
         action.option_strings = [o for o in action.option_strings if o not in negatives] + renamed
-        action.negative_option_strings = renamed
+        setattr(action, "negative_option_strings", renamed)  # noqa: B010 (simple-parsing's BooleanOptionalAction reads it)
 
 
 # --------------------------------------------------------------------------- which options given

@@ -172,10 +172,11 @@ def attention_on_target(
     inside = inside[0].detach().cpu() > 0
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layers)]
     per_head, rows = {}, []
+    template = instruction or "{input}"  # the uninstructed settings use the input as it is
     for setting in settings:
         instructed = "instructed" in setting
         setting_mask = mask if setting.startswith("masked") else None
-        prepared = [word_example(model, instruction.replace("{input}", x) if instructed else x, x, y) for x, y in pairs]
+        prepared = [word_example(model, template.replace("{input}", x) if instructed else x, x, y) for x, y in pairs]
         chunks = []
         for start in range(0, len(prepared), batch_size):
             chunk = prepared[start : start + batch_size]

@@ -68,7 +68,7 @@ class MethodComparison:
         if not self.planted:
             raise ValueError("no planted heads: ROC needs the true heads (compare_methods(..., planted=...))")
         frames = [roc_points(s, self.planted).assign(method=name) for name, s in self.scores.items()]
-        return pd.concat(frames, ignore_index=True)[["method", "fpr", "tpr", "threshold"]]
+        return pd.concat(frames, ignore_index=True).loc[:, ["method", "fpr", "tpr", "threshold"]]
 
 
 def _labels(scores: HeadScores, planted: Sequence[Head]) -> tuple[np.ndarray, np.ndarray]:
@@ -134,10 +134,10 @@ def precision_at(scores: HeadScores, planted: Sequence[Head], k: int | None = No
 @checked
 def curve_area(ks: Sequence[int], values: Sequence[float]) -> float:
     """Trapezoid area under `values` over `ks`, divided by the k range (a mean over the curve)."""
-    ks, values = np.asarray(ks, dtype=float), np.asarray(values, dtype=float)
-    if len(ks) == 1:
-        return float(values[0])
-    return float(((values[1:] + values[:-1]) / 2 * np.diff(ks)).sum() / (ks[-1] - ks[0]))
+    x, y = np.asarray(ks, dtype=float), np.asarray(values, dtype=float)
+    if len(x) == 1:
+        return float(y[0])
+    return float(((y[1:] + y[:-1]) / 2 * np.diff(x)).sum() / (x[-1] - x[0]))
 
 
 @checked
@@ -201,7 +201,7 @@ def summarize(curves: pd.DataFrame, rankings: Mapping[str, HeadScores], planted:
     """One row per method: cost, curve areas, best k and, with planted heads, AUROC and precision."""
     records = []
     for name, ranking in rankings.items():
-        curve = curves[curves.method == name].sort_values("k")
+        curve = curves.loc[curves.method == name].sort_values(by="k")
         best = int(curve.accuracy.to_numpy().argmax()) if curve.accuracy.notna().any() else 0
         record = {
             "method": name,
@@ -229,10 +229,10 @@ def summarize(curves: pd.DataFrame, rankings: Mapping[str, HeadScores], planted:
 def planted_heads(task: Task, model: TransformerBridge) -> list[Head] | None:
     """The planted pathway S_t of an organism task when `model` has the shipped organism's shape
     (`organism/weights/planted.json`), else None."""
-    if not task.name.startswith("organism/"):
+    folder = builtin_model_dir("organism")
+    if not task.name.startswith("organism/") or folder is None:
         return None
-
-    data = json.loads((builtin_model_dir("organism") / "planted.json").read_text(encoding="utf-8"))
+    data = json.loads((folder / "planted.json").read_text(encoding="utf-8"))
     if (data["n_layers"], data["n_heads"]) != (model.cfg.n_layers, model.cfg.n_heads):
         return None
     heads = data["sets"].get(task.name.removeprefix("organism/"))
@@ -257,7 +257,7 @@ def compare_methods(
     max_rows: int = 256,
     max_new_tokens: int | None = None,
     generate: bool = True,
-    on_method: Callable[[HeadScores], None] | None = None,
+    on_method: Callable[[HeadScores], object] | None = None,
 ) -> MethodComparison:
     """Rank heads with each method (`head_scores`) and compare the rankings on one task.
 

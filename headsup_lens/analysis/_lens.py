@@ -126,8 +126,8 @@ def lens_comparison(
     if reference not in settings:
         raise ValueError(f"reference {reference!r} is not one of the settings {names}")
     tops: dict[str, list[list[int]]] = {}
-    for name, run in settings.items():
-        run = as_setting(run)
+    for name, given in settings.items():
+        run = as_setting(given)
         if run.position != -1:
             raise ValueError(f"setting {name!r}: the logit lens reads the last position only")
         lens = logit_lens(

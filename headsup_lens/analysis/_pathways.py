@@ -3,6 +3,7 @@ ablation of head groups, head-weight trajectories and the alpha grid."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -176,18 +177,20 @@ def group_ablation(
     """
 
     shape = (model.cfg.n_layers, model.cfg.n_heads)
-    options = dict(instructed=instructed, gate=gate, split=split, batch_size=batch_size)
-    original = answer_loss(model, task, **options)
+    loss_of = functools.partial(
+        answer_loss, model, task, instructed=instructed, gate=gate, split=split, batch_size=batch_size
+    )
+    original = loss_of()
     generator = torch.Generator().manual_seed(seed)
     rows = []
     for name, heads in groups.items():
         heads = check_heads(model, list(heads))
-        loss = answer_loss(model, task, mask=HeadMask.from_heads(heads, shape), **options) if heads else original
+        loss = loss_of(mask=HeadMask.from_heads(heads, shape)) if heads else original
         random_losses = []
         for _ in range(n_random if heads else 0):
             picks = torch.randperm(shape[0] * shape[1], generator=generator)[: len(heads)]
             random_heads = [divmod(int(i), shape[1]) for i in picks]
-            random_losses.append(answer_loss(model, task, mask=HeadMask.from_heads(random_heads, shape), **options))
+            random_losses.append(loss_of(mask=HeadMask.from_heads(random_heads, shape)))
         rows.append(
             {
                 "group": name,

@@ -19,13 +19,14 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ..data import TaskBatch, tokenize_pairs, tokenize_task
 from ..gates import MaskLike
+from ..models import model_device
 from ..objective import answer_nll
 from ._common import Gate, gated
 
 
 def _as_batch(model: TransformerBridge, data, split: str, instructed: bool) -> TaskBatch:
     if isinstance(data, TaskBatch):
-        return data.to(model.cfg.device)
+        return data.to(model_device(model))
     if hasattr(data, "pairs") and hasattr(data, "split_indices"):
         return tokenize_task(model, data, split=split, instructed=instructed)
     pairs = list(data)

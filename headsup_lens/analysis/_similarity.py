@@ -11,7 +11,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
-from ..gates import MaskLike
+from ..gates import Gate, MaskLike
 from ._common import gated, prompt_ids
 from ._sweep import RemovalSweep
 
@@ -25,7 +25,7 @@ class Setting:
 
     prompt: str
     mask: MaskLike | None = None
-    gate: str = "value"  # "value" or "query"; checked when the setting runs
+    gate: Gate = "value"  # checked when the setting runs
     alpha: float = 0.0
     formatted: bool = False
     position: int = -1
@@ -52,19 +52,19 @@ def as_setting(run: Setting | str) -> Setting:
 @checked
 def layer_states(model: TransformerBridge, run: Setting | str) -> LayerStates:
     """Each layer's attention output and block output at the setting's position."""
-    run = as_setting(run)
-    ids = prompt_ids(model, run.prompt, formatted=run.formatted)
-    if not -len(ids) <= run.position < len(ids):
-        raise ValueError(f"position {run.position} is outside the prompt's {len(ids)} tokens")
+    setting = as_setting(run)
+    ids = prompt_ids(model, setting.prompt, formatted=setting.formatted)
+    if not -len(ids) <= setting.position < len(ids):
+        raise ValueError(f"position {setting.position} is outside the prompt's {len(ids)} tokens")
     n_layers = model.cfg.n_layers
     names = {f"blocks.{l}.hook_attn_out" for l in range(n_layers)} | {
         f"blocks.{l}.hook_resid_post" for l in range(n_layers)
     }
-    with torch.no_grad(), gated(model, run.mask, alpha=run.alpha, gate=run.gate):
+    with torch.no_grad(), gated(model, setting.mask, alpha=setting.alpha, gate=setting.gate):
         _, cache = model.run_with_cache(torch.tensor([ids], device=model.cfg.device), names_filter=lambda n: n in names)
 
     def pick(hook: str) -> Tensor:
-        return torch.stack([cache[f"blocks.{l}.{hook}"][0, run.position] for l in range(n_layers)]).float().cpu()
+        return torch.stack([cache[f"blocks.{l}.{hook}"][0, setting.position] for l in range(n_layers)]).float().cpu()
 
     return LayerStates(attn_out=pick("hook_attn_out"), block_out=pick("hook_resid_post"))
 

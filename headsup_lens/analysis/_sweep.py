@@ -21,7 +21,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._distributed import gather, rank_and_world, shard
 from .._typecheck import checked
 from ..masks import Head, HeadMask
-from ..models import stop_token_ids
+from ..models import model_device, stop_token_ids
 from ..objective import greedy_generate
 from ._common import check_heads, prompt_ids, prompt_text, token_id, token_ranks, token_text
 
@@ -181,8 +181,7 @@ def auto_batch_size(model: TransformerBridge, n_tokens: int, memory_gb: float | 
     temporaries. The former estimate (every position's logits, all query heads cached, factor 3)
     was about 10x larger at the Qwen2.5-0.5B shape and capped CPU chunks at 19 rows.
     """
-    cfg = model.cfg
-    device = torch.device(cfg.device)
+    device = model_device(model)
     if memory_gb is None:
         if device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(device)
@@ -278,8 +277,7 @@ def removal_sweep(
     rank, world = rank_and_world(required=True) if distributed else (0, 1)
     if isinstance(order, HeadMask):
         order.check_model(model)
-        order = order.removal_order()
-    order = check_heads(model, list(order))
+    order = check_heads(model, order.removal_order() if isinstance(order, HeadMask) else list(order))
     if len(set(order)) != len(order):
         raise ValueError("the removal order lists a head twice")
     if top_k < 0 or max_new_tokens < 0:

@@ -6,15 +6,20 @@ Heavy modules (torch, TransformerLens, pandas, the analyses) are imported inside
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import simple_parsing
 
 from .._io import OutputSet
 from ..options import Collect, DataOptions, FigureOptions, Given, ModelOptions, model_arguments
 from ._registry import check_out_dir, command, mask_file
+
+if TYPE_CHECKING:
+    from ..gates import Gate
 
 
 def _write_csv(path: Path, table, index: bool = False) -> Path:
@@ -121,23 +126,25 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
     model = _load(args)
     mask = _mask(args.mask, model)
     targets: list[int | str] = [*args.target, *args.target_id]
-    options = dict(
+    sweep_of = functools.partial(
+        removal_sweep,
+        model,
+        args.prompt,
         target_tokens=targets,
         top_k=args.top_k,
-        max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size,
         memory_gb=args.memory_gb,
         formatted=args.formatted,
     )
-    if args.order == "random":
+    if args.order == "random" or mask is None:  # every other order has a mask (checked above)
         order = random_order(model, seed=args.seed)
     else:
         order = mask.removal_order()
     if args.order == "influence":
         k = args.influence_k or len(order)
-        first = removal_sweep(model, args.prompt, order[:k], **{**options, "max_new_tokens": 0})
+        first = sweep_of(order[:k], max_new_tokens=0)
         order = influence_order(first, k=k) + order[k:]
-    sweep = removal_sweep(model, args.prompt, order, record_layers=args.reference_prompt is not None, **options)
+    sweep = sweep_of(order, max_new_tokens=args.max_new_tokens, record_layers=args.reference_prompt is not None)
     import pandas as pd
 
     stage = OutputSet(out, "sweep")  # the files are moved in together at the end
@@ -213,7 +220,7 @@ def run_lens(args: LensCommand, given: Given) -> int:
         args.prompt,
         args.k,
         _mask(args.mask, model),
-        gate=args.gate,
+        gate=cast("Gate", args.gate),  # checked against the gates by the function
         alpha=args.alpha,
         formatted=args.formatted,
         final_norm=args.final_norm,
@@ -268,9 +275,12 @@ def run_similarity(args: SimilarityCommand, given: Given) -> int:
     original, instructed = Setting(args.prompt), Setting(instructed_text)
     comparisons = {"original vs instructed": (original, instructed)}
     if mask is not None:
-        masked = Setting(args.prompt, mask=mask, gate=args.gate)
+        masked = Setting(args.prompt, mask=mask, gate=cast("Gate", args.gate))
         comparisons["masked vs instructed"] = (masked, instructed)
-        comparisons["masked vs masked+instructed"] = (masked, Setting(instructed_text, mask=mask, gate=args.gate))
+        comparisons["masked vs masked+instructed"] = (
+            masked,
+            Setting(instructed_text, mask=mask, gate=cast("Gate", args.gate)),
+        )
     tables = {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
     import pandas as pd
 
@@ -289,10 +299,10 @@ def run_similarity(args: SimilarityCommand, given: Given) -> int:
 class PathwaysCommand(FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup pathways`."""
 
-    mask: list[str] = simple_parsing.field(action=Collect, nargs="+")
-    """Mask files, or folders of masks (a `headsup train` output, or its masks/); repeat --mask or give several."""
     out: str
     """Output folder: heads.csv, summary.json, jaccard.csv, jaccard_matrix.csv and figures."""
+    mask: list[str] = simple_parsing.field(action=Collect, nargs="+")
+    """Mask files, or folders of masks (a `headsup train` output, or its masks/); repeat --mask or give several."""
     task: str | None = None
     """With a task and a model: ablate heads used by all / by none vs random groups (Table 6)."""
     model: str | None = field(default=None, kw_only=True)

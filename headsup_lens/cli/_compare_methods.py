@@ -71,14 +71,14 @@ def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
     mask_path = mask_file(args.mask) if args.mask else None
     out = check_out_dir(args.out)
     model = load_model(args.model, **model_arguments(args))
-    learned = (
+    learned: dict[str, object] = (
         {"mask": HeadMask.load(mask_path, model)}
         if mask_path
         else {
             "config": (TrainConfig.fast() if args.schedule == "fast" else TrainConfig.paper()).replace(seed=args.seed)
         }
     )
-    options = {"learned_mask": learned}
+    options: dict[str, dict[str, object]] = {"learned_mask": learned}
     for name in ("soft_gate_necessary", "soft_gate_sufficient"):
         options[name] = {"steps": args.soft_steps}
     out.mkdir(parents=True, exist_ok=True)

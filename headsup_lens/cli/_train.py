@@ -25,10 +25,10 @@ ESTIMATE_FROM_STEPS = 1000
 class TrainCommand(DataOptions, ModelOptions):
     """Options of `headsup train`."""
 
-    task: list[str] = simple_parsing.field(action=Collect, nargs="+")
-    """Task name(s), e.g. `organism/reverse` (`headsup tasks` lists them), or your own .json/.jsonl/.csv file of input/output pairs; repeat `--task` or give several: one mask each, trained together."""
     out: str
     """Output folder: mask.safetensors (masks/ for several tasks), history.csv, checkpoints/, train_config.json."""
+    task: list[str] = simple_parsing.field(action=Collect, nargs="+")
+    """Task name(s), e.g. `organism/reverse` (`headsup tasks` lists them), or your own .json/.jsonl/.csv file of input/output pairs; repeat `--task` or give several: one mask each, trained together."""
     preset: str = "paper"
     """Schedule preset: paper (6 250 steps; 6 190 for XNLI translation), negative (init N(-3, 0.02)) or fast (300 steps, for small models); options given explicitly always win over the preset."""
     fresh: bool = False

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # what the type checker sees; at run time `_lazy` imports eac
     from ._tokenize import tokenize_pairs as tokenize_pairs
     from ._tokenize import tokenize_task as tokenize_task
 
-_EXPORTS = dict.fromkeys(
+_EXPORTS: dict[str, str] = dict.fromkeys(
     (
         "IGNORE_INDEX",
         "EncodedSplit",

@@ -60,8 +60,8 @@ class Report:
             self.caption(caption)
 
     def figure(self, fig: go.Figure, caption: str | None = None) -> None:
-        include = "inline" if self._n_figures == 0 else False
-        self._parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=include))
+        include: bool | str = "inline" if self._n_figures == 0 else False  # plotly.js once, in the first figure
+        self._parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=include))  # pyright: ignore[reportArgumentType] (plotly's stub says bool; str modes are documented)
         self._n_figures += 1
         if caption:
             self.caption(caption)

@@ -264,6 +264,7 @@ def _run(
             "answer_nll": float("nan"),
             "perplexity": float("nan"),
         }
+        assert control.control is not None  # plan.controls holds the settings that have one
         add(record, control.control(task, config.split, plan.inputs, plan.labels))
     return Evaluation(table=pd.DataFrame.from_records(rows), generations=concat_generations(parts))
 

@@ -213,7 +213,7 @@ def score_outputs(
             f"need equally many outputs, inputs and answers, got {len(outputs)}, {len(inputs)}, {len(answers)}"
         )
     n = len(outputs)
-    per = {
+    per: dict[str, list] = {  # one entry per output: hits (bool), then the labels (str)
         "correct": [task.is_correct(o, a) for o, a in zip(outputs, answers)],
         "strict": [is_strict(o, a) for o, a in zip(outputs, answers)],
         "echo": [is_echo(o, x) for o, x in zip(outputs, inputs)],

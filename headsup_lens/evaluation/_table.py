@@ -77,7 +77,7 @@ class RowScorer:
                 rouge_l_first_line=rouge_l(lines, self.answers, char_level=self.task.char_level),
                 sacrebleu_first_line=bleu(lines, self.answers, char_level=self.task.char_level),
             )
-        if self.language_share:
+        if self.language_share and self.task.target_language is not None:
             row["target_language_share"] = target_language_share(outputs, self.task.target_language)
         return row, per
 

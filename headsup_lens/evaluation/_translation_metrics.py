@@ -57,7 +57,7 @@ def _rouge_tokenizer(tokenizer: object) -> Tokenizer:
                 f"tokenizer must be {DEFAULT_ROUGE_TOKENIZER!r} or an object with .tokenize(text), not {tokenizer!r}"
             )
         return _SacrebleuZh()
-    if not callable(getattr(tokenizer, "tokenize", None)):
+    if not isinstance(tokenizer, Tokenizer):  # the protocol is runtime-checkable: a callable .tokenize
         raise ValueError(f"tokenizer must have a .tokenize(text) method, got {type(tokenizer).__name__}")
     return tokenizer
 
@@ -117,11 +117,12 @@ def bleu_reference(text: str) -> str:
 def _sentence_bleu(reference: str, hypothesis: str, segmentation: str) -> float:
     from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
+    smoothing = SmoothingFunction().method1
     if segmentation == "words":
-        return float(
-            sentence_bleu([reference.split()], hypothesis.split(), smoothing_function=SmoothingFunction().method1)
-        )
-    return float(sentence_bleu([reference], hypothesis, smoothing_function=SmoothingFunction().method1))
+        score = sentence_bleu([reference.split()], hypothesis.split(), smoothing_function=smoothing)
+    else:
+        score = sentence_bleu([reference], hypothesis, smoothing_function=smoothing)  # pyright: ignore[reportArgumentType] (characters: nltk iterates the strings)
+    return float(score)  # pyright: ignore[reportArgumentType] (nltk's annotation includes lists; one pair gives a float)
 
 
 @checked

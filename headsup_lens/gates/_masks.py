@@ -78,7 +78,7 @@ def check_model_arg(model: Any) -> None:
         raise TypeError(f"model must be a TransformerLens TransformerBridge, got {describe(model)}")
 
 
-def row_mask(values: Tensor, batch: int, hook_name: str) -> Tensor:
+def row_mask(values: Tensor, batch: int, hook_name: str | None) -> Tensor:
     """The mask rows for a batch of `batch`: shared masks broadcast, per-row masks must match."""
     rows = values.shape[0]
     if rows not in (1, batch):
@@ -89,6 +89,8 @@ def row_mask(values: Tensor, batch: int, hook_name: str) -> Tensor:
     return values
 
 
-def layer_of(hook_name: str) -> int:
-    """`blocks.7.attn.hook_z` -> 7."""
+def layer_of(hook_name: str | None) -> int:
+    """`blocks.7.attn.hook_z` -> 7 (a hook point gets its name when the model registers it)."""
+    if hook_name is None:
+        raise ValueError("a gate hook ran on a hook point without a name")
     return int(hook_name.split(".")[1])

@@ -102,12 +102,13 @@ def bake(
 
     if format == "hf":
         clean = hf_model(model)
+        mlp = mask.mlp_values
         with torch.no_grad():
             for layer, (o_proj, mlp_out) in enumerate(projections):
                 _scale_inputs(plain_module(model, clean, o_proj), heads[layer].repeat_interleave(model.cfg.d_head))
-                if mlp_out is not None and mask.mlp_values[layer] != 1:
-                    _scale_outputs(plain_module(model, clean, mlp_out), float(mask.mlp_values[layer]))
-        clean.config.headsup_lens = info
+                if mlp_out is not None and mlp is not None and mlp[layer] != 1:
+                    _scale_outputs(plain_module(model, clean, mlp_out), float(mlp[layer]))
+        setattr(clean.config, "headsup_lens", info)  # noqa: B010 (config.json's metadata entry)
         return _write(out, mask, info, lambda folder: _save_hf(model, clean, folder))
 
     if gguf_source is not None:

@@ -323,9 +323,12 @@ class HeadList:
 
 
 def _rows(scores: Tensor | None, mask: HeadMask | None) -> list[dict[str, Any]]:
-    if scores is None and mask is None:
+    if mask is not None:
+        shape = tuple(mask.values.shape)
+    elif scores is not None:
+        shape = tuple(scores.shape)
+    else:
         raise ValueError("pass scores, mask or both")
-    shape = tuple(mask.values.shape) if mask is not None else tuple(scores.shape)
     if scores is not None:
         scores = torch.as_tensor(scores).detach().float().cpu()
         if scores.ndim != 2 or (mask is not None and tuple(scores.shape) != shape):

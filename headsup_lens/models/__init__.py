@@ -11,6 +11,7 @@ from ._hf import hf_model as hf_model
 from ._hf import plain_module as plain_module
 from ._hf import save_hf_tokenizer as save_hf_tokenizer
 from ._loading import load_model as load_model
+from ._loading import model_device as model_device
 from ._loading import resolve_device as resolve_device
 from ._loading import resolve_dtype as resolve_dtype
 from ._readout import FINAL_NORM_OUT as FINAL_NORM_OUT

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
 from .._typecheck import checked
 from ._tokenizers import char_tokenizer
 
+_Module = TypeVar("_Module", bound=torch.nn.Module)
 
-def realistic_(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+
+def realistic_(model: _Module, seed: int = 0) -> _Module:
     """Draw every norm gain from U(0.5, 2.5) and every bias from N(0, 0.3), in place."""
     generator = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():

@@ -357,7 +357,7 @@ def _dequantise(gguf_path: Path, out: Path) -> None:
     # The weights are plain floats now; a kept quantization_config would make loaders look for GGUF.
     if hasattr(model.config, "quantization_config"):
         delattr(model.config, "quantization_config")
-    model.hf_quantizer = None
+    setattr(model, "hf_quantizer", None)  # noqa: B010 (not a module attribute: nn.Module's typed setattr refuses None)
     _match_gguf_tokens(tokenizer, model, _metadata(gguf_path))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -9,6 +9,7 @@ from typing import Any
 
 from torch import nn
 from transformer_lens.model_bridge import TransformerBridge
+from transformers import PreTrainedModel
 
 from .._typecheck import checked
 from ._gguf import _tidy_tokenizer_config
@@ -17,7 +18,7 @@ _BRIDGE_SEGMENT = "._original_component"
 
 
 @checked
-def hf_model(model: TransformerBridge) -> nn.Module:
+def hf_model(model: TransformerBridge) -> PreTrainedModel:
     """A plain Hugging Face copy of the bridged model's weights, to save with `save_pretrained`.
 
     The bridge wraps the Hugging Face modules in place, so the original model's own state dict

@@ -53,6 +53,12 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return device
 
 
+@checked
+def model_device(model: TransformerBridge) -> torch.device:
+    """The device of the model's weights (`model.cfg.device`, which `load_model` sets)."""
+    return torch.device(model.cfg.device or "cpu")
+
+
 @contextlib.contextmanager
 def _quiet_weight_loading() -> Iterator[None]:
     """No "Loading weights" bar from transformers on every command (a local load takes well under a

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
@@ -10,7 +9,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ..data import IGNORE_INDEX, TaskBatch, length_groups
-from ..models import FINAL_NORM_OUT, unembed, verify_readout
+from ..models import FINAL_NORM_OUT, model_device, unembed, verify_readout
 
 
 @checked
@@ -25,7 +24,7 @@ def length_batches(
     as `max_rows` allows, split where the lengths differ most.
     """
     lengths = [len(prompt) + len(answer) for prompt, answer in rows]
-    on_cpu = torch.device(model.cfg.device).type == "cpu"
+    on_cpu = model_device(model).type == "cpu"
     overhead = max(8.0, 1e7 / model.cfg.d_model**2) if on_cpu else 1e6
     return length_groups(lengths, overhead=overhead, max_rows=max_rows)
 

@@ -24,7 +24,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ..gates import Gate, gate_hooks
 from ..masks import HeadMask
-from ..models import cut_at_stop
+from ..models import cut_at_stop, model_device
 
 _UNEMBED_IN = "unembed.hook_in"
 
@@ -82,7 +82,7 @@ def greedy_generate(
     """
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    device = torch.device(model.cfg.device)
+    device = model_device(model)
     ids = ids.to(device)
     batch = ids.shape[0]
     if attention_mask is not None:
@@ -141,7 +141,7 @@ def greedy_generate(
                     cache.batch_select_indices(keep)
                     if running is not None:
                         running = running[keep]
-                    if per_row:
+                    if per_row and isinstance(mask, Tensor):  # per-row masks are tensors
                         gate_scope.close()
                         gate_scope = contextlib.ExitStack()
                         gate_scope.enter_context(

@@ -45,17 +45,16 @@ def check_planted(
     end of turn when `exact`. Returns one row per task with the columns of `SETTINGS`, `n_planted`
     and `n_words`; compare with `BAR` through `bar_failures`.
     """
-    if planted is None or isinstance(planted, (str, os.PathLike)):
-        planted = load_planted(planted)
-    tasks = [t.removeprefix("organism/") for t in (tasks or list(planted))]
+    sets = load_planted(planted) if planted is None or isinstance(planted, (str, os.PathLike)) else planted
+    tasks = [t.removeprefix("organism/") for t in (tasks or list(sets))]
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     template = prompt_format(model)
     prompts, masks, keys, answers, graders = [], [], [], [], []
     for task_index, name in enumerate(tasks):
-        if name not in planted:
-            raise ValueError(f"task {name!r} has no planted set; planted tasks are {sorted(planted)}")
+        if name not in sets:
+            raise ValueError(f"task {name!r} has no planted set; planted tasks are {sorted(sets)}")
         task = organism_data_task(name)
-        pathway = HeadMask.from_heads([tuple(h) for h in planted[name]], (n_layers, n_heads))
+        pathway = HeadMask.from_heads([(int(l), int(h)) for l, h in sets[name]], (n_layers, n_heads))
         settings = {
             "original": (False, torch.ones(n_layers, n_heads)),
             "planted": (False, pathway.values),
@@ -82,7 +81,7 @@ def check_planted(
         hits.setdefault(key, []).append(text.strip() == answer if exact else task.is_correct(text, answer))
     rows = []
     for name in tasks:
-        row = {"task": f"organism/{name}", "n_planted": len(planted[name]), "n_words": len(hits[name, "original"])}
+        row = {"task": f"organism/{name}", "n_planted": len(sets[name]), "n_words": len(hits[name, "original"])}
         row.update({s: sum(hits[name, s]) / len(hits[name, s]) for s in SETTINGS})
         rows.append(row)
     return pd.DataFrame(rows)

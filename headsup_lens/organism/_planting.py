@@ -60,7 +60,7 @@ def planted_mask(planted: dict[str, list[Head]], task: str, model) -> HeadMask:
     key = task.removeprefix("organism/")
     if key not in planted:
         raise ValueError(f"no planted set for task {task!r}; planted tasks are {sorted(planted)}")
-    return HeadMask.from_heads([tuple(h) for h in planted[key]], model)
+    return HeadMask.from_heads([(int(l), int(h)) for l, h in planted[key]], model)
 
 
 @checked
@@ -80,9 +80,10 @@ def save_planted(
 @checked
 def load_planted(directory: str | os.PathLike | None = None) -> dict[str, list[Head]]:
     """S_t per task from `planted.json` in `directory` (default: the shipped organism)."""
-    if directory is None:
-        directory = builtin_model_dir("organism")
-    path = Path(directory) / PLANTED_FILE
+    folder = builtin_model_dir("organism") if directory is None else directory
+    if folder is None:
+        raise ValueError("the built-in organism's folder is missing from this installation")
+    path = Path(folder) / PLANTED_FILE
     if not path.is_file():
         raise ValueError(f"no {PLANTED_FILE} in {directory}: not a trained organism directory")
     data = json.loads(path.read_text(encoding="utf-8"))

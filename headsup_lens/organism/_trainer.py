@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -82,8 +83,8 @@ def build_organism(config: OrganismConfig) -> TransformerBridge:
         max_position_embeddings=128,
         tie_word_embeddings=False,
         bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=cast(int, tokenizer.eos_token_id),  # the character tokenizer's: one id each
+        pad_token_id=cast(int, tokenizer.pad_token_id),
     )
     torch.manual_seed(config.seed)
     llama = LlamaForCausalLM(hf_config)
@@ -284,7 +285,7 @@ def train_organism(
         return {"loss": f"{loss:.3f}"}
 
     def checkpoint(done: int) -> None:
-        if done < recipe.steps:  # the finished organism is saved once, below
+        if output_dir is not None and done < recipe.steps:  # the finished organism is saved once, below
             save_organism(TrainedOrganism(model, planted, history, recipe, time.perf_counter() - start), output_dir)
 
     run_steps(

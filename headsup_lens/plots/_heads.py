@@ -77,7 +77,7 @@ def head_heatmap(
                     mode="markers",
                     name=marks_name,
                     marker=dict(symbol="x-thin", size=11, color="crimson", line=dict(width=2.5, color="crimson")),
-                    showlegend=not any(t.name == marks_name for t in fig.data),
+                    showlegend=next(fig.select_traces(selector={"name": marks_name}), None) is None,
                     hovertemplate="layer %{y}, head %{x}<extra>" + marks_name + "</extra>",
                 ),
                 row=i // cols + 1,
@@ -195,9 +195,10 @@ def jaccard_figure(matrix: pd.DataFrame, *, title: str = "", table: pd.DataFrame
     text = matrix.round(2).astype(str).to_numpy()
     if table is not None:
         where = {name: i for i, name in enumerate(matrix.index)}
-        for row in table.itertuples():
-            for i, j in ((where[row.mask_a], where[row.mask_b]), (where[row.mask_b], where[row.mask_a])):
-                text[i, j] = f"{row.jaccard:.2f}<br>p={row.p_value:.1g}"
+        pairs = table[["mask_a", "mask_b", "jaccard", "p_value"]].itertuples(index=False, name=None)
+        for a, b, jaccard, p_value in pairs:
+            for i, j in ((where[a], where[b]), (where[b], where[a])):
+                text[i, j] = f"{jaccard:.2f}<br>p={p_value:.1g}"
     fig = go.Figure(
         go.Heatmap(
             z=matrix.to_numpy(),

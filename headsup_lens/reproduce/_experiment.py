@@ -187,6 +187,8 @@ class Experiment:
 
     def stored_mask(self, task: Task, *, negative: bool = False, gate: str = "value", mlp: bool = False) -> HeadMask:
         """`<--masks>/<task>[_negative][_query][_mlp].safetensors`, checked against the loaded model."""
+        if self.options.masks is None:
+            raise ValueError("stored masks need --masks (a folder of masks)")
         path = stored_mask_path(self.options.masks, task, negative=negative, gate=gate, mlp=mlp)
         if not path.is_file():
             raise ValueError(f"--masks: no stored mask {path}; train it first or leave out --masks")

@@ -108,7 +108,7 @@ def fewshot_rows(
         [gen0.assign(prompt="0-shot"), gen5.assign(prompt=prompt, setting=gen5.setting.replace(rename))],
         ignore_index=True,
     ).assign(task=task.name)
-    return table[["task", "prompt", *[c for c in table.columns if c not in ("task", "prompt")]]], generations
+    return table.loc[:, ["task", "prompt", *[c for c in table.columns if c not in ("task", "prompt")]]], generations
 
 
 @checked

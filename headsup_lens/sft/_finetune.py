@@ -20,7 +20,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 import torch
@@ -34,7 +34,7 @@ from ..analysis import activation_pattern
 from ..data import Task, TaskBatch, collate, encode_pairs, tokenize_task
 from ..evaluation import accuracy as task_accuracy
 from ..masks._files import write_safetensors
-from ..models import pad_token_id
+from ..models import model_device, pad_token_id
 from ..objective import answer_nll, length_batches
 from ..training import (
     BatchSampler,
@@ -173,7 +173,7 @@ def pattern_subset(task: Task, n: int, *, n_train: int | None = None) -> Task:
     return dataclasses.replace(task, pairs=tuple(task.pairs[i] for i in keep), n_eval=len(held), shots=shots)
 
 
-def _lora_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+def _lora_layers(model: torch.nn.Module) -> list[tuple[str, Any]]:
     """(name, module) of every peft adapter layer in `model`."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
@@ -194,7 +194,7 @@ def add_lora_(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:
     # The bridge keeps each Hugging Face nn.Linear as `<name>._original_component` of a LinearBridge.
     lora = LoraConfig(
         r=config.lora_rank,
-        lora_alpha=config.lora_alpha,
+        lora_alpha=config.lora_alpha,  # pyright: ignore[reportArgumentType] (peft annotates int; the scale alpha / r takes a float)
         lora_dropout=0.0,
         target_modules=rf".*\.({names})\._original_component",
     )
@@ -206,7 +206,7 @@ def add_lora_(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:
             raise ValueError(
                 f"no linear layer of this model matches lora_targets={config.lora_targets}: {error}"
             ) from error
-    parameters = [p for name, p in model.named_parameters() if "lora_" in name]
+    parameters: list[Tensor] = [p for name, p in model.named_parameters() if "lora_" in name]
     for p in parameters:
         p.requires_grad_(True)
     return parameters
@@ -361,7 +361,7 @@ class _Finetuning:
         self.names = [t.name for t in probes]
         self.sampler = BatchSampler(len(rows), config.batch_size, config.seed, "finetune")
         self.pad_id = pad_token_id(model)
-        self.device = torch.device(model.cfg.device)
+        self.device = model_device(model)
         self.wanted = set(config.pattern_steps) | {config.steps}
         self.history: list[dict] = []
         self.patterns: dict[int, dict[str, Tensor]] = {}

@@ -255,6 +255,8 @@ def run_tables(result: FinetuneResult, *, n_examples: int, seed: int) -> dict[st
     `change_correlation` (`pattern_correlation` of the changes, Fig. 2) and `dynamics`
     (`pattern_dynamics`, Fig. 5)."""
     before, after = result.patterns[min(result.patterns)], result.patterns[max(result.patterns)]
+    if result.accuracy is None:
+        raise ValueError("the run recorded no accuracy (FinetuneConfig(accuracy=False)); its tables need it")
     return {
         "table1": statistics_before_after(before, after, n_examples=n_examples, seed=seed),
         "accuracy": result.accuracy,

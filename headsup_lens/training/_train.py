@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 import re
 from collections.abc import Sequence
@@ -22,7 +24,7 @@ from ..data import Task, collate, encode_pairs
 from ..gates import gate_hooks
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
-from ..models import fingerprint, pad_token_id
+from ..models import fingerprint, model_device, pad_token_id
 from ..objective import answer_nll, length_batches
 from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
@@ -86,10 +88,15 @@ def task_loss_sums(
 def clip_per_task(parameters: list[Tensor], max_norm: float) -> None:
     """Clip each task's gradient (row k of every parameter) to norm `max_norm`, as a single-task
     run's optimiser clips its whole gradient (the Hugging Face Trainer's `max_grad_norm`)."""
-    norms = torch.sqrt(sum(p.grad.flatten(1).double().pow(2).sum(1) for p in parameters))
-    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    grads: list[Tensor] = []
     for p in parameters:
-        p.grad.mul_(scale.to(p.grad.dtype).view(-1, *[1] * (p.grad.ndim - 1)))
+        if p.grad is None:
+            raise ValueError("clip_per_task: a parameter has no gradient (call it after backward)")
+        grads.append(p.grad)
+    norms = torch.sqrt(functools.reduce(operator.add, [g.flatten(1).double().pow(2).sum(1) for g in grads]))
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(scale.to(g.dtype).view(-1, *[1] * (g.ndim - 1)))
 
 
 @checked
@@ -188,7 +195,7 @@ class _MaskRun:
         if empty:
             raise ValueError(f"tasks {empty} have no training pairs (every pair is held out: n_eval = len(pairs))")
         self.model, self.tasks, self.config, self.names, self.single = model, tasks, config, names, single
-        self.device = torch.device(model.cfg.device)
+        self.device = model_device(model)
         n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
         # Tokenise everything first: a bad pair fails before anything is trained or written.
         self.encoded = [
@@ -240,7 +247,7 @@ class _MaskRun:
             steps=config.steps,
             start=start,
             checkpoint_every=config.checkpoint_every,
-            checkpoint=(lambda done: self.checkpoint(out, done)) if writer else None,
+            checkpoint=functools.partial(self.checkpoint, out) if writer and out is not None else None,
             callbacks=callbacks,
             progress=config.progress and self.rank == 0,
             desc=f"mask {names[0]}" if self.single else f"masks x{len(self.tasks)}",
@@ -293,7 +300,11 @@ class _MaskRun:
         for members in length_batches(model, rows):
             index = torch.tensor(members, device=device)
             mask = straight_through(logits[row_task[index]], head_noise[index], tau)
-            mlp = None if mlp_noise is None else straight_through(mlp_logits[row_task[index]], mlp_noise[index], tau)
+            mlp = (
+                None
+                if mlp_noise is None or mlp_logits is None
+                else straight_through(mlp_logits[row_task[index]], mlp_noise[index], tau)
+            )
             sums, _ = task_loss_sums(
                 model,
                 collate([rows[i] for i in members], pad_id=self.pad_id, device=device),
@@ -309,7 +320,8 @@ class _MaskRun:
             (config.size_penalty * torch.sigmoid(logits).sum()).backward()
         if self.world > 1:
             for parameter in self.parameters:
-                parameter.grad = all_reduce_sum(parameter.grad)
+                if parameter.grad is not None:
+                    parameter.grad = all_reduce_sum(parameter.grad)
             per_task = all_reduce_sum(per_task)
         if config.max_grad_norm > 0:
             clip_per_task(self.parameters, config.max_grad_norm)
@@ -377,7 +389,7 @@ class _MaskRun:
                     mlp_values=(self.mlp_logits[k].detach() >= 0).float(),
                     metadata={**head.metadata, "mlp_logits": self.mlp_logits[k].detach().tolist()},
                 )
-            results[task.name] = TrainResult(head, frame[frame.task == task.name].reset_index(drop=True))
+            results[task.name] = TrainResult(head, frame.loc[frame.task == task.name].reset_index(drop=True))
         if out is not None:
             for name, result in results.items():
                 path = out / "mask.safetensors" if self.single else out / "masks" / f"{safe_name(name)}.safetensors"

@@ -71,7 +71,8 @@ def attribution_patching(context: MethodContext) -> tuple[Tensor, dict]:
                 delta = z
             elif context.ablation == "scaled":
                 delta = (1.0 - context.alpha) * z
-            else:
+            else:  # mean ablation: MethodContext holds the means exactly then
+                assert context.mean is not None
                 delta = z - context.mean[layer].to(z.dtype)
             # [batch, pos, head, d_head]; padding carries no gradient (it is after every answer token)
             total[layer] += (grad * delta).sum((0, 1, 3)).double().cpu()

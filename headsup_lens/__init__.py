@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # what the type checker sees; at run time `_lazy` imports eac
     from .gates import value_gate as value_gate
     from .masks import HeadMask as HeadMask
     from .masks import bake as bake
-    from .masks import expected_jaccard as expected_jaccard
+    from .masks import random_jaccard as random_jaccard
     from .models import ModelFingerprint as ModelFingerprint
     from .models import PromptFormat as PromptFormat
     from .models import fingerprint as fingerprint
@@ -77,7 +77,7 @@ _EXPORTS = {
     "value_gate": ".gates",
     "HeadMask": ".masks",
     "bake": ".masks",
-    "expected_jaccard": ".masks",
+    "random_jaccard": ".masks",
     "ModelFingerprint": ".models",
     "PromptFormat": ".models",
     "prompt_format": ".models",
@@ -123,7 +123,6 @@ __all__ = [
     "data",
     "evaluate",
     "evaluation",
-    "expected_jaccard",
     "finetune_",
     "fingerprint",
     "gates",
@@ -140,6 +139,7 @@ __all__ = [
     "plots",
     "prompt_format",
     "query_gate",
+    "random_jaccard",
     "removal_sweep",
     "reproduce",
     "set_prompt_format",

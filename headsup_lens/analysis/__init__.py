@@ -1,4 +1,4 @@
-"""Analyses of functional pathways (PAPER.md §4): removal sweeps, logit lens, layer similarity,
+"""Analyses of functional pathways (the paper's Sec. 4 and App. C): removal sweeps, logit lens, layer similarity,
 attention on target, pathways across masks, activation patterns."""
 
 from ._attention import AttentionOnTarget as AttentionOnTarget

@@ -19,7 +19,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ..evaluation import answer_loss
-from ..masks import Head, HeadMask, expected_jaccard
+from ..masks import Head, HeadMask, random_jaccard
 from ..training import load_trajectory
 from ._common import Gate, check_heads
 
@@ -331,10 +331,9 @@ def crossing_counts(crossings: pd.DataFrame) -> dict[str, int]:
 
 @checked
 def pathway_recovery(mask: HeadMask, planted: list[tuple[int, int]]) -> dict[str, int | float]:
-    """How well a mask finds a known pathway: Jaccard between the heads it removes and `planted`.
-
-    Beside it, the Jaccard expected for a random removal set of the same size (PAPER.md §3).
-    """
+    """How well a mask finds a known pathway: the Jaccard of the heads it **removes** and `planted`
+    (`HeadMask.jaccard(..., heads="removed")`), beside the Jaccard expected for a random removal
+    set of the same size (`random_jaccard`, the chance level of Table 5)."""
     removed = set(mask.removed_heads())
     truth = {tuple(h) for h in planted}
     union = removed | truth
@@ -342,5 +341,5 @@ def pathway_recovery(mask: HeadMask, planted: list[tuple[int, int]]) -> dict[str
         "n_removed": len(removed),
         "n_planted": len(truth),
         "jaccard_vs_planted": len(removed & truth) / len(union) if union else 1.0,
-        "jaccard_random_expectation": expected_jaccard(len(removed), len(truth), mask.n_total),
+        "jaccard_random_expectation": random_jaccard(len(removed), len(truth), mask.n_total),
     }

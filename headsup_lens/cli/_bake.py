@@ -1,4 +1,7 @@
-"""`headsup bake`: write a model with a head mask baked into its weights (a checkpoint that needs no hooks)."""
+"""`headsup bake`: write a model with a head mask baked into its weights (a checkpoint that needs no hooks).
+
+The library is imported inside the command, so that `headsup --help` starts without torch.
+"""
 
 from __future__ import annotations
 

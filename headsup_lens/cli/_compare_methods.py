@@ -1,4 +1,7 @@
-"""`headsup compare-methods`: head-finding methods side by side on one task."""
+"""`headsup compare-methods`: head-finding methods side by side on one task.
+
+The library is imported inside the command, so that `headsup --help` starts without torch.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`headsup demo`: the main job, on the built-in organism by default."""
+"""`headsup demo`: the main job, on the built-in organism by default.
+
+The library is imported inside the command, so that `headsup --help` starts without torch.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`headsup download-data`: fetch the paper's public datasets (needs internet)."""
+"""`headsup download-data`: fetch the paper's public datasets (needs internet).
+
+The library is imported inside the command, so that `headsup --help` starts without torch.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`headsup evaluate`: the paper's settings table for one task and mask."""
+"""`headsup evaluate`: the paper's settings table for one task and mask.
+
+The library is imported inside the command, so that `headsup --help` starts without torch.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`headsup fetch-model`: download and dequantise a GGUF model into the model cache, once."""
+"""`headsup fetch-model`: download and dequantise a GGUF model into the model cache, once.
+
+The library is imported inside the command, so that `headsup --help` starts without torch.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The `headsup` entry point: builds only the chosen command's parser, runs it, and turns every
-expected failure into one line on stderr and a non-zero exit code (tracebacks with `--debug`)."""
+expected failure into one line on stderr and a non-zero exit code (tracebacks with `--debug`).
+The library is imported inside the command, so that `headsup --help` starts without torch.
+"""
 
 from __future__ import annotations
 

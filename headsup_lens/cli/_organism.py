@@ -1,4 +1,7 @@
-"""`headsup organism train|check`: train the built-in organism, or check its planted pathways."""
+"""`headsup organism train|check`: train the built-in organism, or check its planted pathways.
+
+The library is imported inside the command, so that `headsup --help` starts without torch.
+"""
 
 from __future__ import annotations
 

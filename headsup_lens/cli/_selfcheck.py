@@ -1,4 +1,7 @@
-"""`headsup selfcheck`: build a tiny model, gate it, and confirm the gates reproduce their references."""
+"""`headsup selfcheck`: build a tiny model, gate it, and confirm the gates reproduce their references.
+
+The library is imported inside the command, so that `headsup --help` starts without torch.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """`headsup tasks`: which task names exist, how big they are, and which need the data directory.
 
 Answers in about a second: no torch, TransformerLens or pandas, and the data directory's files are
-read only for the tasks shown with sizes (`--sizes`, or a `--match` that picks a few)."""
+read only for the tasks shown with sizes (`--sizes`, or a `--match` that picks a few).
+The library is imported inside the command, so that `headsup --help` starts without torch.
+"""
 
 from __future__ import annotations
 

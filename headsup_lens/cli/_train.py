@@ -1,4 +1,7 @@
-"""`headsup train`: learn head masks without instructions (several tasks train together)."""
+"""`headsup train`: learn head masks without instructions (several tasks train together).
+
+The library is imported inside the command, so that `headsup --help` starts without torch.
+"""
 
 from __future__ import annotations
 

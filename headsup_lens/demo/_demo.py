@@ -202,7 +202,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
             recovery = pathway_recovery(masks[task.name], planted[task.name])
             row["jaccard vs S_t"] = recovery["jaccard_vs_planted"]
             row["random expectation"] = recovery["jaccard_random_expectation"]
-            shown["overlap with planted S_t (Jaccard)"] = f"{row['jaccard vs S_t']:.2f}"
+            shown["overlap with planted S_t (Jaccard, removed heads)"] = f"{row['jaccard vs S_t']:.2f}"
             shown["same for a random mask"] = f"{row['random expectation']:.2f}"
         summary_rows.append(row)
         display_rows.append(shown)

@@ -23,6 +23,7 @@ th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
 .note { color: #555; } pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; }
 .caption { color: #444; font-size: 0.9em; margin: 0.2em 0 1.6em; max-width: 62em; }
 .intro { font-size: 1.02em; max-width: 62em; }
+.table-wrap { overflow-x: auto; max-width: 100%; }
 """
 
 
@@ -54,8 +55,11 @@ class Report:
     def table(
         self, frame: pd.DataFrame, float_format: str = "{:.3f}", index: bool = False, caption: str | None = None
     ) -> None:
-        formatters = {c: float_format.format for c in frame.columns if pd.api.types.is_float_dtype(frame[c])}
-        self._parts.append(frame.to_html(index=index, formatters=formatters, border=0, na_rep="—"))
+        formatters = {
+            c: _formatter(frame[c], float_format) for c in frame.columns if pd.api.types.is_float_dtype(frame[c])
+        }
+        table = frame.to_html(index=index, formatters=formatters, border=0, na_rep="—")
+        self._parts.append(f"<div class='table-wrap'>{table}</div>")  # a wide table scrolls, the page does not
         if caption:
             self.caption(caption)
 
@@ -75,3 +79,13 @@ class Report:
 
     def write(self, path: str | os.PathLike) -> Path:
         return atomic_write_text(path, self.to_html())
+
+
+def _formatter(column: pd.Series, float_format: str):
+    """Counts stored as floats (`n_kept` is NaN on control rows) print as integers: 128, not 128.000.
+    A column counts when every value is whole and one reaches 2 (shares and p-values stay in [0, 1])."""
+    values = column.dropna()
+    whole = bool((values == values.round()).all()) and bool((values.abs() < 1e15).all())
+    if len(values) and whole and float(values.abs().max()) >= 2:
+        return "{:.0f}".format
+    return float_format.format

@@ -12,6 +12,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from .._validate import check_choice, check_float
 from ..masks import HeadMask
+from ._masks import hooked
 from ._query import query_gate_hooks, verify_query_gate
 from ._value import _mlp_hooks, value_gate_hooks
 
@@ -66,5 +67,5 @@ def gated(
     if not hooks:
         yield model
         return
-    with model.hooks(fwd_hooks=hooks):
+    with hooked(model, hooks):
         yield model

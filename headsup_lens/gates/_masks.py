@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from jaxtyping import Bool, Float, Real
@@ -94,3 +96,25 @@ def layer_of(hook_name: str | None) -> int:
     if hook_name is None:
         raise ValueError("a gate hook ran on a hook point without a name")
     return int(hook_name.split(".")[1])
+
+
+@contextlib.contextmanager
+def hooked(model: TransformerBridge, hooks: list) -> Iterator[TransformerBridge]:
+    """`model.hooks(fwd_hooks=hooks)`, during which `model.reset_hooks()` raises instead of silently
+    removing the gate (the hooks come off when the `with` block ends)."""
+    with model.hooks(fwd_hooks=hooks):
+        if "reset_hooks" in vars(model):  # an outer gate guards already
+            yield model
+            return
+
+        def refuse(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError(
+                "model.reset_hooks() inside a gate would remove the gate's hooks and leave the model ungated "
+                "without a word; the gate removes its hooks when its `with` block ends: reset after it"
+            )
+
+        model.reset_hooks = refuse  # an instance attribute over the method, deleted on exit
+        try:
+            yield model
+        finally:
+            del model.reset_hooks

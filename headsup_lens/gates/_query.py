@@ -12,7 +12,7 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
-from ._masks import MaskLike, layer_of, mask_tensor, require_hook_points, row_mask
+from ._masks import MaskLike, hooked, layer_of, mask_tensor, require_hook_points, row_mask
 from ._value import Hook
 
 _VERIFIED_ATTR = "_headsup_query_gate_verified"
@@ -101,5 +101,5 @@ def query_gate(model: TransformerBridge, mask: MaskLike) -> Iterator[Transformer
     """
     hooks = query_gate_hooks(model, mask)
     verify_query_gate(model)
-    with model.hooks(fwd_hooks=hooks):
+    with hooked(model, hooks):
         yield model

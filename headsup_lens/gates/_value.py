@@ -13,7 +13,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from .._validate import check_finite, check_float, check_mask_values, check_shape, check_tensor
 from ..masks import HeadMask
-from ._masks import MaskLike, check_model_arg, layer_of, mask_tensor, require_hook_points, row_mask
+from ._masks import MaskLike, check_model_arg, hooked, layer_of, mask_tensor, require_hook_points, row_mask
 
 Hook = tuple[str, Callable]
 
@@ -93,5 +93,5 @@ def value_gate(
     `HeadMask` is checked against the model's structure; whether it was made for these weights is
     checked where it meets the model (`HeadMask.load(path, model)`, `HeadMask.check_model`).
     """
-    with model.hooks(fwd_hooks=value_gate_hooks(model, mask, alpha=alpha, mlp=mlp, mean=mean)):
+    with hooked(model, value_gate_hooks(model, mask, alpha=alpha, mlp=mlp, mean=mean)):
         yield model

@@ -3,9 +3,10 @@
 from ._bake import bake as bake
 from ._head_mask import Head as Head
 from ._head_mask import HeadMask as HeadMask
+from ._head_mask import HeadSet as HeadSet
 from ._head_mask import UnverifiedMaskWarning as UnverifiedMaskWarning
 from ._head_mask import UnverifiedModelWarning as UnverifiedModelWarning
-from ._head_mask import expected_jaccard as expected_jaccard
+from ._head_mask import random_jaccard as random_jaccard
 from ._interchange import HeadList as HeadList
 from ._interchange import read_head_list as read_head_list
 from ._interchange import read_node_graph as read_node_graph

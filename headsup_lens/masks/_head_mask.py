@@ -7,7 +7,7 @@ import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Float
@@ -16,6 +16,7 @@ from torch import Tensor
 from .._typecheck import checked
 from .._validate import (
     check_bool,
+    check_choice,
     check_finite,
     check_int,
     check_mask_values,
@@ -30,6 +31,8 @@ from ..models._fingerprint import ModelFingerprint, fingerprint, portable_name
 from ._files import content_checksum, read_safetensors, write_safetensors
 
 Head = tuple[int, int]
+HeadSet = Literal["kept", "removed"]  # which heads of a mask a similarity compares
+HEAD_SETS = ("kept", "removed")
 _FORMAT = "headsup_lens.HeadMask"
 _FORMAT_VERSION = 1
 
@@ -172,20 +175,24 @@ class HeadMask:
         return [divmod(i, self.n_heads) for i in order]
 
     # ----------------------------------------------------------------- similarity
-    def jaccard(self, other: HeadMask) -> float:
-        """|kept ∩ kept'| / |kept ∪ kept'| (1.0 when both keep nothing)."""
-        a, b = self._kept_set_pair(other)
+    def jaccard(self, other: HeadMask, heads: HeadSet = "kept") -> float:
+        """Jaccard index |A ∩ B| / |A ∪ B| of the two masks' `heads` (1.0 when both sets are empty):
+        "kept" (the default, Table 5's mask similarity) or "removed" (the pathways the masks take
+        out, as `analysis.pathway_recovery` and the organism reports compare them). The two differ:
+        masks that keep most heads share most kept heads even when they remove different ones."""
+        a, b = self._set_pair(other, heads)
         union = (a | b).sum().item()
         return 1.0 if union == 0 else (a & b).sum().item() / union
 
-    def expected_jaccard(self, other: HeadMask) -> float:
-        """Expected Jaccard of two random masks with these sizes (PAPER.md §3)."""
-        self._kept_set_pair(other)
-        return expected_jaccard(self.n_kept, other.n_kept, self.n_total)
+    def expected_jaccard(self, other: HeadMask, heads: HeadSet = "kept") -> float:
+        """The Jaccard expected for two random sets of the same sizes as the masks' `heads`
+        (`random_jaccard`, Table 5's chance level)."""
+        a, b = self._set_pair(other, heads)
+        return random_jaccard(int(a.sum().item()), int(b.sum().item()), self.n_total)
 
     def recall(self, other: HeadMask) -> float:
         """Fraction of the smaller mask's kept heads that the other mask also keeps."""
-        a, b = self._kept_set_pair(other)
+        a, b = self._set_pair(other, "kept")
         smaller = min(a.sum().item(), b.sum().item())
         return 1.0 if smaller == 0 else (a & b).sum().item() / smaller
 
@@ -327,12 +334,15 @@ class HeadMask:
             checked.append((layer, index))
         return checked
 
-    def _kept_set_pair(self, other: HeadMask) -> tuple[Tensor, Tensor]:
+    def _set_pair(self, other: HeadMask, heads: HeadSet) -> tuple[Tensor, Tensor]:
+        """Both masks' kept (or removed) heads as boolean grids."""
         if not isinstance(other, HeadMask):
             raise TypeError(f"other must be a HeadMask, got {describe(other)}")
+        check_choice("heads", heads, HEAD_SETS)
         if other.values.shape != self.values.shape:
             raise ValueError(f"masks of shapes {list(self.values.shape)} and {list(other.values.shape)} differ")
-        return self.values > 0, other.values > 0
+        kept = self.values > 0, other.values > 0
+        return kept if heads == "kept" else (~kept[0], ~kept[1])
 
     def __repr__(self) -> str:
         name = self.model.name if self.model else "unknown model"
@@ -340,8 +350,9 @@ class HeadMask:
 
 
 @checked
-def expected_jaccard(size_a: int, size_b: int, n_total: int) -> float:
-    """E[Jaccard] of random masks of sizes a, b among N heads: (ab/N) / (a + b - ab/N)."""
+def random_jaccard(size_a: int, size_b: int, n_total: int) -> float:
+    """The Jaccard expected for two random sets of sizes a and b among N heads (Table 5's chance
+    level): (ab/N) / (a + b - ab/N)."""
     n_total = check_int("n_total", n_total, minimum=1)
     size_a = check_int("size_a", size_a, minimum=0, maximum=n_total)
     size_b = check_int("size_b", size_b, minimum=0, maximum=n_total)

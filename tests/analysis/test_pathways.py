@@ -15,7 +15,7 @@ from headsup_lens.analysis import (
     trajectory_table,
     weight_trajectories,
 )
-from headsup_lens.masks import expected_jaccard
+from headsup_lens.masks import random_jaccard
 
 
 def mask_of(rows):
@@ -155,4 +155,4 @@ def test_pathway_recovery_against_hand_counts():
     mask = HeadMask.from_heads([(0, 0), (0, 1), (1, 2)], (2, 4))
     recovery = pathway_recovery(mask, [(0, 1), (1, 2), (1, 3)])
     assert recovery["jaccard_vs_planted"] == pytest.approx(2 / 4)
-    assert recovery["jaccard_random_expectation"] == pytest.approx(expected_jaccard(3, 3, 8))
+    assert recovery["jaccard_random_expectation"] == pytest.approx(random_jaccard(3, 3, 8))

@@ -174,3 +174,30 @@ def test_alpha_out_of_range(llama):
 def test_mask_of_another_model_is_refused(llama, gpt2):
     with pytest.raises(ValueError, match="does not fit"), value_gate(llama, HeadMask.full(gpt2)):
         pass
+
+
+def test_reset_hooks_inside_a_gate_is_refused_and_works_after(llama):
+    """`model.reset_hooks()` inside a gate would silently drop the gate: it raises there (value
+    gate, query gate, nested gates) and the gate keeps acting; after the block it works again."""
+    from headsup_lens import query_gate
+
+    tokens = random_tokens(llama, batch=1, pos=6)
+    mask = random_mask(llama, seed=1)
+    with torch.no_grad():
+        plain = llama(tokens)
+        with value_gate(llama, mask):
+            gated = llama(tokens)
+            with pytest.raises(RuntimeError, match="reset_hooks"):
+                llama.reset_hooks()
+            with value_gate(llama, HeadMask.full(llama)), pytest.raises(RuntimeError, match="reset_hooks"):
+                llama.reset_hooks()
+            with pytest.raises(RuntimeError, match="reset_hooks"):  # the inner gate left the guard in place
+                llama.reset_hooks()
+            assert torch.equal(llama(tokens), gated)  # still gated
+        with query_gate(llama, mask), pytest.raises(RuntimeError, match="reset_hooks"):
+            llama.reset_hooks()
+    assert "reset_hooks" not in vars(llama)
+    llama.reset_hooks()  # outside any gate: the model's own method
+    assert not torch.equal(plain, gated)
+    with torch.no_grad():
+        assert torch.equal(llama(tokens), plain)

@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from headsup_lens import HeadMask, expected_jaccard
+from headsup_lens import HeadMask, random_jaccard
 from headsup_lens.masks import UnverifiedModelWarning
 from headsup_lens.models import ModelFingerprint
 
@@ -45,7 +45,23 @@ def test_jaccard_recall_and_expectation_by_hand():
     assert a.recall(b) == pytest.approx(2 / 3)
     # E = (3*4/8) / (3 + 4 - 3*4/8) = 1.5 / 5.5
     assert a.expected_jaccard(b) == pytest.approx(1.5 / 5.5)
-    assert expected_jaccard(800, 820, 1024) == pytest.approx((800 * 820 / 1024) / (1620 - 800 * 820 / 1024))
+    assert random_jaccard(800, 820, 1024) == pytest.approx((800 * 820 / 1024) / (1620 - 800 * 820 / 1024))
+    # The removed heads: a removes {2,3,5,6,7}, b removes {1,3,5,6}: 3 shared of 6.
+    assert a.jaccard(b, heads="removed") == pytest.approx(3 / 6)
+    assert a.expected_jaccard(b, heads="removed") == pytest.approx(random_jaccard(5, 4, 8))
+    with pytest.raises(ValueError, match="heads"):
+        a.jaccard(b, heads="both")
+
+
+def test_removed_jaccard_is_pathway_recovery():
+    """The organism reports compare removed heads: pathway_recovery equals jaccard(heads="removed")."""
+    from headsup_lens.analysis import pathway_recovery
+
+    a = mask_of([[1, 1, 0, 0], [1, 0, 0, 0]])
+    b = mask_of([[1, 0, 1, 0], [1, 0, 0, 1]])
+    recovery = pathway_recovery(a, b.removed_heads())
+    assert recovery["jaccard_vs_planted"] == pytest.approx(a.jaccard(b, heads="removed"))
+    assert recovery["jaccard_random_expectation"] == pytest.approx(a.expected_jaccard(b, heads="removed"))
 
 
 def test_expected_jaccard_matches_simulation():
@@ -58,7 +74,7 @@ def test_expected_jaccard_matches_simulation():
         b = torch.zeros(n)
         b[torch.randperm(n, generator=generator)[:kb]] = 1
         draws.append((a * b).sum() / ((a + b) > 0).sum())
-    assert torch.stack(draws).mean().item() == pytest.approx(expected_jaccard(ka, kb, n), rel=0.05)
+    assert torch.stack(draws).mean().item() == pytest.approx(random_jaccard(ka, kb, n), rel=0.05)
 
 
 def test_without_and_from_heads():

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from headsup_lens import HeadMask, expected_jaccard
+from headsup_lens import HeadMask, random_jaccard
 from headsup_lens.models import ModelFingerprint
 
 from .refusal import assert_refused
@@ -107,8 +107,8 @@ MASK = HeadMask(torch.ones(2, 4), model=FP)
         pytest.param(
             lambda: MASK.recall(HeadMask(torch.ones(4, 2))), ValueError, ("[2, 4]", "[4, 2]"), id="recall-shape"
         ),
-        pytest.param(lambda: expected_jaccard(5, 3, 4), ValueError, ("size_a", "<= 4", "5"), id="jaccard-size"),
-        pytest.param(lambda: expected_jaccard(1, 1, 0), ValueError, ("n_total", ">= 1", "0"), id="jaccard-total"),
+        pytest.param(lambda: random_jaccard(5, 3, 4), ValueError, ("size_a", "<= 4", "5"), id="jaccard-size"),
+        pytest.param(lambda: random_jaccard(1, 1, 0), ValueError, ("n_total", ">= 1", "0"), id="jaccard-total"),
         pytest.param(lambda: MASK.check_model("tiny"), TypeError, ("model", "'tiny'"), id="check-model-type"),
         pytest.param(
             lambda: MASK.check_model(FP, allow_other_weights="yes"),

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 import headsup_lens as hl
 from headsup_lens.reproduce import record_time as record_time
@@ -16,3 +18,17 @@ def fast_config(args: argparse.Namespace, **changes) -> hl.TrainConfig:
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
     return hl.TrainConfig.fast(**changes)
+
+
+FIGURES = Path(__file__).resolve().parents[1] / "figures"
+OUTPUTS = Path(__file__).resolve().parents[1] / "outputs" / "experiments"  # git-ignored
+
+
+def figure_root(out: str | os.PathLike) -> Path:
+    """The folder whose one `plotly.min.js` every HTML figure under `out` loads: `figures/` (or the
+    git-ignored `outputs/experiments/`) when `out` lies inside it, else `out` itself."""
+    resolved = Path(out).resolve()
+    for root in (FIGURES, OUTPUTS):
+        if resolved.is_relative_to(root):
+            return root
+    return Path(out)

@@ -80,12 +80,15 @@ def save_figure(
     png: bool = True,
     plotlyjs: str = "shared",
     root: str | os.PathLike | None = None,
+    served_from: str | os.PathLike | None = None,
 ) -> SavedFigure:
     """Write `<path_stem>.html` and, when `png`, `<path_stem>.png`.
 
     `plotlyjs="shared"` (default) references one `plotly.min.js` by relative path: the nearest copy in
     the figure's folder or an ancestor up to `root`, else one written into `root` (default `root`: the
     figure's folder, so one copy per folder). A copy that is not the installed plotly's is replaced.
+    `served_from`: the folder the HTML will be read from when it is written elsewhere first (an
+    output set's staging folder); the script is found and referenced from there.
     `"inline"` embeds the script (~4.8 MB per file). No HTML written here loads an external URL.
     A PNG that cannot be rendered is reported in `png_error`, never raised.
     """
@@ -97,9 +100,10 @@ def save_figure(
     include: str | bool = True
     script = None
     if plotlyjs == "shared":
-        script = shared_plotly_js(stem.parent, root)  # checks `root` before anything is written
+        folder = stem.parent if served_from is None else Path(served_from)
+        script = shared_plotly_js(folder, root)  # checks `root` before anything is written
         write_plotly_js(script.parent)
-        include = os.path.relpath(script, stem.parent.resolve()).replace(os.sep, "/")
+        include = os.path.relpath(script, folder.resolve()).replace(os.sep, "/")
     html = atomic_write(stem.with_suffix(".html"), lambda tmp: fig.write_html(str(tmp), include_plotlyjs=include))
     if not png:
         return SavedFigure(html=html, png=None, png_error="PNG not requested", plotly_js=script)

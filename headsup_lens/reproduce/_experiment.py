@@ -219,7 +219,10 @@ class Experiment:
         `--no-png`), written when the run ends; the final HTML path."""
         name = self.stem(stem, task)
         self._stems.add(name)
-        saved = save_figure(fig, self._stage.path / name, png=self.options.png)
+        # Staged first, read from `out`: one plotly.min.js in the output root (figures/ for the committed ones).
+        saved = save_figure(
+            fig, self._stage.path / name, png=self.options.png, root=self.out.parent, served_from=self.out
+        )
         if saved.png is None and self.options.png and saved.png_error not in self._png_errors:
             self._png_errors.add(saved.png_error)
             print(f"[{self.name}] PNG figures not written (HTML written): {saved.png_error}")

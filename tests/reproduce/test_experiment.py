@@ -107,7 +107,9 @@ def test_outputs_move_in_together_and_a_failed_run_leaves_the_earlier_ones(model
         assert not (out / "numbers_tiny__reverse.csv").exists()  # staged until the run ends
     assert out == tmp_path / "tiny" and (out / MODEL_RECORD).is_file()
     assert pd.read_csv(out / "numbers_tiny__reverse.csv").a.tolist() == [1.0, 2.0]
-    assert (out / "curve.html").is_file() and (out / "plotly.min.js").is_file()
+    # One plotly.min.js in the output root, referenced from where the figure lies (not the staging folder).
+    assert (tmp_path / "plotly.min.js").is_file() and not (out / "plotly.min.js").exists()
+    assert 'src="../plotly.min.js"' in (out / "curve.html").read_text()
     with pytest.raises(RuntimeError, match="stopped"), open_experiment("demo_script", config, tmp_path) as xp:
         xp.table(pd.DataFrame({"a": [3.0]}), "numbers", tiny_task())
         raise RuntimeError("stopped")

@@ -56,7 +56,7 @@ class CompareMethodsCommand(FigureOptions, DataOptions, ModelOptions):
     help="Compare head-finding methods: elicitation curves, cost, AUROC on the organism.",
 )
 def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
-    from .._io import atomic_write
+    from .._io import OutputSet, atomic_write
     from ..analysis import DEFAULT_METHODS, METHODS, compare_methods
     from ..data import load_task
     from ..masks import HeadMask
@@ -84,7 +84,7 @@ def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
     options: dict[str, dict[str, object]] = {"learned_mask": learned}
     for name in ("soft_gate_necessary", "soft_gate_sufficient"):
         options[name] = {"steps": args.soft_steps}
-    out.mkdir(parents=True, exist_ok=True)
+    stage = OutputSet(out, "compare-methods")  # one set: a run killed midway leaves the earlier one whole
     comparison = compare_methods(
         model,
         task,
@@ -99,18 +99,15 @@ def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
         alpha=args.alpha,
         seed=args.seed,
         max_rows=args.max_rows,
-        on_method=lambda ranking: ranking.save(out / f"{ranking.method}.json"),
+        on_method=lambda ranking: ranking.save(stage.path / f"{ranking.method}.json"),
     )
-    written = [f"{m}.json" for m in comparison.scores]
     for name, frame in (("summary", comparison.summary), ("curves", comparison.curves)):
-        atomic_write(Path(out) / f"{name}.csv", lambda tmp, frame=frame: frame.to_csv(tmp, index=False))
-        written.append(f"{name}.csv")
-    save_figure(elicitation_figure(comparison), out / "curves", png=args.png)
-    written.append("curves.html")
+        atomic_write(stage.path / f"{name}.csv", lambda tmp, frame=frame: frame.to_csv(tmp, index=False))
+    save_figure(elicitation_figure(comparison), stage.path / "curves", png=args.png, served_from=out)
     if comparison.planted:
-        atomic_write(Path(out) / "roc.csv", lambda tmp: comparison.roc().to_csv(tmp, index=False))
-        save_figure(roc_figure(comparison), out / "roc", png=args.png)
-        written += ["roc.csv", "roc.html"]
+        atomic_write(stage.path / "roc.csv", lambda tmp: comparison.roc().to_csv(tmp, index=False))
+        save_figure(roc_figure(comparison), stage.path / "roc", png=args.png, served_from=out)
+    written = [Path(p).name for p in stage.commit()]
     print(comparison.summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"wrote to {out}: {', '.join(written)}")
     return 0

@@ -560,3 +560,22 @@ def test_a_mask_for_another_task_warns_and_is_recorded(reference):
     with pytest.warns(UserWarning, match="trained for task 'organism/reverse', not 'organism/plural'"):
         table = evaluate(model, load_task("organism/plural"), mask, config).table
     assert table["mask_task"].tolist() == ["organism/reverse"]
+
+
+def _compare(out: Path, seed: int) -> list[str]:
+    method = ["--method", "random", "--k-max", "2", "--k-step", "1", "--n-eval", "2", "--n-examples", "2"]
+    return ["compare-methods", "--task", "organism/reverse", "--out", str(out), *method, "--seed", str(seed), "--no-png"]
+
+
+def test_compare_methods_killed_over_a_complete_folder_leaves_it_whole(tmp_path):
+    """A second comparison killed midway (its rankings and summary written, not yet moved in) leaves
+    the first run's files as they were: one set, never two runs mixed."""
+    out = tmp_path / "out"
+    assert main(_compare(out, seed=0)) == 0
+    before = tables(out)
+    assert {"random.json", "summary.csv", "curves.csv"} <= set(before)
+    code = child(_compare(out, seed=1), tmp_path / "log", match=named("curves.csv"))
+    assert code == -signal.SIGKILL, (tmp_path / "log").read_text()
+    assert tables(out) == before
+    assert main(_compare(out, seed=1)) == 0  # the next run clears the leftovers and writes its own set
+    assert tables(out) != before and not hidden_leftovers(out)

@@ -1,6 +1,7 @@
 """The package's import graph, read from the source: every `import` (function-local ones included)
-is an edge from the importing module to the module it names; no circle, and fine-tuning uses only
-the public names of the training core."""
+is an edge from the importing module to the module it names, except the names a lazy package lists
+for the type checker under `if TYPE_CHECKING:` (never imported at run time); no circle, and
+fine-tuning uses only the public names of the training core."""
 
 from __future__ import annotations
 
@@ -23,8 +24,18 @@ def modules() -> dict[str, Path]:
 def imports(name: str, path: Path, known: dict[str, Path]) -> list[tuple[str, str]]:
     """(module imported, name imported from it or "") of every import statement in the module."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    for_type_checker = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
+        if id(node) in for_type_checker:
+            continue
         if isinstance(node, ast.Import):
             found += [(alias.name, "") for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

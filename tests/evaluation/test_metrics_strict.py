@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headsup_lens import HeadMask
+from headsup_lens import EvalConfig, HeadMask
 from headsup_lens.data import Task, load_task
 from headsup_lens.evaluation import (
     balanced_accuracy,
@@ -85,20 +85,20 @@ def test_six_antonym_pairs_are_not_a_label_task():
     assert task_labels(Task.from_pairs("e", [(f"x{i}", y) for i, y in enumerate(eight[:23])])) is None
 
 
+NO_TEXT = EvalConfig(generate=False, progress=False)
+
+
 def test_a_small_antonym_file_gets_no_majority_label_row(llama, tmp_path):
     words = [("abc", "cba"), ("hello", "olleh"), ("xy", "yx"), ("tail", "liat"), ("q", "q"), ("dog", "god")]
     (tmp_path / "antonym.json").write_text(json.dumps([{"input": x, "output": y} for x, y in words]))
     task = load_task(str(tmp_path / "antonym.json"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        table = evaluate(
-            llama,
-            task,
-            HeadMask.full(llama),
-            max_new_tokens=2,
-            settings=["original", "echo baseline", "majority label"],
-        )
-    assert table.setting.tolist() == ["original", "echo baseline"] and "balanced_accuracy" not in table
+        table = evaluate(llama, task, HeadMask.full(llama), EvalConfig(max_new_tokens=2, progress=False)).table
+        with pytest.raises(ValueError, match="'majority label' needs a label task"):
+            evaluate(llama, task, HeadMask.full(llama), EvalConfig(settings=("original", "majority label")))
+    assert "majority label" not in table.setting.tolist() and "echo baseline" in table.setting.tolist()
+    assert "balanced_accuracy" not in table
 
 
 def test_evaluate_says_when_it_leaves_the_instructed_rows_out(llama, tmp_path):
@@ -108,14 +108,14 @@ def test_evaluate_says_when_it_leaves_the_instructed_rows_out(llama, tmp_path):
         UserWarning,
         match="'bare' has no instruction, so the 'instructed' and 'instructed \\+ scaled mask' rows are left out",
     ):
-        table = evaluate(llama, load_task(str(tmp_path / "bare.json")), HeadMask.full(llama), generate=False)
+        table = evaluate(llama, load_task(str(tmp_path / "bare.json")), HeadMask.full(llama), NO_TEXT).table
     assert "instructed" not in table.setting.tolist()
     for row in rows:
         row["instruction"] = "Reverse: {input}"
     (tmp_path / "told.json").write_text(json.dumps(rows))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an instructed task: nothing to say
-        table = evaluate(llama, load_task(str(tmp_path / "told.json")), HeadMask.full(llama), generate=False)
+        table = evaluate(llama, load_task(str(tmp_path / "told.json")), HeadMask.full(llama), NO_TEXT).table
     assert table.setting.tolist() == ["original", "instructed", "masked", "random mask", "instructed + scaled mask"]
 
 

@@ -49,7 +49,7 @@ def test_jaccard_recall_and_expectation_by_hand():
     # The removed heads: a removes {2,3,5,6,7}, b removes {1,3,5,6}: 3 shared of 6.
     assert a.jaccard(b, heads="removed") == pytest.approx(3 / 6)
     assert a.expected_jaccard(b, heads="removed") == pytest.approx(random_jaccard(5, 4, 8))
-    with pytest.raises(ValueError, match="heads"):
+    with pytest.raises(TypeError, match="heads"):
         a.jaccard(b, heads="both")
 
 

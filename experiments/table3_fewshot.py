@@ -25,13 +25,13 @@ import headsup_lens as hl
 from headsup_lens.data import fewshot
 from headsup_lens.organism import TASK_NAMES
 from headsup_lens.reproduce import (
-    ORGANISM_TASKS,
+    DEFAULT_ORGANISM_TASKS,
     Experiment,
     MultiTaskOptions,
+    fewshot_hybrid_task,
     fewshot_rows,
     fewshot_summary,
     fewshot_task_names,
-    hybrid_task,
     load_parts,
     part_stem,
     rows_key,
@@ -53,13 +53,15 @@ class Options(MultiTaskOptions):
 
 
 def run(xp: Experiment, options: Options) -> pd.DataFrame:
-    names = options.tasks or (list(ORGANISM_TASKS) if xp.organism_like else fewshot_task_names(options.data_dir))
+    names = options.tasks or (
+        list(DEFAULT_ORGANISM_TASKS) if xp.organism_like else fewshot_task_names(options.data_dir)
+    )
     mixture = options.hybrid_tasks
     if mixture is None and xp.organism_like:  # the organism: its other tasks, so every evaluated task is unseen
         mixture = [f"organism/{n}" for n in TASK_NAMES if f"organism/{n}" not in names]
     zero = [hl.load_task(n, options.data_dir) for n in names]
     five = [fewshot(t, k=options.shots) for t in zero]
-    hybrid, seen = hybrid_task(zero, mixture, shots=options.shots, data_dir=options.data_dir)
+    hybrid, seen = fewshot_hybrid_task(zero, mixture, shots=options.shots, data_dir=options.data_dir)
     with xp.timed(f"masks: {', '.join(t.name for t in [*five, hybrid])}"):
         trained = xp.masks([*five, hybrid])  # one pass: each batch row carries its own task's mask
     hybrid_mask, parts = trained[hybrid.name].mask, xp.out / "table3_parts"

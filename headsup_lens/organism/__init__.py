@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # what the type checker sees; at run time `_lazy` imports eac
     from ..data._organism import organism_words as organism_words
     from ..data._organism import train_words as train_words
     from ._check import BAR as BAR
-    from ._check import SETTINGS as SETTINGS
+    from ._check import CHECK_SETTINGS as CHECK_SETTINGS
     from ._check import bar_failures as bar_failures
     from ._check import check_planted as check_planted
     from ._config import OrganismConfig as OrganismConfig
@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # what the type checker sees; at run time `_lazy` imports eac
     from ._planting import save_planted as save_planted
     from ._trainer import TrainedOrganism as TrainedOrganism
     from ._trainer import build_organism as build_organism
-    from ._trainer import hf_model as hf_model
     from ._trainer import save_organism as save_organism
     from ._trainer import train_organism as train_organism
 
@@ -45,7 +44,7 @@ if TYPE_CHECKING:  # what the type checker sees; at run time `_lazy` imports eac
 # organism's tasks are ordinary tasks: `hl.load_task("organism/reverse")`.
 _EXPORTS = {
     "BAR": "._check",
-    "SETTINGS": "._check",
+    "CHECK_SETTINGS": "._check",
     "bar_failures": "._check",
     "check_planted": "._check",
     "load_planted": "._planting",
@@ -55,7 +54,6 @@ _EXPORTS = {
     "OrganismConfig": "._config",
     "TrainedOrganism": "._trainer",
     "build_organism": "._trainer",
-    "hf_model": "._trainer",
     "save_organism": "._trainer",
     "train_organism": "._trainer",
     "N_EVAL_WORDS": "..data._organism",
@@ -69,9 +67,9 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = [
     "BAR",
+    "CHECK_SETTINGS",
     "N_EVAL_WORDS",
     "ORGANISM_TASKS",
-    "SETTINGS",
     "TASK_NAMES",
     "OrganismConfig",
     "OrganismTask",
@@ -80,7 +78,6 @@ __all__ = [
     "build_organism",
     "check_planted",
     "eval_words",
-    "hf_model",
     "load_planted",
     "organism_words",
     "plant_head_sets",

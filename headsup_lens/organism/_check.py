@@ -16,7 +16,7 @@ from ..masks import HeadMask
 from ..models import prompt_format
 from ._planting import Head, load_planted
 
-SETTINGS = ("original", "planted", "random", "instructed")
+CHECK_SETTINGS = ("original", "planted", "random", "instructed")
 # The organism's bar: without instruction the model echoes (original), performs task t once S_t is
 # removed (planted) but not once a random set of |S_t| heads is removed (random); instructed works.
 BAR = {"original": ("<=", 0.05), "planted": (">=", 0.95), "random": ("<=", 0.10), "instructed": (">=", 0.95)}
@@ -33,7 +33,7 @@ def check_planted(
     exact: bool = False,
     batch_size: int = 256,
 ) -> pd.DataFrame:
-    """Accuracy on the held-out words of each planted task, in the four settings of `SETTINGS`.
+    """Accuracy on the held-out words of each planted task, in the four settings of `CHECK_SETTINGS`.
 
     - `original`: bare word, all heads (the organism should echo: accuracy near 0);
     - `planted`: bare word, S_t removed with `value_gate` (near 1);
@@ -42,7 +42,7 @@ def check_planted(
     `planted` is S_t per task or a directory with `planted.json` (default: the shipped organism);
     `n_words` limits the held-out words per task (default: all 100). Greedy generation of the task's
     `max_new_tokens` (10), graded by the task's matcher, or by equality with the text before the
-    end of turn when `exact`. Returns one row per task with the columns of `SETTINGS`, `n_planted`
+    end of turn when `exact`. Returns one row per task with the columns of `CHECK_SETTINGS`, `n_planted`
     and `n_words`; compare with `BAR` through `bar_failures`.
     """
     sets = load_planted(planted) if planted is None or isinstance(planted, (str, os.PathLike)) else planted
@@ -82,7 +82,7 @@ def check_planted(
     rows = []
     for name in tasks:
         row = {"task": f"organism/{name}", "n_planted": len(sets[name]), "n_words": len(hits[name, "original"])}
-        row.update({s: sum(hits[name, s]) / len(hits[name, s]) for s in SETTINGS})
+        row.update({s: sum(hits[name, s]) / len(hits[name, s]) for s in CHECK_SETTINGS})
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -22,10 +22,10 @@ from ._experiment import output_root as output_root
 from ._experiment import record_time as record_time
 from ._experiment import run_script as run_script
 from ._fewshot import HYBRID_FILE as HYBRID_FILE
+from ._fewshot import fewshot_hybrid_task as fewshot_hybrid_task
 from ._fewshot import fewshot_rows as fewshot_rows
 from ._fewshot import fewshot_summary as fewshot_summary
 from ._fewshot import fewshot_task_names as fewshot_task_names
-from ._fewshot import hybrid_task as hybrid_task
 from ._fewshot import load_parts as load_parts
 from ._fewshot import part_stem as part_stem
 from ._fewshot import rows_key as rows_key
@@ -40,7 +40,7 @@ from ._methods import auroc_table as auroc_table
 from ._methods import compare_methods_on_tasks as compare_methods_on_tasks
 from ._methods import learned_rankings as learned_rankings
 from ._methods import ranking_table as ranking_table
+from ._options import DEFAULT_ORGANISM_TASKS as DEFAULT_ORGANISM_TASKS
 from ._options import ORGANISM_TASK as ORGANISM_TASK
-from ._options import ORGANISM_TASKS as ORGANISM_TASKS
 from ._options import ExperimentOptions as ExperimentOptions
 from ._options import MultiTaskOptions as MultiTaskOptions

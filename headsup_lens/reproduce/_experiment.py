@@ -37,7 +37,7 @@ from ..organism import load_planted
 from ..plots import save_figure
 from ..training import TrainConfig, safe_name
 from ._masks import TrainedMask, cached_masks, stored_mask_path
-from ._options import ORGANISM_TASK, ORGANISM_TASKS, SCHEDULES, ExperimentOptions
+from ._options import DEFAULT_ORGANISM_TASKS, ORGANISM_TASK, SCHEDULES, ExperimentOptions
 
 ORGANISM = "organism"
 MODEL_RECORD = "model.json"
@@ -144,7 +144,7 @@ class Experiment:
 
     def tasks(self) -> list[Task]:
         """`--tasks` (multi-task scripts), else the organism's default set, else just `--task`."""
-        names = getattr(self.options, "tasks", None) or (ORGANISM_TASKS if self.organism_like else None)
+        names = getattr(self.options, "tasks", None) or (DEFAULT_ORGANISM_TASKS if self.organism_like else None)
         if not names:
             return [self.task()]
         return [load_task(name, self.options.data_dir) for name in names]

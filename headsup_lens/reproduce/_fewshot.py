@@ -43,7 +43,7 @@ def fewshot_task_names(data_dir: str | os.PathLike | None = None) -> list[str]:
 
 
 @checked
-def hybrid_task(
+def fewshot_hybrid_task(
     tasks: Sequence[Task], mixture: Sequence[str] | None, *, shots: int = 5, data_dir: str | os.PathLike | None = None
 ) -> tuple[Task, dict[str, bool]]:
     """The hybrid task and, per task of `tasks`, whether the hybrid saw it. `mixture=None` is the

@@ -564,7 +564,17 @@ def test_a_mask_for_another_task_warns_and_is_recorded(reference):
 
 def _compare(out: Path, seed: int) -> list[str]:
     method = ["--method", "random", "--k-max", "2", "--k-step", "1", "--n-eval", "2", "--n-examples", "2"]
-    return ["compare-methods", "--task", "organism/reverse", "--out", str(out), *method, "--seed", str(seed), "--no-png"]
+    return [
+        "compare-methods",
+        "--task",
+        "organism/reverse",
+        "--out",
+        str(out),
+        *method,
+        "--seed",
+        str(seed),
+        "--no-png",
+    ]
 
 
 def test_compare_methods_killed_over_a_complete_folder_leaves_it_whole(tmp_path):

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from headsup_lens import load_model
-from headsup_lens.organism import OrganismConfig, build_organism, hf_model, load_planted, train_organism
+from headsup_lens.models import hf_model
+from headsup_lens.organism import OrganismConfig, build_organism, load_planted, train_organism
 from headsup_lens.organism._planting import plant_head_sets
 from headsup_lens.organism._trainer import IGNORE, PlantingSampler, batch_loss, collate
 

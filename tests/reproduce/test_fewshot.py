@@ -14,10 +14,10 @@ from headsup_lens.data import Task, fewshot
 from headsup_lens.evaluation import accuracy, answer_loss
 from headsup_lens.masks import HeadMask
 from headsup_lens.reproduce import (
+    fewshot_hybrid_task,
     fewshot_rows,
     fewshot_summary,
     fewshot_task_names,
-    hybrid_task,
     load_parts,
     part_stem,
     rows_key,
@@ -113,9 +113,9 @@ def test_hybrid_mixtures_and_the_shared_hybrid_file(tmp_path):
     (data / "function_vectors" / "fewshot" / "hybrid.json").write_text(json.dumps(rows), encoding="utf-8")
     assert fewshot_task_names(data) == ["antonym", "sentiment"]
     tasks = [tiny("antonym"), tiny("sentiment")]
-    hybrid, seen = hybrid_task(tasks, None, data_dir=data)
+    hybrid, seen = fewshot_hybrid_task(tasks, None, data_dir=data)
     assert hybrid.name == "fewshot/hybrid" and seen == {"antonym": True, "sentiment": False}  # sentiment: unseen
-    mixed, seen = hybrid_task(tasks, ["organism/plural", "organism/reverse"], shots=3)
+    mixed, seen = fewshot_hybrid_task(tasks, ["organism/plural", "organism/reverse"], shots=3)
     assert mixed.name == "fewshot/hybrid_plural+reverse" and seen == {"antonym": False, "sentiment": False}
     assert len(mixed.demonstrations(0)) == 3
     with pytest.raises(ValueError, match="no few-shot files"):

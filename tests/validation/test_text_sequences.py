@@ -37,7 +37,12 @@ PARAMETERS = text_sequence_parameters()
 
 def test_the_text_sequence_parameters_are_found():
     names = {f"{name.rsplit('.', 1)[-1]}.{parameter}" for name, _, parameter in PARAMETERS}
-    for expected in ("rouge_l.predictions", "paper_bleu.references", "score_outputs.outputs", "attention_on_target.settings"):
+    for expected in (
+        "rouge_l.predictions",
+        "paper_bleu.references",
+        "score_outputs.outputs",
+        "attention_on_target.settings",
+    ):
         assert expected in names, expected
     assert len(PARAMETERS) >= 20
 

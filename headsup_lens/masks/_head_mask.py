@@ -115,14 +115,17 @@ class HeadMask:
     # ----------------------------------------------------------------- properties
     @property
     def n_layers(self) -> int:
+        """Layers of the model the mask is for (`values.shape[0]`)."""
         return self.values.shape[0]
 
     @property
     def n_heads(self) -> int:
+        """Attention heads per layer (`values.shape[1]`)."""
         return self.values.shape[1]
 
     @property
     def n_total(self) -> int:
+        """All heads, `n_layers * n_heads` (N of Table 5's chance level)."""
         return self.values.numel()
 
     @property
@@ -136,10 +139,12 @@ class HeadMask:
         return torch.sigmoid(self.logits) if self.logits is not None else self.values
 
     def kept_heads(self) -> list[Head]:
-        return [tuple(h) for h in (self.values > 0).nonzero().tolist()]
+        """`(layer, head)` of every head the mask keeps (value > 0), in layer-major order."""
+        return [(int(layer), int(head)) for layer, head in (self.values > 0).nonzero().tolist()]
 
     def removed_heads(self) -> list[Head]:
-        return [tuple(h) for h in (self.values == 0).nonzero().tolist()]
+        """`(layer, head)` of every head the mask removes (value 0): the pathway, in layer-major order."""
+        return [(int(layer), int(head)) for layer, head in (self.values == 0).nonzero().tolist()]
 
     def removed_mlp_layers(self) -> list[int]:
         """The layers whose MLP output the mask removes (FFN slot below 0.5; App. C.3.3); none

@@ -124,10 +124,14 @@ def test_every_hl_name_in_the_docs_exists():
                 target = getattr(target, part)
 
 
-def test_every_public_subpackage_has_an_api_page():
+def test_every_public_subpackage_and_module_has_an_api_page():
     package = ROOT / "headsup_lens"
     subpackages = {p.parent.name for p in package.glob("*/__init__.py") if not p.parent.name.startswith("_")}
+    modules = {p.stem for p in package.glob("*.py") if not p.stem.startswith("_")}  # options
+    public = (subpackages | modules) - {"cli"}
     pages_ = {p.stem for p in (DOCS / "reference" / "api").glob("*.md")}
-    assert subpackages - {"cli"} <= pages_, f"API pages missing for {sorted(subpackages - {'cli'} - pages_)}"
-    for name in subpackages & pages_:
+    assert public <= pages_, f"API pages missing for {sorted(public - pages_)}"
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for name in public:
         assert (DOCS / "reference" / "api" / f"{name}.md").read_text().strip() == f"::: headsup_lens.{name}"
+        assert f"reference/api/{name}.md" in nav, f"reference/api/{name}.md is not in the site's nav"

@@ -24,7 +24,7 @@ docstrings), so it is the text `--help` prints in a {width}-column terminal.
 | `headsup tasks [--match TEXT]` | every task name, its train / held-out sizes, and whether it needs the data directory |
 | `headsup train --task organism/reverse --out runs/reverse [--preset paper\\|negative\\|fast]` | train (or resume) masks; several `--task`s train together (`masks/`). Explicit options win over the preset; `--fresh` moves an earlier run aside to `runs/reverse.old-<time>` |
 | `headsup evaluate --task organism/reverse --mask runs/reverse --out runs/reverse-eval` | the settings table and every output behind it (`results.csv`, `generations.csv`; `--mask` takes a file or a `train` output folder) |
-| `headsup sweep / lens / similarity / pathways …` | the analyses, writing CSV/JSON tables and figures ([examples](../guide/analyses.md)) |
+| `headsup sweep / lens / similarity / pathways …` | the analyses, writing CSV/JSON tables and figures ([examples](../guide/analyses.md#from-the-command-line)) |
 | `headsup compare-methods` | head-finding methods side by side: elicitation curves, cost, AUROC on the organism ([Head-finding methods](../guide/methods.md)) |
 | `headsup organism train / check` | train the built-in organism; check its planted pathways |
 | `headsup bake` | a mask baked into a standard checkpoint ([Use a mask outside headsup_lens](../guide/outside.md)) |

@@ -337,6 +337,73 @@ def median(values: list) -> float:
     return float(pd.Series(list(values), dtype=float).median())
 
 
+def influence_reorder(weight: str, influence: str, k: int, target: str | None = None) -> dict:
+    """What the influence order (App. C.3.1) did to a weight-order removal sweep, from the two sweeps'
+    rank CSVs (one row per step and tracked token: `step`, `label`, `rank`, `kind`).
+
+    The influence order is recomputed from the weight sweep's target ranks with the library's own
+    `analysis.influence_order` (the heads stand for their weight-order steps). Returns `k`;
+    `rises` (the target's rank rise at each weight-order removal up to the switch, step 1 first);
+    `start_rank` (before any removal); `switch_weight` / `switch_influence` (removals until the
+    target is the top token); `first_rank` (the target's rank after the first influence removal);
+    `steps` (the weight-order step of each influence removal, up to the influence switch); `n_zero`
+    / `n_negative` (removals among the first k whose rise is zero / negative) and `n_zero_after`
+    (of the zero ones, those after the weight switch); `all_removed` (influence removals until every
+    head of the weight order's first `switch_weight` is removed) and `n_after_switch_before`
+    (influence removals before that point that the weight order makes after its switch);
+    `n_first_by_switch` (how many of the weight order's first `switch_weight` heads the influence
+    order has removed when its own switch comes).
+    """
+    from headsup_lens.analysis import RemovalSweep, influence_order
+
+    sweeps = {}
+    for name, path in (("weight", weight), ("influence", influence)):
+        data = frame(path, kind="target")
+        label = target if target is not None else str(data["label"].iloc[0])
+        ranks = data.loc[data["label"] == label].sort_values(by="step")
+        if ranks.empty:
+            raise DataError(f"{path}: no target {label!r}")
+        sweeps[name] = ranks[["step", "rank"]].rename(columns={"rank": label}).reset_index(drop=True)
+    ranks_w, ranks_i = sweeps["weight"], sweeps["influence"]
+    label = ranks_w.columns[1]
+    n = len(ranks_w) - 1
+    k = min(int(k), n)
+    sweep = RemovalSweep(
+        prompt="",
+        order=[(0, i) for i in range(n)],
+        steps=ranks_w["step"].astype(int).tolist(),
+        tokens=pd.DataFrame({"label": [label], "kind": ["target"]}),
+        ranks=ranks_w,
+        logits=ranks_w,
+        generations=[],
+        generation_ids=[],
+    )
+    order = [head for _, head in influence_order(sweep, k=k)]  # weight-order positions, 0-based
+    w = ranks_w[label].astype(int).to_numpy()
+    rise = w[:-1] - w[1:]
+    hits_w, hits_i = (w == 1).nonzero()[0], (ranks_i[label].to_numpy() == 1).nonzero()[0]
+    if not len(hits_w) or not len(hits_i):
+        raise DataError(f"{weight} / {influence}: the target never becomes the top token")
+    switch_w, switch_i = int(hits_w[0]), int(hits_i[0])
+    needed = set(range(switch_w))
+    all_removed = max(order.index(i) for i in needed) + 1
+    return {
+        "k": k,
+        "rises": [int(r) for r in rise[:switch_w]],
+        "start_rank": int(w[0]),
+        "switch_weight": switch_w,
+        "switch_influence": switch_i,
+        "first_rank": int(ranks_i[label].iloc[1]),
+        "steps": [i + 1 for i in order[:switch_i]],
+        "n_zero": int((rise[:k] == 0).sum()),
+        "n_negative": int((rise[:k] < 0).sum()),
+        "n_zero_after": int((rise[switch_w:k] == 0).sum()),
+        "all_removed": all_removed,
+        "n_after_switch_before": sum(1 for i in order[:all_removed] if i >= switch_w),
+        "n_first_by_switch": sum(1 for i in order[:switch_i] if i < switch_w),
+    }
+
+
 # ---------------------------------------------------------------------------------------------- formatting
 def format_number(x: Any, fmt: str = ".2f") -> str:
     """`x` with Python's format spec `fmt`; a `,` in the spec groups thousands with a space ("6 250"),
@@ -590,6 +657,7 @@ def define_env(env) -> None:
         column,
         argmin_by,
         median,
+        influence_reorder,
         table,
         pivot,
         group_table,
@@ -604,3 +672,6 @@ def define_env(env) -> None:
         return plotly_figure(path, page_url=env.page.url if env.page is not None else "", height=height)
 
     env.variables["repository_root"] = os.fspath(ROOT)
+    from headsup_lens.demo import DemoConfig
+
+    env.variables["demo_defaults"] = DemoConfig()  # the settings behind tests/pinned/demo/

@@ -116,6 +116,10 @@ def auroc(scores: HeadScores, planted: Sequence[Head]) -> float:
 
 @checked
 def roc_points(scores: HeadScores, planted: Sequence[Head]) -> pd.DataFrame:
+    """The ROC curve of the scores (higher = removed earlier) for planted membership, as `auroc` scores it.
+
+    Returns a frame with one row per threshold: `fpr`, `tpr` and `threshold` (sklearn's `roc_curve`).
+    """
     from sklearn.metrics import roc_curve
 
     labels, values = _labels(scores, planted)

@@ -56,6 +56,7 @@ class PathwayHeads:
 
     @property
     def counts(self) -> Tensor:
+        """`[n_layers, n_heads]`: how many of the masks keep each head."""
         return self.kept.sum(0)
 
     def _rows(self, names: Sequence[str] | None) -> Tensor:
@@ -93,6 +94,7 @@ class PathwayHeads:
         )
 
     def summary(self) -> dict[str, int]:
+        """Counts: `masks`, `heads` (per mask), and the heads `used_by_all`, `used_by_some`, `used_by_none`."""
         return {
             "masks": len(self.names),
             "heads": int(self.kept[0].numel()),

@@ -63,10 +63,12 @@ class RemovalSweep:
 
     @property
     def target_labels(self) -> list[str]:
+        """Labels of the target tokens (the `ranks` / `logits` columns of `kind == "target"`)."""
         return self.tokens.loc[self.tokens.kind == "target", "label"].tolist()
 
     @property
     def top_labels(self) -> list[str]:
+        """Labels of the full model's top-k tokens (the `ranks` / `logits` columns of `kind == "top"`)."""
         return self.tokens.loc[self.tokens.kind == "top", "label"].tolist()
 
     @property

@@ -104,6 +104,10 @@ def _other_rank() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run `headsup ARGV` (default: `sys.argv[1:]`) and return the exit code: 0 on success, 2 for bad
+    input, 1 for an operating-system error, 130 for an interruption (one line on stderr; `--debug`
+    shows the traceback).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = _chosen(argv)
     args = build_parser(chosen).parse_args(argv)

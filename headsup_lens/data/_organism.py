@@ -381,6 +381,7 @@ class OrganismTask:
         return word if phrasing is None else self.instructions[phrasing].replace("{input}", word)
 
     def pairs(self) -> list[tuple[str, str]]:
+        """Every organism word with this task's answer, `(word, answer)`, in the word list's order."""
         return [(word, self.answer(word)) for word in organism_words()]
 
 
@@ -418,6 +419,7 @@ def train_words() -> tuple[str, ...]:
 
 @checked
 def eval_words() -> tuple[str, ...]:
+    """The organism's held-out words: the last `N_EVAL_WORDS` of its word list, held out by every organism task."""
     return organism_words()[-N_EVAL_WORDS:]
 
 

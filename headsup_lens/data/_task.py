@@ -96,14 +96,17 @@ class Task:
     # ----------------------------------------------------------------- splits
     @property
     def n_train(self) -> int:
+        """How many pairs are for training: all `pairs` but the last `n_eval`."""
         return len(self.pairs) - self.n_eval
 
     @property
     def train_pairs(self) -> tuple[Pair, ...]:
+        """The training `(input, answer)` pairs: all of `pairs` but the last `n_eval`."""
         return self.pairs[: self.n_train]
 
     @property
     def eval_pairs(self) -> tuple[Pair, ...]:
+        """The held-out `(input, answer)` pairs: the last `n_eval` of `pairs`."""
         return self.pairs[self.n_train :]
 
     def split_indices(self, split: str) -> range:
@@ -122,10 +125,12 @@ class Task:
     # ----------------------------------------------------------------- prompts and grading
     @property
     def is_translation(self) -> bool:
+        """Whether the task is a translation (it has a `target_language`)."""
         return self.target_language is not None
 
     @property
     def has_shots(self) -> bool:
+        """Whether the task carries few-shot demonstrations (`shots`)."""
         return self.shots is not None
 
     def demonstrations(self, index: int) -> Shots:

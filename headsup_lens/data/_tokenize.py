@@ -132,10 +132,12 @@ class TaskBatch:
         return self.input_ids.shape[0]
 
     def to(self, device: torch.device | str) -> TaskBatch:
+        """The same batch with `input_ids`, `attention_mask` and `labels` (each `[batch, pos]`) on `device`."""
         return TaskBatch(self.input_ids.to(device), self.attention_mask.to(device), self.labels.to(device))
 
     @property
     def n_answer_tokens(self) -> int:
+        """How many label positions are scored (answer tokens, end of turn included; not `IGNORE_INDEX`)."""
         return int((self.labels != IGNORE_INDEX).sum())
 
 

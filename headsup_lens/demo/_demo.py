@@ -52,6 +52,11 @@ from ._report import Report
 @checked
 @dataclass
 class DemoResult:
+    """What `run_demo` produced: the output folder `out` (with `report.html`), the per-task `summary`
+    table, the `evaluations` table (one row per task and setting), the removal `sweeps` by order name
+    (`weight order`, `influence order`, `random order`) and the wall-clock `seconds`.
+    """
+
     out: Path
     summary: pd.DataFrame
     evaluations: pd.DataFrame
@@ -94,6 +99,12 @@ def _multi_word(task: Task) -> bool:
 
 @checked
 def run_demo(config: DemoConfig) -> DemoResult:
+    """`headsup demo` as a library call: train (or load, `config.masks`) a mask per task, evaluate them,
+    run removal sweeps in weight, influence and random order, layer similarity and the logit lens, and
+    write tables, figures and a self-contained `report.html` into `config.out` as one set.
+
+    Returns a `DemoResult`. Tasks and stored masks are checked before the model is loaded.
+    """
     start = time.perf_counter()
     threads = config.threads if config.threads is not None else (1 if config.model == "organism" else None)
     if threads is not None:

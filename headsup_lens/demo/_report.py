@@ -37,12 +37,15 @@ class Report:
     _n_figures: int = 0
 
     def heading(self, text: str) -> None:
+        """Add a section heading."""
         self._parts.append(f"<h2>{html.escape(text)}</h2>")
 
     def intro(self, text: str) -> None:
+        """Add an introductory paragraph (plain text, escaped)."""
         self._parts.append(f'<p class="intro">{html.escape(text)}</p>')
 
     def note(self, text: str) -> None:
+        """Add a note paragraph (plain text, escaped)."""
         self._parts.append(f'<p class="note">{html.escape(text)}</p>')
 
     def caption(self, text: str) -> None:
@@ -50,11 +53,14 @@ class Report:
         self._parts.append(f'<p class="caption">{html.escape(text)}</p>')
 
     def code(self, text: str) -> None:
+        """Add a preformatted block (a command, a generation), escaped."""
         self._parts.append(f"<pre>{html.escape(text)}</pre>")
 
     def table(
         self, frame: pd.DataFrame, float_format: str = "{:.3f}", index: bool = False, caption: str | None = None
     ) -> None:
+        """Add `frame` as an HTML table (wide ones scroll), floats written with `float_format` (whole-number
+        columns as integers), and an optional caption."""
         formatters = {
             c: _formatter(frame[c], float_format) for c in frame.columns if pd.api.types.is_float_dtype(frame[c])
         }
@@ -64,6 +70,7 @@ class Report:
             self.caption(caption)
 
     def figure(self, fig: go.Figure, caption: str | None = None) -> None:
+        """Add a plotly figure (the first one carries plotly.js inline) and an optional caption."""
         include: bool | str = "inline" if self._n_figures == 0 else False  # plotly.js once, in the first figure
         self._parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=include))  # pyright: ignore[reportArgumentType] (plotly's stub says bool; str modes are documented)
         self._n_figures += 1
@@ -71,6 +78,7 @@ class Report:
             self.caption(caption)
 
     def to_html(self) -> str:
+        """The whole report as one HTML document."""
         body = "\n".join(self._parts)
         return (
             f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
@@ -78,6 +86,7 @@ class Report:
         )
 
     def write(self, path: str | os.PathLike) -> Path:
+        """Write the report to `path` atomically; returns the path."""
         return atomic_write_text(path, self.to_html())
 
 

@@ -118,6 +118,9 @@ class Labels:
     values: tuple[str, ...]
 
     def gold(self, user_input: str, answer: str) -> str:
+        """The label of a pair: its answer (`kind="answer"`) or the answer's 1-based position in the
+        input's comma-separated items (`kind="choice"`).
+        """
         if self.kind == "choice":
             return str(_items(user_input).index(normalize(answer, casefold=True)) + 1)
         return answer

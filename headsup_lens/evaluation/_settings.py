@@ -62,6 +62,7 @@ class EvalSetting:
 
     @property
     def is_control(self) -> bool:
+        """Whether the setting needs no model (the echo baseline, the majority label)."""
         return self.control is not None
 
     @property

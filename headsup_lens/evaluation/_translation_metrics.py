@@ -6,7 +6,8 @@
   a Hugging Face tokenizer). The default, `"13a+zh"`, is sacreBLEU's Chinese tokenizer: 13a tokens
   (case kept, punctuation split off) for Latin and Cyrillic text and one token per CJK character,
   the word-level counterpart of XLM-R's pieces (those split rare words further, which gives partial
-  credit for partly right words; see the README for the effect on a sample).
+  credit for partly right words; the documentation's results page on translation shows the effect on
+  a sample).
 - `paper_bleu`: Table 8's procedure: NLTK `sentence_bleu` (smoothing method 1) per example, 0-1,
   averaged over examples. Punctuation (`[^\\w\\s]`) is removed, spaces collapsed and the text
   segmented by jieba (every language); the reference keeps its second "\\n\\n" paragraph when it has

@@ -60,10 +60,14 @@ class ModelFingerprint:
         return self.content_hash == other.content_hash
 
     def to_dict(self) -> dict:
+        """The fingerprint as a JSON-ready dict (stored in mask files and run folders)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelFingerprint:
+        """A fingerprint from its JSON form (`to_dict`); a missing field or a non-object is a `ValueError`
+        (`content_hash` is optional).
+        """
         if not isinstance(data, dict):
             raise ValueError(f"a model fingerprint must be a JSON object, got {type(data).__name__}")
         required = {k for k in cls.__dataclass_fields__ if k != "content_hash"}
@@ -73,6 +77,7 @@ class ModelFingerprint:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def describe_difference(self, other: ModelFingerprint) -> str:
+        """The fields that differ from `other`, as `name: this vs other` (empty when none does)."""
         diffs = [
             f"{k}: {_short(getattr(self, k))!r} vs {_short(getattr(other, k))!r}"
             for k in self.__dataclass_fields__

@@ -45,6 +45,9 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
 
 @checked
 def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The torch device to run on: `device` as given, or CUDA when available else CPU for `None`;
+    asking for CUDA on a machine without it is a `ValueError`.
+    """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(device)

@@ -225,6 +225,11 @@ def batch_loss(model: TransformerBridge, batch: Batch, reduction: str = "mean") 
 @checked
 @dataclass
 class TrainedOrganism:
+    """A trained organism: the `model`, its `planted` head sets (task -> `(layer, head)` list), the
+    training `history` (one dict per step: `step`, `loss`, `lr`, probe accuracies every
+    `probe_every` steps), the `config` it was trained with and `wall_time_s`.
+    """
+
     model: TransformerBridge
     planted: dict[str, list[Head]]
     history: list[dict]

@@ -114,6 +114,7 @@ class Experiment:
     # ------------------------------------------------------------------ model and tasks
     @property
     def is_organism(self) -> bool:
+        """Whether the experiment runs on the built-in organism (`--model organism`)."""
         return self.options.model == ORGANISM
 
     @property

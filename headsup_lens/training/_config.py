@@ -114,6 +114,7 @@ class TrainConfig:
         return self.tau_start + (self.tau_end - self.tau_start) * step / decay
 
     def replace(self, **changes) -> TrainConfig:
+        """A copy with `changes` applied (`dataclasses.replace`)."""
         return replace(self, **changes)
 
     def recipe(self) -> dict:

@@ -169,3 +169,33 @@ def test_the_cli_reference_is_the_help_text():
         ).stdout
         assert printed.rstrip() == texts[command].rstrip()
         assert f"```text\n{printed.rstrip()}\n```" in page
+
+
+def test_influence_reorder_follows_the_weight_sweep(macros):
+    """A weight sweep whose target jumps to rank 1 at step 3: the influence order puts that head first
+    and pushes the head whose removal cost the target a place behind the heads with no rise."""
+
+    def ranks(path, values):
+        pd.DataFrame(
+            {
+                "step": list(range(len(values))),
+                "label": ["target 'm'"] * len(values),
+                "rank": values,
+                "kind": ["target"] * len(values),
+            }
+        ).to_csv(macros.ROOT / path, index=False)
+
+    ranks("weight.csv", [9, 10, 8, 1, 1, 2, 1])  # rises: -1, 2, 7, 0, -1, 1
+    ranks("influence.csv", [9, 4, 3, 2, 2, 1, 1])
+    found = macros.influence_reorder("weight.csv", "influence.csv", k=6)
+    # by rise, ties in sweep order: step 3 (7), step 2 (2), step 6 (1), step 4 (0), steps 1, 5 (-1)
+    assert found["steps"] == [3, 2, 6, 4, 1]
+    assert found["rises"] == [-1, 2, 7]
+    assert (found["switch_weight"], found["switch_influence"], found["first_rank"]) == (3, 5, 4)
+    assert (found["n_zero"], found["n_negative"], found["n_zero_after"]) == (1, 2, 1)
+    assert found["all_removed"] == 5  # step 1 comes fifth
+    assert found["n_after_switch_before"] == 2  # steps 6 and 4
+    assert found["n_first_by_switch"] == 3
+    with pytest.raises(macros.DataError, match="never"):
+        ranks("flat.csv", [9, 9, 9, 9, 9, 9, 9])
+        macros.influence_reorder("weight.csv", "flat.csv", k=6)

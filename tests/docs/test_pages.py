@@ -6,12 +6,19 @@ fence, with the reason:
 
     <!-- test: skip (loads SmolLM2: a 93 MB download on first use) -->
     <!-- test: needs-data -->           runs only when HEADSUP_DATA_DIR holds the paper's data
+
+A shell block runs only when it asks to, with `<!-- test: run -->`: each `headsup ...` line runs as
+a command of this checkout (`python3 -m headsup_lens ...`) in the page's scratch folder, in the
+page's order with its Python blocks (a Python block may read what a command wrote).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
+import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<info>[^\n`]*)$")
 MARK = re.compile(r"^\s*<!--\s*test:\s*(?P<kind>[\w-]+)\s*(?P<reason>.*?)\s*-->\s*$")
-KINDS = ("skip", "needs-data")
+KINDS = ("skip", "needs-data", "run")
+SHELL = ("bash", "sh", "console")
 
 
 @dataclass
@@ -69,9 +77,30 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
+def runs(block: Block) -> bool:
+    """A Python block not marked skip, or a shell block marked run."""
+    if block.language in ("python", "py"):
+        return block.mark != "skip"
+    return block.language in SHELL and block.mark == "run"
+
+
 def python_pages() -> list[Path]:
-    """Pages with a Python block that runs here (not marked skip)."""
-    return [p for p in pages() if any(b.language in ("python", "py") and b.mark != "skip" for b in blocks(p))]
+    """Pages with a block that runs here (a Python block not marked skip, a shell block marked run)."""
+    return [p for p in pages() if any(runs(b) for b in blocks(p))]
+
+
+def run_commands(block: Block, where: str) -> None:
+    """Each line of a shell block, `headsup` run as this checkout's `python3 -m headsup_lens`."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for line in block.code.splitlines():
+        words = shlex.split(line, comments=True)
+        if not words:
+            continue
+        assert words[0] == "headsup", f"{where}: a shell block marked run holds headsup commands only: {line!r}"
+        done = subprocess.run(
+            [sys.executable, "-m", "headsup_lens", *words[1:]], env=environment, capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"{where}: {line!r} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
 
 
 def has_paper_data() -> bool:
@@ -89,6 +118,20 @@ def test_every_mark_is_known_and_every_skip_says_why():
                 assert re.fullmatch(r"\(.{5,}\)", block.reason or ""), f"{where}: a skipped block says why: (reason)"
 
 
+def test_every_analysis_command_has_an_example_that_runs():
+    page = DOCS / "guide" / "analyses.md"
+    commands = {
+        shlex.split(line)[1]
+        for b in blocks(page)
+        if runs(b) and b.language in SHELL
+        for line in b.code.splitlines()
+        if line.strip()
+    }
+    assert commands >= {"sweep", "lens", "similarity", "pathways"}
+    influence = [b.code for b in blocks(page) if runs(b) and "--order influence" in b.code]
+    assert influence, "guide/analyses.md: no example of headsup sweep --order influence that runs"
+
+
 def test_the_guides_have_python_blocks_that_run():
     runnable = [b for p in python_pages() for b in blocks(p) if b.language in ("python", "py") and b.mark is None]
     assert len(runnable) >= 20
@@ -102,11 +145,15 @@ def test_every_python_block_runs_as_written(page, tmp_path, monkeypatch):
     namespace: dict = {"__name__": "__docs__"}
     ran = 0
     for block in blocks(page):
-        if block.language not in ("python", "py") or block.mark == "skip":
+        if not runs(block):
             continue
         if block.mark == "needs-data" and not has_paper_data():
             continue
-        exec(compile(block.code, f"{page.relative_to(ROOT)}:{block.line}", "exec"), namespace)
+        where = f"{page.relative_to(ROOT)}:{block.line}"
+        if block.language in SHELL:
+            run_commands(block, where)
+        else:
+            exec(compile(block.code, where, "exec"), namespace)
         ran += 1
     assert ran or not has_paper_data(), f"{page.relative_to(ROOT)}: no block ran"
 
@@ -124,10 +171,14 @@ def test_every_hl_name_in_the_docs_exists():
                 target = getattr(target, part)
 
 
-def test_every_public_subpackage_has_an_api_page():
+def test_every_public_subpackage_and_module_has_an_api_page():
     package = ROOT / "headsup_lens"
     subpackages = {p.parent.name for p in package.glob("*/__init__.py") if not p.parent.name.startswith("_")}
+    modules = {p.stem for p in package.glob("*.py") if not p.stem.startswith("_")}  # options
+    public = (subpackages | modules) - {"cli"}
     pages_ = {p.stem for p in (DOCS / "reference" / "api").glob("*.md")}
-    assert subpackages - {"cli"} <= pages_, f"API pages missing for {sorted(subpackages - {'cli'} - pages_)}"
-    for name in subpackages & pages_:
+    assert public <= pages_, f"API pages missing for {sorted(public - pages_)}"
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for name in public:
         assert (DOCS / "reference" / "api" / f"{name}.md").read_text().strip() == f"::: headsup_lens.{name}"
+        assert f"reference/api/{name}.md" in nav, f"reference/api/{name}.md is not in the site's nav"

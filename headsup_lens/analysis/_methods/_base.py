@@ -185,6 +185,10 @@ MethodFn = Callable[..., tuple[Tensor, dict[str, Any]]]
 @checked
 @dataclass(frozen=True)
 class HeadMethod:
+    """A registered head-finding method (`register_method`): its `name`, its `run(context, **options)`
+    returning `(scores [n_layers, n_heads], settings)`, and a one-line `description`.
+    """
+
     name: str
     run: MethodFn
     description: str

@@ -11,6 +11,7 @@ from ._paths import default_data_dir as default_data_dir
 from ._registry import load_task as load_task
 from ._registry import register_task as register_task
 from ._registry import task_names as task_names
+from ._sources import CHAR_LEVEL_LANGUAGES as CHAR_LEVEL_LANGUAGES
 from ._sources import FEWSHOT_SEED as FEWSHOT_SEED
 from ._sources import FV_TASKS as FV_TASKS
 from ._sources import HYBRID_UNSEEN as HYBRID_UNSEEN
@@ -62,6 +63,7 @@ _EXPORTS: dict[str, str] = dict.fromkeys(
 )
 __getattr__, _lazy_dir = lazy_exports(__name__, _EXPORTS)
 __all__ = [
+    "CHAR_LEVEL_LANGUAGES",
     "ENV_VAR",
     "FEWSHOT_SEED",
     "FV_TASKS",

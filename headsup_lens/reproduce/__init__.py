@@ -9,9 +9,18 @@ keyed by the training recipe and the model fingerprint) and writes tables and fi
 `<out>/<model>/` through the folder lock and one all-or-nothing output set per run; the folder
 records its model (`model.json`) and refuses another's. The multi-step procedures of some
 artifacts live here too, tested: Table 3's few-shot and hybrid rows (`fewshot_rows`,
-`fewshot_summary`) and the resumable comparison of head-finding methods (`compare_methods_on_tasks`).
+`fewshot_summary`), the resumable comparison of head-finding methods (`compare_methods_on_tasks`),
+the real-model stages over stored masks (`select_tasks`, `train_stored_masks`, `settings_table`,
+`analyze_task`, `combine_tables`, ...), the translation stages (`scan_translation`, `table1_rows`,
+`fig2_sweeps`, `table8_rows`), the SFT paper's stages (`sft_organism`, `sft_smollm2`,
+`sft_selection`) and the comparison of a baked mask outside the toolkit (`bake_comparison`).
 """
 
+from ._bake import agreement as agreement
+from ._bake import bake_comparison as bake_comparison
+from ._bake import llama_cpp_greedy as llama_cpp_greedy
+from ._bake import plain_greedy as plain_greedy
+from ._bake import timed_bake as timed_bake
 from ._experiment import MODEL_RECORD as MODEL_RECORD
 from ._experiment import Experiment as Experiment
 from ._experiment import check_model_record as check_model_record
@@ -44,3 +53,34 @@ from ._options import DEFAULT_ORGANISM_TASKS as DEFAULT_ORGANISM_TASKS
 from ._options import ORGANISM_TASK as ORGANISM_TASK
 from ._options import ExperimentOptions as ExperimentOptions
 from ._options import MultiTaskOptions as MultiTaskOptions
+from ._sft import sft_grouping as sft_grouping
+from ._sft import sft_organism as sft_organism
+from ._sft import sft_selection as sft_selection
+from ._sft import sft_smollm2 as sft_smollm2
+from ._sft import sft_time as sft_time
+from ._sft import write_sft_run as write_sft_run
+from ._staged import SUMMARY_SETTINGS as SUMMARY_SETTINGS
+from ._staged import TEXT_COLUMNS as TEXT_COLUMNS
+from ._staged import add_seed_rows as add_seed_rows
+from ._staged import analyze_task as analyze_task
+from ._staged import combine_tables as combine_tables
+from ._staged import rescore_stored as rescore_stored
+from ._staged import seed0_tasks as seed0_tasks
+from ._staged import seed_masks as seed_masks
+from ._staged import select_tasks as select_tasks
+from ._staged import selection_markdown as selection_markdown
+from ._staged import selection_table as selection_table
+from ._staged import settings_table as settings_table
+from ._staged import summary_markdown as summary_markdown
+from ._staged import train_stored_masks as train_stored_masks
+from ._translation import ECHO as ECHO
+from ._translation import PAPER_TABLE8_ALPHA as PAPER_TABLE8_ALPHA
+from ._translation import SCAN_TARGETS as SCAN_TARGETS
+from ._translation import fig2_sweeps as fig2_sweeps
+from ._translation import scan_summary as scan_summary
+from ._translation import scan_translation as scan_translation
+from ._translation import setting_names as setting_names
+from ._translation import table1_rows as table1_rows
+from ._translation import table8_rows as table8_rows
+from ._translation import train_translation_masks as train_translation_masks
+from ._translation import translation_mask_name as translation_mask_name

@@ -208,26 +208,52 @@ class Experiment:
         """`<stem>[_<task>]` (organism tasks lose their `organism/` prefix)."""
         return stem + (f"_{safe_name(task.name.removeprefix('organism/'))}" if task is not None else "")
 
-    def table(self, frame: pd.DataFrame, stem: str, task: Task | None = None) -> Path:
-        """Write `frame` as `<out>/<stem>[_<task>].csv` when the run ends; the final path."""
+    def table(
+        self, frame: pd.DataFrame, stem: str, task: Task | None = None, *, float_format: str | None = "%.6g"
+    ) -> Path:
+        """Write `frame` as `<out>/<stem>[_<task>].csv` when the run ends (`float_format` None: every
+        digit, so a reader gets the same floats back); the final path."""
         name = self.stem(stem, task)
-        self._stems.add(name)
-        atomic_write(self._stage.path / f"{name}.csv", lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))
+        atomic_write(self.staged(f"{name}.csv"), lambda tmp: frame.to_csv(tmp, index=False, float_format=float_format))
         return self.out / f"{name}.csv"
+
+    def staged(self, name: str) -> Path:
+        """Where to write `<out>/<name>` (`name` relative to `out`, e.g. `masks/x.safetensors`): a path
+        in the staging folder, its folder made; the file is moved in with the others when the run ends."""
+        self._stems.add(name)
+        path = self._stage.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def current(self, name: str) -> Path:
+        """`<out>/<name>` as this run sees it: the file this run wrote (staged), else the one in `out`."""
+        staged = self._stage.path / name
+        return staged if staged.is_file() else self.out / name
+
+    def files(self, pattern: str) -> list[Path]:
+        """The files matching `pattern` (relative to `out`) as this run sees them (`current`), by name."""
+        names = {p.relative_to(self.out).as_posix() for p in self.out.glob(pattern) if p.is_file()}
+        names |= {p.relative_to(self._stage.path).as_posix() for p in self._stage.path.glob(pattern) if p.is_file()}
+        return [self.current(name) for name in sorted(names)]
+
+    def text(self, text: str, name: str) -> Path:
+        """Write `text` as `<out>/<name>` when the run ends; the final path."""
+        atomic_write(self.staged(name), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        return self.out / name
 
     def figure(self, fig, stem: str, task: Task | None = None) -> Path:
         """An HTML figure beside one shared plotly.min.js (no external URL) and a PNG (unless
         `--no-png`), written when the run ends; the final HTML path."""
         name = self.stem(stem, task)
-        self._stems.add(name)
+        staged = self.staged(name)
         # Staged first, read from `out`: one plotly.min.js in the output root (figures/ for the committed ones).
         saved = save_figure(
-            fig, self._stage.path / name, png=self.options.png, root=self.out.parent, served_from=self.out
+            fig, staged, png=self.options.png, root=self.out.parent, served_from=(self.out / name).parent
         )
         if saved.png is None and self.options.png and saved.png_error not in self._png_errors:
             self._png_errors.add(saved.png_error)
             print(f"[{self.name}] PNG figures not written (HTML written): {saved.png_error}")
-        return self.out / saved.html.name
+        return (self.out / name).parent / saved.html.name
 
     def record_time(self, what: str, seconds: float) -> None:
         """Append one stage's wall time to `<out>/times.csv` (at once: a log, not a result)."""

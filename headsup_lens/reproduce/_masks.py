@@ -94,8 +94,17 @@ def cached_masks(
 
 @checked
 def stored_mask_path(
-    folder: str | os.PathLike, task: Task, *, negative: bool = False, gate: str = "value", mlp: bool = False
+    folder: str | os.PathLike,
+    task: Task | str,
+    *,
+    negative: bool = False,
+    gate: str = "value",
+    mlp: bool = False,
+    seed: int = 0,
 ) -> Path:
-    """`<folder>/<task>[_negative][_query][_mlp].safetensors`: where a stored mask of this kind lives."""
+    """`<folder>/<task>[_negative][_query][_mlp][_seed<k>].safetensors`: where a stored mask of this
+    kind lives (`seed` 0, the paper's recipe, has no suffix)."""
     suffix = ("_negative" if negative else "") + ("_query" if gate == "query" else "") + ("_mlp" if mlp else "")
-    return Path(folder) / f"{safe_name(task.name)}{suffix}.safetensors"
+    suffix += f"_seed{seed}" if seed else ""
+    name = task if isinstance(task, str) else task.name
+    return Path(folder) / f"{safe_name(name)}{suffix}.safetensors"

@@ -4,7 +4,6 @@ behind them is tested in the library (`tests/reproduce/`, `tests/analysis/`, ...
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +14,6 @@ from headsup_lens.reproduce import MODEL_RECORD
 
 from ..conftest import build_llama_dir, run_script
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 TINY = ["--steps", "12", "--batch-size", "2", "--no-png", "--threads", "1"]
 DEFAULT_TASKS = {"organism__translate", "organism__reverse", "organism__uppercase", "organism__antonym"}
 
@@ -113,54 +111,44 @@ def test_a_bad_option_ends_in_one_line_naming_it_before_any_work(tmp_path):
     assert not (tmp_path / "none").exists()
 
 
-def test_bench_performance_runs_and_checks_its_loops(organism_like, tmp_path, monkeypatch, capsys):
+def test_bench_performance_runs_and_checks_its_loops(organism_like, tmp_path):
     """The benchmark on a tiny model: the sweep equals the sequential loop, evaluation equals per-example
     generation, and every loop (and its plain-transformers reference) reports positive FLOP/s. A training
     step's time is the difference of a 40- and a 20-step run: enough steps to stand above timer noise."""
     import json
 
-    sys.path.insert(0, str(EXPERIMENTS))
-    try:
-        import bench_performance
-    finally:
-        sys.path.remove(str(EXPERIMENTS))
     out = tmp_path / "bench.json"
-    monkeypatch.setattr(
-        sys,
-        "argv",
-        [
-            "bench_performance.py",
-            "--model",
-            str(organism_like),
-            "--threads",
-            "1",
-            "--repeats",
-            "1",
-            "--sweep-steps",
-            "4",
-            "--new-tokens",
-            "3",
-            "--sequential-steps",
-            "2",
-            "--skip-former",
-            "--eval-prompts",
-            "3",
-            "--eval-new-tokens",
-            "2",
-            "--train-steps",
-            "40",
-            "--json",
-            str(out),
-        ],
+    done = run_script(
+        "bench_performance.py",
+        "--model",
+        str(organism_like),
+        "--threads",
+        "1",
+        "--repeats",
+        "1",
+        "--sweep-steps",
+        "4",
+        "--new-tokens",
+        "3",
+        "--sequential-steps",
+        "2",
+        "--skip-former",
+        "--eval-prompts",
+        "3",
+        "--eval-new-tokens",
+        "2",
+        "--train-steps",
+        "40",
+        "--json",
+        str(out),
     )
-    assert bench_performance.main() == 0
     results = json.loads(out.read_text())["results"]["fp32"]
     assert results["sweep"]["identical_to_sequential"] is True
     assert results["eval"]["identical"] is True
     for section in ("sweep", "train"):
         assert results[section]["fraction_wall"][0] > 0
         assert results[section]["plain"]["fraction_wall"][0] > 0
-    assert "plain transformers, same work" in capsys.readouterr().out
+    assert "plain transformers, same work" in done.stdout
 
 
 def test_table6_removes_the_heads_of_a_chosen_group(organism_like, tmp_path):
@@ -238,3 +226,21 @@ def test_table7_reads_the_held_out_examples_and_evaluates_the_same_mask(organism
     assert evaluation.loc["masked", "accuracy"] == accuracy(model, task, mask=mask)
     failed = run_script("table7_attention_on_target.py", *options, "--task", "organism/reverse", expect=2)
     assert "is not a pick-one-of-three-words task" in failed.stderr
+
+
+def test_smollm2_script_trains_a_stored_mask_and_names_a_missing_stage_input(tmp_path):
+    """The staged script on a tiny model: a positional stage, its own options (`--runs`), the runner's
+    output folder; the steps themselves are tested in tests/reproduce/test_staged.py."""
+    model = build_llama_dir(tmp_path / "tiny")
+    common = ["--model", str(model), "--out", str(tmp_path / "out"), "--runs", str(tmp_path / "runs"), "--no-png"]
+    run_script("smollm2.py", "train", "--tasks", "organism/antonym", "--steps", "2", "--batch-size", "2", *common)
+    assert (tmp_path / "out" / "tiny" / "masks" / "organism__antonym.safetensors").is_file()
+    assert (tmp_path / "runs" / "seed0-organism__antonym").is_dir()  # the run folder (checkpoints) under --runs
+
+
+def test_translation_script_names_a_missing_option(tmp_path):
+    """The translation script parses its stage and options like the others and ends in one line; its
+    steps are tested in tests/reproduce/test_translation.py."""
+    model = build_llama_dir(tmp_path / "tiny")
+    failed = run_script("translation.py", "train", "--model", str(model), "--out", str(tmp_path / "out"), expect=2)
+    assert failed.stderr.strip() == "translation: error: train: --pairs is required"

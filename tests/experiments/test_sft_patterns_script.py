@@ -35,8 +35,9 @@ def test_help_lists_the_stages_and_options():
 @pytest.mark.slow
 def test_organism_and_select_stages_write_their_tables(tmp_path):
     base = build_llama_dir(tmp_path / "base")  # stands in for the base organism (not trained here)
-    out, runs = tmp_path / "figures", tmp_path / "runs"
-    common = ["--base", str(base), "--runs", str(runs), "--out", str(out), "--no-png"]
+    runs = tmp_path / "runs"
+    common = ["--base", str(base), "--runs", str(runs), "--out", str(tmp_path / "figures"), "--no-png"]
+    out = tmp_path / "figures" / "organism"  # <out>/<model>
     run("organism", "--steps", "3", *common)
     table1 = pd.read_csv(out / "sft_table1.csv")
     assert len(table1) == 11 and table1.task.iloc[-1] == "mean" and (table1.n_examples == 32).all()

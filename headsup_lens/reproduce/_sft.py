@@ -1,0 +1,160 @@
+"""The SFT activation-pattern paper's experiments (Zhao, Du et al.; `experiments/sft_patterns.py`):
+each stage wires `headsup_lens.sft`'s measurements to the run's output files.
+
+`sft_organism` fine-tunes the base organism on every task and composite, `sft_smollm2` LoRA-tunes the
+loaded SmolLM2 on function-vector tasks, `sft_selection` runs the pattern-guided data selection
+(Tables 2/3) and `sft_grouping` tests Fig. 2's grouping from a stored correlation matrix. The tables
+are written by `plots.save_table` (as the committed `figures/*/sft_*.csv` were); `sft_time` appends a
+stage's wall time and settings to `sft_times.csv`. Run folders (checkpoints, patterns per step) go to
+`runs`, outside the output folder: a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from .._typecheck import checked
+from ..data import Task, load_task
+from ..masks import HeadMask
+from ..models import load_model
+from ..organism import TASK_NAMES
+from ..plots import change_correlation_figure, data_selection_figure, pattern_dynamics_figure, save_table
+from ..sft import (
+    COMPOSITES,
+    SMOLLM2_GROUPS,
+    SMOLLM2_TASKS,
+    FinetuneConfig,
+    FinetuneResult,
+    SelectionConfig,
+    base_organism,
+    composition_fits,
+    data_selection,
+    finetune_,
+    held_out_outputs,
+    mask_overlap,
+    organism_sft_config,
+    reloading,
+    run_changes,
+    run_tables,
+    selection_summary,
+    similarity_vs_loss,
+    smollm2_sft_config,
+    task_grouping,
+)
+from ._experiment import Experiment
+from ._masks import stored_mask_path
+
+TIMES = "sft_times.csv"
+
+
+def _save(xp: Experiment, table: pd.DataFrame, stem: str, *, index: bool = False) -> None:
+    save_table(table, xp.staged(f"{stem}.csv"), index=index)
+
+
+@checked
+def write_sft_run(xp: Experiment, result: FinetuneResult, config: FinetuneConfig, *, seed: int) -> None:
+    """Table 1, accuracy, Fig. 2's change correlation and Fig. 5's dynamics of one fine-tuning run."""
+    tables = run_tables(result, n_examples=config.pattern_examples, seed=seed)
+    for key, stem in (("table1", "table1"), ("accuracy", "accuracy"), ("dynamics", "fig5_dynamics")):
+        _save(xp, tables[key], f"sft_{stem}")
+    _save(xp, tables["change_correlation"], "sft_fig2_change_correlation", index=True)
+    xp.figure(change_correlation_figure(tables["change_correlation"]), "sft_fig2_change_correlation")
+    tasks = list(tables["change_correlation"].index)
+    xp.figure(pattern_dynamics_figure(tables["dynamics"], tasks), "sft_fig5_dynamics")
+
+
+@checked
+def sft_organism(xp: Experiment, *, base: str | Path, runs: str | Path, steps: int, seed: int) -> dict[str, Any]:
+    """Instruction SFT of the base organism (`base_organism(base)`: trained there when missing) on every
+    organism task and composite: the run's tables and the composition fits (Eq. 3). The recipe."""
+    threads = torch.get_num_threads()
+    model = load_model(str(base_organism(base, threads=threads)), dtype="float32")
+    names = [f"organism/{n}" for n in TASK_NAMES] + [f"organism/{a}+{b}" for a, b in COMPOSITES]
+    config = organism_sft_config(steps, seed)
+    result = finetune_(model, [load_task(n) for n in names], config, out_dir=Path(runs) / f"organism_sft_seed{seed}")
+    write_sft_run(xp, result, config, seed=seed)
+    _save(xp, composition_fits(run_changes(result), COMPOSITES, prefix="organism/", seed=seed), "sft_composition")
+    return {k: getattr(config, k) for k in ("steps", "batch_size", "lr", "method")}
+
+
+@checked
+def sft_grouping(xp: Experiment) -> pd.DataFrame | None:
+    """Fig. 2's grouping test (do related tasks have the more similar changes) from the stored change
+    correlation, as `sft_fig2_grouping.csv`; None when the matrix holds too few grouped tasks."""
+    correlation = pd.read_csv(xp.current("sft_fig2_change_correlation.csv"), index_col=0)
+    table = task_grouping(correlation, SMOLLM2_GROUPS)
+    if table is not None:
+        _save(xp, table, "sft_fig2_grouping")
+    return table
+
+
+@checked
+def sft_smollm2(
+    xp: Experiment, tasks: Sequence[str] | None, *, runs: str | Path, steps: int, seed: int, masks: str | None
+) -> dict[str, Any]:
+    """LoRA SFT of the loaded model on function-vector tasks (default `SMOLLM2_TASKS`): the run's
+    tables, the fine-tuned model's held-out outputs and scores, the grouping test and the overlap of
+    the changes with the Heads-up masks stored in `masks` (default `<out>/masks`). The recipe."""
+    loaded = [load_task(n) for n in tasks or SMOLLM2_TASKS]
+    config = smollm2_sft_config(steps, seed)
+    result = finetune_(xp.model, loaded, config, out_dir=Path(runs) / f"smollm2_sft_seed{seed}")
+    scores, shown = held_out_outputs(xp.model, loaded, config.pattern_examples, instructed=config.instructed)
+    _save(xp, shown, "sft_generations")
+    _save(xp, scores, "sft_final_scores")
+    write_sft_run(xp, result, config, seed=seed)
+    sft_grouping(xp)
+    paths = {t.name: stored_mask_path(masks or xp.out / "masks", t) for t in loaded}
+    found = {name: HeadMask.load(path) for name, path in paths.items() if path.is_file()}
+    _save(xp, mask_overlap(run_changes(result), found), "sft_mask_overlap")
+    recipe = ("steps", "batch_size", "lr", "method", "lora_rank", "lora_alpha", "lora_targets", "instructed")
+    return {k: getattr(config, k) for k in recipe}
+
+
+@checked
+def sft_selection(
+    xp: Experiment,
+    config: SelectionConfig,
+    *,
+    base: str | Path,
+    runs: str | Path,
+    candidates: Sequence[str] | None = None,
+    targets: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Pattern-guided data selection (Tables 2/3) on the loaded model's kind: on the organism the base
+    organism (`base`; an organism task is named with or without `organism/`), else fresh copies of the
+    loaded model per run. Runs (resumable) under `<runs>/<model>_sft_selection`; writes the ranking,
+    runs, generations, summary, similarity-vs-loss tables and the figure. The settings."""
+    name, organism = xp.options.model, xp.is_organism
+    if organism:
+        load = reloading(load_model(str(base_organism(base, threads=torch.get_num_threads())), dtype="float32"))
+    else:
+        load = lambda: load_model(name, dtype="float32")  # noqa: E731 (a fresh copy per run)
+
+    def resolve(task: str) -> Task:
+        return load_task(f"organism/{task.removeprefix('organism/')}" if organism else task)
+
+    chosen = [resolve(n) for n in candidates or config.candidates]
+    aims = [resolve(n) for n in targets or config.targets]
+    result = data_selection(load, chosen, aims, config, Path(runs) / f"{name}_sft_selection", log=print)
+    for suffix, table in (("_ranking", result.ranking), ("_runs", result.runs), ("_generations", result.generations)):
+        _save(xp, table, f"sft_data_selection{suffix}")
+    _save(xp, selection_summary(result.runs), "sft_data_selection")
+    _save(xp, similarity_vs_loss(result.runs), "sft_data_selection_similarity")
+    xp.figure(data_selection_figure(result.runs), "sft_data_selection")
+    return {k: v for k, v in config.settings([t.name for t in chosen]).items() if k != "probe"}
+
+
+@checked
+def sft_time(xp: Experiment, stage: str, seconds: float, settings: dict[str, Any]) -> None:
+    """One row more in `sft_times.csv`: the stage, its wall time, the torch threads and its settings."""
+    row = {"stage": stage, "wall_s": round(seconds, 1), "threads": torch.get_num_threads()}
+    path = xp.current(TIMES)
+    old = pd.read_csv(path) if path.is_file() else pd.DataFrame()
+    row = pd.DataFrame([{**row, "settings": json.dumps(settings)}])
+    _save(xp, pd.concat([old, row], ignore_index=True), TIMES.removesuffix(".csv"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 from .._typecheck import checked
@@ -55,8 +55,8 @@ class TrainConfig:
     """Seed of the initial logits, the batch order and the Gumbel noise."""
     checkpoint_every: int = 250
     """Save the logits (and the resume state) every this many steps; 0 saves only at the end."""
-    progress: bool = True
-    """Show a progress bar with loss, temperature and heads kept."""
+    progress: bool = field(default=True, metadata={"cmd": False})
+    """Show a progress bar with loss, temperature and heads kept (the CLI's `--no-progress` hides every bar)."""
 
     # ------------------------------------------------------------------ presets
     @classmethod

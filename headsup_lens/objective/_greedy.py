@@ -24,6 +24,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ..gates import Gate, gate_hooks
+from ..gates._direct import direct_forward, gate_spec
 from ..masks import HeadMask
 from ..models import cut_at_stop, model_device
 
@@ -87,7 +88,11 @@ def greedy_generate(
     attention and block outputs of every layer at the last prompt position (`GreedyOutput.layers`).
     `attention_mask` marks real prompt tokens (None: no padding). `on_pass` is called after every
     forward pass (the prompt pass, then one per new token: at most `max_new_tokens`, fewer when
-    every row stops early), e.g. to move a progress bar.
+    every row stops early), e.g. to move a progress bar. Under the value gate with no other
+    hook, a Llama-family model decodes through its direct forward pass (`gates._direct`), which
+    computes rows with the same tokens and gates once; the result is the same (rounding aside:
+    the fused attention kernel orders its float operations differently). `gates.direct_path(False)`
+    turns it off.
     """
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -105,6 +110,20 @@ def greedy_generate(
         mask = mask.to(device)
     stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=device)
     hooks = gate_hooks(model, mask, alpha=alpha, gate=gate)
+    eligible, spec = gate_spec(hooks)
+    direct = direct_forward(model) if eligible and not prompt_hooks else None
+    if direct is not None:
+        with torch.no_grad():
+            tokens, first_logits, layers = direct.greedy(
+                ids,
+                attention_mask,
+                spec,
+                max_new_tokens=max_new_tokens,
+                stop_ids=stop_ids,
+                record_layers=record_layers,
+                on_pass=on_pass,
+            )
+        return GreedyOutput(cut_at_stop(tokens, stops), first_logits, layers if record_layers else None)
     keep_last = {"logits_to_keep": 1} if keeps_last_logits_only(model) else {}
     prompt_hooks = list(prompt_hooks or [])
     if keep_last and _UNEMBED_IN in model.hook_dict:

@@ -1,7 +1,8 @@
 """Command-line options shared by every command, the demo and the experiment scripts, and their parser.
 
 Options are dataclass fields whose docstrings become their `--help` text (simple-parsing). A command's
-config inherits the groups it takes (`ModelOptions`, `DataOptions`, `FigureOptions`, `ThreadOptions`),
+config inherits the groups it takes (`ModelOptions`, `DataOptions`, `FigureOptions`, `ThreadOptions`,
+`ProgressOptions`),
 so each shared option is declared once and `headsup`, `headsup demo` and `experiments/*.py` read it the
 same way. (A dataclass lists the fields of its last base first: `class C(FigureOptions, ModelOptions)`
 shows the model options, then the figure options, then its own.) The groups are keyword-only, so a
@@ -78,6 +79,15 @@ class ThreadOptions:
 
     threads: int | None = None
     """torch CPU threads (default: 1 for the organism, whose ops are too small to share; torch's own otherwise)."""
+
+
+@checked
+@dataclass(kw_only=True)
+class ProgressOptions:
+    """Progress bars of long phases."""
+
+    progress: bool = True
+    """Progress bars on stderr with counts and a rate (--no-progress: none, e.g. for logs)."""
 
 
 @checked

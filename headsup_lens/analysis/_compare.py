@@ -192,6 +192,7 @@ def elicitation_curves(
             mask=rows,
             max_new_tokens=max_new_tokens or task.max_new_tokens,
             batch_size=max_rows,
+            progress=f"generations under {len(masks)} masks",
         )
         correct = np.array([task.is_correct(t, a) for t, a in zip(texts, answers * len(masks))], dtype=float)
         accuracy = correct.reshape(len(masks), len(prompts)).mean(1).tolist()

@@ -17,6 +17,7 @@ from scipy.stats import hypergeom
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._progress import progress
 from .._typecheck import checked
 from ..evaluation import answer_loss
 from ..masks import Head, HeadMask, random_jaccard
@@ -182,17 +183,23 @@ def group_ablation(
     loss_of = functools.partial(
         answer_loss, model, task, instructed=instructed, gate=gate, split=split, batch_size=batch_size
     )
+    checked = {name: check_heads(model, list(heads)) for name, heads in groups.items()}
+    bar = progress(
+        total=1 + sum(1 + n_random for heads in checked.values() if heads), desc="group ablation", unit="loss"
+    )
     original = loss_of()
+    bar.update(1)
     generator = torch.Generator().manual_seed(seed)
     rows = []
-    for name, heads in groups.items():
-        heads = check_heads(model, list(heads))
+    for name, heads in checked.items():
         loss = loss_of(mask=HeadMask.from_heads(heads, shape)) if heads else original
+        bar.update(1 if heads else 0)
         random_losses = []
         for _ in range(n_random if heads else 0):
             picks = torch.randperm(shape[0] * shape[1], generator=generator)[: len(heads)]
             random_heads = [divmod(int(i), shape[1]) for i in picks]
             random_losses.append(loss_of(mask=HeadMask.from_heads(random_heads, shape)))
+            bar.update(1)
         rows.append(
             {
                 "group": name,
@@ -203,6 +210,7 @@ def group_ablation(
                 "original": original,
             }
         )
+    bar.close()
     return pd.DataFrame(rows)
 
 

@@ -9,7 +9,7 @@ the KV cache, unembedding only the last position and dropping rows at their stop
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +19,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._distributed import gather, rank_and_world, shard
+from .._progress import progress
 from .._typecheck import checked
 from ..masks import Head, HeadMask
 from ..models import model_device, stop_token_ids
@@ -211,7 +212,12 @@ def row_bytes(model: TransformerBridge, n_tokens: int) -> int:
 
 
 def greedy_rows(
-    model: TransformerBridge, ids: Tensor, masks: Tensor, max_new_tokens: int, record_layers: bool
+    model: TransformerBridge,
+    ids: Tensor,
+    masks: Tensor,
+    max_new_tokens: int,
+    record_layers: bool,
+    on_pass: Callable[[], object] | None = None,
 ) -> tuple[Tensor, list[list[int]], dict[str, Tensor]]:
     """One chunk: next-token logits at the last prompt position, the greedy continuation of every
     row (cut at the first stop token) and, optionally, layer outputs at the last prompt position.
@@ -221,29 +227,16 @@ def greedy_rows(
     """
     rows = masks.shape[0]
     batch = ids.expand(rows, -1).contiguous()
-    captured: dict[str, Tensor] = {}
-    hooks = []
-    if record_layers:
-
-        def keep_last(name: str):
-            # hook.name may be the canonical name behind an alias, so the key comes from here.
-            def keep(x: Tensor, hook) -> None:
-                captured[name] = x[:, -1].detach().float().cpu()
-
-            return keep
-
-        for layer in range(model.cfg.n_layers):
-            for name in (f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_resid_post"):
-                hooks.append((name, keep_last(name)))
     out = greedy_generate(
         model,
         batch,
         max_new_tokens=max_new_tokens,
         stops=stop_token_ids(model),
         mask=masks.to(model.cfg.device),
-        prompt_hooks=hooks,
+        record_layers=record_layers,
+        on_pass=on_pass,
     )
-    return out.first_logits, out.tokens, captured
+    return out.first_logits, out.tokens, out.layers or {}
 
 
 @checked
@@ -294,22 +287,34 @@ def removal_sweep(
 
     ids_list = prompt_ids(model, prompt, formatted=formatted)
     ids = torch.tensor([ids_list], device=model.cfg.device)
-    if batch_size is None:
-        batch_size = auto_batch_size(model, len(ids_list) + max_new_tokens, memory_gb)
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    rows: int = auto_batch_size(model, len(ids_list) + max_new_tokens, memory_gb) if batch_size is None else batch_size
+    if rows < 1:
+        raise ValueError(f"batch_size must be >= 1, got {rows}")
     shape = (model.cfg.n_layers, model.cfg.n_heads)
     all_masks = sweep_masks(order, steps, shape)
 
     mine = shard(len(steps), rank, world)
     logits_chunks, continuations, layer_chunks = [torch.empty(0, model.cfg.d_vocab)], [], []
-    for start in range(mine.start, mine.stop, batch_size):
+    starts = range(mine.start, mine.stop, rows)
+    passes = max(1, max_new_tokens)  # forward passes per chunk: the prompt pass, then one per new token
+    bar = progress(
+        total=len(starts) * passes, desc=f"removal sweep ({len(steps)} steps)", unit="pass", enabled=rank == 0
+    )
+    for start in starts:
+        done = [0]
+
+        def step(done=done) -> None:
+            done[0] += 1
+            bar.update(1)
+
         logits, conts, captured = greedy_rows(
-            model, ids, all_masks[start : min(start + batch_size, mine.stop)], max_new_tokens, record_layers
+            model, ids, all_masks[start : min(start + rows, mine.stop)], max_new_tokens, record_layers, step
         )
+        bar.update(passes - done[0])  # a chunk whose rows all stopped early skips its last passes
         logits_chunks.append(logits)
         continuations += conts
         layer_chunks.append(captured)
+    bar.close()
     if world > 1:  # every rank assembles the same sweep from all slices, in step order
         pieces = gather((logits_chunks, continuations, layer_chunks))
         logits_chunks = [chunk for piece in pieces for chunk in piece[0]]
@@ -380,5 +385,5 @@ def removal_sweep(
         generation_ids=continuations,
         attn_out=attn_out,
         block_out=block_out,
-        metadata={"batch_size": batch_size, "max_new_tokens": max_new_tokens, "top_k": top_k},
+        metadata={"batch_size": rows, "max_new_tokens": max_new_tokens, "top_k": top_k},
     )

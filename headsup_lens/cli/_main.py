@@ -15,8 +15,14 @@ from collections.abc import Sequence
 
 from simple_parsing import ArgumentParser, DashVariant
 
+from .._progress import activity, progress_off
 from ..options import Given, OptionParser, given, name_options
 from ._registry import COMMANDS, LAZY, Interrupted, check_out_dir
+
+NO_PROGRESS = "--no-progress"
+NO_PROGRESS_HELP = "no progress bars (quiet output for logs); accepted before or after the command"
+# Commands that never import torch: no "importing" bar for them.
+_LIGHT_COMMANDS = {"tasks", "download-data"}
 
 EXIT_BAD_INPUT = 2
 EXIT_OS_ERROR = 1
@@ -32,6 +38,7 @@ def build_parser(command: str | None = "*") -> ArgumentParser:
         allow_abbrev=False,
     )
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks instead of one-line errors")
+    parser.add_argument(NO_PROGRESS, action="store_true", help=NO_PROGRESS_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     names = sorted(set(LAZY) | set(COMMANDS))
     for name in names:
@@ -48,6 +55,7 @@ def build_parser(command: str | None = "*") -> ArgumentParser:
         )
         if wanted:
             child.add_arguments(COMMANDS[name].config, dest="config")
+            child.add_argument(NO_PROGRESS, action="store_true", help=NO_PROGRESS_HELP)
     return parser
 
 
@@ -109,6 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     shows the traceback).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    # One switch for every bar of the run, wherever it is written (also after nested commands such
+    # as `organism train`, whose parsers do not list it).
+    quiet = NO_PROGRESS in argv
+    argv = [a for a in argv if a != NO_PROGRESS]
+    with progress_off() if quiet else contextlib.nullcontext():
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     chosen = _chosen(argv)
     args = build_parser(chosen).parse_args(argv)
     if _other_rank() and not args.debug:
@@ -130,6 +147,7 @@ def _run(args: argparse.Namespace) -> int:
     options = given(args)  # which options the command line set: presets apply first, these win
     try:
         with _output_lock(name, config):
+            _import_torch(name)
             code = COMMANDS[name].run(config, options)
     except KeyboardInterrupt:
         if args.debug:
@@ -156,3 +174,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"headsup {name}: error: {reason}{where} (--debug shows the traceback)", file=sys.stderr)
         return EXIT_OS_ERROR
     return int(code or 0)
+
+
+def _import_torch(name: str) -> None:
+    """Import torch and TransformerLens under a progress bar: on a busy machine the import alone can
+    take tens of seconds before a command prints anything."""
+    if name in _LIGHT_COMMANDS or "transformer_lens.model_bridge" in sys.modules:
+        return
+    with activity("starting: importing torch and TransformerLens"):
+        importlib.import_module("transformer_lens.model_bridge")

@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from .._io import OutputSet, atomic_write, atomic_write_json
+from .._progress import activity
 from .._typecheck import checked
 from ..analysis import (
     RemovalSweep,
@@ -137,7 +138,8 @@ def run_demo(config: DemoConfig) -> DemoResult:
 
     def figure(fig, name: str, caption: str) -> None:
         report.figure(fig, caption)
-        saved = save_figure(fig, figures / name, png=config.png)
+        with activity(f"saving figure {name}"):  # the first PNG starts a headless browser
+            saved = save_figure(fig, figures / name, png=config.png)
         if saved.png is not None:
             saved_pngs.append(saved.png)
         elif config.png and saved.png_error:

@@ -8,9 +8,9 @@ from typing import Literal
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._progress import progress as progress_bar
 from .._typecheck import checked
 from ..data import Task
 from ..data._tokenize import EncodedSplit, collate, encode_split
@@ -173,8 +173,8 @@ def generate_answers(
     position and drops rows at their stop token (`greedy_generate`). Every row equals its own
     unbatched `model.generate` continuation.
     """
-    with tqdm(
-        total=len(prompts), desc=progress, unit="prompt", leave=False, dynamic_ncols=True, disable=progress is None
+    with progress_bar(
+        total=len(prompts), desc=progress, unit="prompt", leave=False, enabled=progress is not None
     ) as bar:
         return greedy_answers(
             model,

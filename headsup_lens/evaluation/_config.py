@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from .._typecheck import checked
@@ -40,8 +40,8 @@ class EvalConfig:
     """Text metrics: paper (whole-generation ROUGE-L, Table 8's sentence BLEU 0-1) or first_line (lower-cased words ROUGE-L, sacreBLEU 0-100, on the first line)."""
     settings: tuple[str, ...] = ()
     """Settings to run, by name (`SETTINGS`, e.g. masked "random mask"); empty: every registered one that the task, gate and masks allow."""
-    progress: bool = True
-    """Show a progress bar per setting (examples done and their rate)."""
+    progress: bool = field(default=True, metadata={"cmd": False})
+    """Show a progress bar per setting (examples done and their rate; the CLI's `--no-progress` hides every bar)."""
 
     def __post_init__(self) -> None:
         check_float("alpha", self.alpha, 0.0, 1.0)

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pandas as pd
 from torch import Tensor
-from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
 from .. import __version__
 from .._io import OutputSet, atomic_write, atomic_write_json, locked_folder
+from .._progress import progress
 from .._typecheck import checked
 from .._validate import check_out_dir
 from .._warnings import warn
@@ -281,12 +281,12 @@ def _run_setting(
     mask = plan.masks[setting.mask]
     alpha = config.alpha if setting.scaled else 0.0
     n = len(encoded)
-    with tqdm(
+    with progress(
         total=n * (2 if config.generate else 1),
         desc=f"{task.name}: {setting.name}",
         unit="ex",
-        disable=not config.progress,
-        dynamic_ncols=True,
+        enabled=config.progress,
+        delay=0.0,
     ) as bar:  # one pass over the examples for the loss, one for the generations
         sums, counts = answer_nll_per_example(
             model, encoded, mask=mask, alpha=alpha, gate=config.gate, batch_size=config.batch_size, advance=bar.update

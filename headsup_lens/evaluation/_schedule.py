@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import OutputSet, atomic_write_json, locked_folder
+from .._progress import progress as progress_bar
 from .._typecheck import checked
 from .._validate import check_out_dir
 from .._warnings import warn
@@ -23,7 +23,7 @@ from ..data._tokenize import encode_split
 from ..masks import HeadMask
 from ..masks._files import read_safetensors
 from ..models import ModelFingerprint, fingerprint
-from ..training import load_trajectory, safe_name
+from ..training._train import load_trajectory, safe_name
 from ._answers import answer_nll_per_example, greedy_answers, reduce_nll
 from ._scoring import score_outputs, task_labels
 
@@ -162,7 +162,7 @@ def schedule_curve(
     identity = fingerprint(model)
     labels = task_labels(task)
     rows, texts, masks = [], [], {}
-    for step in tqdm(wanted, desc=f"{task.name}: schedule", unit="step", disable=not progress, dynamic_ncols=True):
+    for step in progress_bar(wanted, desc=f"{task.name}: schedule", unit="step", enabled=progress, delay=0.0):
         mask = masks[step] = HeadMask.from_logits(logits[saved.index(step)], identity, task=task.name, step=step)
         generated = greedy_answers(
             model,

@@ -1,5 +1,7 @@
 """Interventions on attention heads; each is a context manager that restores the model on exit."""
 
+from ._direct import GateSpec as GateSpec
+from ._direct import direct_path as direct_path
 from ._dispatch import GATES as GATES
 from ._dispatch import Gate as Gate
 from ._dispatch import gate_hooks as gate_hooks

@@ -12,9 +12,10 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from .._validate import check_choice, check_float
 from ..masks import HeadMask
+from ._direct import GateHooks, GateSpec
 from ._masks import hooked
 from ._query import query_gate_hooks, verify_query_gate
-from ._value import _mlp_hooks, value_gate_hooks
+from ._value import _mlp_hooks, _mlp_rows, value_gate_hooks
 
 Gate = Literal["value", "query"]
 GATES = ("value", "query")
@@ -35,7 +36,9 @@ def gate_hooks(
     check_choice("gate", gate, GATES)
     alpha = check_float("alpha", alpha, 0.0, 1.0)
     if mask is None:
-        return [] if mlp is None else _mlp_hooks(model, mlp)
+        if mlp is None:
+            return GateHooks([], GateSpec())
+        return GateHooks(_mlp_hooks(model, mlp), GateSpec(mlp=_mlp_rows(mlp)))
     if gate == "value":
         return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp, mean=mean)
     if mean is not None:

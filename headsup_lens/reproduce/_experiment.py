@@ -11,6 +11,7 @@ outputs. Learned masks come from the cache (`cached_masks`), shared by every scr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import OutputSet, atomic_write, atomic_write_json, locked_folder
+from .._progress import progress_off
 from .._typecheck import checked
 from .._validate import check_int
 from ..data import Task, load_task
@@ -162,7 +164,7 @@ class Experiment:
         changes: dict[str, Any] = {
             "seed": self.options.seed,
             "gate": gate,
-            "progress": sys.stderr.isatty(),
+            "progress": True,  # shown unless --no-progress switched every bar off (open_experiment)
             "checkpoint_every": self.options.checkpoint_every,
         }
         if negative:
@@ -297,7 +299,10 @@ def open_experiment(name: str, options: ExperimentOptions, root: str | os.PathLi
     threads = options.threads if options.threads is not None else (1 if options.model == ORGANISM else None)
     if threads is not None:
         torch.set_num_threads(threads)
-    with locked_folder(out, "--out"):
+    with (
+        contextlib.nullcontext() if options.progress else progress_off(),
+        locked_folder(out, "--out"),
+    ):
         model = load_model(options.model, **model_arguments(options))
         check_model_record(out, model, options.model)
         xp = Experiment(name, options, model, out, OutputSet(out, name))

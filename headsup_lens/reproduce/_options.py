@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import simple_parsing
 
 from .._typecheck import checked
-from ..options import Collect, DataOptions, FigureOptions, ModelOptions, ThreadOptions
+from ..options import Collect, DataOptions, FigureOptions, ModelOptions, ProgressOptions, ThreadOptions
 
 # The organism task the single-task figures use: a made-up dictionary, the analogue of the paper's translation.
 ORGANISM_TASK = "organism/translate"
@@ -19,7 +19,7 @@ CHECKPOINT_EVERY = 31  # the reference's `--save_steps 31`
 
 @checked
 @dataclass
-class ExperimentOptions(ThreadOptions, FigureOptions, DataOptions, ModelOptions):
+class ExperimentOptions(ProgressOptions, ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Options of a reproduction script (`experiments/*.py`)."""
 
     task: str | None = None

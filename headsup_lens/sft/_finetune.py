@@ -98,8 +98,8 @@ class FinetuneConfig:
     """Also measure greedy accuracy (the task's matcher) on those examples at every pattern step."""
     checkpoint_every: int = 50
     """Save the trainable weights and the resume state every this many steps; 0 saves only at the end."""
-    progress: bool = True
-    """Show a progress bar with the loss."""
+    progress: bool = field(default=True, metadata={"cmd": False})
+    """Show a progress bar with the loss (the CLI's `--no-progress` hides every bar)."""
 
     @classmethod
     def lora(cls, **overrides) -> FinetuneConfig:

@@ -27,11 +27,11 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 from transformer_lens.model_bridge import TransformerBridge
 
 from .. import __version__
 from .._io import atomic_write
+from .._progress import progress as progress_bar
 from .._typecheck import checked
 from ..models import fingerprint, prompt_format
 
@@ -208,7 +208,9 @@ def run_steps(
         raise ValueError(f"start must lie in [0, steps={steps}], got {start}")
     if checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be >= 0, got {checkpoint_every}")
-    bar = tqdm(range(start, steps), initial=start, total=steps, disable=not progress, desc=desc, dynamic_ncols=True)
+    bar = progress_bar(
+        range(start, steps), initial=start, total=steps, enabled=progress, desc=desc, unit="step", delay=0.0
+    )
     for s in bar:
         began = time.perf_counter()
         logs = step(s)

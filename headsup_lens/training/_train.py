@@ -22,6 +22,7 @@ from .._typecheck import checked
 from .._warnings import warn
 from ..data import Task, collate, encode_pairs
 from ..gates import gate_hooks
+from ..gates._direct import direct_forward
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
 from ..models import fingerprint, model_device, pad_token_id
@@ -75,11 +76,11 @@ def straight_through(logits: Tensor, noise: Tensor, tau: float) -> Tensor:
 
 
 def task_loss_sums(
-    model: TransformerBridge, batch, hooks: list, rows_task: Tensor, n_tasks: int
+    model: TransformerBridge, batch, hooks: list, rows_task: Tensor, n_tasks: int, *, checkpoint: bool = False
 ) -> tuple[Tensor, Tensor]:
     """`[n_tasks]` each: the summed answer-token cross-entropy of each task's rows in `batch`, and
-    the number of those tokens."""
-    nll, token_rows = answer_nll(model, batch, hooks)
+    the number of those tokens (`checkpoint`: activation checkpointing, see `answer_logits`)."""
+    nll, token_rows = answer_nll(model, batch, hooks, checkpoint=checkpoint)
     token_task = rows_task[token_rows]
     sums = torch.zeros(n_tasks, device=nll.device).index_add(0, token_task, nll)
     return sums, torch.bincount(token_task, minlength=n_tasks).to(sums.dtype)
@@ -191,6 +192,11 @@ class _MaskRun:
         names = [t.name for t in tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"task names must be distinct, got {names}")
+        if config.activation_checkpointing and (config.gate != "value" or direct_forward(model) is None):
+            raise ValueError(
+                "activation_checkpointing needs the direct forward pass: a Llama or Qwen2 model, the value "
+                "gate and no hook attached to the model"
+            )
         empty = [t.name for t in tasks if t.n_train == 0]
         if empty:
             raise ValueError(f"tasks {empty} have no training pairs (every pair is held out: n_eval = len(pairs))")
@@ -311,6 +317,7 @@ class _MaskRun:
                 gate_hooks(model, mask, gate=config.gate, mlp=mlp),
                 row_task[index],
                 n_tasks,
+                checkpoint=config.activation_checkpointing,
             )
             part = sums / counts
             check_finite_loss(part.sum(), step, self.names)

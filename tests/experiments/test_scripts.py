@@ -111,46 +111,6 @@ def test_a_bad_option_ends_in_one_line_naming_it_before_any_work(tmp_path):
     assert not (tmp_path / "none").exists()
 
 
-def test_bench_performance_runs_and_checks_its_loops(organism_like, tmp_path):
-    """The benchmark on a tiny model: the sweep equals the sequential loop, evaluation equals per-example
-    generation, and every loop (and its plain-transformers reference) reports positive FLOP/s. A training
-    step's time is the difference of a 40- and a 20-step run: enough steps to stand above timer noise."""
-    import json
-
-    out = tmp_path / "bench.json"
-    done = run_script(
-        "bench_performance.py",
-        "--model",
-        str(organism_like),
-        "--threads",
-        "1",
-        "--repeats",
-        "1",
-        "--sweep-steps",
-        "4",
-        "--new-tokens",
-        "3",
-        "--sequential-steps",
-        "2",
-        "--skip-former",
-        "--eval-prompts",
-        "3",
-        "--eval-new-tokens",
-        "2",
-        "--train-steps",
-        "40",
-        "--json",
-        str(out),
-    )
-    results = json.loads(out.read_text())["results"]["fp32"]
-    assert results["sweep"]["identical_to_sequential"] is True
-    assert results["eval"]["identical"] is True
-    for section in ("sweep", "train"):
-        assert results[section]["fraction_wall"][0] > 0
-        assert results[section]["plain"]["fraction_wall"][0] > 0
-    assert "plain transformers, same work" in done.stdout
-
-
 def test_table6_removes_the_heads_of_a_chosen_group(organism_like, tmp_path):
     tasks = ["organism/reverse", "organism/antonym", "organism/translate"]
     common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6", "--batch-size", "2", "--no-png"]

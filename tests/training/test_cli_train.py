@@ -124,8 +124,7 @@ def test_train_then_evaluate(planted_dir, tmp_path, capsys):
                 "fast",
                 "--steps",
                 "60",
-                "--progress",
-                "false",
+                "--no-progress",
             ]
         )
         == 0

@@ -271,3 +271,26 @@ def test_passes_grouped_by_length_give_the_one_pass_gradient(qwen2, monkeypatch)
     torch.testing.assert_close(
         torch.tensor(grouped.history.loss.values), torch.tensor(single.history.loss.values), atol=1e-5, rtol=1e-5
     )
+
+
+def test_model_weights_stay_frozen_and_get_no_gradient_buffers(planted):
+    before = {name: p.detach().clone() for name, p in planted.named_parameters()}
+    train_mask(planted, planted_task(), TrainConfig.fast(steps=3, checkpoint_every=0, progress=False))
+    for name, parameter in planted.named_parameters():
+        assert not parameter.requires_grad and parameter.grad is None, name
+        assert torch.equal(parameter, before[name]), name
+
+
+def test_activation_checkpointing_trains_the_same_mask(planted):
+    config = TrainConfig.fast(steps=6, checkpoint_every=0, progress=False)
+    plain = train_mask(planted, planted_task(), config)
+    checkpointed = train_mask(planted, planted_task(), config.replace(activation_checkpointing=True))
+    assert torch.allclose(checkpointed.mask.logits, plain.mask.logits, atol=1e-6)
+    assert "activation_checkpointing" not in config.recipe()  # how it runs, not what it computes
+
+
+def test_activation_checkpointing_is_refused_where_the_bridge_must_run(llama):
+    task = Task.from_pairs("t", [("ab", "ba")] * 20, n_eval=4)
+    config = TrainConfig(steps=1, activation_checkpointing=True, gate="query", progress=False)
+    with pytest.raises(ValueError, match="direct forward pass"):
+        train_mask(llama, task, config)

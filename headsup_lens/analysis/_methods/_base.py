@@ -25,6 +25,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from ..._formats import Fields, read_json
 from ..._io import atomic_write_json
+from ..._progress import progress
 from ..._typecheck import checked
 from ..._validate import check_choice, check_float, check_int, check_shape, check_tensor, describe
 from ...data import Task, TaskBatch, tokenize_pairs
@@ -289,7 +290,8 @@ def mask_losses(
     counts = answer_counts(batch).to(torch.float64)
     per_pass = max(1, max_rows // n)
     out = []
-    for start in range(0, masks.shape[0], per_pass):
+    starts = range(0, masks.shape[0], per_pass)
+    for start in progress(starts, desc=f"answer loss under {masks.shape[0]} masks", unit="pass", leave=False):
         group = masks[start : start + per_pass]
         rows = group.repeat_interleave(n, dim=0)
         repeated = TaskBatch(

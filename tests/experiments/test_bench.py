@@ -1,0 +1,77 @@
+"""The benchmarks run end to end on a tiny model (as subprocesses, the way they are used) and check
+what they claim: equal results to plain transformers and to the sequential reference, and memory
+that activation checkpointing lowers. Their timings are not tested."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from ..conftest import build_llama_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "experiments" / "bench"
+
+
+def run(script: str, *args: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, env=environment, timeout=900
+    )
+
+
+def test_performance_benchmark_checks_its_loops_against_plain_transformers(tmp_path):
+    model = build_llama_dir(tmp_path / "model", num_hidden_layers=3)
+    done = run(
+        "performance.py",
+        *("--models", str(model), "--repeats", "1", "--threads", "1", "--sweep-steps", "6", "--new-tokens", "3"),
+        *("--task", "reverse", "--eval-examples", "6", "--eval-new-tokens", "3", "--train-steps", "1", "--bridge"),
+        *("--out", str(tmp_path / "out")),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = pd.read_csv(tmp_path / "out" / "performance.csv")
+    assert sorted(set(table.section)) == ["eval", "sweep", "train"]
+    assert set(table.versus) == {"plain transformers", "library via the bridge's hooks"}
+    assert table.identical.all() and (table.ratio_wall > 0).all()
+    assert "equal to the sequential reference (3 steps): True" in done.stdout
+
+
+def test_memory_model_splits_a_step_and_checkpointing_keeps_less(tmp_path):
+    small = build_llama_dir(tmp_path / "small", num_hidden_layers=2)
+    wide = build_llama_dir(tmp_path / "wide", num_hidden_layers=3, hidden_size=128, intermediate_size=320)
+    done = run(
+        "memory.py",
+        *("--runs", f"{small}:reverse:fp32", f"{wide}:reverse:fp32", "--threads", "1", "--out", str(tmp_path / "out")),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = pd.read_csv(tmp_path / "out" / "memory.csv")
+    assert len(table) == 4 and (table.activations_gib > 0).all() and (table.workspace_gib >= 0).all()
+    for _, model in table.groupby("model"):
+        plain, checkpointed = model[~model.checkpointing].iloc[0], model[model.checkpointing].iloc[0]
+        assert checkpointed.activations_gib < plain.activations_gib
+        assert abs(plain.peak_gib - (plain.weights_gib + plain.activations_gib + plain.workspace_gib)) < 1e-9
+    fit = pd.read_csv(tmp_path / "out" / "memory_fit.csv")
+    assert (fit.weights_gib.round(2) == 14.96).all() and (fit.peak_gib > fit.weights_gib).all()
+
+
+def test_timestamper_splits_redrawn_bars_and_reports_the_longest_silence(tmp_path):
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    producer = "import sys, time; time.sleep(0.2); print('a', flush=True); time.sleep(2.5); sys.stdout.write('b\\rc\\n'); print('d')"
+    done = subprocess.run(
+        f'{sys.executable} -c "{producer}" | {sys.executable} {BENCH / "timestamps.py"} --top 1 --out {tmp_path / "gaps.txt"}',
+        shell=True,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    stamped = [line.split(maxsplit=1)[1] for line in done.stdout.splitlines()[:4]]
+    assert stamped == ["a", "b", "c", "d"]  # the carriage return splits a redrawn line
+    report = (tmp_path / "gaps.txt").read_text()
+    gap = float(report.splitlines()[1].split()[0])
+    assert 2.2 <= gap < 10 and report.splitlines()[1].endswith(": b")

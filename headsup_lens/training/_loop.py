@@ -75,7 +75,7 @@ class BatchSampler:
 def check_finite_loss(loss: Tensor | float, step: int, names: Sequence[str]) -> None:
     """A ValueError when `loss` (a scalar tensor or a float) is NaN or infinite at `step` of a run on
     tasks `names`; the run stops before the optimiser step that it would poison."""
-    value = float(loss)
+    value = float(loss.detach()) if isinstance(loss, Tensor) else float(loss)
     if not math.isfinite(value):
         raise ValueError(
             f"training loss became {value} at step {step} (tasks {list(names)}); the model may "

@@ -137,7 +137,8 @@ def test_accuracy_and_table_on_the_planted_model(planted, llama):
 
 def test_uninstructed_task_skips_instructed_settings(planted):
     task = Task.from_pairs("bare", planted_task().pairs, n_eval=5)
-    result = evaluate(planted, task, HeadMask(planted_mask()), EvalConfig(generate=False))
+    with pytest.warns(UserWarning, match="'bare' has no instruction"):
+        result = evaluate(planted, task, HeadMask(planted_mask()), EvalConfig(generate=False))
     assert result.table.setting.tolist() == ["original", "masked", "random mask"] and "accuracy" not in result.table
     assert result.generations.empty and list(result.generations.columns) == list(GENERATION_COLUMNS)
 

@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # what the type checker sees; at run time `_lazy` imports eac
     from .training import train_mask as train_mask
     from .training import train_masks as train_masks
 
-__version__ = "0.2.0"
+from ._version import __version__ as __version__
 
 # Public name -> the subpackage it comes from; imported on first use (see `_lazy`).
 _EXPORTS = {

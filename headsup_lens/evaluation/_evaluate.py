@@ -21,11 +21,11 @@ import pandas as pd
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .. import __version__
 from .._io import OutputSet, atomic_write, atomic_write_json, locked_folder
 from .._progress import progress
 from .._typecheck import checked
 from .._validate import check_out_dir
+from .._version import __version__
 from .._warnings import warn
 from ..data import Task
 from ..data._tokenize import EncodedSplit, encode_split

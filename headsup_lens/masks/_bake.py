@@ -24,6 +24,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._io import LOCK_NAME, OutputSet, locked_folder
 from .._typecheck import checked
 from .._validate import check_bool, check_choice, check_float, check_out_dir, describe
+from .._version import __version__
 from ..models import fingerprint, hf_model, plain_module, save_hf_tokenizer
 from ..models._fingerprint import portable_name
 from ..models._gguf import _usual_permissions, gguf_file, gguf_source_of, read_gguf_tensors, write_scaled_gguf
@@ -247,7 +248,6 @@ def _check_gguf_weights(model: TransformerBridge, path: Path, projections: list)
 
 # ----------------------------------------------------------------------------------------- writing
 def _bake_info(model: TransformerBridge, mask: HeadMask, alpha: float, format: str) -> dict[str, Any]:
-    from .. import __version__
 
     source = fingerprint(model)
     soft = bool((~((mask.values == 0) | (mask.values == 1))).any())

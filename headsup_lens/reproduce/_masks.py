@@ -18,9 +18,9 @@ from pathlib import Path
 
 from transformer_lens.model_bridge import TransformerBridge
 
-from .. import __version__
 from .._io import atomic_write_json
 from .._typecheck import checked
+from .._version import __version__
 from ..data import Task
 from ..masks import HeadMask
 from ..models import fingerprint, prompt_format

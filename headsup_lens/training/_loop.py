@@ -29,10 +29,10 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .. import __version__
 from .._io import atomic_write
 from .._progress import progress as progress_bar
 from .._typecheck import checked
+from .._version import __version__
 from ..models import fingerprint, prompt_format
 
 

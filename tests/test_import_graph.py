@@ -110,3 +110,30 @@ def test_fine_tuning_and_the_organism_use_only_public_names_of_the_training_core
             if target.startswith("headsup_lens.training"):
                 assert target == "headsup_lens.training", (name, target)
                 assert not imported.startswith("_"), (name, imported)
+
+
+def test_lazy_packages_list_each_export_the_same_way_three_times():
+    """A lazy package names each export in `_EXPORTS` (imported on first use), under `if
+    TYPE_CHECKING:` (for the type checker) and in `__all__`: the three lists must agree, or a name
+    exists for one reader and not the other."""
+    import importlib
+
+    for path in sorted(PACKAGE.rglob("__init__.py")):
+        tree = ast.parse(path.read_text())
+        checked = {
+            alias.asname or alias.name
+            for node in tree.body
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+            for statement in node.body
+            if isinstance(statement, ast.ImportFrom)
+            for alias in statement.names
+        }
+        if not checked:
+            continue
+        name = ".".join(path.relative_to(PACKAGE.parent).parent.parts)
+        package = importlib.import_module(name)
+        lazy = set(package._EXPORTS)
+        assert checked == lazy, (name, sorted(checked ^ lazy))
+        assert lazy <= set(package.__all__), (name, sorted(lazy - set(package.__all__)))
+        for export in lazy:
+            assert getattr(package, export) is not None, (name, export)

@@ -15,7 +15,7 @@ import inspect
 import operator
 import types
 import typing
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 _MARK = "__headsup_typechecked__"
@@ -175,10 +175,3 @@ def checked(obj: _Decorated) -> _Decorated:
     if callable(obj) and (inspect.isfunction(obj) or inspect.isfunction(inspect.unwrap(obj))):  # functools.cache too
         return typing.cast(_Decorated, checked_function(obj))
     return obj
-
-
-def check_namespace(namespace: MutableMapping[str, Any]) -> None:
-    """Give every public function and class in a package's namespace its type checks."""
-    for name, value in list(namespace.items()):
-        if not name.startswith("_"):
-            namespace[name] = checked(value)

@@ -76,6 +76,26 @@ def test_task_rejects_bad_input(kwargs, message):
         Task.from_pairs("bad", **kwargs)
 
 
+def test_an_input_with_two_answers_is_refused_wherever_it_falls():
+    pairs = [("hot", "cold"), ("big", "small"), ("up", "down"), ("hot", "warm")]
+    for n_eval in (0, 1, 2):  # both in training, one on each side, and so on: never two answers
+        with pytest.raises(
+            ValueError, match=r"pairs\[3\] gives input 'hot' the answer 'warm', but pairs\[0\] gave it 'cold'"
+        ):
+            Task.from_pairs("t", pairs, n_eval=n_eval)
+
+
+def test_a_pair_repeated_across_the_split_is_refused_and_within_a_split_kept():
+    pairs = [("hot", "cold"), ("big", "small"), ("up", "down"), ("hot", "cold")]
+    with pytest.raises(ValueError, match=r"pairs\[3\] repeats pairs\[0\] \('hot', 'cold'\) across the split"):
+        Task.from_pairs("t", pairs)  # two held out: the repeat would be graded after being trained on
+    kept = Task.from_pairs("t", pairs, n_eval=0)
+    assert kept.train_pairs == tuple(pairs)  # a repeat within training weighs the pair twice
+    held = Task.from_pairs("t", [("in", "out"), *pairs[:3], pairs[0]], n_eval=4)
+    assert held.train_pairs == (("in", "out"),) and held.eval_pairs.count(("hot", "cold")) == 2
+    assert set(held.train_pairs).isdisjoint(held.eval_pairs)
+
+
 def test_uninstructed_task_refuses_instructed_text_and_empty_splits():
     task = Task.from_pairs("t", [("a", "b"), ("c", "d")], n_eval=0)
     with pytest.raises(ValueError, match="no instruction template"):

@@ -60,7 +60,7 @@ def test_per_row_masks_in_the_loss(llama):
     masks = random_mask(llama, seed=1, rows=6)
     batched = answer_loss(llama, task, mask=masks, batch_size=4)
     alone = [
-        answer_loss(llama, Task.from_pairs("one", [pair] * 2, n_eval=1), mask=masks[i])
+        answer_loss(llama, Task.from_pairs("one", [pair], n_eval=1), mask=masks[i])
         for i, pair in enumerate(task.eval_pairs)
     ]
     assert batched == pytest.approx(sum(alone) / len(alone), rel=1e-5)

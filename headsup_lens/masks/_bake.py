@@ -137,17 +137,26 @@ def bake(
 
 # ----------------------------------------------------------------------------------------- checks
 def _check_binary(mask: HeadMask, allow_soft: bool) -> None:
-    for what, values in (("head", mask.values), ("MLP", mask.mlp_values)):
-        if values is None:
-            continue
-        soft = ~((values == 0) | (values == 1))
-        if soft.any() and not allow_soft:
-            where = [tuple(i) for i in soft.nonzero().tolist()[:3]]
-            raise ValueError(
-                f"the mask has {int(soft.sum())} {what} values between 0 and 1 (at {where}); a baked mask is "
-                "usually hard: pass mask.binary() for the kept/removed mask, or allow_soft=True to bake each "
-                "value as a scale of its head"
-            )
+    if allow_soft:
+        return
+    slots = (("head", mask.values), ("MLP", mask.mlp_values))
+    soft = {what: ~((values == 0) | (values == 1)) for what, values in slots if values is not None}
+    found = [
+        f"{int(where.sum())} {what} values between 0 and 1 (at {[tuple(i) for i in where.nonzero().tolist()[:3]]})"
+        for what, where in soft.items()
+        if where.any()
+    ]
+    if not found:
+        return
+    # binary() rounds the heads only (kept where > 0); an MLP slot is removed below 0.5 (removed_mlp_layers)
+    fix = "mask.binary()" if soft["head"].any() else "mask"
+    if "MLP" in soft and soft["MLP"].any():
+        fix = f"dataclasses.replace({fix}, mlp_values=(mask.mlp_values >= 0.5).float())"
+    raise ValueError(
+        f"the mask has {' and '.join(found)}; a baked mask is usually hard: pass `{fix}` for the "
+        "kept/removed mask (a head is kept where its value is above 0, an MLP layer where its slot is "
+        "0.5 or more), or allow_soft=True to bake each value as a scale of its head or MLP output"
+    )
 
 
 def _projections(model: TransformerBridge, with_mlp: bool) -> list[tuple[nn.Module, nn.Module | None]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -185,6 +186,26 @@ def test_soft_values_are_refused_unless_asked_for_and_then_scale_their_heads(lla
     tokens = random_tokens(llama)
     assert (plain_logits(out, tokens) - gated_logits(llama, mask, tokens, 0.5)).abs().max() <= 1e-5
     assert json.loads((out / "config.json").read_text())[_bake.CONFIG_KEY]["head_values"] == mask.values.tolist()
+
+
+@pytest.mark.parametrize("soft_heads", [False, True], ids=["mlp", "heads+mlp"])
+def test_the_advice_for_a_soft_mask_makes_it_bakeable(llama, tmp_path, soft_heads):
+    import dataclasses  # the advice's own words
+
+    hard = head_mask(llama, mlp=True)
+    values = hard.values * 0.75 if soft_heads else hard.values  # kept heads soft, removed ones 0
+    mlp_values = torch.tensor([0.25, 0.75])  # soft: layer 0 removed, layer 1 kept once rounded
+    mask = HeadMask(values, model=hard.model, mlp_values=mlp_values)
+    with pytest.raises(ValueError, match="MLP values between 0 and 1") as info:
+        bake(llama, mask, tmp_path / "refused")
+    advice = re.search(r"pass `([^`]+)`", str(info.value)).group(1)
+    assert ("mask.binary()" in advice) == soft_heads
+    fixed = eval(advice, {"dataclasses": dataclasses, "mask": mask})
+    assert fixed.removed_mlp_layers() == [0] and torch.equal(fixed.mlp_values, torch.tensor([0.0, 1.0]))
+    assert torch.equal(fixed.values, hard.values)
+    out = bake(llama, fixed, tmp_path / "baked", alpha=0.0)
+    tokens = random_tokens(llama)
+    assert (plain_logits(out, tokens) - gated_logits(llama, fixed, tokens, 0.0)).abs().max() <= 1e-5
 
 
 def test_refusals_come_before_any_write(llama, tmp_path):

@@ -249,7 +249,7 @@ class HeadMask:
             raise ValueError(
                 f"mask was made for other weights: {self.model.describe()}, not {target.describe()}; "
                 "to use a mask of another model with the same structure (the paper's base/instruct swap) "
-                "pass allow_other_weights=True"
+                f"pass allow_other_weights=True{_float16_note(model)}"
             )
 
     # ----------------------------------------------------------------- persistence
@@ -378,6 +378,17 @@ def _fingerprint_of(obj: Any, *, content: bool = True) -> ModelFingerprint | Non
     if hasattr(obj, "cfg") and hasattr(obj, "original_model"):
         return fingerprint(obj, content=content)
     return None
+
+
+def _float16_note(model: Any) -> str:
+    """Why an fp16 model cast by hand does not hash as its checkpoint (see `weights_hash`)."""
+    module = getattr(model, "original_model", None)
+    if module is None or next(module.parameters()).dtype != torch.float16:
+        return ""
+    return (
+        " (the model's weights are float16, which hashes as its checkpoint only when load_model(..., "
+        "dtype='fp16') loaded it; a model cast to float16 afterwards does not: load it with that dtype)"
+    )
 
 
 def _allow_other_weights(allow_other_weights: Any, allow_other_name: Any) -> bool:

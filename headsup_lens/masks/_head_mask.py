@@ -383,7 +383,8 @@ def _fingerprint_of(obj: Any, *, content: bool = True) -> ModelFingerprint | Non
 def _float16_note(model: Any) -> str:
     """Why an fp16 model cast by hand does not hash as its checkpoint (see `weights_hash`)."""
     module = getattr(model, "original_model", None)
-    if module is None or next(module.parameters()).dtype != torch.float16:
+    first = next(module.parameters(), None) if isinstance(module, torch.nn.Module) else None
+    if first is None or first.dtype != torch.float16:
         return ""
     return (
         " (the model's weights are float16, which hashes as its checkpoint only when load_model(..., "

@@ -71,7 +71,8 @@ def bake(
     Refused before anything is written: a mask made for other weights (`HeadMask.check_model`;
     `allow_other_weights=True` for the paper's base/instruct swap), a query-gate mask (uniform
     attention depends on the input: no weight edit reproduces it), a mask with values other than
-    0 and 1 unless `allow_soft=True` (each value then scales its head), an `out_dir` that exists,
+    0 and 1 unless `allow_soft=True` (each value then scales its head), `gguf_source` with
+    `format="hf"` (an option of the other format is refused, not ignored), an `out_dir` that exists,
     an architecture whose output projections are not Linear or Conv1D layers over the heads.
     The folder is written under its lock as one set: an error or a kill leaves no folder behind.
     """
@@ -83,6 +84,11 @@ def bake(
     format = check_choice("format", format, FORMATS)
     check_bool("allow_soft", allow_soft)
     check_bool("allow_other_weights", allow_other_weights)
+    if gguf_source is not None and format != "gguf":
+        raise ValueError(
+            f"gguf_source={str(gguf_source)!r} applies only to format='gguf' (the GGUF file written again), "
+            f"not to format={format!r}: leave it out, or pass format='gguf'"
+        )
     out = check_out_dir(out_dir, "out_dir")
     if os.path.lexists(out):
         raise ValueError(f"out_dir {str(out)!r} exists; a bake writes a new folder: choose another or remove it")

@@ -217,6 +217,14 @@ def test_refusals_come_before_any_write(llama, tmp_path):
         bake(llama, mask, empty)
 
 
+def test_an_option_of_the_other_format_is_refused_not_ignored(llama, tmp_path):
+    target = tmp_path / "out"
+    source = tmp_path / "model.gguf"
+    with pytest.raises(ValueError, match=f"gguf_source='{source}' applies only to format='gguf'.*format='hf'"):
+        bake(llama, head_mask(llama), target, gguf_source=source)
+    assert not target.exists()
+
+
 def test_a_failed_write_leaves_no_folder(llama, tmp_path, monkeypatch):
     def broken(model, clean, folder):
         (folder / "config.json").write_text("{}")

@@ -205,14 +205,15 @@ def evaluate(
     one set (all or nothing) and the partial files removed. Partial files of another model, task,
     mask or options are refused with a ValueError naming what differs.
     """
+    out = check_out_dir(out_dir, "out_dir") if out_dir is not None else None  # before any work
     plan = _plan(model, task, mask, config, other_mask)
     # Every prompt kind is encoded before anything runs: a pair that cannot be tokenised fails first.
     encoded = {
         flag: encode_split(model, task, config.split, flag) for flag in dict.fromkeys(s.instructed for s in plan.runs)
     }
-    if out_dir is None:
+    if out is None:
         return _run(model, task, config, plan, encoded, None)
-    folder = _RunFolder(check_out_dir(out_dir, "out_dir"), _identity(model, task, config, plan), plan)
+    folder = _RunFolder(out, _identity(model, task, config, plan), plan)
     with locked_folder(folder.path, "out_dir"):
         result = _run(model, task, config, plan, encoded, folder)
         folder.commit(result, config)

@@ -63,6 +63,13 @@ def _report(out: Path, files: list[str]) -> None:
     print(f"wrote to {out}: {', '.join(files)}")
 
 
+def _refuse_unused(args, given: Given, fields: tuple[str, ...], reason: str) -> None:
+    """Options typed on the command line that the chosen mode does not use are refused, not ignored."""
+    typed = [f"{given.typed[f]} {getattr(args, f)}" for f in fields if f in given]
+    if typed:
+        raise ValueError(f"{', '.join(typed)}: {reason}")
+
+
 def _load(args):
     from ..models import load_model
 
@@ -122,6 +129,14 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
         raise ValueError(f"the {args.order} order needs --mask")
     if args.order == "influence" and not (args.target or args.target_id):
         raise ValueError("the influence order needs at least one --target or --target-id")
+    if args.order == "random":
+        _refuse_unused(
+            args, given, ("mask",), "the random order does not read a mask; leave it out or use --order weight"
+        )
+    else:
+        _refuse_unused(args, given, ("seed",), f"--seed draws the random order only, not the {args.order} order")
+    if args.order != "influence":
+        _refuse_unused(args, given, ("influence_k",), f"--influence-k applies to --order influence, not {args.order}")
     out = check_out_dir(args.out)
     model = _load(args)
     mask = _mask(args.mask, model)
@@ -213,6 +228,10 @@ def run_lens(args: LensCommand, given: Given) -> int:
     from ..analysis import logit_lens
     from ..plots import logit_lens_figure
 
+    if args.mask is None:
+        _refuse_unused(
+            args, given, ("gate", "alpha"), "they gate a mask, and no --mask is given (the run would be ungated)"
+        )
     out = check_out_dir(args.out)
     model = _load(args)
     lens = logit_lens(
@@ -268,6 +287,10 @@ def run_similarity(args: SimilarityCommand, given: Given) -> int:
         instruction = load_task(args.task, args.data_dir).instruction
     if instruction is None or "{input}" not in instruction:
         raise ValueError("give --instruction (a template with {input}) or a --task that has one")
+    if args.mask is None:
+        _refuse_unused(
+            args, given, ("gate",), "it gates a mask, and no --mask is given (only original vs instructed would run)"
+        )
     out = check_out_dir(args.out)
     model = _load(args)
     mask = _mask(args.mask, model)

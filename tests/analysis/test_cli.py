@@ -226,3 +226,24 @@ def test_lens_and_similarity_name_every_file_written(llama_dir, tmp_path, capsys
     for path in (tmp_path / "lens").iterdir():
         if not path.name.startswith("."):
             assert path.name in wrote, (path.name, wrote)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["lens", "--alpha", "0.5", "--gate", "query"], "--gate query, --alpha 0.5: they gate a mask, and no --mask"),
+        (["lens", "--gate", "value"], "--gate value: they gate a mask, and no --mask"),
+        (["similarity", "--instruction", "Say {input}", "--gate", "query"], "--gate query: it gates a mask"),
+        (["sweep", "--order", "random", "--mask", "m.safetensors"], "--mask m.safetensors: the random order does not"),
+        (["sweep", "--mask", "m.safetensors", "--seed", "3"], "--seed 3: --seed draws the random order only"),
+        (["sweep", "--order", "random", "--influence-k", "4"], "--influence-k 4: --influence-k applies to --order"),
+    ],
+    ids=["lens-gate-alpha", "lens-gate", "similarity-gate", "sweep-random-mask", "sweep-seed", "sweep-influence-k"],
+)
+def test_options_the_run_would_ignore_are_refused_before_the_model_loads(argv, expected, tmp_path, capsys):
+    out = tmp_path / "out"
+    command = [*argv[:1], "--prompt", "cat", "--out", str(out), "--model", "no-such-model", *argv[1:]]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1, err
+    assert not out.exists()

@@ -21,7 +21,7 @@ import pandas as pd
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import OutputSet, atomic_write, atomic_write_json, locked_folder
+from .._io import OutputSet, atomic_write, atomic_write_json, check_unclaimed, locked_folder
 from .._progress import progress
 from .._typecheck import checked
 from .._validate import check_out_dir
@@ -215,6 +215,7 @@ def evaluate(
         return _run(model, task, config, plan, encoded, None)
     folder = _RunFolder(out, _identity(model, task, config, plan), plan)
     with locked_folder(folder.path, "out_dir"):
+        check_unclaimed(folder.path, "evaluate", (RESULTS, GENERATIONS, RECORD), "out_dir")  # before any work
         result = _run(model, task, config, plan, encoded, folder)
         folder.commit(result, config)
     return result

@@ -247,3 +247,22 @@ def test_options_the_run_would_ignore_are_refused_before_the_model_loads(argv, e
     err = capsys.readouterr().err
     assert expected in err and err.count("\n") == 1, err
     assert not out.exists()
+
+
+def test_sweep_over_evaluates_results_is_refused_and_leaves_them_whole(llama, llama_dir, tmp_path, capsys):
+    from headsup_lens.data import Task
+    from headsup_lens.evaluation import EvalConfig, evaluate
+
+    out = tmp_path / "out"
+    task = Task.from_pairs("words", [(w, w[::-1]) for w in ("abc", "xy", "hello", "tail")], n_eval=2)
+    evaluate(llama, task, None, EvalConfig(settings=("original",), progress=False), out_dir=out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    sweep = ["sweep", "--prompt", "cat", "--out", str(out), "--model", str(llama_dir), "--order", "random"]
+    assert main([*sweep, "--max-new-tokens", "1", "--png", "false", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "generations.csv written by `evaluate`" in err and err.count("\n") == 1, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # The other way round: evaluate refuses before any work to replace the sweep's generations.csv.
+    assert main([*sweep[:4], str(tmp_path / "sweep"), *sweep[5:], "--max-new-tokens", "1", "--png", "false"]) == 0
+    with pytest.raises(ValueError, match="generations.csv written by `sweep`"):
+        evaluate(llama, task, None, EvalConfig(settings=("original",), progress=False), out_dir=tmp_path / "sweep")

@@ -19,6 +19,7 @@ from headsup_lens.gates import value_gate
 
 from ..conftest import random_mask
 from ..training.planted import build_planted_dir, planted_mask, planted_task
+from ..validation.refusal import assert_refused
 
 WORDS = ["abc", "hello there", "q", "longer input words", "xy", "Mixed Case", "z z", "tail"]
 
@@ -295,3 +296,10 @@ def test_partial_results_of_another_evaluation_are_refused(planted, llama, tmp_p
         evaluate(llama, task, None, bare, out_dir=out)
     assert (out / "results.partial.csv").read_bytes() == before  # nothing was lost
     assert not (out / "results.csv").exists()
+
+
+def test_an_empty_out_dir_is_refused_not_taken_as_the_current_folder(planted, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = EvalConfig(settings=("original",), progress=False)
+    assert_refused(lambda: evaluate(planted, planted_task(), None, config, out_dir=""), ValueError, "out_dir is empty")
+    assert list(tmp_path.iterdir()) == []

@@ -7,8 +7,9 @@ which is the folder of the scripts themselves. It sits above `plots` (it writes 
 loads the model, resolves the tasks, finds or trains the learned masks (`cached_masks`: one cache
 keyed by the training recipe and the model fingerprint) and writes tables and figures to
 `<out>/<model>/` through the folder lock and one all-or-nothing output set per run; the folder
-records its model (`model.json`) and refuses another's. The multi-step procedures of some
-artifacts live here too, tested: Table 3's few-shot and hybrid rows (`fewshot_rows`,
+records its model (`model.json`) and refuses another's; those are the public names, for any study.
+The multi-step procedures of the paper's artifacts live here too, tested, in private modules that the
+scripts import from directly: Table 3's few-shot and hybrid rows (`fewshot_rows`,
 `fewshot_summary`), the resumable comparison of head-finding methods (`compare_methods_on_tasks`),
 the real-model stages over stored masks (`select_tasks`, `train_stored_masks`, `settings_table`,
 `analyze_task`, `combine_tables`, ...), the translation stages (`scan_translation`, `table1_rows`,

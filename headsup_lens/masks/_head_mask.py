@@ -463,7 +463,7 @@ def _header_json(path: Path, header: dict[str, str], key: str, default: Any) -> 
 
 def shape_of(model_or_shape: Any, name: str = "model_or_shape") -> tuple[int, int]:
     """`(n_layers, n_heads)` of a model, a fingerprint or a shape (errors name the argument `name`)."""
-    fp = _fingerprint_of(model_or_shape)
+    fp = _fingerprint_of(model_or_shape, content=False)  # the shape only: no weights hash
     if fp is not None:
         return fp.n_layers, fp.n_heads
     try:

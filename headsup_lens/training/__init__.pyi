@@ -9,9 +9,7 @@ from ._loop import StepCallback as StepCallback
 from ._loop import StepEnd as StepEnd
 from ._loop import StepTimer as StepTimer
 from ._loop import check_finite_loss as check_finite_loss
-from ._loop import check_same_run as check_same_run
 from ._loop import load_state as load_state
-from ._loop import run_identity as run_identity
 from ._loop import run_steps as run_steps
 from ._loop import save_state as save_state
 from ._schedule import non_finite_fields as non_finite_fields

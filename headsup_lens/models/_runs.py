@@ -32,9 +32,9 @@ def run_identity(model: TransformerBridge, **fields: Any) -> dict:
     """`fields` (what the caller's result depends on: its recipe or options, tasks, a hash of its data,
     ...) with the model's fingerprint, its prompt format and the library version."""
     return {
-        **fields,
-        "prompt_format": prompt_format(model).name,
         "model": fingerprint(model).to_dict(),
+        "prompt_format": prompt_format(model).name,
+        **fields,
         "version": __version__,
     }
 
@@ -77,8 +77,10 @@ def identity_differences(
     nested = {"recipe": "recipe."} if nested is None else nested
     hashed = {**HASHED, **(labels or {})}
     differences = []
-    for key in sorted(set(saved) | set(current)):
+    for key in [*current, *(k for k in saved if k not in current)]:  # the model first: it explains the rest
         there, here = saved.get(key), current.get(key)
+        if there == here:
+            continue
         if key in nested and isinstance(there, dict) and isinstance(here, dict):
             differences += [
                 f"{nested[key]}{k} ({there.get(k)!r} there, {here.get(k)!r} here)"
@@ -91,7 +93,7 @@ def identity_differences(
                 differences.append("model (unreadable there)")
             elif before != now:
                 differences.append(f"model ({_describe(there)} there, {_describe(here)} here)")
-        elif there != here:
+        else:
             differences.append(hashed.get(key, f"{key} ({there!r} there, {here!r} here)"))
     return differences
 

@@ -103,7 +103,7 @@ class HeadMask:
     def full(cls, model_or_shape: Any) -> HeadMask:
         """All heads kept; accepts a model, a `ModelFingerprint` or an `(n_layers, n_heads)` shape."""
         fp = _fingerprint_of(model_or_shape)
-        shape = (fp.n_layers, fp.n_heads) if fp else _check_mask_shape(model_or_shape)
+        shape = shape_of(fp or model_or_shape)
         return cls(torch.ones(shape), model=fp)
 
     @classmethod

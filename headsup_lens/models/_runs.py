@@ -22,6 +22,7 @@ from ._templates import prompt_format
 HASHED = {"data": "training data (its content hash)", "mask": "mask", "other_mask": "other_mask"}
 
 
+@checked
 def data_hash(rows: Any) -> str:
     """A hash of a run's encoded data (its `repr`: data, instructions, prompt format and tokenizer together)."""
     return hashlib.sha256(repr(rows).encode()).hexdigest()
@@ -39,6 +40,7 @@ def run_identity(model: TransformerBridge, **fields: Any) -> dict:
     }
 
 
+@checked
 def model_identity(value: Any) -> tuple | None:
     """`(architecture, n_layers, n_heads, d_head, d_vocab, weights hash)` of a recorded model: a
     fingerprint's dict or the list older run folders record; None when it is neither."""

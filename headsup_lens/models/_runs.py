@@ -43,7 +43,8 @@ def run_identity(model: TransformerBridge, **fields: Any) -> dict:
 @checked
 def model_identity(value: Any) -> tuple | None:
     """`(architecture, n_layers, n_heads, d_head, d_vocab, weights hash)` of a recorded model: a
-    fingerprint's dict or the list older run folders record; None when it is neither."""
+    fingerprint's dict or the list older run folders record; None when it is neither. Two records name
+    the same model when their structure agrees and so do their hashes, where both have one."""
     try:
         if isinstance(value, dict):
             recorded = ModelFingerprint.from_dict(value)
@@ -93,7 +94,7 @@ def identity_differences(
             before, now = model_identity(there), model_identity(here)
             if before is None:
                 differences.append("model (unreadable there)")
-            elif before != now:
+            elif now is None or before[:5] != now[:5] or (None not in (before[5], now[5]) and before[5] != now[5]):
                 differences.append(f"model ({_describe(there)} there, {_describe(here)} here)")
         else:
             differences.append(hashed.get(key, f"{key} ({there!r} there, {here!r} here)"))

@@ -20,17 +20,16 @@ from pathlib import Path
 import simple_parsing
 
 from headsup_lens.options import Collect
-from headsup_lens.reproduce import (
-    Experiment,
-    MultiTaskOptions,
-    run_script,
+from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script
+from headsup_lens.reproduce._sft import (
+    organism_selection,
     sft_grouping,
     sft_organism,
     sft_selection,
     sft_smollm2,
     sft_time,
+    smollm2_selection,
 )
-from headsup_lens.sft import SelectionConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = ("steps", "probe_steps", "eval_examples", "pattern_examples", "train_pairs")
@@ -85,7 +84,7 @@ def run(xp: Experiment, o: Options) -> str | None:
         stage, settings = "smollm2", sft_smollm2(xp, o.tasks, steps=o.steps or 200, masks=o.masks, **where)
     else:
         sizes = {k: getattr(o, k) for k in SIZES if getattr(o, k) is not None}
-        preset = SelectionConfig.organism if xp.is_organism else SelectionConfig.smollm2
+        preset = organism_selection if xp.is_organism else smollm2_selection
         config = preset(k=o.k, seeds=o.seeds, draws=o.draws, seed=o.seed, **sizes)
         picked = dict(candidates=o.candidates, targets=o.targets)
         stage, settings = f"select ({o.model})", sft_selection(xp, config, base=o.base, runs=o.runs, **picked)

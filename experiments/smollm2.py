@@ -28,19 +28,16 @@ from simple_parsing import field
 
 from headsup_lens.data import FV_TASKS, load_task
 from headsup_lens.masks import HeadMask
-from headsup_lens.reproduce import (
-    Experiment,
-    MultiTaskOptions,
+from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script, stored_mask_path
+from headsup_lens.reproduce._staged import (
     add_seed_rows,
     analyze_task,
     combine_tables,
     rescore_stored,
-    run_script,
     seed0_tasks,
     seed_masks,
     select_tasks,
     settings_table,
-    stored_mask_path,
     train_stored_masks,
 )
 from headsup_lens.training import safe_name

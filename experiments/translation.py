@@ -23,12 +23,10 @@ from pathlib import Path
 import simple_parsing
 
 from headsup_lens.options import Collect
-from headsup_lens.reproduce import (
+from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
+from headsup_lens.reproduce._translation import (
     SCAN_TARGETS,
-    Experiment,
-    ExperimentOptions,
     fig2_sweeps,
-    run_script,
     scan_translation,
     table1_rows,
     table8_rows,

@@ -45,7 +45,7 @@ def _hide_hugging_face_bars() -> Callable[[], None]:
         hub.utils.disable_progress_bars()
         undo.append(hub.utils.enable_progress_bars)
     if "transformers" in sys.modules:
-        from transformers.utils import logging as hf_logging
+        from transformers.utils import logging as hf_logging  # only when transformers is loaded already
 
         if hf_logging.is_progress_bar_enabled():
             hf_logging.disable_progress_bar()

@@ -43,7 +43,7 @@ def random_llama_dir(
     `architecture`: "llama" (no biases) or "qwen2" (q/k/v biases); `tokenizer` defaults to the
     character tokenizer; `overrides` are config fields.
     """
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM  # deferred: heavy
 
     tokenizer = tokenizer or char_tokenizer()
     settings = dict(

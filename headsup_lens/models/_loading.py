@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 from transformer_lens.model_bridge import TransformerBridge
+from transformers.utils import logging as hf_logging
 
 from .._progress import activity
 from .._typecheck import checked
@@ -68,7 +69,6 @@ def model_device(model: TransformerBridge) -> torch.device:
 def _quiet_weight_loading() -> Iterator[None]:
     """No "Loading weights" bar from transformers on every command (a local load takes well under a
     second); it stays with TRANSFORMERS_VERBOSITY=info or debug."""
-    from transformers.utils import logging as hf_logging
 
     if os.environ.get("TRANSFORMERS_VERBOSITY", "").lower() in ("info", "debug"):
         yield

@@ -32,7 +32,7 @@ from .._typecheck import checked
 from .._validate import check_int
 from ..data import Task, load_task
 from ..masks import HeadMask
-from ..models import ModelFingerprint, builtin_model_dir, fingerprint, load_model
+from ..models import ModelFingerprint, builtin_model_dir, fingerprint, identity_differences, load_model
 from ..models._fingerprint import portable_name
 from ..options import Given, model_arguments, name_options, parse
 from ..organism import load_planted
@@ -89,7 +89,7 @@ def check_model_record(folder: str | os.PathLike, model: TransformerBridge, name
             theirs = ModelFingerprint.from_dict(json.loads(path.read_text(encoding="utf-8"))["fingerprint"])
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{path} is not a model record ({error}); remove it or choose another out_dir") from None
-        if theirs.structural() != mine.structural() or theirs.same_weights(mine) is False:
+        if identity_differences({"model": theirs.to_dict()}, {"model": mine.to_dict()}):
             raise ValueError(
                 f"out_dir {folder} holds the outputs of model {theirs.describe()}, not of {mine.describe()}: "
                 "choose another out_dir"

@@ -8,7 +8,8 @@ bridge wraps every Hugging Face linear layer in a `LinearBridge` whose `_origina
 (`hook_pattern`, `hook_z`, the gates) see the adapted model.
 
 The loop, the schedule, the batch order, run identities and resume states are the training core's
-(`headsup_lens.training`: `run_steps`, `warmup_cosine`, `BatchSampler`, `run_identity`, ...).
+(`headsup_lens.training`: `run_steps`, `warmup_cosine`, `BatchSampler`, ...; run identities are
+`headsup_lens.models.run_identity`'s).
 """
 
 from __future__ import annotations
@@ -34,16 +35,14 @@ from ..analysis import activation_pattern
 from ..data import Task, TaskBatch, collate, encode_pairs, tokenize_task
 from ..evaluation import accuracy as task_accuracy
 from ..masks._files import write_safetensors
-from ..models import model_device, pad_token_id
+from ..models import check_same_run, data_hash, model_device, pad_token_id, run_identity
 from ..objective import answer_nll, length_batches
 from ..training import (
     BatchSampler,
     StepCallback,
     check_finite_loss,
-    check_same_run,
     load_state,
     non_finite_fields,
-    run_identity,
     run_steps,
     safe_name,
     save_state,
@@ -179,7 +178,7 @@ def pattern_subset(task: Task, n: int, *, n_train: int | None = None) -> Task:
 
 def _lora_layers(model: torch.nn.Module) -> list[tuple[str, Any]]:
     """(name, module) of every peft adapter layer in `model`."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.tuners.tuners_utils import BaseTunerLayer  # deferred: peft is slow to import
 
     return [(name, module) for name, module in model.named_modules() if isinstance(module, BaseTunerLayer)]
 
@@ -190,7 +189,7 @@ def add_lora_(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:
     returns the adapter parameters (trainable, seeded by `config.seed`; B starts at zero, so the
     model's output is unchanged until the first update). A model that already carries adapters is
     a ValueError (`remove_lora_` takes them out)."""
-    from peft import LoraConfig, inject_adapter_in_model
+    from peft import LoraConfig, inject_adapter_in_model  # deferred: peft is slow to import
 
     if _lora_layers(model):
         raise ValueError("the model already carries LoRA adapters; remove them first (remove_lora_) or load it afresh")
@@ -327,7 +326,7 @@ def finetune_(
         )
     probes = [pattern_subset(t, config.pattern_examples) for t in tasks]
     probe_batches = [tokenize_task(model, t, split="eval", instructed=config.instructed) for t in probes]
-    identity = run_identity(config.recipe(), [t.name for t in tasks], rows, model)
+    identity = run_identity(model, recipe=config.recipe(), tasks=[t.name for t in tasks], data=data_hash(rows))
     run = _Finetuning(model, config, rows, probes, probe_batches, identity)
     if out_dir is None:
         return run.train(None, None, callbacks)

@@ -25,7 +25,7 @@ from ..gates import gate_hooks
 from ..gates._direct import direct_forward
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
-from ..models import fingerprint, model_device, pad_token_id
+from ..models import check_same_run, data_hash, fingerprint, model_device, model_identity, pad_token_id, run_identity
 from ..objective import answer_nll, length_batches
 from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
@@ -33,9 +33,7 @@ from ._loop import (
     BatchSampler,
     StepCallback,
     check_finite_loss,
-    check_same_run,
     load_state,
-    run_identity,
     run_steps,
     save_state,
     stable_seed,
@@ -240,7 +238,7 @@ class _MaskRun:
         self.noise = [torch.Generator().manual_seed(stable_seed(config.seed, name, "noise")) for name in names]
         self.rows_task = torch.arange(len(tasks)).repeat_interleave(config.batch_size).to(self.device)
         self.history: list[dict] = []
-        self.identity = run_identity(config.recipe(), names, self.encoded, model)
+        self.identity = run_identity(model, recipe=config.recipe(), tasks=list(names), data=data_hash(self.encoded))
 
     def train(self, out: Path | None, *, resume: bool, callbacks: Sequence[StepCallback]) -> dict[str, TrainResult]:
         config, names = self.config, self.names
@@ -352,7 +350,11 @@ class _MaskRun:
             tensors["mlp_logits"] = self.mlp_logits.detach().cpu().contiguous()
         folder = out / _CHECKPOINTS
         # The model each checkpoint belongs to (structure and weights hash): readers refuse another model's.
-        meta = {"step": str(step), "tasks": "\n".join(self.names), "model": json.dumps(self.identity["model"])}
+        meta = {
+            "step": str(step),
+            "tasks": "\n".join(self.names),
+            "model": json.dumps(model_identity(self.identity["model"])),
+        }
         write_safetensors(folder / f"logits_step{step:07d}.safetensors", tensors, meta)
         state = {
             "step": step,

@@ -14,6 +14,7 @@ import torch
 from headsup_lens.data import load_task
 from headsup_lens.evaluation import answer_loss
 from headsup_lens.models import load_model
+from headsup_lens.reproduce._sft import organism_selection, smollm2_selection
 from headsup_lens.sft import (
     FinetuneConfig,
     SelectionConfig,
@@ -31,11 +32,11 @@ from headsup_lens.sft import (
 
 def small(**overrides) -> SelectionConfig:
     settings = dict(steps=2, probe_steps=2, eval_examples=4, pattern_examples=4, train_pairs=8, seeds=1, draws=2)
-    return SelectionConfig.organism(**{**settings, **overrides})
+    return organism_selection(**{**settings, **overrides})
 
 
 def test_the_presets_are_the_studies_of_the_script():
-    organism = SelectionConfig.organism()
+    organism = organism_selection()
     assert (organism.steps, organism.probe_steps, organism.eval_examples, organism.pattern_examples) == (
         40,
         30,
@@ -49,7 +50,7 @@ def test_the_presets_are_the_studies_of_the_script():
     assert organism.run_config(1) == FinetuneConfig(
         batch_size=16, lr=1e-3, steps=40, seed=1, pattern_examples=1, accuracy=False, progress=False
     )
-    smollm2 = SelectionConfig.smollm2(seed=3)
+    smollm2 = smollm2_selection(seed=3)
     assert smollm2.run_config(0).method == "lora" and smollm2.run_config(0).batch_size == 8
     assert smollm2.probe_config().seed == 3 and smollm2.train_pairs == 200
     settings = smollm2.settings(["synonym"])

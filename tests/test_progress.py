@@ -5,7 +5,10 @@ import io
 import sys
 import time
 
+import datasets.utils
+import huggingface_hub.utils
 import pytest
+from transformers.utils import logging as hf_logging
 
 import headsup_lens._progress as progress_module
 from headsup_lens._progress import activity, progress, progress_off, set_progress
@@ -16,7 +19,8 @@ def no_delay(monkeypatch):
     """Every bar shows at once (phases of a tiny model are shorter than the usual delay)."""
     monkeypatch.setattr(progress_module, "DELAY_S", 0.0)
     monkeypatch.setattr(progress_module, "_SWITCH", [None])
-    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)  # set_progress(False) sets it
+    for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        monkeypatch.delenv(name, raising=False)  # set_progress(False) sets them: removed after the test
 
 
 def test_a_bar_shows_counts_and_a_rate_and_the_switch_silences_it(no_delay, capsys):
@@ -125,10 +129,6 @@ def test_tqdm_disable_silences_bars(monkeypatch, no_delay, capsys, value):
 
 
 def _library_bars_shown() -> dict[str, bool]:
-    import datasets.utils
-    import huggingface_hub.utils
-    from transformers.utils import logging as hf_logging
-
     return {
         "huggingface_hub": not huggingface_hub.utils.are_progress_bars_disabled(),
         "transformers": hf_logging.is_progress_bar_enabled(),
@@ -136,9 +136,31 @@ def _library_bars_shown() -> dict[str, bool]:
     }
 
 
-def test_the_switch_silences_the_libraries_bars_and_restores_them(no_delay, monkeypatch):
+@pytest.fixture
+def library_bars_on(monkeypatch):
+    """The libraries' bars shown at the start (an earlier `set_progress(False)` in this process hides
+    them for good), and as they were after the test. The libraries are imported with this module,
+    before any test sets their environment variables (which they read once, at import)."""
     for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
         monkeypatch.delenv(name, raising=False)
+    before = _library_bars_shown()
+    huggingface_hub.utils.enable_progress_bars()
+    hf_logging.enable_progress_bar()
+    datasets.utils.enable_progress_bars()
+    yield
+    for shown, on, off in (
+        (
+            before["huggingface_hub"],
+            huggingface_hub.utils.enable_progress_bars,
+            huggingface_hub.utils.disable_progress_bars,
+        ),
+        (before["transformers"], hf_logging.enable_progress_bar, hf_logging.disable_progress_bar),
+        (before["datasets"], datasets.utils.enable_progress_bars, datasets.utils.disable_progress_bars),
+    ):
+        (on if shown else off)()
+
+
+def test_the_switch_silences_the_libraries_bars_and_restores_them(no_delay, library_bars_on):
     before = _library_bars_shown()
     assert all(before.values()), before
     with progress_off():
@@ -150,7 +172,7 @@ def test_the_switch_silences_the_libraries_bars_and_restores_them(no_delay, monk
     assert _library_bars_shown() == before
 
 
-def test_the_cli_hides_the_libraries_bars_when_the_environment_asks(monkeypatch, no_delay):
+def test_the_cli_hides_the_libraries_bars_when_the_environment_asks(monkeypatch, no_delay, library_bars_on):
     """`HEADSUP_PROGRESS=0 headsup ...`: Hugging Face's bars (weight loading, shard writing) too."""
     from headsup_lens.cli import _main
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import simple_parsing
 
-from ..options import Collect, DataOptions, FigureOptions, Given, ModelOptions, model_arguments
+from ..options import Collect, DataOptions, FigureOptions, Given, ModelOptions, ThreadOptions, model_arguments
 from ._registry import check_out_dir, command, mask_file
 
 
 @dataclass
-class CompareMethodsCommand(FigureOptions, DataOptions, ModelOptions):
+class CompareMethodsCommand(ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup compare-methods`."""
 
     task: str
@@ -56,6 +56,8 @@ class CompareMethodsCommand(FigureOptions, DataOptions, ModelOptions):
     help="Compare head-finding methods: elicitation curves, cost, AUROC on the organism.",
 )
 def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
+    import torch
+
     from .._io import OutputSet, atomic_write
     from ..analysis import DEFAULT_METHODS, METHODS, compare_methods
     from ..data import load_task
@@ -71,6 +73,11 @@ def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
     if args.schedule not in ("fast", "paper"):
         raise ValueError(f"--schedule must be fast or paper, not {args.schedule!r}")
     task = load_task(args.task, args.data_dir)
+    # One thread on the organism, as `headsup demo`: its operations are too small to share, and on a
+    # busy machine torch's default (every core) made the learned mask's 300 steps several times slower.
+    threads = args.threads if args.threads is not None else (1 if args.model == "organism" else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
     mask_path = mask_file(args.mask) if args.mask else None
     out = check_out_dir(args.out)
     model = load_model(args.model, **model_arguments(args))

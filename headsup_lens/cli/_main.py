@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from simple_parsing import ArgumentParser, DashVariant
 
-from .._progress import activity, progress_off
+from .._progress import activity, progress_enabled, progress_off, quiet_libraries
 from ..options import Given, OptionParser, given, name_options
 from ._registry import COMMANDS, LAZY, Interrupted, check_out_dir
 
@@ -119,9 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # One switch for every bar of the run, wherever it is written (also after nested commands such
     # as `organism train`, whose parsers do not list it).
-    quiet = NO_PROGRESS in argv
+    # HEADSUP_PROGRESS=0 / TQDM_DISABLE=1 silence the libraries' bars too; in a log (stderr not a
+    # terminal) those are hidden as well: they redraw, and ours write whole lines there.
+    quiet = NO_PROGRESS in argv or not progress_enabled()
     argv = [a for a in argv if a != NO_PROGRESS]
-    with progress_off() if quiet else contextlib.nullcontext():
+    with progress_off() if quiet else quiet_libraries():
         return _main(argv)
 
 

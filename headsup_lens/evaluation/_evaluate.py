@@ -40,6 +40,8 @@ RESULTS, GENERATIONS, RECORD = "results.csv", "generations.csv", "evaluation.jso
 PARTIAL_RESULTS = "results.partial.csv"  # the finished settings of an interrupted run: the next run resumes
 PARTIAL_GENERATIONS = "generations.partial.csv"
 PARTIAL_RECORD = "evaluation.partial.json"  # whose rows they are: model, task, masks and options
+# Floats read back exactly as written: pandas 3 reads them so by default (and deprecates the option).
+_ROUND_TRIP: dict = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
 BASE_COLUMNS = (
     "task",
     "mask_task",
@@ -371,7 +373,7 @@ class _RunFolder:
                 partial,
                 keep_default_na=False,
                 na_values=[""],
-                float_precision="round_trip",
+                **_ROUND_TRIP,
                 dtype={"task": str, "setting": str, "mask_task": str},
             )
             texts = None

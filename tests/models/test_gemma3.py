@@ -121,7 +121,7 @@ def test_real_gemma3_fetch_in_a_fresh_cache(tmp_path, monkeypatch):
     model = load_model("gemma3-270m", device="cpu", dtype="float32")
     cfg = model.cfg
     assert (cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_vocab) == (18, 4, 640, 262144)
-    assert prompt_format(model).name == "plain"
+    assert prompt_format(model).name == "plain" and prompt_format(model).add_bos  # "<bos>{x}\n\n"
 
 
 @pytest.mark.slow

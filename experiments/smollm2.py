@@ -68,6 +68,8 @@ class Options(MultiTaskOptions):
     """Alpha of the instructed + scaled mask row."""
     new_tokens: int = 12
     """analyze: greedy tokens per removal-sweep step."""
+    keep_settings: bool = False
+    """analyze: keep a task's stored settings table (from `evaluate`) instead of evaluating it again."""
 
 
 def run(xp: Experiment, o: Options):
@@ -94,7 +96,8 @@ def run(xp: Experiment, o: Options):
                     print(f"{name}: evaluated already", flush=True)
                 continue
             mask = HeadMask.load(xp.current(f"masks/{stored_mask_path('', task).name}"), xp.model)
-            settings_table(xp, task, mask, seeds, alpha=o.alpha, batch_size=batch, stage=o.stage)
+            if not (done and o.keep_settings):
+                settings_table(xp, task, mask, seeds, alpha=o.alpha, batch_size=batch, stage=o.stage)
             if o.stage == "analyze":
                 analyze_task(xp, task, mask, new_tokens=o.new_tokens, batch_size=batch, title=title)
     return combine_tables(xp, title=title)[SHOWN]

@@ -1,4 +1,5 @@
-"""The paper's experiments on a real instruction-tuned LLM, SmolLM2-135M-Instruct (30 layers x 9 heads).
+"""The paper's experiments on a real instruction-tuned LLM, SmolLM2-135M-Instruct (30 layers x 9 heads);
+`--model gemma3-270m` runs the same stages on the base model Gemma-3-270M (outputs in `gemma3-270m/`).
 
 Stages over the masks stored in `<out>/smollm2/masks/` (`--update-figures`: the committed `figures/smollm2/`):
 
@@ -64,10 +65,13 @@ class Options(MultiTaskOptions):
     """Alpha of the instructed + scaled mask row."""
     new_tokens: int = 12
     """analyze: greedy tokens per removal-sweep step."""
+    keep_settings: bool = False
+    """analyze: keep a task's stored settings table (from `evaluate`) instead of evaluating it again."""
 
 
 def run(xp: Experiment, o: Options):
     data, batch = o.data_dir, o.eval_batch_size
+    title = "SmolLM2" if o.model == "smollm2" else o.model
     if o.stage == "select":
         return select_tasks(xp, o.tasks or list(FV_TASKS), batch_size=batch, data_dir=data)
     if o.stage == "train":
@@ -89,10 +93,11 @@ def run(xp: Experiment, o: Options):
                     print(f"{name}: evaluated already", flush=True)
                 continue
             mask = HeadMask.load(xp.current(f"masks/{stored_mask_path('', task).name}"), xp.model)
-            settings_table(xp, task, mask, seeds, alpha=o.alpha, batch_size=batch, stage=o.stage)
+            if not (done and o.keep_settings):
+                settings_table(xp, task, mask, seeds, alpha=o.alpha, batch_size=batch, stage=o.stage)
             if o.stage == "analyze":
-                analyze_task(xp, task, mask, new_tokens=o.new_tokens, batch_size=batch, title="SmolLM2")
-    return combine_tables(xp, title="SmolLM2")[SHOWN]
+                analyze_task(xp, task, mask, new_tokens=o.new_tokens, batch_size=batch, title=title)
+    return combine_tables(xp, title=title)[SHOWN]
 
 
 def main(argv: list[str] | None = None) -> None:

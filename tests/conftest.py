@@ -54,6 +54,18 @@ def build_spm_dir(path: Path, **overrides) -> Path:
     return random_llama_dir(path, tokenizer=subword_tokenizer("chatml", "sentencepiece"), **overrides)
 
 
+def build_gemma3_dir(path: Path, **overrides) -> Path:
+    """A Gemma-3 text model (QK-norm, two sliding-window layers of window 6 and a global one, tied
+    embeddings as Gemma-3-270M) with a SentencePiece-like tokenizer and no chat template (a base
+    model: the plain `{x}\\n\\n` template applies), saved to `path`."""
+    from headsup_lens.models import random_llama_dir
+    from headsup_lens.models._tokenizers import subword_tokenizer
+
+    tokenizer = subword_tokenizer("gemma2", "sentencepiece")
+    tokenizer.chat_template = None
+    return random_llama_dir(path, tokenizer=tokenizer, architecture="gemma3", **overrides)
+
+
 def build_gpt2_dir(path: Path, **overrides) -> Path:
     """A GPT-2 (4 heads, no chat template: the plain `{x}\\n\\n` template applies), saved to `path`."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -100,6 +112,18 @@ def qwen2(qwen2_dir):
     from headsup_lens import load_model
 
     return load_model(qwen2_dir, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def gemma3_dir(tmp_path_factory) -> Path:
+    return build_gemma3_dir(tmp_path_factory.mktemp("gemma3"))
+
+
+@pytest.fixture(scope="session")
+def gemma3(gemma3_dir):
+    from headsup_lens import load_model
+
+    return load_model(gemma3_dir, device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="session")

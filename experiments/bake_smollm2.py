@@ -22,7 +22,7 @@ from headsup_lens.reproduce import Experiment, ExperimentOptions, bake_compariso
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(ExperimentOptions):
     """Options of `experiments/bake_smollm2.py`."""
 

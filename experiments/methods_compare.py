@@ -27,7 +27,7 @@ from headsup_lens.reproduce import (
 from headsup_lens.training import safe_name
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(MultiTaskOptions):
     """Options of the method comparison."""
 

@@ -40,7 +40,7 @@ from headsup_lens.reproduce import (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(MultiTaskOptions):
     """Options of Table 3."""
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import simple_parsing
-
-from headsup_lens.options import Collect
+from headsup_lens.options import option
 from headsup_lens.reproduce import (
     SCAN_TARGETS,
     Experiment,
@@ -39,13 +37,13 @@ STAGES = ("scan", "train", "analyze")
 PARTS = ("table1", "fig2", "table8")
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(ExperimentOptions):
     """Options of the translation stages."""
 
-    stage: str = simple_parsing.field(positional=True, choices=STAGES)
+    stage: str = option(positional=True, choices=STAGES)
     """scan, train or analyze."""
-    pairs: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    pairs: list[str] | None = None
     """Directions src-tgt (scan: default en-fr en-de en-es en-zh en-ru en-ar; train, analyze: required)."""
     model: str = "smollm2"
     """Model: `smollm2` (SmolLM2-135M-Instruct), a `.gguf` file, a hub name or a local directory."""
@@ -63,7 +61,7 @@ class Options(ExperimentOptions):
     """scan: training pairs per direction."""
     alpha: float = 0.25
     """analyze: alpha of the instructed + scaled mask row."""
-    parts: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    parts: list[str] | None = None
     """analyze: which artifacts, of table1 fig2 table8 (default: all)."""
     new_tokens: int = 20
     """analyze: greedy tokens per removal-sweep step."""

@@ -5,16 +5,14 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import simple_parsing
-
-from ..options import Collect, DataOptions, FigureOptions, Given, ModelOptions, model_arguments
+from ..options import DataOptions, FigureOptions, Given, ModelOptions, model_arguments
 from ._registry import check_out_dir, command, mask_file
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompareMethodsCommand(FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup compare-methods`."""
 
@@ -22,7 +20,7 @@ class CompareMethodsCommand(FigureOptions, DataOptions, ModelOptions):
     """Task name, e.g. `organism/reverse` or `antonym` (`headsup tasks` lists them)."""
     out: str
     """Output folder: summary.csv, curves.csv, one <method>.json ranking each, figures (and roc.csv on the organism)."""
-    method: list[str] = simple_parsing.field(default_factory=list, action=Collect, nargs="+", required=False)
+    method: list[str] = field(default_factory=list)
     """Methods to compare (default: all): learned_mask single_ablation gate_gradient attribution_patching activation_pattern soft_gate_necessary soft_gate_sufficient random."""
     mask: str | None = None
     """Learned mask (file, or a `headsup train` output folder) for learned_mask; without it a mask is trained (--schedule)."""
@@ -50,11 +48,7 @@ class CompareMethodsCommand(FigureOptions, DataOptions, ModelOptions):
     """Rows per batched forward pass."""
 
 
-@command(
-    "compare-methods",
-    CompareMethodsCommand,
-    help="Compare head-finding methods: elicitation curves, cost, AUROC on the organism.",
-)
+@command("compare-methods", CompareMethodsCommand)
 def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
     from .._io import OutputSet, atomic_write
     from ..analysis import DEFAULT_METHODS, METHODS, compare_methods

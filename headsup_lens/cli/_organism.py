@@ -7,27 +7,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import simple_parsing
-from simple_parsing import subparsers
-
-from ..options import DeviceOptions, Given
+from ..options import DeviceOptions, Given, option
 from ..organism import OrganismConfig
 from ._registry import check_out_dir, command
 
 
-@dataclass
+@dataclass(frozen=True)
 class OrganismTrainConfig(OrganismConfig):
     """Options of `headsup organism train` (the defaults are the shipped organism's recipe)."""
 
-    out: str = simple_parsing.field(default="organism", alias=["--output"])
+    out: str = option("organism", aliases=["--output"])
     """Folder to write the trained organism to (a Hugging Face model directory)."""
     quiet: bool = False  # no progress bar
 
-    def __post_init__(self) -> None:
-        pass  # validated when the recipe is built, so that bad options become a clean CLI error
 
-
-@dataclass
+@dataclass(frozen=True)
 class OrganismCheckConfig(DeviceOptions):
     """Options of `headsup organism check`."""
 
@@ -36,16 +30,16 @@ class OrganismCheckConfig(DeviceOptions):
     seed: int = 0  # seed of the random head sets
 
 
-@dataclass
+@dataclass(frozen=True)
 class OrganismCommand:
     """`headsup organism train` or `headsup organism check`."""
 
-    action: OrganismTrainConfig | OrganismCheckConfig = subparsers(
-        {"train": OrganismTrainConfig, "check": OrganismCheckConfig}
+    action: OrganismTrainConfig | OrganismCheckConfig = option(
+        subcommands={"train": OrganismTrainConfig, "check": OrganismCheckConfig}
     )
 
 
-@command("organism", OrganismCommand, help="Train the built-in model organism or check its planted pathways.")
+@command("organism", OrganismCommand)
 def run_organism(config: OrganismCommand, given: Given) -> int:
     action = config.action
     if isinstance(action, OrganismTrainConfig):

@@ -11,14 +11,14 @@ from ..options import Given
 from ._registry import command
 
 
-@dataclass
+@dataclass(frozen=True)
 class SelfCheckConfig:
     """Options of `headsup selfcheck`."""
 
     seed: int = 0  # seed of the random tiny model and mask
 
 
-@command("selfcheck", SelfCheckConfig, help="Build a tiny model offline and check the gates on it.")
+@command("selfcheck", SelfCheckConfig)
 def run_selfcheck(config: SelfCheckConfig, given: Given) -> int:
     import tempfile
 

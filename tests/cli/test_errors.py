@@ -86,11 +86,15 @@ def test_the_option_is_named_as_typed(tmp_path, capsys):
     from headsup_lens.cli._main import one_line
     from headsup_lens.options import given
 
-    args = build_parser("train").parse_args(["train", "--task", "t", "--out", "o", "--max_grad_norm", "-1"])
+    args = build_parser("train").parse_args(["train", "--task", "t", "--out", "o", "--max_grad_norm", "2"])
     options = given(args)
     assert options.typed == {"task": "--task", "out": "--out", "train.max_grad_norm": "--max_grad_norm"}
     assert options.within("train") == {"max_grad_norm"}
     assert one_line(ValueError("max_grad_norm must be >= 0"), args.config, options) == "--max_grad_norm must be >= 0"
+    # a value the config refuses is a usage error while the command line is read, named as typed
+    with pytest.raises(SystemExit) as refused:
+        build_parser("train").parse_args(["train", "--task", "t", "--out", "o", "--max_grad_norm", "-1"])
+    assert refused.value.code == 2 and "--max_grad_norm must be >= 0" in capsys.readouterr().err
 
 
 def test_compare_methods_names_n_eval_not_the_argument_it_is_passed_on_as(tmp_path, capsys):

@@ -21,7 +21,6 @@ def _all_parsers():
             choices = getattr(action, "choices", None)
             for child_name, child in choices.items() if isinstance(choices, dict) else []:
                 if isinstance(child, OptionParser):
-                    child._preprocessing([])
                     pending.append((f"{name} {child_name}", child))
 
 

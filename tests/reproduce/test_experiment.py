@@ -3,6 +3,7 @@ output set per run, and the mask cache keyed by recipe and model fingerprint."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -191,7 +192,7 @@ def test_tasks_default_to_the_organisms_and_a_task_is_required_elsewhere(model_d
     with open_experiment("demo_script", options(model_dir, tmp_path), tmp_path) as xp:
         with pytest.raises(ValueError, match="--task is required for --model"):
             xp.task()
-        xp.options.task = "organism/reverse"
+        xp.options = dataclasses.replace(xp.options, task="organism/reverse")
         assert [t.name for t in xp.tasks()] == ["organism/reverse"]
         assert xp.train_config().steps == 3 and xp.train_config(negative=True).init_mean == -3.0
         assert xp.train_config().lr == TrainConfig.paper().lr  # not the organism: the paper's schedule

@@ -61,8 +61,8 @@ def test_schedules_match_the_paper():
     assert config.tau_at(0) == 4.0 and config.tau_at(20) == pytest.approx((4.0 + 0.05) / 2)
     assert config.tau_at(40) == config.tau_at(99) == 0.05
     assert TrainConfig.negative_init().init_mean == -3.0 and TrainConfig.fast().steps < 1000
-    with pytest.raises(ValueError, match="steps must be positive"):
-        TrainConfig(steps=0).validate()
+    with pytest.raises(ValueError, match="steps must be > 0, got 0"):
+        TrainConfig(steps=0)
 
 
 def test_answer_logits_equal_full_logits_at_answer_positions(llama):
@@ -211,7 +211,7 @@ def test_clipping_changes_training_and_can_be_turned_off(planted):
     free = train_mask(planted, planted_task(), config.replace(max_grad_norm=0.0))
     assert not torch.equal(clipped.mask.logits, free.mask.logits)
     with pytest.raises(ValueError, match="max_grad_norm"):
-        TrainConfig(max_grad_norm=-1.0).validate()
+        TrainConfig(max_grad_norm=-1.0)
 
 
 def test_resume_refuses_a_run_on_other_data_and_names_the_difference(planted, tmp_path):

@@ -38,17 +38,27 @@ from ._validate import check_device, check_int
 Config = TypeVar("Config")
 
 
-def _next_post_init(self: Any, cls: type) -> None:
-    """Run the `__post_init__` of the next option group in `type(self)`'s MRO (the groups chain)."""
-    after = getattr(super(cls, self), "__post_init__", None)
-    if after is not None:
-        after()
-
-
 # ------------------------------------------------------------------------------------ option groups
+class Options:
+    """Base of every option group and command config: each `__post_init__` checks its own fields and
+    calls `super().__post_init__()`, so a config that combines groups checks all of them once."""
+
+    def __post_init__(self) -> None:
+        pass
+
+
+def check_counts(config: Any, **minimums: int) -> None:
+    """The counts of an options config at their minimum (`top_k=1`, `seed=0`); None means the default.
+    A ValueError names the field and its value: `--top-k must be >= 1, got 0` on the command line."""
+    for name, minimum in minimums.items():
+        value = getattr(config, name)
+        if value is not None:
+            check_int(name, value, minimum=minimum)
+
+
 @checked
 @dataclass(frozen=True, kw_only=True)
-class DeviceOptions:
+class DeviceOptions(Options):
     """Where and in which precision a model runs."""
 
     device: str | None = None
@@ -59,7 +69,7 @@ class DeviceOptions:
     def __post_init__(self) -> None:
         if self.device is not None:
             object.__setattr__(self, "device", check_device("device", self.device))
-        _next_post_init(self, DeviceOptions)
+        super().__post_init__()
 
 
 @checked
@@ -75,7 +85,7 @@ class ModelOptions(DeviceOptions):
 
 @checked
 @dataclass(frozen=True, kw_only=True)
-class DataOptions:
+class DataOptions(Options):
     """Where the paper's datasets are."""
 
     data_dir: str | None = None
@@ -84,7 +94,7 @@ class DataOptions:
 
 @checked
 @dataclass(frozen=True, kw_only=True)
-class FigureOptions:
+class FigureOptions(Options):
     """How figures are written."""
 
     png: bool = True
@@ -93,21 +103,20 @@ class FigureOptions:
 
 @checked
 @dataclass(frozen=True, kw_only=True)
-class ThreadOptions:
+class ThreadOptions(Options):
     """CPU threads of a long run."""
 
     threads: int | None = None
     """torch CPU threads, 1 or more (default: 1 for the organism, whose ops are too small to share; torch's own otherwise)."""
 
     def __post_init__(self) -> None:
-        if self.threads is not None:
-            check_int("threads", self.threads, minimum=1)
-        _next_post_init(self, ThreadOptions)
+        check_counts(self, threads=1)
+        super().__post_init__()
 
 
 @checked
 @dataclass(frozen=True, kw_only=True)
-class ProgressOptions:
+class ProgressOptions(Options):
     """Progress bars of long phases."""
 
     progress: bool = True
@@ -365,6 +374,10 @@ class OptionParser(argparse.ArgumentParser):
         for name, config in choices.items():
             child = sub.add_parser(name, help=(config.__doc__ or "").split("\n")[0], description=config.__doc__)
             child.add_arguments(config, dest=f"{dest}.{path}")
+
+    def error(self, message: str):  # type: ignore[override]
+        """A usage error as one line on stderr (the option, its value, what is allowed), exit 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     # -------------------------------------------------------------------------- reading
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-from ..options import DataOptions, FigureOptions, Given, ModelOptions, model_arguments
+from .._validate import check_float
+from ..options import DataOptions, FigureOptions, Given, ModelOptions, check_counts, model_arguments
 from ._registry import check_out_dir, command, mask_file
 
 
@@ -24,7 +26,7 @@ class CompareMethodsCommand(FigureOptions, DataOptions, ModelOptions):
     """Methods to compare (default: all): learned_mask single_ablation gate_gradient attribution_patching activation_pattern soft_gate_necessary soft_gate_sufficient random."""
     mask: str | None = None
     """Learned mask (file, or a `headsup train` output folder) for learned_mask; without it a mask is trained (--schedule)."""
-    schedule: str = "fast"
+    schedule: Literal["fast", "paper"] = "fast"
     """Schedule of a mask trained here for learned_mask: fast (300 steps) or paper."""
     k_max: int = 24
     """Largest number of heads removed on the elicitation curves."""
@@ -47,6 +49,11 @@ class CompareMethodsCommand(FigureOptions, DataOptions, ModelOptions):
     max_rows: int = 256
     """Rows per batched forward pass."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, k_max=1, k_step=1, n_eval=1, n_examples=1, soft_steps=1, seed=0, max_rows=1)
+        check_float("alpha", self.alpha, 0.0, 1.0)
+
 
 @command("compare-methods", CompareMethodsCommand)
 def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
@@ -62,8 +69,6 @@ def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"--method {unknown[0]!r} is not a method; choose from {', '.join(sorted(METHODS))}")
-    if args.schedule not in ("fast", "paper"):
-        raise ValueError(f"--schedule must be fast or paper, not {args.schedule!r}")
     task = load_task(args.task, args.data_dir)
     mask_path = mask_file(args.mask) if args.mask else None
     out = check_out_dir(args.out)

@@ -5,15 +5,13 @@ Heavy modules are imported inside the command, so `--help` answers at once."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
 
 from .._io import OutputSet
-from ..options import FigureOptions, Given, ModelOptions
+from .._names import Gate
+from .._validate import check_float
+from ..options import FigureOptions, Given, ModelOptions, check_counts
 from ._outputs import load, load_mask, report, save_figures, write_csv
 from ._registry import check_out_dir, command
-
-if TYPE_CHECKING:
-    from ..gates import Gate
 
 
 @dataclass(frozen=True)
@@ -26,7 +24,7 @@ class LensCommand(FigureOptions, ModelOptions):
     """Output folder: lens.csv and one heat map per stream."""
     mask: str | None = None
     """Optional mask file (or `headsup train` output folder) to gate the model with."""
-    gate: str = "value"
+    gate: Gate = "value"
     """Gate for the mask: value or query."""
     alpha: float = 0.0
     """Scale of heads outside the mask (value gate)."""
@@ -36,6 +34,11 @@ class LensCommand(FigureOptions, ModelOptions):
     """Apply the final norm before the unembedding; --no-final-norm reads the raw residual (the reference notebook)."""
     formatted: bool = False
     """The prompt is already chat-formatted."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, k=1)
+        check_float("alpha", self.alpha, 0.0, 1.0)
 
 
 @command("lens", LensCommand)
@@ -50,7 +53,7 @@ def run_lens(args: LensCommand, given: Given) -> int:
         args.prompt,
         args.k,
         load_mask(args.mask, model),
-        gate=cast("Gate", args.gate),  # checked against the gates by the function
+        gate=args.gate,
         alpha=args.alpha,
         formatted=args.formatted,
         final_norm=args.final_norm,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..options import DeviceOptions, Given, option
+from ..options import DeviceOptions, Given, check_counts, option
 from ..organism import OrganismConfig
 from ._registry import check_out_dir, command
 
@@ -28,6 +28,10 @@ class OrganismCheckConfig(DeviceOptions):
     model: str = "organism"  # trained organism: "organism" (shipped) or a folder written by `organism train`
     n_words: int | None = None  # held-out words per task (default: all 100)
     seed: int = 0  # seed of the random head sets
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, n_words=1, seed=0)
 
 
 @dataclass(frozen=True)

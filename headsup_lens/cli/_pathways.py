@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._io import OutputSet
-from ..options import DataOptions, FigureOptions, Given, ModelOptions
+from ..options import DataOptions, FigureOptions, Given, ModelOptions, check_counts
 from ._outputs import file_names, load, report, save_figures, write_csv
 from ._registry import check_out_dir, command
 
@@ -29,6 +29,12 @@ class PathwaysCommand(FigureOptions, DataOptions, ModelOptions):
     """Random groups of the same size per ablated group."""
     trajectory: str | None = None
     """Training output folder whose logit checkpoints to plot (Fig. 3)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, n_random=1)
+        if self.task is not None and self.model is None:
+            raise ValueError("the ablation needs --model as well as --task")
 
 
 def _mask_files(paths: list[str]) -> dict[str, Path]:
@@ -57,8 +63,6 @@ def run_pathways(args: PathwaysCommand, given: Given) -> int:
     from ..plots import jaccard_figure, mask_heatmap, trajectory_figure, usage_heatmap
 
     masks = {name: HeadMask.load(path) for name, path in _mask_files(args.mask).items()}
-    if args.task is not None and args.model is None:
-        raise ValueError("the ablation needs --model as well as --task")
     out = check_out_dir(args.out)
     pathways = pathway_heads(masks)
     stage = OutputSet(out, "pathways")
@@ -81,9 +85,7 @@ def run_pathways(args: PathwaysCommand, given: Given) -> int:
     if args.trajectory is not None:
         steps, weights = weight_trajectories(args.trajectory)
         figures["trajectory"] = trajectory_figure(steps, weights)
-    if args.task is not None:
-        if args.model is None:
-            raise ValueError("the ablation needs --model as well as --task")
+    if args.task is not None:  # with --model (checked with the options)
         from ..analysis import group_ablation
         from ..data import load_task
 

@@ -5,15 +5,12 @@ Heavy modules are imported inside the command, so `--help` answers at once."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
 
 from .._io import OutputSet
+from .._names import Gate
 from ..options import DataOptions, FigureOptions, Given, ModelOptions
 from ._outputs import load, load_mask, report, save_figures, write_csv
 from ._registry import check_out_dir, command
-
-if TYPE_CHECKING:
-    from ..gates import Gate
 
 
 @dataclass(frozen=True)
@@ -30,7 +27,7 @@ class SimilarityCommand(FigureOptions, DataOptions, ModelOptions):
     """Instruction template with `{input}` for the instructed settings (default: the --task's)."""
     task: str | None = None
     """Task whose instruction template to use, e.g. `antonym`."""
-    gate: str = "value"
+    gate: Gate = "value"
     """Gate for the mask: value or query."""
 
 
@@ -53,11 +50,11 @@ def run_similarity(args: SimilarityCommand, given: Given) -> int:
     original, instructed = Setting(args.prompt), Setting(instructed_text)
     comparisons = {"original vs instructed": (original, instructed)}
     if mask is not None:
-        masked = Setting(args.prompt, mask=mask, gate=cast("Gate", args.gate))
+        masked = Setting(args.prompt, mask=mask, gate=args.gate)
         comparisons["masked vs instructed"] = (masked, instructed)
         comparisons["masked vs masked+instructed"] = (
             masked,
-            Setting(instructed_text, mask=mask, gate=cast("Gate", args.gate)),
+            Setting(instructed_text, mask=mask, gate=args.gate),
         )
     tables = {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
     import pandas as pd

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .._io import OutputSet
-from ..options import FigureOptions, Given, ModelOptions
+from .._validate import check_float
+from ..options import FigureOptions, Given, ModelOptions, check_counts
 from ._outputs import file_names, load, load_mask, portable, report, save_figures, write_csv
 from ._registry import check_out_dir, command
 
@@ -23,7 +25,7 @@ class SweepCommand(FigureOptions, ModelOptions):
     """Output folder: ranks.csv, logits.csv, generations.csv, tokens.csv, summary.json and figures."""
     mask: str | None = None
     """Mask file (or `headsup train` output folder) whose weights give the removal order (weight and influence orders)."""
-    order: str = "weight"
+    order: Literal["weight", "influence", "random"] = "weight"
     """Removal order: weight (ascending sigmoid(M)), influence (App. C.3.1) or random."""
     influence_k: int | None = None
     """Influence order: how many first heads of the weight order are re-ordered (paper: 320 of 1024; default all)."""
@@ -46,18 +48,22 @@ class SweepCommand(FigureOptions, ModelOptions):
     reference_prompt: str | None = None
     """Also compare every layer along the sweep with this prompt's run (e.g. the instructed user text; Fig. 5)."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, influence_k=1, top_k=1, max_new_tokens=0, batch_size=1, seed=0)
+        if self.memory_gb is not None:
+            check_float("memory_gb", self.memory_gb, 0.0, low_open=True)
+        if self.order != "random" and self.mask is None:
+            raise ValueError(f"the {self.order} order needs --mask")
+        if self.order == "influence" and not (self.target or self.target_id):
+            raise ValueError("the influence order needs at least one --target or --target-id")
+
 
 @command("sweep", SweepCommand)
 def run_sweep(args: SweepCommand, given: Given) -> int:
     from ..analysis import influence_order, layer_states, random_order, removal_sweep, sweep_similarity
     from ..plots import generation_table, logit_figure, rank_figure, sweep_similarity_figure
 
-    if args.order not in ("weight", "influence", "random"):
-        raise ValueError(f"unknown order {args.order!r}; use weight, influence or random")
-    if args.order != "random" and args.mask is None:
-        raise ValueError(f"the {args.order} order needs --mask")
-    if args.order == "influence" and not (args.target or args.target_id):
-        raise ValueError("the influence order needs at least one --target or --target-id")
     out = check_out_dir(args.out)
     model = load(args)
     mask = load_mask(args.mask, model)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._typecheck import checked
-from ..options import DataOptions, FigureOptions, ModelOptions, ThreadOptions, option
+from ..options import DataOptions, FigureOptions, ModelOptions, ThreadOptions, check_counts, option
 
 DEFAULT_TASKS = ("organism/reverse", "organism/antonym", "organism/translate")
 # The default output folder, relative to the current directory; the repository's .gitignore lists it.
@@ -32,3 +32,7 @@ class DemoConfig(ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Seed of mask training, the random baselines and the random removal order."""
     influence_k: int = 64
     """Influence order: re-order the first K heads of the weight-order sweep by their effect."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, steps=1, batch_size=1, seed=0, influence_k=1)

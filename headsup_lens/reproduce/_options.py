@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._typecheck import checked
-from ..options import DataOptions, FigureOptions, ModelOptions, ProgressOptions, ThreadOptions
+from ..options import DataOptions, FigureOptions, ModelOptions, ProgressOptions, ThreadOptions, check_counts
 
 # The organism task the single-task figures use: a made-up dictionary, the analogue of the paper's translation.
 ORGANISM_TASK = "organism/translate"
@@ -40,6 +40,10 @@ class ExperimentOptions(ProgressOptions, ThreadOptions, FigureOptions, DataOptio
     """Save the mask logits every this many training steps (the reference's save_steps; the Fig. 3 trajectories)."""
     masks: str | None = None
     """Folder of stored masks to use instead of training: <task>.safetensors (default init), <task>_negative, <task>_query, <task>_mlp (.safetensors); e.g. figures/smollm2/masks."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, steps=1, batch_size=1, eval_batch_size=1, seed=0, checkpoint_every=0)
 
 
 @checked

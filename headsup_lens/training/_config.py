@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Literal
 
+from .._names import Gate
 from .._typecheck import checked
 from ._schedule import check_ranges, warmup_cosine
 
@@ -50,7 +50,7 @@ class TrainConfig:
     default, which the paper's code inherits); 0 turns clipping off."""
     size_penalty: float = 0.0
     """Weight lambda of the mask-size penalty lambda * sum(sigmoid(M)) (0 in every run of the paper)."""
-    gate: Literal["value", "query"] = "value"
+    gate: Gate = "value"
     """Where the mask acts: "value" (hook_z, the paper's method) or "query" (uniform attention, App. C.3.2)."""
     mlp: bool = False
     """Also learn one mask slot per layer for the MLP output (App. C.3.3; hurt in the paper)."""

@@ -97,12 +97,20 @@ def test_the_option_is_named_as_typed(tmp_path, capsys):
     assert refused.value.code == 2 and "--max_grad_norm must be >= 0" in capsys.readouterr().err
 
 
+def exit_code(argv: list[str]) -> int:
+    """`headsup ARGV`'s exit code: what `main` returns, or the code of a usage error (argparse exits)."""
+    try:
+        return main(argv)
+    except SystemExit as error:
+        return int(error.code or 0)
+
+
 def test_compare_methods_names_n_eval_not_the_argument_it_is_passed_on_as(tmp_path, capsys):
     """`--n-eval 0` used to fail after every method had run, as "n_examples must be >= 1"."""
     out = tmp_path / "out"
-    code = main(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--n-eval", "0"])
+    code = exit_code(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--n-eval", "0"])
     err = capsys.readouterr().err
     assert code == 2 and "--n-eval must be >= 1" in err and "n_examples" not in err
-    code = main(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--n-examples", "0"])
+    code = exit_code(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--n-examples", "0"])
     assert code == 2 and "--n-examples must be >= 1" in capsys.readouterr().err
     assert not out.exists()

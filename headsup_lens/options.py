@@ -25,6 +25,7 @@ import dataclasses
 import inspect
 import math
 import re
+import sys
 import textwrap
 import types
 import typing
@@ -233,6 +234,7 @@ def _integer(text: str) -> int:
 
 
 _CONVERTERS: dict[Any, Any] = {int: _integer, float: _finite_float, str: str}
+_BOOLS = {"true": True, "yes": True, "false": False, "no": False}  # `--png false`, as older scripts write it
 _GIVEN_KEY = "_given_options"  # namespace attribute: field path -> the option string typed
 
 
@@ -294,6 +296,7 @@ class OptionParser(argparse.ArgumentParser):
         self._configs: dict[str, type] = {}  # namespace attribute -> config class built there
         self._specs: dict[str, dict[str, _Spec]] = {}
         self._dashed: set[str] = set()  # every option string, to accept its underscore spelling
+        self._flags: set[str] = set()  # `--x` of every flag, to accept `--x true` / `--x false`
         self._sections: dict[str, Any] = {}  # --help section title -> its argument group
 
     # -------------------------------------------------------------------------- building
@@ -362,6 +365,7 @@ class OptionParser(argparse.ArgumentParser):
             strings = [f"--{f.name.replace('_', '-')}"]
             if kwargs["action"] is _Flag:
                 strings.append(f"--no-{f.name.replace('_', '-')}")
+                self._flags.add(strings[0])
             strings += list(meta.get("aliases", ()))
             kwargs["required"] = required
             where.add_argument(*strings, **kwargs)
@@ -381,18 +385,9 @@ class OptionParser(argparse.ArgumentParser):
 
     # -------------------------------------------------------------------------- reading
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        import sys
-
-        argv = list(sys.argv[1:] if args is None else args)
-        renamed: dict[str, str] = {}
-        for i, token in enumerate(argv):
-            if token == "--":
-                break
-            name, eq, value = token.partition("=")
-            dashed = name.replace("_", "-")
-            if name.startswith("--") and "_" in name and dashed in self._dashed:
-                argv[i] = dashed + eq + value
-                renamed[dashed] = name
+        """argparse's reading, after the older spellings are read as today's (`--n_words` as
+        `--n-words`, `--png false` as `--no-png`); then every config is built at its `dest`."""
+        argv, renamed = self._spelled(list(sys.argv[1:] if args is None else args))
         namespace, rest = super().parse_known_args(argv, namespace)
         typed = getattr(namespace, _GIVEN_KEY, None)
         if typed is not None and renamed:  # the spelling typed, for messages
@@ -400,6 +395,39 @@ class OptionParser(argparse.ArgumentParser):
         for dest, config in self._configs.items():
             self._build(namespace, dest, config)
         return namespace, rest
+
+    def _spelled(self, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+        """`argv` in today's spellings, and today's spelling -> the one typed (for messages)."""
+        out: list[str] = []
+        renamed: dict[str, str] = {}
+        i = 0
+        while i < len(argv):
+            token = argv[i]
+            i += 1
+            if token == "--":
+                out += argv[i - 1 :]
+                break
+            name, eq, value = token.partition("=")
+            dashed = name.replace("_", "-") if name.startswith("--") else name
+            if dashed not in self._dashed and dashed not in self._flags:
+                out.append(token)
+                continue
+            if dashed != name:
+                renamed[dashed] = name
+            if dashed in self._flags:
+                if not eq and i < len(argv) and argv[i].lower() in _BOOLS:  # `--png false` (the older style)
+                    value, eq = argv[i], "="
+                    i += 1
+                if eq:
+                    if value.lower() not in _BOOLS:
+                        self.error(f"argument {name}: expected true or false, got {value!r}")
+                    if not _BOOLS[value.lower()]:
+                        dashed = "--no-" + dashed[2:]
+                    renamed[dashed] = name
+                out.append(dashed)
+                continue
+            out.append(dashed + eq + value)
+        return out, renamed
 
     def _build(self, namespace: argparse.Namespace, dest: str, config: type) -> None:
         values: dict[str, Any] = {}

@@ -71,8 +71,6 @@ def help_texts(width: int = 100) -> dict[str, str]:
         for name, parser in command_parsers().items():
             texts[f"headsup {name}"] = parser.format_help()
             for child_name, child in _children(parser).items():
-                if hasattr(child, "_preprocessing"):
-                    child._preprocessing([])
                 texts[f"headsup {name} {child_name}"] = child.format_help()
     return texts
 

@@ -43,6 +43,8 @@ class ExperimentOptions(ProgressOptions, ThreadOptions, FigureOptions, DataOptio
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {self.schedule!r}")
         check_counts(self, steps=1, batch_size=1, eval_batch_size=1, seed=0, checkpoint_every=0)
 
 

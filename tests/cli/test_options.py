@@ -52,7 +52,7 @@ def test_repeated_list_options_keep_every_value():
     args = parser.parse_args(["--task", "a", "--task", "b", "c", "--out", "x"])
     assert args.config.task == ["a", "b", "c"]
     sweep = command_parsers()["sweep"]
-    args = sweep.parse_args(["--prompt", "p", "--out", "o", "--target", "x", "--target", "y"])
+    args = sweep.parse_args(["--prompt", "p", "--out", "o", "--order", "random", "--target", "x", "--target", "y"])
     assert args.config.target == ["x", "y"]
     demo = command_parsers()["demo"]
     assert demo.parse_args(["--task", "organism/reverse"]).config.tasks == ["organism/reverse"]
@@ -61,7 +61,9 @@ def test_repeated_list_options_keep_every_value():
 
 def test_negative_flags(tmp_path):
     parsers = command_parsers()
-    assert parsers["sweep"].parse_args(["--prompt", "p", "--out", "o", "--no-png"]).config.png is False
+    sweep = ["--prompt", "p", "--out", "o", "--order", "random"]
+    assert parsers["sweep"].parse_args([*sweep, "--no-png"]).config.png is False
+    assert parsers["sweep"].parse_args([*sweep, "--png", "false"]).config.png is False  # the older spelling
     assert (
         parsers["evaluate"]
         .parse_args(["--task", "t", "--mask", "m", "--out", "o", "--no-generate"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from headsup_lens.cli import main
 
 
@@ -55,5 +57,6 @@ def test_train_then_check(tmp_path, capsys):
 
 
 def test_unknown_task_is_a_clear_error(tmp_path, capsys):
-    code = main(["organism", "train", "--output", str(tmp_path), "--tasks", "sing", "--quiet", "true"])
-    assert code == 2 and "unknown organism task" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # a usage error: the recipe is checked as the options are read
+        main(["organism", "train", "--output", str(tmp_path), "--tasks", "sing", "--quiet", "true"])
+    assert exit_info.value.code == 2 and "unknown organism task" in capsys.readouterr().err

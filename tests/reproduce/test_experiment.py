@@ -83,10 +83,9 @@ def test_output_root_and_model_slug(tmp_path):
 def test_bad_options_are_refused_before_any_work_naming_the_option(changes, message):
     from headsup_lens.options import name_options
 
-    config = replace(ExperimentOptions(), **changes)
-    with pytest.raises(ValueError) as error:
-        check_options(config)
-    assert name_options(str(error.value), config, Given()).startswith(message)
+    with pytest.raises(ValueError) as error:  # the values when the options are built, the folder after
+        check_options(replace(ExperimentOptions(), **changes))
+    assert name_options(str(error.value), ExperimentOptions, Given()).startswith(message)
 
 
 def test_a_folder_holds_one_models_outputs(model_dir, other_dir, tmp_path):

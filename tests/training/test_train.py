@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,6 +65,13 @@ def test_schedules_match_the_paper():
     assert TrainConfig.negative_init().init_mean == -3.0 and TrainConfig.fast().steps < 1000
     with pytest.raises(ValueError, match="steps must be > 0, got 0"):
         TrainConfig(steps=0)
+    fast = TrainConfig.fast()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.steps = 5  # type: ignore[misc]
+    with pytest.raises(ValueError, match=re.escape("min_lr must be in (0, lr], got 1.0")):
+        fast.replace(min_lr=1.0)  # checked again: replace builds a new config
+    with pytest.raises(ValueError, match="warmup_frac must be in \\[0, 1\\), got 1.0; tau_end must be > 0"):
+        TrainConfig(warmup_frac=1.0, tau_end=0.0)  # every field out of range is named at once
 
 
 def test_answer_logits_equal_full_logits_at_answer_positions(llama):

@@ -48,8 +48,9 @@ def _scalar_tensor(value: Any) -> bool:
 def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """`value` as an `int`; bools, floats (even 3.0) and strings are a TypeError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if _scalar_tensor(value) and value.ndim == 0 and not value.is_floating_point():
-            value = int(value)
+        tensor: Any = value
+        if _scalar_tensor(tensor) and tensor.ndim == 0 and not tensor.is_floating_point():
+            value = int(tensor)
         else:
             raise TypeError(f"{name} must be an integer, got {describe(value)} ({_type_name(value)})")
     value = int(value)

@@ -271,7 +271,8 @@ class _Flag(_Store):
         super().__init__(option_strings, dest, nargs=0, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        super().__call__(parser, namespace, not (option_string or "").startswith("--no-"), option_string)
+        _record(namespace, self.dest, option_string)
+        setattr(namespace, self.dest, not (option_string or "").startswith("--no-"))
 
 
 # ------------------------------------------------------------------------------------- the parser

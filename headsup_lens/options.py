@@ -299,6 +299,7 @@ class OptionParser(argparse.ArgumentParser):
         self._dashed: set[str] = set()  # every option string, to accept its underscore spelling
         self._flags: set[str] = set()  # `--x` of every flag, to accept `--x true` / `--x false`
         self._sections: dict[str, Any] = {}  # --help section title -> its argument group
+        self.subcommands: dict[str, OptionParser] = {}  # `organism train`: the parser of each sub-command
 
     # -------------------------------------------------------------------------- building
     def add_arguments(self, config: type, dest: str = "config") -> None:
@@ -379,6 +380,7 @@ class OptionParser(argparse.ArgumentParser):
         for name, config in choices.items():
             child = sub.add_parser(name, help=(config.__doc__ or "").split("\n")[0], description=config.__doc__)
             child.add_arguments(config, dest=f"{dest}.{path}")
+            self.subcommands[name] = child
 
     def error(self, message: str):  # type: ignore[override]
         """A usage error as one line on stderr (the option, its value, what is allowed), exit 2."""

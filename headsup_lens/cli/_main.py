@@ -29,7 +29,7 @@ EXIT_INTERRUPTED = 130
 
 
 class HeadsupParser(OptionParser):
-    """The `headsup` parser; `commands` holds each sub-command's parser by name."""
+    """The `headsup` parser; `commands` holds each command's parser by name."""
 
     commands: dict[str, OptionParser]
 

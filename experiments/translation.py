@@ -70,16 +70,20 @@ class Options(ExperimentOptions):
     table8_alpha: float | None = None
     """analyze: alpha of Table 8's masked row (default: the paper's per direction: en-de 0.3, en-fr 0.2, en-zh 0.1)."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if set(self.parts or ()) - set(PARTS):
+            raise ValueError(f"parts must be among {', '.join(PARTS)}, not {' '.join(self.parts or ())}")
+        if self.stage != "scan" and not self.pairs:
+            raise ValueError(f"{self.stage}: --pairs is required")
+
 
 def run(xp: Experiment, o: Options):
     parts = o.parts or list(PARTS)
-    if set(parts) - set(PARTS):
-        raise ValueError(f"parts must be among {', '.join(PARTS)}, not {' '.join(parts)}")
     if o.stage == "scan":
         pairs = o.pairs or [f"en-{t}" for t in SCAN_TARGETS]
         return scan_translation(xp, pairs, n=o.scan_n, batch_size=o.eval_batch_size, data_dir=o.data_dir)
-    if not o.pairs:
-        raise ValueError(f"{o.stage}: --pairs is required")
+    assert o.pairs  # required with every stage but scan (checked with the options)
     if o.stage == "train":
         train_translation_masks(xp, o.pairs, xp.train_config(), o.runs, data_dir=o.data_dir)
         return None

@@ -233,8 +233,17 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
 
 
-_CONVERTERS: dict[Any, Any] = {int: _integer, float: _finite_float, str: str}
 _BOOLS = {"true": True, "yes": True, "false": False, "no": False}  # `--png false`, as older scripts write it
+
+
+def _boolean(text: str) -> bool:
+    """An element of a list of booleans (`--checkpointing false true`)."""
+    if text.lower() not in _BOOLS:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return _BOOLS[text.lower()]
+
+
+_CONVERTERS: dict[Any, Any] = {int: _integer, float: _finite_float, str: str, bool: _boolean}
 _GIVEN_KEY = "_given_options"  # namespace attribute: field path -> the option string typed
 
 
@@ -384,7 +393,7 @@ class OptionParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         """A usage error as one line on stderr (the option, its value, what is allowed), exit 2."""
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
     # -------------------------------------------------------------------------- reading
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]

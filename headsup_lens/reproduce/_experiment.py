@@ -318,7 +318,7 @@ def run_script(
     summary. A bad option or input ends the process with one line naming the option as typed."""
     path = Path(script).resolve()
     name = path.stem
-    config, given = parse(options, argv, prog=path.name, description=description)
+    config, given = parse(options, argv, prog=name, description=description)
     try:
         with open_experiment(name, config, path.parents[1]) as xp:
             summary = run(xp, config)

@@ -10,7 +10,7 @@ from .._io import OutputSet
 from .._names import Gate
 from .._validate import check_float
 from ..options import FigureOptions, Given, ModelOptions, check_counts
-from ._outputs import load, load_mask, report, save_figures, write_csv
+from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command
 
 
@@ -46,7 +46,12 @@ def run_lens(args: LensCommand, given: Given) -> int:
     from ..analysis import logit_lens
     from ..plots import logit_lens_figure
 
+    if args.mask is None:
+        refuse_unused(
+            args, given, ("gate", "alpha"), "they gate a mask, and no --mask is given (the run would be ungated)"
+        )
     out = check_out_dir(args.out)
+    stage = OutputSet(out, "lens", option="--out", files=["lens.csv"])
     model = load(args)
     lens = logit_lens(
         model,
@@ -58,7 +63,6 @@ def run_lens(args: LensCommand, given: Given) -> int:
         formatted=args.formatted,
         final_norm=args.final_norm,
     )
-    stage = OutputSet(out, "lens")
     write_csv(stage.path / "lens.csv", lens.table)
     files = ["lens.csv"]
     save_figures(stage.path, {f"lens_{s}": logit_lens_figure(lens, s) for s in lens.probs}, args.png, files)

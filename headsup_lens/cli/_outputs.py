@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..options import model_arguments
+from ..options import Given, model_arguments
 from ._registry import mask_file
 
 
@@ -52,6 +52,13 @@ def file_names(written: dict[str, str]) -> dict[str, str]:
 
 def report(out: Path, files: list[str]) -> None:
     print(f"wrote to {out}: {', '.join(files)}")
+
+
+def refuse_unused(args, given: Given, fields: tuple[str, ...], reason: str) -> None:
+    """Options typed on the command line that the chosen mode does not use are refused, not ignored."""
+    typed = [f"{given.typed[f]} {getattr(args, f)}" for f in fields if f in given]
+    if typed:
+        raise ValueError(f"{', '.join(typed)}: {reason}")
 
 
 def load(args):

@@ -65,7 +65,9 @@ def run_pathways(args: PathwaysCommand, given: Given) -> int:
     masks = {name: HeadMask.load(path) for name, path in _mask_files(args.mask).items()}
     out = check_out_dir(args.out)
     pathways = pathway_heads(masks)
-    stage = OutputSet(out, "pathways")
+    tables = ["heads.csv", "jaccard.csv", "jaccard_matrix.csv", "summary.json"]
+    tables += ["ablation.csv"] if args.task is not None else []
+    stage = OutputSet(out, "pathways", option="--out", files=tables)
     write_csv(stage.path / "heads.csv", pathways.table())
     table = jaccard_table(masks)
     write_csv(stage.path / "jaccard.csv", table)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from .._io import OutputSet
 from .._names import Gate
 from ..options import DataOptions, FigureOptions, Given, ModelOptions
-from ._outputs import load, load_mask, report, save_figures, write_csv
+from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command
 
 
@@ -43,7 +43,12 @@ def run_similarity(args: SimilarityCommand, given: Given) -> int:
         instruction = load_task(args.task, args.data_dir).instruction
     if instruction is None or "{input}" not in instruction:
         raise ValueError("give --instruction (a template with {input}) or a --task that has one")
+    if args.mask is None:
+        refuse_unused(
+            args, given, ("gate",), "it gates a mask, and no --mask is given (only original vs instructed would run)"
+        )
     out = check_out_dir(args.out)
+    stage = OutputSet(out, "similarity", option="--out", files=["similarity.csv"])
     model = load(args)
     mask = load_mask(args.mask, model)
     instructed_text = instruction.replace("{input}", args.prompt)
@@ -59,7 +64,6 @@ def run_similarity(args: SimilarityCommand, given: Given) -> int:
     tables = {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
     import pandas as pd
 
-    stage = OutputSet(out, "similarity")
     write_csv(stage.path / "similarity.csv", pd.concat([t.assign(comparison=name) for name, t in tables.items()]))
     files = ["similarity.csv"]
     save_figures(stage.path, {"similarity": similarity_figure(tables)}, args.png, files)

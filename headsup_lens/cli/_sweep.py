@@ -11,7 +11,7 @@ from typing import Literal
 from .._io import OutputSet
 from .._validate import check_float
 from ..options import FigureOptions, Given, ModelOptions, check_counts
-from ._outputs import file_names, load, load_mask, portable, report, save_figures, write_csv
+from ._outputs import file_names, load, load_mask, portable, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command
 
 
@@ -64,7 +64,18 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
     from ..analysis import influence_order, layer_states, random_order, removal_sweep, sweep_similarity
     from ..plots import generation_table, logit_figure, rank_figure, sweep_similarity_figure
 
+    if args.order == "random":
+        refuse_unused(
+            args, given, ("mask",), "the random order does not read a mask; leave it out or use --order weight"
+        )
+    else:
+        refuse_unused(args, given, ("seed",), f"--seed draws the random order only, not the {args.order} order")
+    if args.order != "influence":
+        refuse_unused(args, given, ("influence_k",), f"--influence-k applies to --order influence, not {args.order}")
     out = check_out_dir(args.out)
+    tables = ["ranks.csv", "logits.csv", "tokens.csv", "generations.csv", "summary.json"]
+    tables += ["sweep_similarity.csv"] if args.reference_prompt is not None else []
+    stage = OutputSet(out, "sweep", option="--out", files=tables)  # another command's files: refused before any work
     model = load(args)
     mask = load_mask(args.mask, model)
     targets: list[int | str] = [*args.target, *args.target_id]
@@ -89,7 +100,6 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
     sweep = sweep_of(order, max_new_tokens=args.max_new_tokens, record_layers=args.reference_prompt is not None)
     import pandas as pd
 
-    stage = OutputSet(out, "sweep")  # the files are moved in together at the end
     write_csv(stage.path / "ranks.csv", sweep.ranks)
     write_csv(stage.path / "logits.csv", sweep.logits)
     write_csv(stage.path / "tokens.csv", sweep.tokens)

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from headsup_lens import HeadMask, load_task
+from headsup_lens.data import Task
 from headsup_lens.evaluation import EvalConfig, evaluate, rescore
 
 from ..training.planted import planted_mask, planted_task
@@ -74,6 +75,22 @@ def test_rescore_refuses_what_it_cannot_score(planted):  # noqa: F811
         rescore(task, table, parsed)
 
 
+def test_outputs_of_another_task_are_refused_not_scored_against_its_labels(planted):  # noqa: F811
+    task = planted_task()
+    result = evaluate(planted, task, HeadMask(planted_mask()), EvalConfig(progress=False))
+    table, texts = _round_trip(result.table), _stored_generations(result.generations)
+    # Another task with the same inputs but other answers: its labels would score these outputs wrongly.
+    relabelled = [(x, "Y") for x, _ in task.pairs]
+    other = Task.from_pairs("other", relabelled, instruction=task.instruction, n_eval=len(task.eval_pairs))
+    with pytest.raises(ValueError, match="the table holds outputs of task 'planted', not of task 'other'"):
+        rescore(other, table, texts)
+    with pytest.raises(ValueError, match="the generations holds outputs of task 'planted', not of task 'other'"):
+        rescore(other, table.assign(task="other"), texts)
+    same_name = Task.from_pairs("planted", relabelled, instruction=task.instruction, n_eval=len(task.eval_pairs))
+    with pytest.raises(ValueError, match="generations example 0 .* is not a pair of task 'planted'"):
+        rescore(same_name, table, texts)
+
+
 STORED = sorted(FIGURES.glob("tables12_evaluation_*.csv"))
 
 
@@ -81,8 +98,9 @@ STORED = sorted(FIGURES.glob("tables12_evaluation_*.csv"))
 def test_rescore_reproduces_the_committed_smollm2_tables(path, shared_data_dir):
     """Before/after for evaluation on SmolLM2: the committed tables and generations were written by
     the evaluation before it was split into pieces; scoring their outputs again with today's pieces
-    gives every score column exactly (the losses need the model and are not recomputed)."""
-    table = pd.read_csv(path, float_precision="round_trip")
+    gives every score column (the losses need the model and are not recomputed): counts, labels and
+    texts exactly, floats to a relative 1e-9."""
+    table = pd.read_csv(path)
     texts = pd.read_csv(
         path.with_name(path.name.replace("evaluation", "generations")), keep_default_na=False, dtype=TEXT
     )
@@ -90,10 +108,23 @@ def test_rescore_reproduces_the_committed_smollm2_tables(path, shared_data_dir):
     scores = [c for c in table.columns if c not in KEPT]
     blank = table.assign(**dict.fromkeys(scores, float("nan")))  # nothing to copy: every score is recomputed
     again = rescore(task, blank, texts)
-    pd.testing.assert_frame_equal(again.table, table, check_exact=True)
+    _assert_scores_equal(again.table, table)
+    # The combined table the README and the results pages read holds the same rows.
+    combined = pd.read_csv(path.with_name("tables12_evaluation.csv"))
+    rows = combined[combined.task == table.task.iloc[0]].reset_index(drop=True)[list(table.columns)]
+    _assert_scores_equal(again.table, rows.astype(table.dtypes.to_dict()))
     stored = pd.read_csv(path.with_name(path.name.replace("evaluation", "generations")), keep_default_na=False)
     pd.testing.assert_frame_equal(_round_trip_texts(again.generations), stored, check_exact=True)
     assert {"accuracy", "strict", "p_vs_original"} <= set(scores) and len(table) >= 8
+
+
+def _assert_scores_equal(now: pd.DataFrame, stored: pd.DataFrame) -> None:
+    """Counts, labels and texts exactly; float columns (accuracies, Wilson bounds, p-values) to a relative
+    1e-9: scipy's binomial test may round its last bits differently on another CPU or release."""
+    floats = [c for c in stored.columns if pd.api.types.is_float_dtype(stored[c])]
+    exact = [c for c in stored.columns if c not in floats]
+    pd.testing.assert_frame_equal(now[exact], stored[exact], check_exact=True)
+    pd.testing.assert_frame_equal(now[floats], stored[floats], check_exact=False, rtol=1e-9, atol=0.0)
 
 
 def _round_trip_texts(frame: pd.DataFrame) -> pd.DataFrame:

@@ -60,3 +60,10 @@ def test_unknown_task_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:  # a usage error: the recipe is checked as the options are read
         main(["organism", "train", "--output", str(tmp_path), "--tasks", "sing", "--quiet", "true"])
     assert exit_info.value.code == 2 and "unknown organism task" in capsys.readouterr().err
+
+
+def test_check_refuses_no_words_before_loading_the_model(capsys):
+    with pytest.raises(SystemExit) as exit_info:  # a usage error: checked as the options are read
+        main(["organism", "check", "--model", "no-such-model", "--n-words", "0"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "--n-words must be >= 1" in err and "got 0" in err

@@ -22,9 +22,11 @@ from headsup_lens.data import IGNORE_INDEX, Task, tokenize_pairs
 from headsup_lens.evaluation import answer_loss
 from headsup_lens.gates import gated
 from headsup_lens.masks import HeadMask
+from headsup_lens.masks._files import write_safetensors
 from headsup_lens.objective import answer_logits
 from headsup_lens.training import TrainConfig, load_trajectory, train_mask, train_masks
 
+from ..validation.refusal import assert_refused
 from .planted import build_planted_dir, planted_mask, planted_task
 
 QUICK = dict(steps=60, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=0, progress=False)
@@ -112,7 +114,9 @@ def test_joint_training_gives_each_task_its_own_mask(planted):
 
 
 def test_query_gate_and_mlp_slot_train(llama):
-    task = Task.from_pairs("t", [(f"w{'abcdefgh'[i % 8]}", "xy") for i in range(12)], n_eval=2)
+    task = Task.from_pairs(
+        "t", [(f"w{'abcdefgh'[i % 8]}", "xy") for i in range(10)] + [("wi", "xy"), ("wj", "xy")], n_eval=2
+    )
     config = TrainConfig(**{**QUICK, "steps": 3, "init_mean": 0.0})
     query = train_mask(llama, task, config.replace(gate="query"))
     assert query.mask.metadata["gate"] == "query" and not torch.equal(query.mask.logits, torch.zeros(2, 8))
@@ -137,6 +141,17 @@ def test_outputs_checkpoints_and_trajectory(planted, tmp_path):
         train_mask(planted, task, config.replace(lr=0.05), out_dir=tmp_path)
 
 
+def test_a_trajectory_of_checkpoints_of_two_shapes_names_them(tmp_path):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    meta = {"tasks": "planted"}
+    write_safetensors(folder / "logits_step0000005.safetensors", {"logits": torch.zeros(1, 4, 8)}, meta)
+    write_safetensors(folder / "logits_step0000010.safetensors", {"logits": torch.zeros(1, 2, 4)}, meta)
+    message = assert_refused(lambda: load_trajectory(tmp_path), ValueError, "different runs", folder=tmp_path)
+    assert "[1, 4, 8]" in message and "logits_step0000005.safetensors" in message
+    assert "[1, 2, 4]" in message and "logits_step0000010.safetensors" in message
+
+
 def test_nan_loss_stops_with_a_clear_error_and_writes_no_mask(planted, tmp_path):
     def poison(x, hook):
         return x * float("nan")
@@ -159,22 +174,27 @@ def test_bad_pair_fails_before_anything_is_written(planted, tmp_path):
 _RUN = textwrap.dedent(
     """
     import sys, time
+    from pathlib import Path
     import torch
-    import headsup_lens.training._train as trainer
     from headsup_lens import load_model
     from headsup_lens.training import TrainConfig, train_mask
     from tests.training.planted import planted_task
     torch.set_num_threads(1)
-    slow = trainer.collate
-    trainer.collate = lambda *a, **k: (time.sleep(0.03), slow(*a, **k))[1]  # room to kill it mid-way
+
+    def hold(end):  # after step 11 (the checkpoint of step 10 is on disk): say so and wait to be killed
+        if end.step == 11:
+            Path(sys.argv[2], "..", "held").resolve().write_text("")
+            time.sleep(3600)
+
     model = load_model(sys.argv[1], device="cpu", dtype="float32")
     config = TrainConfig(steps=40, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=10, progress=False)
-    train_mask(model, planted_task(), config, out_dir=sys.argv[2])
+    train_mask(model, planted_task(), config, out_dir=sys.argv[2], callbacks=[hold])
     """
 )
 
 
 def test_resume_after_sigkill_gives_the_same_mask(planted, planted_dir, tmp_path):
+    """Killed mid-way at a known step (the run holds there), not after a time that depends on the machine."""
     config = TrainConfig(steps=40, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=10, progress=False)
     reference = train_mask(planted, planted_task(), config)
     out = tmp_path / "run"
@@ -185,12 +205,13 @@ def test_resume_after_sigkill_gives_the_same_mask(planted, planted_dir, tmp_path
         env={**os.environ, "PYTHONPATH": str(root)},
         stderr=subprocess.DEVNULL,
     )
-    checkpoint = out / "checkpoints" / "logits_step0000010.safetensors"
-    deadline = time.time() + 60
-    while not checkpoint.exists() and process.poll() is None and time.time() < deadline:
+    held, checkpoint = tmp_path / "held", out / "checkpoints" / "logits_step0000010.safetensors"
+    deadline = time.monotonic() + 1800  # against a hang only
+    while not held.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    assert held.exists()
     assert checkpoint.exists() and not (out / "mask.safetensors").exists()  # killed mid-way
     resumed = train_mask(planted, planted_task(), config, out_dir=out)
     assert resumed.history.step.tolist() == list(range(1, 41))
@@ -299,7 +320,7 @@ def test_activation_checkpointing_trains_the_same_mask(planted):
 
 
 def test_activation_checkpointing_is_refused_where_the_bridge_must_run(llama):
-    task = Task.from_pairs("t", [("ab", "ba")] * 20, n_eval=4)
+    task = Task.from_pairs("t", [("ab", "ba")] * 20, n_eval=0)
     config = TrainConfig(steps=1, activation_checkpointing=True, gate="query", progress=False)
     with pytest.raises(ValueError, match="direct forward pass"):
         train_mask(llama, task, config)

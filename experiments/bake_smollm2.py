@@ -23,7 +23,7 @@ from headsup_lens.reproduce._bake import bake_comparison
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(ExperimentOptions):
     """Options of `experiments/bake_smollm2.py`."""
 

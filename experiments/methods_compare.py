@@ -21,7 +21,7 @@ from headsup_lens.reproduce._methods import auroc_table, compare_methods_on_task
 from headsup_lens.training import safe_name
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(MultiTaskOptions):
     """Options of the method comparison."""
 

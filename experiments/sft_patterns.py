@@ -17,9 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import simple_parsing
-
-from headsup_lens.options import Collect
+from headsup_lens.options import option
 from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script
 from headsup_lens.reproduce._sft import (
     organism_selection,
@@ -36,11 +34,11 @@ SIZES = ("steps", "probe_steps", "eval_examples", "pattern_examples", "train_pai
 STAGE_MODEL = {"organism": "organism", "smollm2": "smollm2", "grouping": "smollm2"}
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(MultiTaskOptions):
     """Options of `experiments/sft_patterns.py`; the select stage's sizes default to `sft.SelectionConfig`'s."""
 
-    stage: str = simple_parsing.field(positional=True, choices=("organism", "smollm2", "select", "grouping"))
+    stage: str = option(positional=True, choices=("organism", "smollm2", "select", "grouping"))
     """organism, smollm2, select or grouping."""
     model: str = ""
     """The model (default: organism for the organism and select stages, smollm2 for smollm2 and grouping)."""
@@ -50,9 +48,9 @@ class Options(MultiTaskOptions):
     """Run folders (git-ignored)."""
     base: str = str(ROOT / "runs" / "organism_base")
     """The base organism (trained there when missing)."""
-    targets: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    targets: list[str] | None = None
     """select: target tasks (organism: 'a+b' is a composite task)."""
-    candidates: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    candidates: list[str] | None = None
     """select: candidate (source) tasks."""
     k: int = 2
     """select: tasks per training set."""

@@ -25,10 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from simple_parsing import field
-
 from headsup_lens.data import FV_TASKS, load_task
 from headsup_lens.masks import HeadMask
+from headsup_lens.options import option
 from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script, stored_mask_path
 from headsup_lens.reproduce._staged import (
     add_seed_rows,
@@ -47,11 +46,11 @@ STAGES = ("select", "train", "analyze", "evaluate", "rescore", "combine")
 SHOWN = ["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(MultiTaskOptions):
     """Options of the SmolLM2 stages."""
 
-    stage: str = field(positional=True, choices=STAGES)
+    stage: str = option(positional=True, choices=STAGES)
     """select, train, analyze, evaluate, rescore or combine."""
     model: str = "smollm2"
     """Model: `smollm2` (SmolLM2-135M-Instruct), a `.gguf` file, a hub name or a local directory."""

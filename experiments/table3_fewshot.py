@@ -38,7 +38,7 @@ from headsup_lens.reproduce._fewshot import (
 from headsup_lens.reproduce._options import DEFAULT_ORGANISM_TASKS
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(MultiTaskOptions):
     """Options of Table 3."""
 

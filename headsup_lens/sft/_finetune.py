@@ -42,12 +42,12 @@ from ..training import (
     StepCallback,
     check_finite_loss,
     load_state,
-    non_finite_fields,
     run_steps,
     safe_name,
     save_state,
     warmup_cosine,
 )
+from ..training._schedule import check_ranges
 
 _STATE = "state.pt"
 _RUN = "run.json"
@@ -59,7 +59,7 @@ ROWS_PER_PASS = 256
 
 
 @checked
-@dataclass
+@dataclass(frozen=True)
 class FinetuneConfig:
     """Supervised fine-tuning hyper-parameters (AdamW, linear warm-up, cosine decay).
 
@@ -110,31 +110,40 @@ class FinetuneConfig:
         return cls(**{"method": "lora", "lr": 1e-3, **overrides})
 
     def __post_init__(self) -> None:
-        self.lora_targets = tuple(self.lora_targets)
-        self.pattern_steps = tuple(sorted({int(s) for s in self.pattern_steps}))
-
-    def validate(self) -> None:
-        """A ValueError naming every field out of its range (NaN and infinities included)."""
-        infinite = non_finite_fields(self)
-        checks = {
-            f"{', '.join(infinite)} must be finite (not NaN or infinite)": not infinite,
-            "steps must be positive": self.steps > 0,
-            "batch_size must be positive": self.batch_size > 0,
-            "lr must be positive": self.lr > 0,
-            "min_lr_ratio must lie in [0, 1]": 0 <= self.min_lr_ratio <= 1,
-            "warmup_frac must lie in [0, 1)": 0 <= self.warmup_frac < 1,
-            "weight_decay and max_grad_norm must be >= 0": self.weight_decay >= 0 and self.max_grad_norm >= 0,
-            "method must be 'full' or 'lora'": self.method in ("full", "lora"),
-            "lora_rank must be positive": self.lora_rank > 0,
-            "lora_alpha must be positive": self.lora_alpha > 0,
-            "lora_targets must not be empty": bool(self.lora_targets),
-            "pattern_steps must lie in [0, steps]": all(0 <= s <= self.steps for s in self.pattern_steps),
-            "pattern_examples must be positive": self.pattern_examples > 0,
-            "checkpoint_every must be >= 0": self.checkpoint_every >= 0,
-        }
-        bad = [message for message, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"invalid FinetuneConfig: {'; '.join(bad)} ({self})")
+        """Lists as sorted tuples, every field in its range (NaN and infinities refused); the
+        method's name is checked with the types (`Literal`)."""
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        object.__setattr__(self, "pattern_steps", tuple(sorted({int(s) for s in self.pattern_steps})))
+        check_ranges(
+            self,
+            {
+                "steps": self.steps > 0,
+                "batch_size": self.batch_size > 0,
+                "lr": self.lr > 0,
+                "min_lr_ratio": 0 <= self.min_lr_ratio <= 1,
+                "warmup_frac": 0 <= self.warmup_frac < 1,
+                "weight_decay": self.weight_decay >= 0,
+                "max_grad_norm": self.max_grad_norm >= 0,
+                "lora_rank": self.lora_rank > 0,
+                "lora_alpha": self.lora_alpha > 0,
+                "lora_targets": bool(self.lora_targets),
+                "pattern_steps": all(0 <= s <= self.steps for s in self.pattern_steps),
+                "pattern_examples": self.pattern_examples > 0,
+                "checkpoint_every": self.checkpoint_every >= 0,
+            },
+            {
+                "steps": "> 0",
+                "batch_size": "> 0",
+                "lr": "> 0",
+                "min_lr_ratio": "in [0, 1]",
+                "warmup_frac": "in [0, 1)",
+                "lora_rank": "> 0",
+                "lora_alpha": "> 0",
+                "lora_targets": "a non-empty list of layer names",
+                "pattern_steps": "in [0, steps]",
+                "pattern_examples": "> 0",
+            },
+        )
 
     def lr_at(self, step: int) -> float:
         """Linear warm-up to `lr` over the first `ceil(warmup_frac * steps)` steps, then cosine decay
@@ -309,7 +318,6 @@ def finetune_(
     fingerprint, version).
     """
     config = config or FinetuneConfig()
-    config.validate()
     tasks = list(tasks)
     _check_tasks(tasks, config)
     if config.method == "lora" and _lora_layers(model):

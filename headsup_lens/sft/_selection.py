@@ -30,6 +30,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import atomic_write_text, locked_folder
 from .._typecheck import checked
+from .._validate import check_int
 from ..analysis import rank_by_pattern
 from ..data import Task
 from ..evaluation import answer_loss, generations, score_outputs
@@ -83,6 +84,17 @@ class SelectionConfig:
     """Random draws of k candidates (one seed each)."""
     seed: int = 0
     """Seed of the probe runs and of the random draws."""
+
+    def __post_init__(self) -> None:
+        """Names as tuples; sizes and counts at least 1 (seeds at least 0), k below the candidates."""
+        object.__setattr__(self, "candidates", tuple(self.candidates))
+        object.__setattr__(self, "targets", tuple(self.targets))
+        for name in ("steps", "probe_steps", "eval_examples", "pattern_examples", "k", "seeds", "draws"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("seed", self.seed, minimum=0)
+        if self.train_pairs is not None:
+            check_int("train_pairs", self.train_pairs, minimum=1)
+        check_int("k", self.k, maximum=max(1, len(self.candidates) - 1))
 
     def run_config(self, seed: int) -> FinetuneConfig:
         """The recipe of a compared run. `finetune_` always takes patterns at its last step; these

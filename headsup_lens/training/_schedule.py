@@ -39,3 +39,18 @@ def non_finite_fields(config: Any) -> list[str]:
         for f in dataclasses.fields(config)
         if isinstance(getattr(config, f.name), float) and not math.isfinite(getattr(config, f.name))
     )
+
+
+def check_ranges(config: Any, ok: dict[str, bool], allowed: dict[str, str] | None = None) -> None:
+    """The one range check of a recipe's `__post_init__`: a ValueError naming every field that is NaN
+    or infinite, or whose entry in `ok` is False, with its value and what is allowed (`allowed[name]`,
+    default ">= 0"): `steps must be > 0, got 0; lr must be finite (not NaN or infinite), got nan`."""
+    infinite = set(non_finite_fields(config))
+    bad = [f"{name} must be finite (not NaN or infinite), got {getattr(config, name)}" for name in sorted(infinite)]
+    bad += [
+        f"{name} must be {(allowed or {}).get(name, '>= 0')}, got {getattr(config, name)!r}"
+        for name, fine in ok.items()
+        if not fine and name not in infinite
+    ]
+    if bad:
+        raise ValueError(f"{type(config).__name__}: {'; '.join(bad)}")

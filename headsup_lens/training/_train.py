@@ -184,7 +184,6 @@ class _MaskRun:
     def __init__(
         self, model: TransformerBridge, tasks: list[Task], config: TrainConfig, *, single: bool, distributed: bool
     ) -> None:
-        config.validate()
         if not tasks:
             raise ValueError("no tasks to train")
         names = [t.name for t in tasks]

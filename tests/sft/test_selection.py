@@ -4,6 +4,7 @@ tiny random model (runs, resumes, refuses another study's folder)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pandas as pd
@@ -188,3 +189,23 @@ def test_a_study_runs_ranks_resumes_and_keeps_its_folder(llama_dir, tmp_path):
     assert not lines and again.runs.equals(runs) and again.ranking.equals(ranking)
     with pytest.raises(ValueError, match="other settings"):
         data_selection(load, candidates, targets, dataclasses.replace(config, k=1), tmp_path / "runs")
+
+
+def test_the_study_configs_are_frozen_and_checked_when_built_or_replaced():
+    config = small()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.k = 3  # type: ignore[misc]
+    for field, value, message in (
+        ("steps", 0, "steps must be >= 1, got 0"),
+        ("k", 8, "k must be <= 7, got 8"),  # the organism has eight candidates: one may be the target
+        ("train_pairs", 0, "train_pairs must be >= 1, got 0"),
+        ("seed", -1, "seed must be >= 0, got -1"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            dataclasses.replace(config, **{field: value})
+    recipe = FinetuneConfig.lora()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recipe.lr = 1.0  # type: ignore[misc]
+    with pytest.raises(ValueError, match=re.escape("lora_rank must be > 0, got 0")):
+        dataclasses.replace(recipe, lora_rank=0)
+    assert dataclasses.replace(recipe, pattern_steps=(3, 1, 3)).pattern_steps == (1, 3)

@@ -77,7 +77,7 @@ def test_every_trainer_uses_the_one_schedule():
 def test_recipes_with_non_finite_numbers_are_refused():
     for bad in (dict(lr=math.inf), dict(min_lr=math.nan), dict(tau_end=math.inf)):
         with pytest.raises(ValueError, match=f"{next(iter(bad))} must be finite"):
-            TrainConfig(**bad).validate()
+            TrainConfig(**bad)
     with pytest.raises(ValueError, match="lr must be finite"):
         OrganismConfig(lr=math.inf)
     with pytest.raises(ValueError, match="warmup_steps must be >= 0"):

@@ -107,20 +107,7 @@ def test_evaluate_options_are_the_library_config():
     assert args.no_progress  # the one switch of every bar (`main` holds it off), not a field of the config
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, reason="headsup_lens.evaluation imports every module up front (its __init__)"
-            ),
-        )
-        if name == "evaluate"
-        else name
-        for name in sorted(LAZY)
-    ],
-)
+@pytest.mark.parametrize("command", sorted(LAZY))
 def test_every_command_help_imports_no_torch(command):
     code = (
         "import sys; from headsup_lens.cli._main import build_parser;"

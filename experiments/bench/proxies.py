@@ -37,6 +37,7 @@ from _plain import PlainModel, label, load, word_task
 from headsup_lens import removal_sweep
 from headsup_lens.analysis import random_order, sweep_masks
 from headsup_lens.data import Task, encode_pairs, load_task
+from headsup_lens.gates import native_options
 from headsup_lens.models import encode, pad_token_id, prompt_format, stop_token_ids
 from headsup_lens.objective import length_batches
 from headsup_lens.options import parse
@@ -73,6 +74,8 @@ class Options:
     """Task of the training section (`reverse`: a made-up word task, also used when the data is missing)."""
     train_steps: int = 4
     """N: per-step counts are (counts of 2 + N steps - counts of 2 steps) / N."""
+    gpu_path: bool = False
+    """Count the path a GPU takes (no prefix sharing across rows: `native_options(prefix_sharing=False)`)."""
     out: str | None = None
     """Folder for proxies.csv; nothing is written without it."""
 
@@ -223,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     os.environ["HEADSUP_PROGRESS"] = "0"
     rows = []
-    with tempfile.TemporaryDirectory() as scratch:
+    sharing = False if options.gpu_path else None
+    with tempfile.TemporaryDirectory() as scratch, native_options(prefix_sharing=sharing):
         for name in options.models:
             model, directory = load(name, Path(scratch), options.device, options.dtype)
             plain = PlainModel(directory, torch.device(model.cfg.device), model.cfg.dtype)

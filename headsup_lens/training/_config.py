@@ -61,6 +61,10 @@ class TrainConfig:
     Needs the direct forward pass: a Llama or Qwen2 model under the value gate."""
     progress: bool = field(default=True, metadata={"cmd": False})
     """Show a progress bar with loss, temperature and heads kept (the CLI's `--no-progress` hides every bar)."""
+    log_every: int = field(default=10, metadata={"cmd": False})
+    """Read the losses and heads kept back from the device every this many steps (and before every
+    checkpoint and at the end): the history and progress bar are filled then, a non-finite loss
+    stops the run then, naming its step. 1 reads back after every step (a host synchronisation each)."""
 
     # ------------------------------------------------------------------ presets
     @classmethod
@@ -99,6 +103,7 @@ class TrainConfig:
             "max_grad_norm must be >= 0 (0 turns clipping off)": self.max_grad_norm >= 0,
             "gate must be 'value' or 'query'": self.gate in ("value", "query"),
             "checkpoint_every must be >= 0": self.checkpoint_every >= 0,
+            "log_every must be >= 1": self.log_every >= 1,
         }
         bad = [message for message, ok in checks.items() if not ok]
         if bad:
@@ -123,5 +128,10 @@ class TrainConfig:
 
     def recipe(self) -> dict:
         """The fields that determine the result (what a resumed run must share)."""
-        how = ("checkpoint_every", "progress", "activation_checkpointing")  # how it runs, not what it computes
+        how = (
+            "checkpoint_every",
+            "progress",
+            "activation_checkpointing",
+            "log_every",
+        )  # how it runs, not what it computes
         return {k: v for k, v in asdict(self).items() if k not in how}

@@ -26,23 +26,20 @@ def test_tasks_with_no_match_is_an_error(capsys):
 
 
 def test_tasks_answers_without_torch_transformer_lens_or_pandas():
-    """`headsup tasks` must not pay for the heavy imports (10 s of TransformerLens alone)."""
+    """`headsup tasks` must not pay for the heavy imports (10 s of TransformerLens alone): checked by
+    the modules it loaded, not by a time that depends on the machine."""
     import os
     import subprocess
     import sys
-    import time
 
     code = (
         "import sys; from headsup_lens.cli import main; main(['tasks']); "
         "print('HEAVY', sorted(m for m in ('torch', 'transformer_lens', 'transformers', 'pandas') "
         "if m in sys.modules))"
     )
-    start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
-    seconds = time.perf_counter() - start
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stdout and "organism/reverse" in done.stdout
-    assert seconds < 10, seconds  # ~1 s on an idle machine; generous for a busy one
 
 
 def test_tasks_counts_data_directory_tasks_only_when_asked(capsys):

@@ -112,36 +112,38 @@ def test_demo_tables_equal_the_pinned_ones(demo, table):
     assert_pinned_frame(f"demo/{table}", frame)
 
 
+# Mask logits after the demo's 300 steps, compared with the pinned ones (tests/pinned/demo/mask_logits,
+# trained through the bridge's hook points): measured spread over CPU kernels (ATen and MKL at AVX-512,
+# AVX2 and SSE4.2), one or two threads and the direct forward pass against the hook points, plus margin.
+MASK_ATOL = 0.05
+
+
 @needs_weights
 def test_demo_masks_after_300_steps_keep_the_pinned_heads(demo):
-    """The demo (direct forward pass: fused attention) keeps exactly the pinned heads. Its logits
-    are not compared bit for bit: rounding at the straight-through threshold moves a few of them
-    over 300 steps (measured: median 1e-6, at most 0.021 of logits at least 0.028 from zero); the
-    reference path reproduces them exactly (next test)."""
-    from safetensors.torch import load_file
-
+    """The demo (direct forward pass: fused attention) keeps the pinned heads and ends near the pinned
+    logits: rounding at the straight-through threshold moves a few of them over 300 steps (measured
+    here: median 1e-6, at most 0.021 against the hook-point path)."""
     from headsup_lens.masks import HeadMask
 
-    from ..pinned import PINNED
+    from ..pinned import assert_pinned_mask_logits
 
     files = sorted((demo.out / "training" / "masks").glob("*.safetensors"))
     assert len(files) == 3
-    stored = load_file(PINNED / "demo" / "mask_logits.safetensors")
-    assert sorted(stored) == [f.stem for f in files]
-    for f in files:
-        assert torch.equal(HeadMask.load(f).logits > 0, stored[f.stem] > 0), f.stem
+    logits = {f.stem: HeadMask.load(f).logits for f in files}
+    assert_pinned_mask_logits("demo/mask_logits", logits, atol=MASK_ATOL, store=False)
 
 
 @needs_weights
-def test_masks_trained_through_the_bridge_equal_the_pinned_logits_bit_for_bit():
+def test_masks_trained_through_the_bridge_keep_the_pinned_heads():
     """The demo's mask training (its tasks, schedule and one thread) through the bridge's hook points,
-    the reference path (`direct_path(False)`): the pinned logits, bit for bit."""
+    the reference path (`direct_path(False)`): the pinned heads, and the pinned logits to `MASK_ATOL`.
+    (Bit for bit on the CPU that stored them; not on another one.)"""
     from headsup_lens.data import load_task
     from headsup_lens.gates import direct_path
     from headsup_lens.models import load_model
     from headsup_lens.training import TrainConfig, safe_name, train_masks
 
-    from ..pinned import assert_pinned_tensors
+    from ..pinned import assert_pinned_mask_logits
 
     config = DemoConfig()
     threads = torch.get_num_threads()
@@ -154,4 +156,6 @@ def test_masks_trained_through_the_bridge_equal_the_pinned_logits_bit_for_bit():
             results = train_masks(model, tasks, recipe)
     finally:
         torch.set_num_threads(threads)
-    assert_pinned_tensors("demo/mask_logits", {safe_name(n): r.mask.logits for n, r in results.items()})
+    assert_pinned_mask_logits(
+        "demo/mask_logits", {safe_name(n): r.mask.logits for n, r in results.items()}, atol=MASK_ATOL
+    )

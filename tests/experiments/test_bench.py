@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -59,19 +60,37 @@ def test_memory_model_splits_a_step_and_checkpointing_keeps_less(tmp_path):
 
 
 def test_timestamper_splits_redrawn_bars_and_reports_the_longest_silence(tmp_path):
+    """The silence before "b" is bounded from both sides by what this test sees, with no bound on
+    how fast the machine is: "a" is written and its stamp read back before the pause starts, so the
+    timestamper read "a" before it and "b" after it (at least `PAUSE` apart), and both within the
+    test's own stretch from writing "a" to reading the stamp of "b". The report lists the longest
+    silences first."""
+    pause = 1.0
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-    producer = "import sys, time; time.sleep(0.2); print('a', flush=True); time.sleep(2.5); sys.stdout.write('b\\rc\\n'); print('d')"
-    done = subprocess.run(
-        f'{sys.executable} -c "{producer}" | {sys.executable} {BENCH / "timestamps.py"} --top 1 --out {tmp_path / "gaps.txt"}',
-        shell=True,
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    stamped = [line.split(maxsplit=1)[1] for line in done.stdout.splitlines()[:4]]
+    command = [sys.executable, str(BENCH / "timestamps.py"), "--top", "4", "--out", str(tmp_path / "gaps.txt")]
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment
+    ) as stamper:
+        assert stamper.stdin is not None and stamper.stdout is not None and stamper.stderr is not None
+        before = time.monotonic()
+        stamper.stdin.write(b"a\n")
+        stamper.stdin.flush()
+        first = stamper.stdout.readline().decode()  # "a" was read and stamped
+        time.sleep(pause)
+        stamper.stdin.write(b"b\rc\nd\n")  # a redrawn bar, then a plain line; one write
+        stamper.stdin.flush()
+        second = stamper.stdout.readline().decode()
+        after = time.monotonic()
+        stamper.stdin.close()
+        rest = stamper.stdout.read().decode()
+        errors = stamper.stderr.read().decode()
+        assert stamper.wait(timeout=120) == 0, errors
+    stamped = [line.split(maxsplit=1)[1] for line in (first + second + rest).splitlines()[:4]]
     assert stamped == ["a", "b", "c", "d"]  # the carriage return splits a redrawn line
-    report = (tmp_path / "gaps.txt").read_text()
-    gap = float(report.splitlines()[1].split()[0])
-    assert 2.2 <= gap < 10 and report.splitlines()[1].endswith(": b")
+    report = (tmp_path / "gaps.txt").read_text().splitlines()
+    assert report[0].startswith("wall time") and ", 4 lines;" in report[0]
+    gaps = {line.rsplit(": ", 1)[1]: float(line.split()[0]) for line in report[1:]}
+    assert sorted(gaps) == ["a", "b", "c", "d"]
+    assert pause <= gaps["b"] <= after - before + 0.05  # the report rounds to 0.1 s
+    listed = [float(line.split()[0]) for line in report[1:]]
+    assert listed == sorted(listed, reverse=True)

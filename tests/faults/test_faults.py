@@ -169,9 +169,9 @@ def test_a_second_run_on_a_busy_folder_is_refused_at_once_and_names_the_holder(t
     holder = pause.read_text()
     before = contents(out)
     try:
-        start = time.perf_counter()
+        # The holder stays paused until `finally` below: a run that waited for the lock would never
+        # return, so returning at all shows the refusal came at once (no clock needed).
         code = main(["train", "--out", str(out), *TRAIN, "--seed", "1"])
-        refused_in = time.perf_counter() - start
         message = capsys.readouterr().err
         assert code == 2, message
         from headsup_lens import TrainConfig, load_task, train_mask
@@ -182,7 +182,6 @@ def test_a_second_run_on_a_busy_folder_is_refused_at_once_and_names_the_holder(t
         pause.with_suffix(".go").write_text("")
         _, status = os.waitpid(pid, 0)
     assert f"pid {holder}" in message and "train" in message and "in use" in message
-    assert refused_in < 10
     assert os.waitstatus_to_exitcode(status) == 0, (tmp_path / "a.log").read_text()
     assert run_files(out) == run_files(reference) and not hidden_leftovers(out)  # seed 0 only
     assert before.keys() <= contents(out).keys()

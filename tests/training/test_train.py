@@ -150,22 +150,27 @@ def test_bad_pair_fails_before_anything_is_written(planted, tmp_path):
 _RUN = textwrap.dedent(
     """
     import sys, time
+    from pathlib import Path
     import torch
-    import headsup_lens.training._train as trainer
     from headsup_lens import load_model
     from headsup_lens.training import TrainConfig, train_mask
     from tests.training.planted import planted_task
     torch.set_num_threads(1)
-    slow = trainer.collate
-    trainer.collate = lambda *a, **k: (time.sleep(0.03), slow(*a, **k))[1]  # room to kill it mid-way
+
+    def hold(end):  # after step 11 (the checkpoint of step 10 is on disk): say so and wait to be killed
+        if end.step == 11:
+            Path(sys.argv[2], "..", "held").resolve().write_text("")
+            time.sleep(3600)
+
     model = load_model(sys.argv[1], device="cpu", dtype="float32")
     config = TrainConfig(steps=40, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=10, progress=False)
-    train_mask(model, planted_task(), config, out_dir=sys.argv[2])
+    train_mask(model, planted_task(), config, out_dir=sys.argv[2], callbacks=[hold])
     """
 )
 
 
 def test_resume_after_sigkill_gives_the_same_mask(planted, planted_dir, tmp_path):
+    """Killed mid-way at a known step (the run holds there), not after a time that depends on the machine."""
     config = TrainConfig(steps=40, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=10, progress=False)
     reference = train_mask(planted, planted_task(), config)
     out = tmp_path / "run"
@@ -176,12 +181,13 @@ def test_resume_after_sigkill_gives_the_same_mask(planted, planted_dir, tmp_path
         env={**os.environ, "PYTHONPATH": str(root)},
         stderr=subprocess.DEVNULL,
     )
-    checkpoint = out / "checkpoints" / "logits_step0000010.safetensors"
-    deadline = time.time() + 60
-    while not checkpoint.exists() and process.poll() is None and time.time() < deadline:
+    held, checkpoint = tmp_path / "held", out / "checkpoints" / "logits_step0000010.safetensors"
+    deadline = time.monotonic() + 1800  # against a hang only
+    while not held.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    assert held.exists()
     assert checkpoint.exists() and not (out / "mask.safetensors").exists()  # killed mid-way
     resumed = train_mask(planted, planted_task(), config, out_dir=out)
     assert resumed.history.step.tolist() == list(range(1, 41))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Int
@@ -102,7 +102,7 @@ class NativeForward:
         self.n_heads = model.cfg.n_heads
         self.configs = {id(c): c for c in [self.hf.config, *self._attention_configs()]}.values()
         self.spec: GateSpec | None = None
-        self._compiled: Callable | None = None
+        self._compiled: Callable | Literal[False] | None = None
 
     def _attention_configs(self) -> list:
         return [
@@ -203,11 +203,25 @@ class NativeForward:
         ).logits[:, -1]
 
     def _decode(self) -> Callable:
-        if not _OPTIONS["compile"]:
+        """The decoding step: compiled when asked for, falling back to eager (with a warning) when
+        compilation fails on this model or machine."""
+        if not _OPTIONS["compile"] or self._compiled is False:
             return self._step
         if self._compiled is None:
             self._compiled = torch.compile(self._step, dynamic=False)
-        return self._compiled
+        compiled = self._compiled
+
+        def step(*args):
+            try:
+                return compiled(*args)
+            except Exception as error:  # compilers fail in many ways; eager computes the same
+                from .._warnings import warn
+
+                warn(f"the compiled decoding step failed ({type(error).__name__}); decoding eagerly", RuntimeWarning)
+                self._compiled = False
+                return self._step(*args)
+
+        return step
 
     def greedy(
         self,

@@ -140,3 +140,25 @@ def test_static_cache_decodes_as_the_dynamic_one(llama):
 def test_check_every_must_be_positive():
     with pytest.raises(ValueError, match="check_every"), native_options(check_every=0):
         pass
+
+
+def test_a_failing_compiled_step_falls_back_to_eager_decoding(llama, monkeypatch):
+    import headsup_lens.gates._native as native
+
+    def broken(fn, **kwargs):
+        def compiled(*args):
+            raise RuntimeError("no compiler here")
+
+        return compiled
+
+    prompt = random_tokens(llama, 2, 6, seed=6)
+    masks = random_mask(llama, seed=10, rows=2)
+    with native_options(prefix_sharing=False):
+        eager = greedy_generate(llama, prompt, max_new_tokens=4, stops=set(), mask=masks)
+        monkeypatch.setattr(native.torch, "compile", broken)
+        native_forward(llama)._compiled = None
+        with native_options(compile=True), pytest.warns(RuntimeWarning, match="decoding eagerly"):
+            fallen = greedy_generate(llama, prompt, max_new_tokens=4, stops=set(), mask=masks)
+    assert fallen.tokens == eager.tokens
+    assert native_forward(llama)._compiled is False
+    native_forward(llama)._compiled = None  # later tests of this session's model compile afresh

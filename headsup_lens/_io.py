@@ -8,6 +8,9 @@
 - `OutputSet`: a command's files go to `<folder>/.headsup-staging/` and `commit()` moves them in as
   one set: a journal (`commit.json`) is written first, so a command killed during the renames is
   completed by the next command that takes the folder's lock; one killed before leaves the old set.
+  Each set's manifest (`.headsup-<name>.json`) lists its files and its owner (the command): a set
+  never replaces a file that another owner's set lists, unless with the same bytes (a shared
+  `plotly.min.js`); that is refused, naming the files and the owner, and nothing is moved in.
 - Taking a folder's lock first removes what killed writers left there (`.*.tmp` files, an
   unfinished staging folder).
 """
@@ -28,6 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ._formats import FileFormatError, read_json
+
 try:
     import fcntl
 except ImportError:  # Windows: the lock file's pid is checked instead
@@ -37,6 +42,9 @@ LOCK_NAME = ".headsup.lock"
 _TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # atomic_write's `.<name>.<mkstemp's 8 characters>.tmp`
 STAGING_NAME = ".headsup-staging"
 _JOURNAL = "commit.json"
+MANIFEST = re.compile(r"^\.headsup-(?P<name>.+)\.json$")  # `.headsup-<set name>.json`
+_LEGACY_EXPERIMENT = re.compile(r"^(?P<script>.+)-[0-9a-f]{10}$")  # a reproduction set before owners were recorded
+REPRODUCE = "reproduce"  # the owner of the reproduction scripts' sets, which share one folder by design
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], Any]) -> Path:
@@ -244,28 +252,126 @@ class OutputSet:
     Write them under `.path` (the staging folder, same relative names). Until `commit()` the folder
     holds the previous set unchanged; files that the command's previous set had and this one has
     not are removed at commit, so no set mixes with an older one. Take the folder's lock first.
+
+    `owner` (default: `name`) is the command the set belongs to: a file listed by a set of another
+    owner is never replaced with other bytes (`check_unclaimed`; `files` names those known up front,
+    checked here before any work, and `commit()` checks every staged file). `option` names the
+    folder in messages (`--out` for the command line).
     """
 
-    def __init__(self, folder: str | os.PathLike, name: str) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        name: str,
+        *,
+        owner: str | None = None,
+        option: str = "out_dir",
+        files: tuple[str, ...] | list[str] = (),
+    ) -> None:
         self.folder = Path(folder).expanduser()
         self.name = name
+        self.owner = owner or name
+        self.option = option
         self.path = self.folder / STAGING_NAME
+        check_unclaimed(self.folder, self.owner, files, option)
         recover(self.folder)
         self.path.mkdir(parents=True)
 
     def commit(self) -> list[Path]:
         """Move the staged files into place; the paths written."""
-        files = sorted(str(p.relative_to(self.path)) for p in self.path.rglob("*") if p.is_file())
+        files = sorted(p.relative_to(self.path).as_posix() for p in self.path.rglob("*") if p.is_file())
         files = [f for f in files if f != _JOURNAL]
-        previous = _read_json(self._manifest()).get("files", [])
-        atomic_write_json(
-            self.path / _JOURNAL, {"name": self.name, "files": files, "remove": [f for f in previous if f not in files]}
-        )
+        check_unclaimed(self.folder, self.owner, files, self.option, staged=self.path)
+        manifest = self.folder / f".headsup-{self.name}.json"
+        previous = read_manifest(manifest)["files"] if manifest.is_file() else []
+        kept = set(_claims(self.folder, self.owner))  # another owner's file stays where it is
+        journal = {
+            "name": self.name,
+            "owner": self.owner,
+            "files": files,
+            "remove": [f for f in previous if f not in files and f not in kept],
+        }
+        atomic_write_json(self.path / _JOURNAL, journal)
         _finish(self.folder)
         return [self.folder / f for f in files]
 
-    def _manifest(self) -> Path:
-        return self.folder / f".headsup-{self.name}.json"
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """An output set's manifest: `{"owner": str, "files": [relative paths]}`. A file that is not
+    such a JSON object (a path that is absolute, climbs out with `..` or names no file included) is a
+    `FileFormatError` naming it; a manifest of an older version without `owner` belongs to its set."""
+    path = Path(path)
+    what = "output set manifest"
+    data = read_json(path, what)
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        raise FileFormatError(what, path, "", 'is not a JSON object with a "files" list; delete it to start afresh')
+    for name in data["files"]:
+        if not _inside(name):
+            raise FileFormatError(what, path, '"files"', f"{name!r} is not a path inside the folder")
+    owner = data.get("owner")
+    if owner is None:
+        match = MANIFEST.match(path.name)
+        set_name = match.group("name") if match else path.stem
+        owner = REPRODUCE if _LEGACY_EXPERIMENT.match(set_name) else set_name
+    if not isinstance(owner, str) or not owner:
+        raise FileFormatError(what, path, '"owner"', f"{owner!r} is not a command name")
+    return {"owner": owner, "files": list(data["files"])}
+
+
+def _inside(name: object) -> bool:
+    """A relative path of a file inside the folder: parts that are neither empty, `.` nor `..`."""
+    return isinstance(name, str) and all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+def _claims(folder: Path, owner: str) -> dict[str, tuple[str, str]]:
+    """The files that the output sets of owners other than `owner` list: name -> (owner, manifest)."""
+    claims: dict[str, tuple[str, str]] = {}
+    if not folder.is_dir():
+        return claims
+    for path in sorted(folder.iterdir()):
+        if MANIFEST.match(path.name) and path.is_file():
+            manifest = read_manifest(path)
+            if manifest["owner"] != owner:
+                for name in manifest["files"]:
+                    claims.setdefault(name, (manifest["owner"], path.name))
+    return claims
+
+
+def check_unclaimed(
+    folder: str | os.PathLike,
+    owner: str,
+    files: tuple[str, ...] | list[str],
+    option: str = "out_dir",
+    staged: Path | None = None,
+) -> None:
+    """Refuse to replace files of `folder` that another owner's output set lists (with `staged`, the
+    staging folder: unless the staged file has the same bytes). A ValueError names them."""
+    folder = Path(folder)
+    claims = _claims(folder, owner)
+    taken = []
+    for name in files:
+        target = folder / name
+        if name not in claims or not target.is_file():
+            continue
+        if staged is not None and _same_bytes(staged / name, target):
+            continue
+        taken.append(name)
+    if taken:
+        by = sorted({claims[name] for name in taken})
+        listed = ", ".join(f"`{who}` (listed in {manifest})" for who, manifest in by)
+        raise ValueError(
+            f"{option} {folder} holds {', '.join(taken[:5])}{' ...' if len(taken) > 5 else ''} written by {listed}; "
+            f"this {owner} would replace them: choose another {option}, or remove those files and the list first"
+        )
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        if a.stat().st_size != b.stat().st_size:
+            return False
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
 
 
 def _read_json(path: Path) -> dict:
@@ -286,7 +392,8 @@ def _finish(folder: Path) -> None:
             os.replace(source, target)
     for name in journal.get("remove", []):
         (folder / name).unlink(missing_ok=True)
-    atomic_write_json(folder / f".headsup-{journal['name']}.json", {"files": journal.get("files", [])})
+    manifest = {"owner": journal.get("owner", journal["name"]), "files": journal.get("files", [])}
+    atomic_write_json(folder / f".headsup-{journal['name']}.json", manifest)
     shutil.rmtree(staging, ignore_errors=True)
 
 

@@ -201,9 +201,9 @@ def check_out_dir(path: str | os.PathLike, name: str = "out_dir") -> Path:
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path, got {describe(path)} ({_type_name(path)})")
+    if os.fspath(path) == "":  # Path("") is "." (the current folder): refused, not taken as it
+        raise ValueError(f"{name} is empty ''; pass a folder path ('.' for the current folder)")
     path = Path(path).expanduser()
-    if str(path) == "":
-        raise ValueError(f"{name} must not be empty")
     if path.exists() and not path.is_dir():
         raise ValueError(f"{name} {str(path)!r} is a file, not a folder; pass a folder path")
     existing = path

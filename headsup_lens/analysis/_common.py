@@ -12,6 +12,22 @@ from ..masks import Head
 from ..models import check_context, encode, prompt_format
 
 
+def check_gate_has_mask(mask: object, gate: str, alpha: float, where: str = "") -> None:
+    """A gate or alpha other than the defaults without a mask would be ignored (the run is
+    ungated): a ValueError naming them, rather than an ungated result that looks gated."""
+    if mask is not None:
+        return
+    ignored = [
+        f"{name}={value!r}"
+        for name, value, default in (("gate", gate, "value"), ("alpha", alpha, 0.0))
+        if value != default
+    ]
+    if ignored:
+        raise ValueError(
+            f"{where}{' and '.join(ignored)} without a mask: the run would be ungated; pass a mask, or leave them out"
+        )
+
+
 def prompt_text(model: TransformerBridge, prompt: str, *, formatted: bool = False) -> str:
     """The prompt as the model reads it: the user text in the model's prompt format unless `formatted`."""
     if not isinstance(prompt, str) or not prompt:

@@ -15,7 +15,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ..gates import MaskLike
 from ..models import decode_residual, unembed, verify_readout
-from ._common import Gate, gated, prompt_ids, token_text
+from ._common import Gate, check_gate_has_mask, gated, prompt_ids, token_text
 from ._similarity import Setting, as_setting
 
 # "embed": the token embedding, the residual stream before block 0 (the reference's hidden_states[0]); one row.
@@ -70,6 +70,7 @@ def logit_lens(
     unknown = [s for s in streams if s not in STREAMS]
     if unknown or not streams:
         raise ValueError(f"unknown streams {unknown}; choose from {sorted(STREAMS)}")
+    check_gate_has_mask(mask, gate, alpha)
     ids = prompt_ids(model, prompt, formatted=formatted)
     n_layers = model.cfg.n_layers
     layers = {stream: range(1) if stream == "embed" else range(n_layers) for stream in streams}

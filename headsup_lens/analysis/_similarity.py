@@ -12,7 +12,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ..gates import Gate, MaskLike
-from ._common import gated, prompt_ids
+from ._common import check_gate_has_mask, gated, prompt_ids
 from ._sweep import RemovalSweep
 
 
@@ -53,6 +53,7 @@ def as_setting(run: Setting | str) -> Setting:
 def layer_states(model: TransformerBridge, run: Setting | str) -> LayerStates:
     """Each layer's attention output and block output at the setting's position."""
     setting = as_setting(run)
+    check_gate_has_mask(setting.mask, setting.gate, setting.alpha, "Setting ")
     ids = prompt_ids(model, setting.prompt, formatted=setting.formatted)
     if not -len(ids) <= setting.position < len(ids):
         raise ValueError(f"position {setting.position} is outside the prompt's {len(ids)} tokens")

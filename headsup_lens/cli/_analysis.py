@@ -63,6 +63,13 @@ def _report(out: Path, files: list[str]) -> None:
     print(f"wrote to {out}: {', '.join(files)}")
 
 
+def _refuse_unused(args, given: Given, fields: tuple[str, ...], reason: str) -> None:
+    """Options typed on the command line that the chosen mode does not use are refused, not ignored."""
+    typed = [f"{given.typed[f]} {getattr(args, f)}" for f in fields if f in given]
+    if typed:
+        raise ValueError(f"{', '.join(typed)}: {reason}")
+
+
 def _load(args):
     from ..models import load_model
 
@@ -122,7 +129,18 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
         raise ValueError(f"the {args.order} order needs --mask")
     if args.order == "influence" and not (args.target or args.target_id):
         raise ValueError("the influence order needs at least one --target or --target-id")
+    if args.order == "random":
+        _refuse_unused(
+            args, given, ("mask",), "the random order does not read a mask; leave it out or use --order weight"
+        )
+    else:
+        _refuse_unused(args, given, ("seed",), f"--seed draws the random order only, not the {args.order} order")
+    if args.order != "influence":
+        _refuse_unused(args, given, ("influence_k",), f"--influence-k applies to --order influence, not {args.order}")
     out = check_out_dir(args.out)
+    tables = ["ranks.csv", "logits.csv", "tokens.csv", "generations.csv", "summary.json"]
+    tables += ["sweep_similarity.csv"] if args.reference_prompt is not None else []
+    stage = OutputSet(out, "sweep", option="--out", files=tables)  # another command's files: refused before any work
     model = _load(args)
     mask = _mask(args.mask, model)
     targets: list[int | str] = [*args.target, *args.target_id]
@@ -147,7 +165,6 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
     sweep = sweep_of(order, max_new_tokens=args.max_new_tokens, record_layers=args.reference_prompt is not None)
     import pandas as pd
 
-    stage = OutputSet(out, "sweep")  # the files are moved in together at the end
     _write_csv(stage.path / "ranks.csv", sweep.ranks)
     _write_csv(stage.path / "logits.csv", sweep.logits)
     _write_csv(stage.path / "tokens.csv", sweep.tokens)
@@ -213,7 +230,12 @@ def run_lens(args: LensCommand, given: Given) -> int:
     from ..analysis import logit_lens
     from ..plots import logit_lens_figure
 
+    if args.mask is None:
+        _refuse_unused(
+            args, given, ("gate", "alpha"), "they gate a mask, and no --mask is given (the run would be ungated)"
+        )
     out = check_out_dir(args.out)
+    stage = OutputSet(out, "lens", option="--out", files=["lens.csv"])
     model = _load(args)
     lens = logit_lens(
         model,
@@ -225,7 +247,6 @@ def run_lens(args: LensCommand, given: Given) -> int:
         formatted=args.formatted,
         final_norm=args.final_norm,
     )
-    stage = OutputSet(out, "lens")
     _write_csv(stage.path / "lens.csv", lens.table)
     files = ["lens.csv"]
     _figures(stage.path, {f"lens_{s}": logit_lens_figure(lens, s) for s in lens.probs}, args.png, files)
@@ -268,7 +289,12 @@ def run_similarity(args: SimilarityCommand, given: Given) -> int:
         instruction = load_task(args.task, args.data_dir).instruction
     if instruction is None or "{input}" not in instruction:
         raise ValueError("give --instruction (a template with {input}) or a --task that has one")
+    if args.mask is None:
+        _refuse_unused(
+            args, given, ("gate",), "it gates a mask, and no --mask is given (only original vs instructed would run)"
+        )
     out = check_out_dir(args.out)
+    stage = OutputSet(out, "similarity", option="--out", files=["similarity.csv"])
     model = _load(args)
     mask = _mask(args.mask, model)
     instructed_text = instruction.replace("{input}", args.prompt)
@@ -284,7 +310,6 @@ def run_similarity(args: SimilarityCommand, given: Given) -> int:
     tables = {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
     import pandas as pd
 
-    stage = OutputSet(out, "similarity")
     _write_csv(stage.path / "similarity.csv", pd.concat([t.assign(comparison=name) for name, t in tables.items()]))
     files = ["similarity.csv"]
     _figures(stage.path, {"similarity": similarity_figure(tables)}, args.png, files)
@@ -345,7 +370,9 @@ def run_pathways(args: PathwaysCommand, given: Given) -> int:
         raise ValueError("the ablation needs --model as well as --task")
     out = check_out_dir(args.out)
     pathways = pathway_heads(masks)
-    stage = OutputSet(out, "pathways")
+    tables = ["heads.csv", "jaccard.csv", "jaccard_matrix.csv", "summary.json"]
+    tables += ["ablation.csv"] if args.task is not None else []
+    stage = OutputSet(out, "pathways", option="--out", files=tables)
     _write_csv(stage.path / "heads.csv", pathways.table())
     table = jaccard_table(masks)
     _write_csv(stage.path / "jaccard.csv", table)

@@ -44,6 +44,11 @@ def run_bake(args: BakeCommand, given: Given) -> int:
 
     if args.format not in ("hf", "gguf"):
         raise ValueError(f"--format must be hf or gguf, not {args.format!r}")
+    if args.gguf_source is not None and args.format != "gguf":
+        raise ValueError(
+            f"--gguf-source {args.gguf_source} applies only to --format gguf, not to --format {args.format}: "
+            "leave it out, or add --format gguf"
+        )
     mask_path = mask_file(args.mask)
     out = check_out_dir(args.out)
     if out.exists():

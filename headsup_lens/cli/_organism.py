@@ -76,6 +76,10 @@ def _check(config: OrganismCheckConfig) -> int:
     from ..models import builtin_model_dir, load_model
     from ..organism import bar_failures, check_planted
 
+    if config.n_words is not None and config.n_words < 1:  # before the model loads
+        raise ValueError(
+            f"--n-words must be at least 1 (held-out words per task; leave it out for all 100), got {config.n_words}"
+        )
     model = load_model(config.model, device=config.device, dtype=config.dtype)
     directory = builtin_model_dir(config.model) or Path(config.model)
     table = check_planted(model, directory, n_words=config.n_words, seed=config.seed)

@@ -77,6 +77,8 @@ class Interrupted(Exception):
 def check_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
     """Prove before any work starts that the folder `path` can be created and written; a ValueError
     names the option otherwise. Nothing is left behind: the folder is created when results are written."""
+    if os.fspath(path) == "":  # Path("") is "." (the current folder): refused, not taken as it
+        raise ValueError(f"{option} is empty ''; pass a folder path ('.' for the current folder)")
     out = Path(path).expanduser()
     existing = out
     while not existing.exists():

@@ -84,14 +84,23 @@ class Task:
         n_eval: int | None = None,
         char_level: bool = False,
     ) -> Task:
-        """A task from your own data; `n_eval` defaults to min(100, half the pairs)."""
+        """A task from your own data; `n_eval` defaults to min(100, half the pairs).
+
+        An input has one answer: an input repeated with another answer is a ValueError, and so is a
+        pair repeated on both sides of the split (it would be held out after being trained on). A
+        pair repeated within one split is kept, each copy counting once (in training, a heavier
+        weight; in evaluation, a second row). The paper's own datasets, which repeat some inputs,
+        are read by `load_task` without this rule.
+        """
         pairs = list(pairs)
         for i, pair in enumerate(pairs):
             if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
                 raise ValueError(f"task {name!r}: pair {i} is not an (input, output) pair: {pair!r}")
         if n_eval is None:
             n_eval = min(N_EVAL, len(pairs) // 2)
-        return cls(name, tuple(tuple(p) for p in pairs), instruction, matcher, n_eval, char_level)
+        task = cls(name, tuple(tuple(p) for p in pairs), instruction, matcher, n_eval, char_level)
+        _refuse_leaking_repeats(task)
+        return task
 
     # ----------------------------------------------------------------- splits
     @property
@@ -158,3 +167,23 @@ class Task:
             f"matcher={self.matcher!r}, instructed={'yes' if self.instruction else 'no'}"
             f"{', few-shot' if self.shots else ''})"
         )
+
+
+def _refuse_leaking_repeats(task: Task) -> None:
+    """An input with two answers, or a pair on both sides of the split: a ValueError naming both pairs."""
+    first: dict[str, int] = {}
+    for i, (x, y) in enumerate(task.pairs):
+        j = first.setdefault(x, i)
+        if j == i:
+            continue
+        if task.pairs[j][1] != y:
+            raise ValueError(
+                f"task {task.name!r}: pairs[{i}] gives input {x!r:.80} the answer {y!r:.80}, but pairs[{j}] gave it "
+                f"{task.pairs[j][1]!r:.80}; an input has one answer (remove one of the two pairs)"
+            )
+        if (j < task.n_train) != (i < task.n_train):
+            raise ValueError(
+                f"task {task.name!r}: pairs[{i}] repeats pairs[{j}] ({x!r:.80}, {y!r:.80}) across the split "
+                f"(the last n_eval={task.n_eval} pairs are held out), so a held-out pair would also be trained "
+                "on; remove the repeat or keep the copies in one split"
+            )

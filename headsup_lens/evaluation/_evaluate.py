@@ -21,7 +21,7 @@ import pandas as pd
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import OutputSet, atomic_write, atomic_write_json, locked_folder
+from .._io import OutputSet, atomic_write, atomic_write_json, check_unclaimed, locked_folder
 from .._progress import progress
 from .._typecheck import checked
 from .._validate import check_out_dir
@@ -205,15 +205,17 @@ def evaluate(
     one set (all or nothing) and the partial files removed. Partial files of another model, task,
     mask or options are refused with a ValueError naming what differs.
     """
+    out = check_out_dir(out_dir, "out_dir") if out_dir is not None else None  # before any work
     plan = _plan(model, task, mask, config, other_mask)
     # Every prompt kind is encoded before anything runs: a pair that cannot be tokenised fails first.
     encoded = {
         flag: encode_split(model, task, config.split, flag) for flag in dict.fromkeys(s.instructed for s in plan.runs)
     }
-    if out_dir is None:
+    if out is None:
         return _run(model, task, config, plan, encoded, None)
-    folder = _RunFolder(check_out_dir(out_dir, "out_dir"), _identity(model, task, config, plan), plan)
+    folder = _RunFolder(out, _identity(model, task, config, plan), plan)
     with locked_folder(folder.path, "out_dir"):
+        check_unclaimed(folder.path, "evaluate", (RESULTS, GENERATIONS, RECORD), "out_dir")  # before any work
         result = _run(model, task, config, plan, encoded, folder)
         folder.commit(result, config)
     return result

@@ -105,6 +105,28 @@ def concat_generations(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(GENERATION_COLUMNS))
 
 
+def _check_task(task: Task, table: pd.DataFrame, generations: pd.DataFrame) -> None:
+    """Stored outputs are scored only against their own task (its name here, its pairs in `_check_pairs`)."""
+    for what, frame in (("table", table), ("generations", generations)):
+        if "task" in frame.columns and len(frame):
+            names = sorted({str(name) for name in frame.task.tolist()})
+            if names != [task.name]:
+                raise ValueError(
+                    f"the {what} holds outputs of task {', '.join(map(repr, names)) or 'none'}, not of task "
+                    f"{task.name!r}: rescore them with the task they were generated for"
+                )
+
+
+def _check_pairs(task: Task, inputs: list[str], answers: list[str]) -> None:
+    pairs = set(task.pairs)
+    for example, pair in enumerate(zip(inputs, answers)):
+        if pair not in pairs:
+            raise ValueError(
+                f"generations example {example} (input {pair[0]!r}, answer {pair[1]!r}) is not a pair of task "
+                f"{task.name!r}: they were generated for other data (another version of the task?)"
+            )
+
+
 def _strings(frame: pd.DataFrame, column: str) -> list[str]:
     values = frame[column].tolist()
     bad = next((v for v in values if not isinstance(v, str)), None)
@@ -134,6 +156,7 @@ def rescore(task: Task, table: pd.DataFrame, generations: pd.DataFrame) -> Evalu
         raise ValueError(
             f"rescore needs a table with a 'setting' column and generations with {list(GENERATION_COLUMNS)}"
         )
+    _check_task(task, table, generations)
     settings = table.setting.tolist()
     repeated = sorted({s for s in settings if settings.count(s) > 1})
     if repeated:
@@ -153,6 +176,7 @@ def rescore(task: Task, table: pd.DataFrame, generations: pd.DataFrame) -> Evalu
         groups[name] = group
     first = groups[settings[0]]
     inputs, answers = _strings(first, "input"), _strings(first, "answer")
+    _check_pairs(task, inputs, answers)
     for name, group in groups.items():
         if _strings(group, "input") != inputs or _strings(group, "answer") != answers:
             raise ValueError(f"generations of {name!r} are not on the same examples as those of {settings[0]!r}")

@@ -60,7 +60,30 @@ def _rouge_tokenizer(tokenizer: object) -> Tokenizer:
         return _SacrebleuZh()
     if not isinstance(tokenizer, Tokenizer):  # the protocol is runtime-checkable: a callable .tokenize
         raise ValueError(f"tokenizer must have a .tokenize(text) method, got {type(tokenizer).__name__}")
-    return tokenizer
+    return _CheckedTokenizer(tokenizer)
+
+
+class _CheckedTokenizer:
+    """A tokenizer whose every answer must be a list of strings: rouge-score would iterate a string's
+    characters (or a tensor's ids) and give a plausible but wrong score."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+
+    def tokenize(self, text: str) -> list[str]:
+        tokens = self._tokenizer.tokenize(text)
+        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, (list, tuple)):
+            raise ValueError(
+                f"tokenizer {type(self._tokenizer).__name__}.tokenize({text!r:.40}) must return a list of "
+                f"strings (the tokens), got {type(tokens).__name__} {tokens!r:.60}"
+            )
+        for token in tokens:
+            if not isinstance(token, str):
+                raise ValueError(
+                    f"tokenizer {type(self._tokenizer).__name__}.tokenize({text!r:.40}) must return a list of "
+                    f"strings, got a {type(token).__name__} among them: {token!r:.40}"
+                )
+        return list(tokens)
 
 
 @checked

@@ -10,8 +10,10 @@ projection (weight and bias) is multiplied by it. No other tensor changes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -21,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import LOCK_NAME, OutputSet, locked_folder
+from .._io import atomic_write_json, locked_folder
 from .._typecheck import checked
 from .._validate import check_bool, check_choice, check_float, check_out_dir, describe
 from .._version import __version__
@@ -35,6 +37,7 @@ BAKE_FORMAT = "headsup_lens.bake"
 CONFIG_KEY = "headsup_lens"  # the entry of config.json (and of a GGUF file's metadata) that describes the bake
 MASK_FILE = "headsup_mask.safetensors"
 CARD = "README.md"
+BAKE_MANIFEST = ".headsup-bake.json"  # the output set's manifest, as other commands write theirs
 _ATOL = 1e-5  # the GGUF file must hold the model's weights: dequantised, they are the same numbers (in fp32)
 
 
@@ -71,9 +74,12 @@ def bake(
     Refused before anything is written: a mask made for other weights (`HeadMask.check_model`;
     `allow_other_weights=True` for the paper's base/instruct swap), a query-gate mask (uniform
     attention depends on the input: no weight edit reproduces it), a mask with values other than
-    0 and 1 unless `allow_soft=True` (each value then scales its head), an `out_dir` that exists,
+    0 and 1 unless `allow_soft=True` (each value then scales its head), `gguf_source` with
+    `format="hf"` (an option of the other format is refused, not ignored), an `out_dir` that exists,
     an architecture whose output projections are not Linear or Conv1D layers over the heads.
-    The folder is written under its lock as one set: an error or a kill leaves no folder behind.
+    The folder is written beside `out_dir` (in the hidden `.<name>.headsup-bake`, under its lock)
+    and renamed to `out_dir` when complete: an error or a kill leaves no `out_dir` behind, and a
+    rerun removes what a killed bake left beside it.
     """
     if not isinstance(mask, HeadMask):
         raise TypeError(
@@ -83,6 +89,11 @@ def bake(
     format = check_choice("format", format, FORMATS)
     check_bool("allow_soft", allow_soft)
     check_bool("allow_other_weights", allow_other_weights)
+    if gguf_source is not None and format != "gguf":
+        raise ValueError(
+            f"gguf_source={str(gguf_source)!r} applies only to format='gguf' (the GGUF file written again), "
+            f"not to format={format!r}: leave it out, or pass format='gguf'"
+        )
     out = check_out_dir(out_dir, "out_dir")
     if os.path.lexists(out):
         raise ValueError(f"out_dir {str(out)!r} exists; a bake writes a new folder: choose another or remove it")
@@ -137,17 +148,26 @@ def bake(
 
 # ----------------------------------------------------------------------------------------- checks
 def _check_binary(mask: HeadMask, allow_soft: bool) -> None:
-    for what, values in (("head", mask.values), ("MLP", mask.mlp_values)):
-        if values is None:
-            continue
-        soft = ~((values == 0) | (values == 1))
-        if soft.any() and not allow_soft:
-            where = [tuple(i) for i in soft.nonzero().tolist()[:3]]
-            raise ValueError(
-                f"the mask has {int(soft.sum())} {what} values between 0 and 1 (at {where}); a baked mask is "
-                "usually hard: pass mask.binary() for the kept/removed mask, or allow_soft=True to bake each "
-                "value as a scale of its head"
-            )
+    if allow_soft:
+        return
+    slots = (("head", mask.values), ("MLP", mask.mlp_values))
+    soft = {what: ~((values == 0) | (values == 1)) for what, values in slots if values is not None}
+    found = [
+        f"{int(where.sum())} {what} values between 0 and 1 (at {[tuple(i) for i in where.nonzero().tolist()[:3]]})"
+        for what, where in soft.items()
+        if where.any()
+    ]
+    if not found:
+        return
+    # binary() rounds the heads only (kept where > 0); an MLP slot is removed below 0.5 (removed_mlp_layers)
+    fix = "mask.binary()" if soft["head"].any() else "mask"
+    if "MLP" in soft and soft["MLP"].any():
+        fix = f"dataclasses.replace({fix}, mlp_values=(mask.mlp_values >= 0.5).float())"
+    raise ValueError(
+        f"the mask has {' and '.join(found)}; a baked mask is usually hard: pass `{fix}` for the "
+        "kept/removed mask (a head is kept where its value is above 0, an MLP layer where its slot is "
+        "0.5 or more), or allow_soft=True to bake each value as a scale of its head or MLP output"
+    )
 
 
 def _projections(model: TransformerBridge, with_mlp: bool) -> list[tuple[nn.Module, nn.Module | None]]:
@@ -278,17 +298,35 @@ def _save_hf(model: TransformerBridge, clean: Any, folder: Path) -> None:
     save_hf_tokenizer(model, folder)
 
 
+def staging_folder(out: Path) -> Path:
+    """Where a bake into `out` writes before its folder is complete: a hidden folder beside it."""
+    return out.parent / f".{out.name}.headsup-bake"
+
+
 def _write(out: Path, mask: HeadMask, info: dict, save) -> Path:
-    with locked_folder(out, "out_dir"):
-        others = [p.name for p in out.iterdir() if p.name != LOCK_NAME]
-        if others:  # another writer created it after the check above
-            raise ValueError(f"out_dir {str(out)!r} exists (it holds {others[:3]}); choose another folder")
-        stage = OutputSet(out, "bake")
-        save(stage.path)
-        mask.save(stage.path / MASK_FILE)
-        (stage.path / CARD).write_text(model_card(info), encoding="utf-8")
-        _usual_permissions(stage.path)  # some writers make private files (0600)
-        stage.commit()
+    """Write the folder beside `out` and rename it to `out` when complete: a kill leaves no `out`,
+    and what it left beside it (under its lock, which the kernel dropped) the next bake removes."""
+    work = staging_folder(out)
+    stage = work / "folder"
+    try:
+        with locked_folder(work, "out_dir"):  # a second bake of the same out_dir is refused, naming the first
+            try:
+                shutil.rmtree(stage, ignore_errors=True)  # the files of a killed bake
+                stage.mkdir()
+                save(stage)
+                mask.save(stage / MASK_FILE)
+                (stage / CARD).write_text(model_card(info), encoding="utf-8")
+                _usual_permissions(stage)  # some writers make private files (0600)
+                files = sorted(p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file())
+                atomic_write_json(stage / BAKE_MANIFEST, {"owner": "bake", "files": files})
+                if os.path.lexists(out):  # another writer created it after the check in `bake`
+                    raise ValueError(f"out_dir {str(out)!r} exists; a bake writes a new folder: choose another")
+                os.rename(stage, out)
+            finally:
+                shutil.rmtree(stage, ignore_errors=True)  # an error leaves nothing (renamed: nothing is there)
+    finally:
+        with contextlib.suppress(OSError):
+            work.rmdir()  # empty once the lock is released; another bake's lock keeps it
     return out
 
 

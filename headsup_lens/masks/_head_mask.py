@@ -53,7 +53,9 @@ class HeadMask:
     `values` are 1 (keep), 0 (remove) or in between (scale). `logits` are the trained real
     weights M; `sigmoid(logits)` is the paper's head weight. `mlp_values` is the optional
     per-layer MLP slot of the paper's appendix (off by default). `model` identifies the weights
-    the mask was made for (`fingerprint(model)`); `metadata` is JSON (string keys).
+    the mask was made for (`fingerprint(model)`); `metadata` is JSON (string keys at every level;
+    tuples are kept as lists, as the file stores them). With `logits`, `values` must be
+    `1[sigmoid(logits) >= 0.5]` (`from_logits`): a soft mask has no logits.
     """
 
     # Shapes are [n_layers, n_heads] (mlp_values: [n_layers]); they are left open in the annotations
@@ -75,6 +77,7 @@ class HeadMask:
                     f"logits shape {list(self.logits.shape)} differs from values shape {list(self.values.shape)}"
                 )
             check_finite("mask logits", self.logits)
+            _check_values_follow_logits(self.values, self.logits)
         if self.mlp_values is not None:
             self.mlp_values = _as_float_tensor("mlp_values", self.mlp_values)
             check_shape("mlp_values", self.mlp_values, "n_layers", n_layers=self.n_layers)
@@ -246,7 +249,7 @@ class HeadMask:
             raise ValueError(
                 f"mask was made for other weights: {self.model.describe()}, not {target.describe()}; "
                 "to use a mask of another model with the same structure (the paper's base/instruct swap) "
-                "pass allow_other_weights=True"
+                f"pass allow_other_weights=True{_float16_note(model)}"
             )
 
     # ----------------------------------------------------------------- persistence
@@ -287,8 +290,9 @@ class HeadMask:
     ) -> HeadMask:
         """Read a mask written by `save`; with `model`, refuse one made for other weights (see `check_model`).
 
-        A missing, truncated or corrupted file, a malformed header, invalid values, contents that
-        do not match the file's checksum, `values` that disagree with `logits` (values must be
+        A missing, truncated or corrupted file, a malformed header, a format version other than
+        this one's (a file from a newer headsup_lens), invalid values, contents that do not match
+        the file's checksum, `values` that disagree with `logits` (values must be
         1[sigmoid(logits) >= 0.5]) and a header without its `model` entry (unless
         `allow_missing_model=True`) are a ValueError that names the file. A file without a checksum
         (written by an older version) loads with an `UnverifiedMaskWarning`.
@@ -300,8 +304,10 @@ class HeadMask:
         tensors, header = read_safetensors(path, "mask file")
         if header.get("format") != _FORMAT or "values" not in tensors:
             raise ValueError(f"{str(path)!r} is not a headsup_lens HeadMask file (format {header.get('format')!r})")
+        _check_version(path, header)
         model_info = _header_json(path, header, "model", None)
         metadata = _header_json(path, header, "metadata", {})
+        _check_checksum(path, tensors, header)  # a damaged file is named so before its values are judged
         try:
             mask = cls(
                 tensors["values"],
@@ -312,7 +318,7 @@ class HeadMask:
             )
         except (TypeError, ValueError) as error:
             raise ValueError(f"mask file {str(path)!r} holds an invalid mask: {error}") from error
-        _check_integrity(path, tensors, header, allow_missing_model)
+        _check_model_entry(path, header, allow_missing_model)
         if model is not None:
             mask.check_model(model, allow_other_weights=allow)
         return mask
@@ -374,6 +380,18 @@ def _fingerprint_of(obj: Any, *, content: bool = True) -> ModelFingerprint | Non
     return None
 
 
+def _float16_note(model: Any) -> str:
+    """Why an fp16 model cast by hand does not hash as its checkpoint (see `weights_hash`)."""
+    module = getattr(model, "original_model", None)
+    first = next(module.parameters(), None) if isinstance(module, torch.nn.Module) else None
+    if first is None or first.dtype != torch.float16:
+        return ""
+    return (
+        " (the model's weights are float16, which hashes as its checkpoint only when load_model(..., "
+        "dtype='fp16') loaded it; a model cast to float16 afterwards does not: load it with that dtype)"
+    )
+
+
 def _allow_other_weights(allow_other_weights: Any, allow_other_name: Any) -> bool:
     check_bool("allow_other_weights", allow_other_weights)
     if allow_other_name is None:
@@ -405,22 +423,54 @@ def _check_mask_shape(shape: Any) -> tuple[int, int]:
 
 
 def _check_metadata(metadata: Any) -> dict[str, Any]:
-    """Metadata is saved as JSON: a dict with string keys and JSON values (no silent str())."""
+    """Metadata is saved as JSON: a dict with string keys at every level and JSON values (no silent
+    str()); it is kept as the file will give it back (tuples as lists), so a saved mask loads equal."""
     if not isinstance(metadata, dict):
         raise TypeError(f"metadata must be a dict, got {describe(metadata)}")
-    for key, value in metadata.items():
-        if not isinstance(key, str):
-            raise TypeError(f"metadata keys must be strings, got {describe(key)}")
-        try:
-            json.dumps(value, sort_keys=True)
-        except (TypeError, ValueError) as error:
-            raise TypeError(
-                f"metadata[{key!r}] must be JSON (numbers, strings, lists, dicts), got {describe(value)}"
-            ) from error
-    return dict(metadata)
+    _check_json("metadata", metadata)
+    return json.loads(json.dumps(metadata, sort_keys=True))
 
 
-def _check_integrity(path: Path, tensors: dict[str, Tensor], header: dict[str, str], allow_missing_model: bool) -> None:
+def _check_json(where: str, value: Any) -> None:
+    """`value` survives a JSON round trip: dicts with string keys, lists, tuples, strings, numbers, bools, None."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"{where} keys must be strings (JSON would turn {describe(key)} into a string), got {describe(key)}"
+                )
+            _check_json(f"{where}[{key!r}]", item)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_json(f"{where}[{i}]", item)
+    elif not (value is None or isinstance(value, (str, bool, int, float))):
+        raise TypeError(f"{where} must be JSON (numbers, strings, lists, dicts), got {describe(value)}")
+
+
+def _check_values_follow_logits(values: Tensor, logits: Tensor) -> None:
+    """`from_logits`' rule, the one a saved file is checked against: values = 1[sigmoid(logits) >= 0.5]."""
+    wrong = (logits >= 0).float() != values
+    if bool(wrong.any()):
+        layer, head = (int(i) for i in wrong.nonzero()[0])
+        raise ValueError(
+            f"values are inconsistent with logits: {int(wrong.sum())} of {values.numel()} values differ from "
+            f"1[sigmoid(logits) >= 0.5] (first: values[{layer}, {head}] = {values[layer, head].item():g} for "
+            f"logit {logits[layer, head].item():g}); a mask with logits is HeadMask.from_logits(logits), "
+            "a soft or edited mask has logits=None"
+        )
+
+
+def _check_version(path: Path, header: dict[str, str]) -> None:
+    version = header.get("version")
+    if version != str(_FORMAT_VERSION):
+        raise ValueError(
+            f"mask file {str(path)!r} has format version {version!r}; this headsup_lens reads version "
+            f"{_FORMAT_VERSION!r} only (a newer headsup_lens wrote the file, or it was altered): upgrade "
+            "headsup_lens to read it"
+        )
+
+
+def _check_checksum(path: Path, tensors: dict[str, Tensor], header: dict[str, str]) -> None:
     if "checksum" in header:
         if header["checksum"] != content_checksum(tensors, header):
             raise ValueError(
@@ -433,20 +483,15 @@ def _check_integrity(path: Path, tensors: dict[str, Tensor], header: dict[str, s
             "could not be verified; save it again to add one",
             UnverifiedMaskWarning,
         )
+
+
+def _check_model_entry(path: Path, header: dict[str, str], allow_missing_model: bool) -> None:
     if "model" not in header and not check_bool("allow_missing_model", allow_missing_model):
         raise ValueError(
             f"mask file {str(path)!r} has no model entry in its header (every saved mask has one, null "
             "when made for no model): the file was altered; pass allow_missing_model=True to load it "
             "without a model check"
         )
-    values, logits = tensors["values"], tensors.get("logits")
-    if logits is not None and logits.shape == values.shape:
-        wrong = int(((logits >= 0).float() != values.float()).sum())  # from_logits' rule: sigmoid(M) >= 0.5
-        if wrong:
-            raise ValueError(
-                f"mask file {str(path)!r} is inconsistent: {wrong} of {values.numel()} values differ "
-                "from 1[sigmoid(logits) >= 0.5], the values its logits give; the file is damaged"
-            )
 
 
 def _header_json(path: Path, header: dict[str, str], key: str, default: Any) -> Any:

@@ -154,11 +154,14 @@ def weights_hash(model: nn.Module) -> str:
     once); each contributes its shape and `SAMPLES_PER_TENSOR` elements at a fixed stride, rounded
     to bfloat16, so the same checkpoint loaded in fp32 or bf16, on any device and through any path,
     hashes alike. Weights that differ only outside the sampled elements are not told apart.
+
+    An fp16 copy cannot hash alike by itself: fp16 rounds a weight next to a bf16 rounding boundary
+    onto the boundary, so its bf16 rounding no longer tells which side the weight was on.
+    `load_model(dtype="fp16")` therefore records the hash of the checkpoint itself
+    (`remember_weights_hash`); a model cast to fp16 by other means hashes as other weights.
     """
-    module = getattr(model, "original_model", model)
-    parameters = list(module.parameters())
-    # Parameter identity and in-place version counters change whenever a weight is replaced or edited.
-    key = tuple((id(p), p.data_ptr(), p._version, tuple(p.shape)) for p in parameters)
+    parameters = list(getattr(model, "original_model", model).parameters())
+    key = _weights_key(parameters)
     cached = _CACHE.get(model)
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -177,6 +180,17 @@ def weights_hash(model: nn.Module) -> str:
     with contextlib.suppress(TypeError):  # not weak-referenceable: no cache
         _CACHE[model] = (key, value)
     return value
+
+
+def remember_weights_hash(model: nn.Module, value: str) -> None:
+    """Make `value` the weights hash of `model` as its weights are now (until one is replaced or edited)."""
+    parameters = list(getattr(model, "original_model", model).parameters())
+    _CACHE[model] = (_weights_key(parameters), value)
+
+
+def _weights_key(parameters: list[nn.Parameter]) -> tuple:
+    # Parameter identity and in-place version counters change whenever a weight is replaced or edited.
+    return tuple((id(p), p.data_ptr(), p._version, tuple(p.shape)) for p in parameters)
 
 
 def _sample_bytes(parameter: Tensor) -> bytes:

@@ -14,6 +14,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._progress import activity
 from .._typecheck import checked
 from ._builtin import BUILTIN_MODELS, builtin_model_dir
+from ._fingerprint import remember_weights_hash, weights_hash
 from ._gguf import GGUF_MODELS, fetch_model, is_gguf_source
 from ._templates import STYLES, set_prompt_format
 
@@ -79,6 +80,14 @@ def _quiet_weight_loading() -> Iterator[None]:
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
+
+
+def _remember_checkpoint_hash(model: TransformerBridge, source: str) -> None:
+    """Give an fp16 model the weights hash of its checkpoint, which its fp16 weights cannot give
+    (`weights_hash`): the hash of a bf16 load of the same source, which equals an fp32 load's."""
+    with _quiet_weight_loading():
+        twin = TransformerBridge.boot_transformers(source, dtype=torch.bfloat16, device="cpu")
+    remember_weights_hash(model, weights_hash(twin))
 
 
 def builtin_model_names() -> list[str]:
@@ -170,6 +179,8 @@ def load_model(
             "Download it on a machine with internet (`huggingface-cli download NAME --local-dir DIR`) "
             f"and pass the directory: load_model('/path/to/DIR'). Cause: {error}"
         ) from error
+    if dtype == torch.float16:
+        _remember_checkpoint_hash(model, str(local) if looks_local else source)
     model.eval()
     set_prompt_format(model, prompt_format.replace("-", "_"))
     if freeze:

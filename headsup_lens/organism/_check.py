@@ -9,6 +9,7 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
+from .._validate import check_int
 from ..data import encode_prompt
 from ..data._organism import organism_data_task
 from ..evaluation import generate_answers
@@ -45,6 +46,10 @@ def check_planted(
     end of turn when `exact`. Returns one row per task with the columns of `CHECK_SETTINGS`, `n_planted`
     and `n_words`; compare with `BAR` through `bar_failures`.
     """
+    if n_words is not None:  # no word would leave nothing to generate or score
+        check_int("n_words", n_words, minimum=1)
+    if tasks is not None and not tasks:
+        raise ValueError("tasks is an empty list; leave it out (None) to check every planted task")
     sets = load_planted(planted) if planted is None or isinstance(planted, (str, os.PathLike)) else planted
     tasks = [t.removeprefix("organism/") for t in (tasks or list(sets))]
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads

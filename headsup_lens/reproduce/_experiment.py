@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import OutputSet, atomic_write, atomic_write_json, locked_folder
+from .._io import REPRODUCE, OutputSet, atomic_write, atomic_write_json, locked_folder
 from .._progress import progress_off
 from .._typecheck import checked
 from .._validate import check_int
@@ -305,7 +305,7 @@ def open_experiment(name: str, options: ExperimentOptions, root: str | os.PathLi
     ):
         model = load_model(options.model, **model_arguments(options))
         check_model_record(out, model, options.model)
-        xp = Experiment(name, options, model, out, OutputSet(out, name))
+        xp = Experiment(name, options, model, out, OutputSet(out, name, owner=REPRODUCE, option="--out"))
         yield xp
         xp.commit()
 

@@ -54,6 +54,9 @@ _STATE = "state.pt"
 _RUN = "run.json"
 _PATTERNS = "patterns"
 _FRESH = "resume=False"
+# Rows of one forward/backward pass: a step's gradient is accumulated over passes, so a batch of any
+# size needs the memory of this many rows (a huge batch_size ran out of memory in one pass).
+ROWS_PER_PASS = 256
 
 
 @checked
@@ -67,7 +70,8 @@ class FinetuneConfig:
     steps: int = 200
     """Optimisation steps."""
     batch_size: int = 8
-    """Examples per step, drawn from the pooled training splits of all tasks (a fresh permutation per epoch)."""
+    """Examples per step, drawn from the pooled training splits of all tasks (a fresh permutation per epoch);
+    a step runs in passes of at most `ROWS_PER_PASS` (256) rows whose gradients add up to the batch's."""
     lr: float = 2e-5
     """Peak learning rate, reached after the warm-up."""
     min_lr_ratio: float = 0.1
@@ -436,7 +440,7 @@ class _Finetuning:
         self.optimizer.zero_grad(set_to_none=True)
         loss = 0.0
         # Passes over rows of similar length give the one-pass gradient with less padding.
-        for members in length_batches(model, batch_rows):
+        for members in length_batches(model, batch_rows, max_rows=ROWS_PER_PASS):
             batch = collate([batch_rows[i] for i in members], pad_id=self.pad_id, device=self.device)
             nll, _ = answer_nll(model, batch)
             part = nll.sum() / n_tokens

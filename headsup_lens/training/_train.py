@@ -439,9 +439,24 @@ def load_trajectory(out_dir: str | os.PathLike, task: str | None = None) -> tupl
     files = sorted((Path(out_dir) / _CHECKPOINTS).glob("logits_step*.safetensors"))
     if not files:
         raise ValueError(f"no logits checkpoints under {Path(out_dir) / _CHECKPOINTS}")
-    names = read_safetensors(files[0], "training checkpoint")[1].get("tasks", "").split("\n")
+    read = [read_safetensors(f, "training checkpoint") for f in files]
+    names = read[0][1].get("tasks", "").split("\n")
     index = 0 if task is None else (names.index(task) if task in names else -1)
     if index < 0:
         raise ValueError(f"task {task!r} is not in this run (tasks: {names})")
+    # Checkpoints of another run (another model or task list) cannot be one trajectory: name them.
+    kinds: dict[tuple, list[str]] = {}
+    for path, (tensors, meta) in zip(files, read):
+        kinds.setdefault((tuple(tensors["logits"].shape), meta.get("tasks", "")), []).append(path.name)
+    if len(kinds) > 1:
+        described = "; ".join(
+            f"logits of shape {list(shape)} for tasks {tasks.split(chr(10))} in {', '.join(found[:3])}"
+            + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+            for (shape, tasks), found in kinds.items()
+        )
+        raise ValueError(
+            f"the checkpoints under {Path(out_dir) / _CHECKPOINTS} come from different runs ({described}); "
+            "keep the files of one run there"
+        )
     steps = [int(f.stem.removeprefix("logits_step")) for f in files]
-    return steps, torch.stack([read_safetensors(f, "training checkpoint")[0]["logits"][index] for f in files])
+    return steps, torch.stack([tensors["logits"][index] for tensors, _ in read])

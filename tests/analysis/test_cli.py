@@ -226,3 +226,43 @@ def test_lens_and_similarity_name_every_file_written(llama_dir, tmp_path, capsys
     for path in (tmp_path / "lens").iterdir():
         if not path.name.startswith("."):
             assert path.name in wrote, (path.name, wrote)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["lens", "--alpha", "0.5", "--gate", "query"], "--gate query, --alpha 0.5: they gate a mask, and no --mask"),
+        (["lens", "--gate", "value"], "--gate value: they gate a mask, and no --mask"),
+        (["similarity", "--instruction", "Say {input}", "--gate", "query"], "--gate query: it gates a mask"),
+        (["sweep", "--order", "random", "--mask", "m.safetensors"], "--mask m.safetensors: the random order does not"),
+        (["sweep", "--mask", "m.safetensors", "--seed", "3"], "--seed 3: --seed draws the random order only"),
+        (["sweep", "--order", "random", "--influence-k", "4"], "--influence-k 4: --influence-k applies to --order"),
+    ],
+    ids=["lens-gate-alpha", "lens-gate", "similarity-gate", "sweep-random-mask", "sweep-seed", "sweep-influence-k"],
+)
+def test_options_the_run_would_ignore_are_refused_before_the_model_loads(argv, expected, tmp_path, capsys):
+    out = tmp_path / "out"
+    command = [*argv[:1], "--prompt", "cat", "--out", str(out), "--model", "no-such-model", *argv[1:]]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_sweep_over_evaluates_results_is_refused_and_leaves_them_whole(llama, llama_dir, tmp_path, capsys):
+    from headsup_lens.data import Task
+    from headsup_lens.evaluation import EvalConfig, evaluate
+
+    out = tmp_path / "out"
+    task = Task.from_pairs("words", [(w, w[::-1]) for w in ("abc", "xy", "hello", "tail")], n_eval=2)
+    evaluate(llama, task, None, EvalConfig(settings=("original",), progress=False), out_dir=out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    sweep = ["sweep", "--prompt", "cat", "--out", str(out), "--model", str(llama_dir), "--order", "random"]
+    assert main([*sweep, "--max-new-tokens", "1", "--png", "false", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "generations.csv written by `evaluate`" in err and err.count("\n") == 1, err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # The other way round: evaluate refuses before any work to replace the sweep's generations.csv.
+    assert main([*sweep[:4], str(tmp_path / "sweep"), *sweep[5:], "--max-new-tokens", "1", "--png", "false"]) == 0
+    with pytest.raises(ValueError, match="generations.csv written by `sweep`"):
+        evaluate(llama, task, None, EvalConfig(settings=("original",), progress=False), out_dir=tmp_path / "sweep")

@@ -123,3 +123,14 @@ def test_bad_inputs(llama):
         layer_states(llama, Setting("cat", mask=random_mask(llama), gate="key"))
     with pytest.raises(ValueError, match="streams"):
         logit_lens(llama, "cat", streams=("mlp",))
+
+
+def test_a_gate_or_alpha_without_a_mask_is_refused_not_run_ungated(llama):
+    with pytest.raises(ValueError, match="gate='query' and alpha=0.5 without a mask"):
+        logit_lens(llama, "cat", gate="query", alpha=0.5)
+    with pytest.raises(ValueError, match="alpha=0.25 without a mask"):
+        logit_lens(llama, "cat", alpha=0.25)
+    with pytest.raises(ValueError, match="Setting gate='query' without a mask"):
+        layer_states(llama, Setting("cat", gate="query"))
+    with pytest.raises(ValueError, match="Setting alpha=0.5 without a mask"):
+        layer_similarity(llama, Setting("cat", alpha=0.5), "cat")

@@ -43,6 +43,44 @@ def test_a_ranking_of_another_task_is_refused(llama):
     assert list(result.summary.method) == ["mine"]
 
 
+@pytest.fixture
+def custom_method():
+    """Registers `run` as the method "custom" for one test."""
+    from headsup_lens.analysis import METHODS, register_method
+
+    def register(run):
+        register_method("custom", "a method of one test")(run)
+        return "custom"
+
+    yield register
+    METHODS.pop("custom", None)
+
+
+@pytest.mark.parametrize(
+    "result, error, message",
+    [
+        ((torch.rand(2, 2), {}), ValueError, r"'custom' returned scores of shape \[2, 2\]; this model has .* \[2, 8\]"),
+        ((torch.rand(8, 2), {}), ValueError, r"shape \[8, 2\]"),  # transposed
+        ((torch.rand(16), {}), ValueError, r"shape \[16\]"),  # flat
+        ((torch.rand(2, 8, 1), {}), ValueError, r"shape \[2, 8, 1\]"),
+        (([[0.0] * 8] * 2, {}), TypeError, "scores as a tensor"),
+        ((torch.rand(2, 8), None), TypeError, "settings as a dict"),
+        (torch.rand(2, 8), TypeError, r"must return \(scores, settings\)"),
+    ],
+)
+def test_a_custom_method_must_score_every_head_of_the_model(llama, custom_method, result, error, message):
+    name = custom_method(lambda context: result)
+    with pytest.raises(error, match=message):
+        head_scores(llama, echo_task(), name, n_examples=2)
+
+
+def test_a_custom_method_of_the_right_shape_is_ranked(llama, custom_method):
+    scores = torch.arange(16.0).view(2, 8)
+    name = custom_method(lambda context: (scores, {"note": 1}))
+    ranking = head_scores(llama, echo_task(), name, n_examples=2)
+    assert torch.equal(ranking.scores, scores) and ranking.order[0] == (1, 7) and ranking.settings["note"] == 1
+
+
 @pytest.mark.parametrize("bad", [float("nan"), "all"])
 def test_nan_scores_are_refused(bad):
     scores = torch.full((2, 3), float("nan")) if bad == "all" else torch.tensor([[0.1, bad, 0.3], [0.0, 1.0, 2.0]])

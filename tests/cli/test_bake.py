@@ -47,6 +47,13 @@ def test_bake_command_refusals_are_one_line_and_write_nothing(llama_dir, tmp_pat
     argv = ["bake", "--mask", str(missing), "--out", str(tmp_path / "o"), "--format", "onnx"]
     assert main(argv) == 2
     assert "--format must be hf or gguf" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    mask = tmp_path / "mask.safetensors"
+    mask.write_bytes(b"")  # never read: the option is refused first
+    argv = ["bake", "--mask", str(mask), "--out", str(tmp_path / "o"), "--gguf-source", "smollm2"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--gguf-source smollm2 applies only to --format gguf, not to --format hf" in err
+    assert err.count("\n") == 1 and not (tmp_path / "o").exists()
 
 
 def test_bake_options_are_documented():

@@ -40,6 +40,16 @@ def test_out_that_is_a_file_fails_before_any_work(tmp_path, capsys):
     assert "is a file" in err and err.count("\n") == 1
 
 
+def test_an_empty_out_is_refused_not_taken_as_the_current_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="--out is empty"):
+        check_out_dir("")
+    assert main(["evaluate", "--task", "organism/reverse", "--mask", "missing", "--out", ""]) == 2
+    err = capsys.readouterr().err
+    assert "--out is empty" in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
 def test_unwritable_out(tmp_path):
     locked = tmp_path / "locked"

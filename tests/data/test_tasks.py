@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from headsup_lens.data import (
     FV_TASKS,
@@ -74,6 +76,50 @@ def test_task_splits_prompts_and_matchers():
 def test_task_rejects_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Task.from_pairs("bad", **kwargs)
+
+
+def test_an_input_with_two_answers_is_refused_wherever_it_falls():
+    pairs = [("hot", "cold"), ("big", "small"), ("up", "down"), ("hot", "warm")]
+    for n_eval in (0, 1, 2):  # both in training, one on each side, and so on: never two answers
+        with pytest.raises(
+            ValueError, match=r"pairs\[3\] gives input 'hot' the answer 'warm', but pairs\[0\] gave it 'cold'"
+        ):
+            Task.from_pairs("t", pairs, n_eval=n_eval)
+
+
+def test_a_pair_repeated_across_the_split_is_refused_and_within_a_split_kept():
+    pairs = [("hot", "cold"), ("big", "small"), ("up", "down"), ("hot", "cold")]
+    with pytest.raises(ValueError, match=r"pairs\[3\] repeats pairs\[0\] \('hot', 'cold'\) across the split"):
+        Task.from_pairs("t", pairs)  # two held out: the repeat would be graded after being trained on
+    kept = Task.from_pairs("t", pairs, n_eval=0)
+    assert kept.train_pairs == tuple(pairs)  # a repeat within training weighs the pair twice
+    held = Task.from_pairs("t", [("in", "out"), *pairs[:3], pairs[0]], n_eval=4)
+    assert held.train_pairs == (("in", "out"),) and held.eval_pairs.count(("hot", "cold")) == 2
+    assert set(held.train_pairs).isdisjoint(held.eval_pairs)
+
+
+@given(
+    pairs=st.lists(st.tuples(st.sampled_from("abcde"), st.sampled_from("xyz")), min_size=1, max_size=10),
+    data=st.data(),
+)
+def test_from_pairs_never_splits_an_input_or_gives_it_two_answers(pairs, data):
+    n_eval = data.draw(st.none() | st.integers(0, len(pairs)))
+    try:
+        task = Task.from_pairs("t", pairs, n_eval=n_eval)
+    except ValueError as error:
+        assert str(error).startswith("task 't': pairs[") and (
+            "one answer" in str(error) or "across the split" in str(error)
+        )
+        answers = {}
+        for x, y in pairs:
+            answers.setdefault(x, set()).add(y)
+        n_train = len(pairs) - (min(100, len(pairs) // 2) if n_eval is None else n_eval)
+        split = {x for x, _ in pairs[:n_train]} & {x for x, _ in pairs[n_train:]}
+        assert split or any(len(a) > 1 for a in answers.values())  # refused only for a reason
+    else:
+        assert task.pairs == tuple(pairs)
+        assert not {x for x, _ in task.train_pairs} & {x for x, _ in task.eval_pairs}
+        assert len(dict(pairs)) == len(set(pairs))  # one answer per input
 
 
 def test_uninstructed_task_refuses_instructed_text_and_empty_splits():

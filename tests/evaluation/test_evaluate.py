@@ -19,6 +19,7 @@ from headsup_lens.gates import value_gate
 
 from ..conftest import random_mask
 from ..training.planted import build_planted_dir, planted_mask, planted_task
+from ..validation.refusal import assert_refused
 
 WORDS = ["abc", "hello there", "q", "longer input words", "xy", "Mixed Case", "z z", "tail"]
 
@@ -60,7 +61,7 @@ def test_per_row_masks_in_the_loss(llama):
     masks = random_mask(llama, seed=1, rows=6)
     batched = answer_loss(llama, task, mask=masks, batch_size=4)
     alone = [
-        answer_loss(llama, Task.from_pairs("one", [pair] * 2, n_eval=1), mask=masks[i])
+        answer_loss(llama, Task.from_pairs("one", [pair], n_eval=1), mask=masks[i])
         for i, pair in enumerate(task.eval_pairs)
     ]
     assert batched == pytest.approx(sum(alone) / len(alone), rel=1e-5)
@@ -295,3 +296,10 @@ def test_partial_results_of_another_evaluation_are_refused(planted, llama, tmp_p
         evaluate(llama, task, None, bare, out_dir=out)
     assert (out / "results.partial.csv").read_bytes() == before  # nothing was lost
     assert not (out / "results.csv").exists()
+
+
+def test_an_empty_out_dir_is_refused_not_taken_as_the_current_folder(planted, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = EvalConfig(settings=("original",), progress=False)
+    assert_refused(lambda: evaluate(planted, planted_task(), None, config, out_dir=""), ValueError, "out_dir is empty")
+    assert list(tmp_path.iterdir()) == []

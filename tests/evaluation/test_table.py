@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from headsup_lens import HeadMask, load_task
+from headsup_lens.data import Task
 from headsup_lens.evaluation import EvalConfig, evaluate, rescore
 
 from ..training.planted import planted_mask, planted_task
@@ -72,6 +73,22 @@ def test_rescore_refuses_what_it_cannot_score(planted):  # noqa: F811
     parsed.loc[0, "output"] = float("nan")
     with pytest.raises(ValueError, match="keep_default_na=False"):
         rescore(task, table, parsed)
+
+
+def test_outputs_of_another_task_are_refused_not_scored_against_its_labels(planted):  # noqa: F811
+    task = planted_task()
+    result = evaluate(planted, task, HeadMask(planted_mask()), EvalConfig(progress=False))
+    table, texts = _round_trip(result.table), _stored_generations(result.generations)
+    # Another task with the same inputs but other answers: its labels would score these outputs wrongly.
+    relabelled = [(x, "Y") for x, _ in task.pairs]
+    other = Task.from_pairs("other", relabelled, instruction=task.instruction, n_eval=len(task.eval_pairs))
+    with pytest.raises(ValueError, match="the table holds outputs of task 'planted', not of task 'other'"):
+        rescore(other, table, texts)
+    with pytest.raises(ValueError, match="the generations holds outputs of task 'planted', not of task 'other'"):
+        rescore(other, table.assign(task="other"), texts)
+    same_name = Task.from_pairs("planted", relabelled, instruction=task.instruction, n_eval=len(task.eval_pairs))
+    with pytest.raises(ValueError, match="generations example 0 .* is not a pair of task 'planted'"):
+        rescore(same_name, table, texts)
 
 
 STORED = sorted(FIGURES.glob("tables12_evaluation_*.csv"))

@@ -51,6 +51,39 @@ def test_rouge_l_takes_a_subword_tokenizer():
         paper_rouge_l(["a"], [])
 
 
+class Returns:
+    """A tokenizer whose .tokenize gives back `make(text)`."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def tokenize(self, text):
+        return self.make(text)
+
+
+@pytest.mark.parametrize(
+    "make, got",
+    [
+        (lambda text: text, "got str 'the cat'"),  # would be scored on its characters
+        (lambda text: text.encode(), "got bytes"),
+        (lambda text: iter(text.split()), "got list_iterator"),
+        (lambda text: [len(w) for w in text.split()], "got a int among them"),  # ids, not tokens
+    ],
+)
+def test_a_tokenizer_that_does_not_return_a_list_of_strings_is_refused(make, got):
+    with pytest.raises(
+        ValueError, match=rf"tokenizer Returns.tokenize\('the cat'\) must return a list of strings.*{got}"
+    ):
+        paper_rouge_l_scores(["the cat sat"], ["the cat"], tokenizer=Returns(make))
+
+
+def test_a_tokenizer_returning_a_tuple_of_strings_scores_its_tokens():
+    # the cat sat vs the cat: LCS 2, precision 2/3, recall 1 -> F1 0.8 (its characters would give 0.9)
+    assert paper_rouge_l(["the cat sat"], ["the cat"], tokenizer=Returns(lambda t: tuple(t.split()))) == pytest.approx(
+        0.8
+    )
+
+
 # ----------------------------------------------------------------------------- BLEU (Table 8)
 def test_bleu_clean_drops_punctuation_and_segments_with_jieba():
     assert bleu_clean("Hello,   world!") == "Hello   world"  # jieba keeps the space as a token of its own

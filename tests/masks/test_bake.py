@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -187,6 +192,26 @@ def test_soft_values_are_refused_unless_asked_for_and_then_scale_their_heads(lla
     assert json.loads((out / "config.json").read_text())[_bake.CONFIG_KEY]["head_values"] == mask.values.tolist()
 
 
+@pytest.mark.parametrize("soft_heads", [False, True], ids=["mlp", "heads+mlp"])
+def test_the_advice_for_a_soft_mask_makes_it_bakeable(llama, tmp_path, soft_heads):
+    import dataclasses  # the advice's own words
+
+    hard = head_mask(llama, mlp=True)
+    values = hard.values * 0.75 if soft_heads else hard.values  # kept heads soft, removed ones 0
+    mlp_values = torch.tensor([0.25, 0.75])  # soft: layer 0 removed, layer 1 kept once rounded
+    mask = HeadMask(values, model=hard.model, mlp_values=mlp_values)
+    with pytest.raises(ValueError, match="MLP values between 0 and 1") as info:
+        bake(llama, mask, tmp_path / "refused")
+    advice = re.search(r"pass `([^`]+)`", str(info.value)).group(1)
+    assert ("mask.binary()" in advice) == soft_heads
+    fixed = eval(advice, {"dataclasses": dataclasses, "mask": mask})
+    assert fixed.removed_mlp_layers() == [0] and torch.equal(fixed.mlp_values, torch.tensor([0.0, 1.0]))
+    assert torch.equal(fixed.values, hard.values)
+    out = bake(llama, fixed, tmp_path / "baked", alpha=0.0)
+    tokens = random_tokens(llama)
+    assert (plain_logits(out, tokens) - gated_logits(llama, fixed, tokens, 0.0)).abs().max() <= 1e-5
+
+
 def test_refusals_come_before_any_write(llama, tmp_path):
     mask = head_mask(llama)
     target = tmp_path / "out"
@@ -217,6 +242,14 @@ def test_refusals_come_before_any_write(llama, tmp_path):
         bake(llama, mask, empty)
 
 
+def test_an_option_of_the_other_format_is_refused_not_ignored(llama, tmp_path):
+    target = tmp_path / "out"
+    source = tmp_path / "model.gguf"
+    with pytest.raises(ValueError, match=f"gguf_source='{source}' applies only to format='gguf'.*format='hf'"):
+        bake(llama, head_mask(llama), target, gguf_source=source)
+    assert not target.exists()
+
+
 def test_a_failed_write_leaves_no_folder(llama, tmp_path, monkeypatch):
     def broken(model, clean, folder):
         (folder / "config.json").write_text("{}")
@@ -225,7 +258,49 @@ def test_a_failed_write_leaves_no_folder(llama, tmp_path, monkeypatch):
     monkeypatch.setattr(_bake, "_save_hf", broken)
     with pytest.raises(OSError, match="disk full"):
         bake(llama, head_mask(llama), tmp_path / "out")
-    assert not (tmp_path / "out").exists()
+    assert list(tmp_path.iterdir()) == []  # no folder, and nothing staged beside it
+
+
+_KILLED_BAKE = """
+import os, signal, sys
+from headsup_lens import HeadMask, bake, load_model
+from headsup_lens.masks import _bake
+
+real = _bake._save_hf
+
+def save_then_die(model, clean, folder):
+    real(model, clean, folder)  # the weights are written (the bulk of a real model's folder)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+_bake._save_hf = save_then_die
+model = load_model(sys.argv[1], device="cpu", dtype="float32")
+bake(model, HeadMask.load(sys.argv[2], model), sys.argv[3])
+"""
+
+
+def test_a_bake_killed_midway_leaves_no_folder_and_a_rerun_succeeds(llama, llama_dir, tmp_path):
+    mask = head_mask(llama)
+    mask_path = mask.save(tmp_path / "mask.safetensors")
+    parent = tmp_path / "models"
+    out = parent / "baked"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_BAKE, str(llama_dir), str(mask_path), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not out.exists()  # nothing under the name the user asked for
+    left = [p for p in parent.iterdir() if p.name.startswith(".")]
+    assert len(left) == 1 and list(left[0].rglob("model.safetensors"))  # the killed bake's files, hidden beside it
+    # The rerun is not refused: it removes what the killed bake left and writes the whole folder.
+    assert bake(llama, mask, out) == out
+    assert sorted(p.name for p in parent.iterdir()) == ["baked"]
+    tokens = random_tokens(llama)
+    assert (plain_logits(out, tokens) - gated_logits(llama, mask, tokens, 0.0)).abs().max() <= 1e-5
+    assert not any(p.name.startswith(".headsup") and p.name != ".headsup-bake.json" for p in out.iterdir())
 
 
 def test_the_model_is_left_as_it_was(llama, tmp_path):

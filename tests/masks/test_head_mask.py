@@ -168,3 +168,48 @@ def test_removed_mlp_layers_are_the_ffn_slots_below_one_half():
     assert HeadMask(torch.ones(3, 2)).removed_mlp_layers() == []
     mask = HeadMask(torch.ones(3, 2), mlp_values=torch.tensor([1.0, 0.0, 1.0]))
     assert mask.removed_mlp_layers() == [1]
+
+
+@pytest.mark.parametrize(
+    "metadata, where",
+    [
+        ({0: 0.5}, "metadata"),
+        ({"a": {0: 0.5}}, r"metadata\['a'\] keys"),
+        ({"a": [1, {"b": {(0, 1): 2}}]}, r"metadata\['a'\]\[1\]\['b'\] keys"),
+        ({"a": [1, {"b": {True: 2}}]}, r"metadata\['a'\]\[1\]\['b'\] keys"),
+        ({"a": {"b": torch.ones(2)}}, r"metadata\['a'\]\['b'\] must be JSON"),
+    ],
+)
+def test_metadata_that_json_would_change_is_refused_at_every_level(metadata, where):
+    with pytest.raises(TypeError, match=where):
+        HeadMask(torch.ones(2, 4), metadata=metadata)
+
+
+def test_metadata_comes_back_from_a_file_exactly_as_the_mask_holds_it(tmp_path):
+    mask = HeadMask(torch.ones(2, 4), metadata={"a": {"b": (1, 2), "c": [{"d": None}]}, "e": 1.5})
+    assert mask.metadata == {"a": {"b": [1, 2], "c": [{"d": None}]}, "e": 1.5}  # a tuple is kept as the file's list
+    assert HeadMask.load(mask.save(tmp_path / "m"), allow_missing_model=True).metadata == mask.metadata
+
+
+def test_logits_that_disagree_with_the_values_are_refused_where_the_mask_is_made(tmp_path):
+    logits = torch.tensor([[-2.0, 0.0, 3.0, -0.1], [0.1, -5.0, 4.0, 1e-4]])
+    with pytest.raises(ValueError, match=r"8 of 8 values differ from 1\[sigmoid\(logits\) >= 0.5\].*values\[0, 0\]"):
+        HeadMask(torch.sigmoid(logits), logits=logits)
+    mask = HeadMask((logits >= 0).float(), logits=logits)  # what from_logits makes: saved, then loaded alike
+    back = HeadMask.load(mask.save(tmp_path / "m"), allow_missing_model=True)
+    assert torch.equal(back.values, mask.values) and torch.equal(back.logits, logits)
+
+
+@pytest.mark.parametrize("version", ["99", "2", "0", "", None])
+def test_a_mask_file_of_another_format_version_is_refused(tmp_path, version):
+    from headsup_lens.masks._files import content_checksum, read_safetensors, write_safetensors
+
+    tensors, header = read_safetensors(HeadMask.full(FP).save(tmp_path / "m.safetensors"))
+    if version is None:
+        del header["version"]
+    else:
+        header["version"] = version
+    header["checksum"] = content_checksum(tensors, header)
+    path = write_safetensors(tmp_path / "other.safetensors", tensors, header)
+    with pytest.raises(ValueError, match=f"other.safetensors' has format version {version!r}.*reads version 1 only"):
+        HeadMask.load(path)

@@ -92,3 +92,26 @@ def test_hash_cost_on_a_135m_parameter_shape():
     seconds = time.perf_counter() - start
     print(f"weights_hash on {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters: {seconds * 1e3:.1f} ms")
     assert digest.startswith("sha256:")
+
+
+def test_fp32_bf16_and_fp16_loads_of_one_checkpoint_have_one_fingerprint(llama_dir, tmp_path):
+    loads = {dtype: load_model(llama_dir, device="cpu", dtype=dtype) for dtype in ("fp32", "bf16", "fp16")}
+    half = loads["fp16"]
+    assert next(half.original_model.parameters()).dtype == torch.float16
+    prints = {dtype: fingerprint(model) for dtype, model in loads.items()}
+    assert prints["fp32"] == prints["bf16"] == prints["fp16"]
+    # the reason the fp16 load needs its checkpoint: its own rounding hashes as other weights
+    assert weights_hash(half.original_model) != prints["fp32"].content_hash
+    path = HeadMask.full(loads["fp32"]).save(tmp_path / "m.safetensors")
+    assert HeadMask.load(path, half).n_kept == half.cfg.n_layers * half.cfg.n_heads
+    with torch.no_grad():
+        next(half.original_model.parameters()).mul_(1.5)  # an edit of the fp16 weights is other weights
+    assert fingerprint(half).content_hash != prints["fp32"].content_hash
+
+
+def test_a_model_cast_to_fp16_by_hand_is_refused_with_the_way_to_load_it(llama_dir, tmp_path):
+    model = load_model(llama_dir, device="cpu", dtype="fp32")
+    path = HeadMask.full(model).save(tmp_path / "m.safetensors")
+    model.to(torch.float16, print_details=False)
+    with pytest.raises(ValueError, match=r"other weights.*float16.*load_model\(\.\.\., dtype='fp16'\)"):
+        HeadMask.load(path, model)

@@ -64,7 +64,7 @@ def test_answer_nll_equals_cross_entropy_of_the_hf_logits(twins):
 
 def test_the_paper_ppl_is_the_mean_of_per_example_means(twins):
     model, hf = twins
-    task = Task.from_pairs("t", PAIRS * 2, n_eval=5)
+    task = Task.from_pairs("t", PAIRS, n_eval=5)
     per_example = []
     for prompt, answer in encode_pairs(model, list(task.eval_pairs)):
         ids = torch.tensor([prompt + answer])

@@ -36,6 +36,17 @@ def test_planted_pathways_meet_the_bar(organism):
     assert bar_failures(table) == [], table.to_string()
 
 
+@needs_weights
+def test_no_words_or_no_tasks_are_refused_before_any_generation(organism, monkeypatch):
+    from headsup_lens.organism import _check
+
+    monkeypatch.setattr(_check, "generate_answers", None)  # reached: a TypeError, not the expected message
+    with pytest.raises(ValueError, match="n_words must be >= 1, got 0"):
+        check_planted(organism, n_words=0)
+    with pytest.raises(ValueError, match="tasks is an empty list"):
+        check_planted(organism, tasks=[])
+
+
 def test_bar_failures_name_the_failed_cells():
     import pandas as pd
 

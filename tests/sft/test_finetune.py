@@ -390,3 +390,24 @@ def test_adapters_come_out_again(llama_dir):
     assert_untouched(model, before)
     assert torch.equal(model(batch.input_ids), reference)
     assert remove_lora_(model) == 0
+
+
+def test_a_huge_batch_runs_in_passes_of_bounded_rows_with_the_same_update(llama_dir, monkeypatch):
+    rows = []
+    real = finetune_module.answer_nll
+
+    def spy(model, batch, hooks=None):
+        rows.append(len(batch))
+        return real(model, batch, hooks)
+
+    monkeypatch.setattr(finetune_module, "answer_nll", spy)
+    finetune_(fresh(llama_dir), tasks(), config(steps=1, batch_size=2000, lr=1e-9))
+    assert sum(rows) == 2000 and max(rows) <= finetune_module.ROWS_PER_PASS  # never one pass of every row
+    whole = finetune_(fresh(llama_dir), tasks(), config(steps=2, batch_size=16))
+    monkeypatch.setattr(finetune_module, "ROWS_PER_PASS", 3)
+    rows.clear()
+    passes = finetune_(fresh(llama_dir), tasks(), config(steps=2, batch_size=16))
+    assert max(rows) == 3 and sum(rows) == 32
+    torch.testing.assert_close(passes.history.loss.tolist(), whole.history.loss.tolist(), rtol=1e-5, atol=0)
+    for a, b in zip(passes.model.parameters(), whole.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)

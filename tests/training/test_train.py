@@ -20,9 +20,11 @@ from headsup_lens.data import IGNORE_INDEX, Task, tokenize_pairs
 from headsup_lens.evaluation import answer_loss
 from headsup_lens.gates import gated
 from headsup_lens.masks import HeadMask
+from headsup_lens.masks._files import write_safetensors
 from headsup_lens.objective import answer_logits
 from headsup_lens.training import TrainConfig, load_trajectory, train_mask, train_masks
 
+from ..validation.refusal import assert_refused
 from .planted import build_planted_dir, planted_mask, planted_task
 
 QUICK = dict(steps=60, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=0, progress=False)
@@ -103,7 +105,9 @@ def test_joint_training_gives_each_task_its_own_mask(planted):
 
 
 def test_query_gate_and_mlp_slot_train(llama):
-    task = Task.from_pairs("t", [(f"w{'abcdefgh'[i % 8]}", "xy") for i in range(12)], n_eval=2)
+    task = Task.from_pairs(
+        "t", [(f"w{'abcdefgh'[i % 8]}", "xy") for i in range(10)] + [("wi", "xy"), ("wj", "xy")], n_eval=2
+    )
     config = TrainConfig(**{**QUICK, "steps": 3, "init_mean": 0.0})
     query = train_mask(llama, task, config.replace(gate="query"))
     assert query.mask.metadata["gate"] == "query" and not torch.equal(query.mask.logits, torch.zeros(2, 8))
@@ -126,6 +130,17 @@ def test_outputs_checkpoints_and_trajectory(planted, tmp_path):
     assert not list(tmp_path.rglob("*.tmp"))
     with pytest.raises(ValueError, match=r"recipe.lr \(0.1 there, 0.05 here\)"):
         train_mask(planted, task, config.replace(lr=0.05), out_dir=tmp_path)
+
+
+def test_a_trajectory_of_checkpoints_of_two_shapes_names_them(tmp_path):
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    meta = {"tasks": "planted"}
+    write_safetensors(folder / "logits_step0000005.safetensors", {"logits": torch.zeros(1, 4, 8)}, meta)
+    write_safetensors(folder / "logits_step0000010.safetensors", {"logits": torch.zeros(1, 2, 4)}, meta)
+    message = assert_refused(lambda: load_trajectory(tmp_path), ValueError, "different runs", folder=tmp_path)
+    assert "[1, 4, 8]" in message and "logits_step0000005.safetensors" in message
+    assert "[1, 2, 4]" in message and "logits_step0000010.safetensors" in message
 
 
 def test_nan_loss_stops_with_a_clear_error_and_writes_no_mask(planted, tmp_path):
@@ -296,7 +311,7 @@ def test_activation_checkpointing_trains_the_same_mask(planted):
 
 
 def test_activation_checkpointing_is_refused_where_the_bridge_must_run(llama):
-    task = Task.from_pairs("t", [("ab", "ba")] * 20, n_eval=4)
+    task = Task.from_pairs("t", [("ab", "ba")] * 20, n_eval=0)
     config = TrainConfig(steps=1, activation_checkpointing=True, gate="query", progress=False)
     with pytest.raises(ValueError, match="direct forward pass"):
         train_mask(llama, task, config)

@@ -13,7 +13,7 @@ from headsup_lens.training import TrainConfig
 
 def _tasks(data):
     xnli = translation_task("en", "zh", data)
-    plain = Task.from_pairs("plain", [("a", "b")] * 4)
+    plain = Task.from_pairs("plain", [("a", "b"), ("c", "d"), ("e", "f"), ("g", "h")])
     return xnli, plain
 
 

@@ -345,7 +345,26 @@ def head_scores(
     batch = example_batch(model, task, split, n_examples)
     mean = mean_z(model, batch, max_rows=max_rows) if ablation == "mean" else None
     context = MethodContext(model, task, batch, ablation, alpha, mean, int(seed), max_rows)
-    scores, settings = METHODS[method].run(context, **options)
+    scores, settings = _check_method_result(method, METHODS[method].run(context, **options), model)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     settings = {"split": split, "n_examples": len(batch), **settings}
     return HeadScores(method, scores.detach().float().cpu(), settings, seconds, task.name, cpu_seconds)
+
+
+def _check_method_result(method: str, result: Any, model: TransformerBridge) -> tuple[Tensor, dict]:
+    """A method's `(scores, settings)`, its scores a tensor with one number per head of `model`: a
+    grid of another shape would be ranked as if it covered the model (a custom method's mistake)."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise TypeError(f"method {method!r} must return (scores, settings), got {describe(result)}")
+    scores, settings = result
+    if not isinstance(scores, Tensor):
+        raise TypeError(f"method {method!r} must return its scores as a tensor, got {describe(scores)}")
+    if not isinstance(settings, dict):
+        raise TypeError(f"method {method!r} must return its settings as a dict, got {describe(settings)}")
+    expected = [int(model.cfg.n_layers), int(model.cfg.n_heads)]
+    if list(scores.shape) != expected:
+        raise ValueError(
+            f"method {method!r} returned scores of shape {list(scores.shape)}; this model has "
+            f"[n_layers, n_heads] = {expected}: a method scores every head of the model"
+        )
+    return scores, settings

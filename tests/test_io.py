@@ -1,0 +1,110 @@
+"""Output sets: one command never replaces another command's files, and the manifest reader is strict."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from headsup_lens._formats import FileFormatError
+from headsup_lens._io import STAGING_NAME, OutputSet, locked_folder, read_manifest
+
+
+def write_set(folder: Path, name: str, files: dict[str, str], **options) -> list[Path]:
+    with locked_folder(folder):
+        stage = OutputSet(folder, name, **options)
+        for file, text in files.items():
+            (stage.path / file).parent.mkdir(parents=True, exist_ok=True)
+            (stage.path / file).write_text(text)
+        return stage.commit()
+
+
+def visible(folder: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
+
+
+def test_a_set_never_replaces_a_file_that_another_commands_set_lists(tmp_path):
+    write_set(tmp_path, "evaluate", {"results.csv": "a\n", "generations.csv": "evaluate's\n"})
+    before = visible(tmp_path)
+    with pytest.raises(
+        ValueError, match=r"out_dir .* holds generations.csv written by `evaluate` .*\.headsup-evaluate"
+    ):
+        write_set(tmp_path, "sweep", {"ranks.csv": "r\n", "generations.csv": "sweep's\n"})
+    assert visible(tmp_path) == before  # nothing of the refused set was moved in
+    assert not (tmp_path / STAGING_NAME).exists() and not (tmp_path / ".headsup-sweep.json").exists()
+    # Asked up front (the names a command knows before its work), the same refusal comes first.
+    with locked_folder(tmp_path), pytest.raises(ValueError, match="--out .* holds generations.csv"):
+        OutputSet(tmp_path, "sweep", option="--out", files=["generations.csv"])
+
+
+def test_the_same_bytes_may_be_shared_and_a_command_replaces_its_own_files(tmp_path):
+    write_set(tmp_path, "lens", {"lens.csv": "1\n", "plotly.min.js": "js"})
+    write_set(tmp_path, "similarity", {"similarity.csv": "2\n", "plotly.min.js": "js"})  # the same library file
+    write_set(tmp_path, "lens", {"lens.csv": "3\n"})  # its own file again; the shared one is not its to remove
+    assert visible(tmp_path) == {"lens.csv": "3\n", "similarity.csv": "2\n", "plotly.min.js": "js"}
+    # Sets of one owner (the reproduction scripts, each named by its outputs) share their files.
+    write_set(tmp_path, "fig2-0123456789", {"fig2.csv": "x\n"}, owner="reproduce")
+    write_set(tmp_path, "fig2-abcdefabcd", {"fig2.csv": "y\n"}, owner="reproduce")
+    assert visible(tmp_path)["fig2.csv"] == "y\n"
+
+
+def test_a_manifest_of_an_older_version_still_claims_its_files(tmp_path):
+    (tmp_path / "generations.csv").write_text("evaluate's\n")
+    (tmp_path / ".headsup-evaluate.json").write_text(json.dumps({"files": ["generations.csv"]}))
+    with pytest.raises(ValueError, match="written by `evaluate`"):
+        write_set(tmp_path, "sweep", {"generations.csv": "sweep's\n"})
+    assert read_manifest(tmp_path / ".headsup-evaluate.json") == {"owner": "evaluate", "files": ["generations.csv"]}
+    (tmp_path / ".headsup-fig2-0123456789.json").write_text(json.dumps({"files": []}))
+    assert read_manifest(tmp_path / ".headsup-fig2-0123456789.json")["owner"] == "reproduce"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[]", "{}", '{"files": "a.csv"}', '{"files": [1]}', '{"files": ["../x"]}', '{"files": ["/etc/x"]}', "{", "\xff"],
+)
+def test_a_damaged_manifest_is_named_not_trusted(tmp_path, text):
+    (tmp_path / ".headsup-evaluate.json").write_text(text)
+    with pytest.raises(FileFormatError, match=r"output set manifest .*\.headsup-evaluate\.json"):
+        write_set(tmp_path, "sweep", {"ranks.csv": "r\n"})
+    assert not (tmp_path / "ranks.csv").exists()
+
+
+# ----------------------------------------------------------------------------------- properties
+names = st.text(st.sampled_from("abc./_-"), min_size=1, max_size=8)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=True) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _read(data: bytes) -> dict | None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / ".headsup-x.json"
+        path.write_bytes(data)
+        try:
+            return read_manifest(path)
+        except FileFormatError:
+            return None
+
+
+@given(st.binary(max_size=64) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_any_bytes_read_as_a_manifest_or_a_file_format_error(data):
+    manifest = _read(data)  # never a KeyError, TypeError, AttributeError, ...
+    if manifest is not None:
+        assert isinstance(manifest["owner"], str) and manifest["owner"]
+        for name in manifest["files"]:
+            assert isinstance(name, str) and all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+@given(st.lists(names, max_size=5), st.text(min_size=1, max_size=6) | st.none())
+def test_a_written_manifest_reads_back_or_names_its_bad_path(files, owner):
+    manifest = _read(json.dumps({"files": files, "owner": owner}).encode())
+    inside = all(part not in ("", ".", "..") for f in files for part in f.split("/"))
+    assert (manifest is not None) == inside
+    if manifest is not None:
+        assert manifest == {"files": files, "owner": owner if owner is not None else "x"}

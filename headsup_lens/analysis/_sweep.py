@@ -118,9 +118,13 @@ class RemovalSweep:
 def sweep_masks(order: Sequence[Head], steps: Sequence[int], shape: tuple[int, int]) -> Tensor:
     """`[len(steps), n_layers, n_heads]`: row i has the first `steps[i]` heads of `order` removed."""
     n_layers, n_heads = shape
-    removal_step = torch.full((n_layers, n_heads), len(order) + 1)  # step at which each head goes
+    first: dict[tuple[int, int], int] = {}  # step at which each head goes (its first place in the order)
     for i, (layer, head) in enumerate(order):
-        removal_step[layer, head] = min(int(removal_step[layer, head]), i + 1)
+        first.setdefault((layer, head), i + 1)
+    removal_step = torch.full((n_layers, n_heads), len(order) + 1)
+    if first:
+        layers, heads = zip(*first)
+        removal_step[list(layers), list(heads)] = torch.tensor(list(first.values()))
     steps_t = torch.as_tensor(list(steps))[:, None, None]
     return (removal_step[None] > steps_t).float()
 

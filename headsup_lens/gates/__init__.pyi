@@ -8,6 +8,7 @@ from ._dispatch import Gate as Gate
 from ._dispatch import gate_hooks as gate_hooks
 from ._dispatch import gated as gated
 from ._masks import MaskLike as MaskLike
+from ._native import native_options as native_options
 from ._query import query_gate as query_gate
 from ._query import query_gate_hooks as query_gate_hooks
 from ._query import verify_query_gate as verify_query_gate

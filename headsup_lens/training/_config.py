@@ -64,6 +64,10 @@ class TrainConfig:
     Needs the direct forward pass: a Llama or Qwen2 model under the value gate."""
     progress: bool = field(default=True, metadata={"cmd": False})
     """Show a progress bar with loss, temperature and heads kept (the CLI's `--no-progress` hides every bar)."""
+    log_every: int = field(default=10, metadata={"cmd": False})
+    """Read the losses and heads kept back from the device every this many steps (and before every
+    checkpoint and at the end): the history and progress bar are filled then, a non-finite loss
+    stops the run then, naming its step. 1 reads back after every step (a host synchronisation each)."""
 
     # ------------------------------------------------------------------ presets
     @classmethod
@@ -104,6 +108,7 @@ class TrainConfig:
                 "size_penalty": self.size_penalty >= 0,
                 "max_grad_norm": self.max_grad_norm >= 0,
                 "checkpoint_every": self.checkpoint_every >= 0,
+                "log_every": self.log_every >= 1,
             },
             {
                 "steps": "> 0",
@@ -116,6 +121,7 @@ class TrainConfig:
                 "tau_end": "> 0",
                 "max_grad_norm": ">= 0 (0 turns clipping off)",
                 "checkpoint_every": ">= 0 (0 saves only at the end)",
+                "log_every": ">= 1",
             },
         )
 
@@ -140,5 +146,10 @@ class TrainConfig:
 
     def recipe(self) -> dict:
         """The fields that determine the result (what a resumed run must share)."""
-        how = ("checkpoint_every", "progress", "activation_checkpointing")  # how it runs, not what it computes
+        how = (
+            "checkpoint_every",
+            "progress",
+            "activation_checkpointing",
+            "log_every",
+        )  # how it runs, not what it computes
         return {k: v for k, v in asdict(self).items() if k not in how}

@@ -324,3 +324,21 @@ def test_activation_checkpointing_is_refused_where_the_bridge_must_run(llama):
     config = TrainConfig(steps=1, activation_checkpointing=True, gate="query", progress=False)
     with pytest.raises(ValueError, match="direct forward pass"):
         train_mask(llama, task, config)
+
+
+def test_reading_losses_back_every_n_steps_changes_nothing(planted, tmp_path):
+    """Losses stay on the device between read-backs: the history, checkpoints and mask are the
+    same whether they are read back after every step or every 7 (a number that divides neither
+    the steps nor the checkpoint interval)."""
+    task = planted_task()
+    config = TrainConfig(**{**QUICK, "steps": 12, "checkpoint_every": 5})
+    every = train_mask(planted, task, config.replace(log_every=1), out_dir=tmp_path / "one")
+    seldom = train_mask(planted, task, config.replace(log_every=7), out_dir=tmp_path / "seven")
+    assert every.history.equals(seldom.history) and len(seldom.history) == 12
+    assert torch.equal(every.mask.logits, seldom.mask.logits)
+    assert load_trajectory(tmp_path / "seven")[0] == [5, 10, 12]
+
+
+def test_log_every_must_be_positive():
+    with pytest.raises(ValueError, match="log_every must be >= 1"):
+        TrainConfig(log_every=0).validate()

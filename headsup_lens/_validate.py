@@ -10,6 +10,7 @@ line is read, and `--help` must not wait for torch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import os
@@ -280,3 +281,31 @@ def check_sequence(name: str, value: Any, *, item: str = "item") -> Sequence:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise TypeError(f"{name} must be a list or tuple of {item}s, got {describe(value)} ({_type_name(value)})")
     return value
+
+
+def non_finite_fields(config: Any) -> list[str]:
+    """The fields of a dataclass `config` whose value is a NaN or infinite float (sorted by name).
+
+    Range checks (`lr > 0`, ...) let infinities through and compare NaN as False with a message about
+    the range, not the cause; a recipe checks this first.
+    """
+    return sorted(
+        f.name
+        for f in dataclasses.fields(config)
+        if isinstance(getattr(config, f.name), float) and not math.isfinite(getattr(config, f.name))
+    )
+
+
+def check_ranges(config: Any, ok: dict[str, bool], allowed: dict[str, str] | None = None) -> None:
+    """The one range check of a recipe's `__post_init__`: a ValueError naming every field that is NaN
+    or infinite, or whose entry in `ok` is False, with its value and what is allowed (`allowed[name]`,
+    default ">= 0"): `steps must be > 0, got 0; lr must be finite (not NaN or infinite), got nan`."""
+    infinite = set(non_finite_fields(config))
+    bad = [f"{name} must be finite (not NaN or infinite), got {getattr(config, name)}" for name in sorted(infinite)]
+    bad += [
+        f"{name} must be {(allowed or {}).get(name, '>= 0')}, got {getattr(config, name)!r}"
+        for name, fine in ok.items()
+        if not fine and name not in infinite
+    ]
+    if bad:
+        raise ValueError(f"{type(config).__name__}: {'; '.join(bad)}")

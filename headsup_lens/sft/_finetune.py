@@ -30,7 +30,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import OutputSet, atomic_write_json, atomic_write_text, locked_folder
 from .._typecheck import checked
-from .._validate import check_out_dir
+from .._validate import check_out_dir, check_ranges
 from ..analysis import activation_pattern
 from ..data import Task, TaskBatch, collate, encode_pairs, tokenize_task
 from ..evaluation import accuracy as task_accuracy
@@ -47,7 +47,6 @@ from ..training import (
     save_state,
     warmup_cosine,
 )
-from ..training._schedule import check_ranges
 
 _STATE = "state.pt"
 _RUN = "run.json"

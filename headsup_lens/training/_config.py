@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from .._names import Gate
 from .._typecheck import checked
-from ._schedule import check_ranges, warmup_cosine
+from .._validate import check_ranges
+from ._schedule import warmup_cosine
 
 
 @checked

@@ -17,9 +17,9 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -309,3 +309,22 @@ def check_ranges(config: Any, ok: dict[str, bool], allowed: dict[str, str] | Non
     ]
     if bad:
         raise ValueError(f"{type(config).__name__}: {'; '.join(bad)}")
+
+
+_Entry = TypeVar("_Entry")
+_Fn = TypeVar("_Fn", bound=Callable)
+
+
+def registrar(
+    table: MutableMapping[str, _Entry], what: str, name: str, entry: Callable[[_Fn], _Entry]
+) -> Callable[[_Fn], _Fn]:
+    """A decorator that files `entry(function)` in `table` under `name` and returns the function
+    unchanged; a name already in the table is refused (`what` names the kind of entry)."""
+
+    def register(function: _Fn) -> _Fn:
+        if name in table:
+            raise ValueError(f"{what} {name!r} is registered twice")
+        table[name] = entry(function)
+        return function
+
+    return register

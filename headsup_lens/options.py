@@ -48,6 +48,12 @@ class Options:
         pass
 
 
+def recipe_of(config: Any, how: Sequence[str]) -> dict[str, Any]:
+    """The fields of a config dataclass that decide its result (what a resumed run must share): all
+    but those in `how`, which say how it runs, not what it computes."""
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in how}
+
+
 def check_counts(config: Any, **minimums: int) -> None:
     """The counts of an options config at their minimum (`top_k=1`, `seed=0`); None means the default.
     A ValueError names the field and its value: `--top-k must be >= 1, got 0` on the command line."""

@@ -39,6 +39,7 @@ class BakeCommand:
 
 @command("bake", BakeCommand)
 def run_bake(args: BakeCommand, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..masks import HeadMask, bake
     from ..models import load_model
 

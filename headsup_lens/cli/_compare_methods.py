@@ -9,8 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .._io import OutputSet, atomic_write
 from .._validate import check_float
+from ..data import load_task
 from ..options import DataOptions, FigureOptions, Given, ModelOptions, ThreadOptions, check_counts, model_arguments
+from ..training import TrainConfig
 from ._registry import check_out_dir, command, mask_file
 
 
@@ -57,15 +60,13 @@ class CompareMethodsCommand(ThreadOptions, FigureOptions, DataOptions, ModelOpti
 
 @command("compare-methods", CompareMethodsCommand)
 def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
     import torch
 
-    from .._io import OutputSet, atomic_write
     from ..analysis import DEFAULT_METHODS, METHODS, compare_methods
-    from ..data import load_task
     from ..masks import HeadMask
     from ..models import load_model
     from ..plots import elicitation_figure, roc_figure, save_figure
-    from ..training import TrainConfig
 
     methods = list(args.method) or list(DEFAULT_METHODS)
     unknown = [m for m in methods if m not in METHODS]

@@ -12,6 +12,7 @@ from ._registry import check_out_dir, command
 
 @command("demo", DemoConfig)
 def run(config: DemoConfig, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..demo import run_demo
 
     check_out_dir(config.out)

@@ -5,9 +5,14 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
+import os
 import sys
+import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from .._io import atomic_write
+from ..data import ENV_VAR, FV_TASKS, default_data_dir
 from ..options import Given
 from ._registry import check_out_dir, command
 
@@ -44,8 +49,6 @@ class DownloadCommand:
 
 def download_plan(only: list[str], languages: list[str]) -> list[tuple[str, str]]:
     """(url, relative path) of every public file `headsup download-data` fetches."""
-    from ..data import FV_TASKS
-
     unknown = sorted(set(only) - set(DATASETS))
     if unknown:
         raise ValueError(f"--only: unknown dataset(s) {unknown}; choose from {list(DATASETS)}")
@@ -78,13 +81,6 @@ def download_plan(only: list[str], languages: list[str]) -> list[tuple[str, str]
 
 @command("download-data", DownloadCommand)
 def run_download(args: DownloadCommand, given: Given) -> int:
-    import os
-    import urllib.request
-    from pathlib import Path
-
-    from .._io import atomic_write
-    from ..data import ENV_VAR, default_data_dir
-
     out = Path(args.out or os.environ.get(ENV_VAR) or default_data_dir()).expanduser()
     plan = download_plan(args.only, args.languages)
     if not args.dry_run:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..data import load_task
 from ..evaluation import EvalConfig
 from ..options import DataOptions, Given, ModelOptions, model_arguments, option
 from ._registry import check_out_dir, command, mask_file
@@ -31,7 +32,7 @@ class EvaluateCommand(DataOptions, ModelOptions):
 
 @command("evaluate", EvaluateCommand)
 def run_evaluate(args: EvaluateCommand, given: Given) -> int:
-    from ..data import load_task
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..evaluation import evaluate
     from ..masks import HeadMask
     from ..models import load_model

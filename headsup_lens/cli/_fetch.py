@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..models._gguf import fetch_model, read_source_record
 from ..options import Given, option
 from ._registry import command
 
@@ -27,8 +28,6 @@ class FetchModelCommand:
 
 @command("fetch-model", FetchModelCommand)
 def run_fetch_model(args: FetchModelCommand, given: Given) -> int:
-    from ..models._gguf import fetch_model, read_source_record
-
     entry = fetch_model(args.source, cache_dir=args.cache_dir, force=args.force, verify=args.verify)
     record = read_source_record(entry)
     size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())

@@ -43,6 +43,7 @@ class LensCommand(FigureOptions, ModelOptions):
 
 @command("lens", LensCommand)
 def run_lens(args: LensCommand, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..analysis import logit_lens
     from ..plots import logit_lens_figure
 

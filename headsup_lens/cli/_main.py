@@ -13,8 +13,10 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from .._io import FolderLock
 from .._progress import activity, progress_enabled, progress_off, quiet_libraries
 from .._version import __version__
+from ..data import ENV_VAR, default_data_dir
 from ..options import Given, OptionParser, given, name_options
 from ._registry import COMMANDS, LAZY, Interrupted, check_out_dir
 
@@ -91,12 +93,9 @@ def _output_lock(name: str, config) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
     out = getattr(action, "out", None)
     if name == "download-data" and not config.dry_run and out is None:
-        from ..data import ENV_VAR, default_data_dir
-
         out = os.environ.get(ENV_VAR) or default_data_dir()
     if out is None or (name == "download-data" and config.dry_run) or os.environ.get("RANK", "0") != "0":
         return contextlib.nullcontext()
-    from .._io import FolderLock
 
     return FolderLock(check_out_dir(out), "--out")
 

@@ -5,7 +5,10 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from ..options import DeviceOptions, Given, check_counts, option
 from ..organism import OrganismConfig
@@ -52,10 +55,7 @@ def run_organism(config: OrganismCommand, given: Given) -> int:
 
 
 def _train(config: OrganismTrainConfig) -> int:
-    from dataclasses import fields
-
-    from tqdm.auto import tqdm
-
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..organism import check_planted, train_organism
 
     recipe = OrganismConfig(**{f.name: getattr(config, f.name) for f in fields(OrganismConfig)})
@@ -69,8 +69,7 @@ def _train(config: OrganismTrainConfig) -> int:
 
 
 def _check(config: OrganismCheckConfig) -> int:
-    from pathlib import Path
-
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..models import builtin_model_dir, load_model
     from ..organism import bar_failures, check_planted
 

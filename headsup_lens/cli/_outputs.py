@@ -9,19 +9,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from .._io import atomic_write_text
 from ..options import Given, model_arguments
 from ._registry import mask_file
 
 
 def write_csv(path: Path, table, index: bool = False) -> Path:
-    from .._io import atomic_write_text
-
     return atomic_write_text(path, table.to_csv(index=index))
 
 
 def save_figures(out: Path, figures: dict, png: bool, files: list[str] | None = None) -> dict[str, str]:
     """Save figures (HTML beside one plotly.min.js, PNG); a PNG failure is one line on stderr.
     Returns each figure's main file; `files` receives the name of every file written."""
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..plots import save_figure
 
     written, errors = {}, set()
@@ -40,6 +40,7 @@ def save_figures(out: Path, figures: dict, png: bool, files: list[str] | None = 
 
 
 def portable(name: str) -> str:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..models._fingerprint import portable_name
 
     return portable_name(name)
@@ -62,6 +63,7 @@ def refuse_unused(args, given: Given, fields: tuple[str, ...], reason: str) -> N
 
 
 def load(args):
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..models import load_model
 
     return load_model(args.model, **model_arguments(args))
@@ -70,6 +72,7 @@ def load(args):
 def load_mask(path: str | None, model, option: str = "--mask"):
     if path is None:
         return None
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..masks import HeadMask
 
     return HeadMask.load(mask_file(path, option), model)

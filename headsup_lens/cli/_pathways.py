@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._io import OutputSet
+from .._io import OutputSet, atomic_write_json
+from ..data import load_task
 from ..options import DataOptions, FigureOptions, Given, ModelOptions, check_counts
 from ._outputs import file_names, load, report, save_figures, write_csv
 from ._registry import check_out_dir, command
@@ -58,6 +59,7 @@ def _mask_files(paths: list[str]) -> dict[str, Path]:
 
 @command("pathways", PathwaysCommand)
 def run_pathways(args: PathwaysCommand, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..analysis import jaccard_matrix, jaccard_table, pathway_heads, weight_trajectories
     from ..masks import HeadMask
     from ..plots import jaccard_figure, mask_heatmap, trajectory_figure, usage_heatmap
@@ -89,7 +91,6 @@ def run_pathways(args: PathwaysCommand, given: Given) -> int:
         figures["trajectory"] = trajectory_figure(steps, weights)
     if args.task is not None:  # with --model (checked with the options)
         from ..analysis import group_ablation
-        from ..data import load_task
 
         task = load_task(args.task, args.data_dir)
         model = load(args)
@@ -100,7 +101,6 @@ def run_pathways(args: PathwaysCommand, given: Given) -> int:
         write_csv(stage.path / "ablation.csv", ablation)
         summary["ablation"] = ablation.to_dict(orient="records")
     summary["figures"] = file_names(save_figures(stage.path, figures, args.png))
-    from .._io import atomic_write_json
 
     atomic_write_json(stage.path / "summary.json", summary)
     stage.commit()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._validate import registrar
 from ..options import Given
 
 
@@ -69,14 +70,7 @@ LAZY: dict[str, tuple[str, str]] = {
 def command(name: str, config: type) -> Callable[[Callable], Callable]:
     """Register `run(config, given) -> exit code` as `headsup NAME`; names must be unique. Its help
     is its line in `LAZY`."""
-
-    def register(run: Callable) -> Callable:
-        if name in COMMANDS:
-            raise ValueError(f"command {name!r} is registered twice")
-        COMMANDS[name] = Command(name, config, run)
-        return run
-
-    return register
+    return registrar(COMMANDS, "command", name, lambda run: Command(name, config, run))
 
 
 class Interrupted(Exception):

@@ -5,6 +5,7 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 
 from ..options import Given, Options, check_counts
@@ -23,8 +24,7 @@ class SelfCheckConfig(Options):
 
 @command("selfcheck", SelfCheckConfig)
 def run_selfcheck(config: SelfCheckConfig, given: Given) -> int:
-    import tempfile
-
+    # deferred: keeps --help free of torch, pandas and plotly
     import torch
 
     from ..gates import query_gate, value_gate

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .._io import OutputSet
 from .._names import Gate
+from ..data import load_task
 from ..options import DataOptions, FigureOptions, Given, ModelOptions
 from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command
@@ -33,13 +34,12 @@ class SimilarityCommand(FigureOptions, DataOptions, ModelOptions):
 
 @command("similarity", SimilarityCommand)
 def run_similarity(args: SimilarityCommand, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..analysis import Setting, layer_similarity
     from ..plots import similarity_figure
 
     instruction = args.instruction
     if instruction is None and args.task is not None:
-        from ..data import load_task
-
         instruction = load_task(args.task, args.data_dir).instruction
     if instruction is None or "{input}" not in instruction:
         raise ValueError("give --instruction (a template with {input}) or a --task that has one")

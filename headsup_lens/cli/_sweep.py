@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .._io import OutputSet
+from .._io import OutputSet, atomic_write_json
 from .._validate import check_float
 from ..options import FigureOptions, Given, ModelOptions, check_counts
 from ._outputs import file_names, load, load_mask, portable, refuse_unused, report, save_figures, write_csv
@@ -61,6 +61,7 @@ class SweepCommand(FigureOptions, ModelOptions):
 
 @command("sweep", SweepCommand)
 def run_sweep(args: SweepCommand, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..analysis import influence_order, layer_states, random_order, removal_sweep, sweep_similarity
     from ..plots import generation_table, logit_figure, rank_figure, sweep_similarity_figure
 
@@ -123,7 +124,6 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
         "figures": file_names(written),
         "batch_size": sweep.metadata["batch_size"],
     }
-    from .._io import atomic_write_json
 
     atomic_write_json(stage.path / "summary.json", summary)
     stage.commit()

@@ -13,6 +13,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from .._io import LOCK_NAME, atomic_write_json
+from ..data import load_task
 from ..options import DataOptions, Given, ModelOptions, model_arguments, option
 from ..training._config import TrainConfig
 from ._registry import Interrupted, check_out_dir, command
@@ -76,8 +78,6 @@ def task_steps(preset: str, config: TrainConfig, tasks: list, given: Collection[
 
 def move_aside(out: Path) -> Path | None:
     """Move an existing `out`'s contents to `<out>.old-<YYYYmmdd-HHMMSS>` so a fresh run never mixes with it."""
-    from .._io import LOCK_NAME
-
     if not out.exists() or (out.is_dir() and not any(p.name != LOCK_NAME for p in out.iterdir())):
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -98,6 +98,7 @@ def join_torchrun(device: str | None) -> tuple[int | None, str | None]:
     return this rank and its device (`cuda:LOCAL_RANK` on GPUs); else `(None, device)`."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None, device
+    # deferred: keeps --help free of torch, pandas and plotly
     import torch
     import torch.distributed as dist
 
@@ -111,7 +112,7 @@ def join_torchrun(device: str | None) -> tuple[int | None, str | None]:
 
 @command("train", TrainCommand)
 def run_train(args: TrainCommand, given: Given) -> int:
-    from ..data import load_task
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..models import load_model
     from ..training import TrainingAdvice, resume_step, train_mask, train_masks
 
@@ -160,7 +161,6 @@ def run_train(args: TrainCommand, given: Given) -> int:
             f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "
             f"(every {config.checkpoint_every} steps), or add --fresh to start over"
         ) from None
-    from .._io import atomic_write_json
     from ..models._fingerprint import portable_name
 
     written = atomic_write_json(
@@ -176,6 +176,7 @@ def run_train(args: TrainCommand, given: Given) -> int:
 
 
 def _print_estimate(model, tasks, config: TrainConfig, done: int = 0) -> None:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..training._estimate import format_duration, seconds_per_step
 
     per_step = seconds_per_step(model, tasks, config)
@@ -189,6 +190,7 @@ def _print_estimate(model, tasks, config: TrainConfig, done: int = 0) -> None:
 
 
 def _print_advice(results: dict, args: TrainCommand, config: TrainConfig) -> None:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..training._advice import run_problems
 
     problems = []

@@ -29,7 +29,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
-from ._direct import GateSpec, _check_rows, _raw
+from ._direct import GateSpec, _check_rows, _raw, cached_forward
 
 _CACHE_ATTR = "_headsup_native_forward"
 # Options of the native path (process-wide): fused attention, a static KV cache, a compiled decode step.
@@ -335,14 +335,4 @@ def prefix_sharing(device: torch.device) -> bool:
 def native_forward(model: TransformerBridge) -> NativeForward | None:
     """The model's native forward pass when it can stand in for the bridge now (see `direct_forward`
     for the conditions), else None."""
-    from ._direct import _ENABLED, hooks_active
-
-    if not _ENABLED[0] or getattr(model, "compatibility_mode", False):
-        return None
-    cached = model.__dict__.get(_CACHE_ATTR)
-    if cached is None:
-        cached = _build(model) or False
-        object.__setattr__(model, _CACHE_ATTR, cached)
-    if cached is False or hooks_active(model):
-        return None
-    return cached
+    return cached_forward(model, _CACHE_ATTR, _build)

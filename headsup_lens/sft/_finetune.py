@@ -19,7 +19,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ from ..evaluation import accuracy as task_accuracy
 from ..masks._files import write_safetensors
 from ..models import check_same_run, data_hash, model_device, pad_token_id, run_identity
 from ..objective import answer_nll, length_batches
+from ..options import recipe_of
 from ..training import (
     BatchSampler,
     StepCallback,
@@ -152,11 +153,7 @@ class FinetuneConfig:
 
     def recipe(self) -> dict:
         """The fields that determine the trained weights (what a resumed run must share)."""
-        return {
-            k: v
-            for k, v in asdict(self).items()
-            if k not in ("checkpoint_every", "progress", "pattern_steps", "pattern_examples", "accuracy")
-        }
+        return recipe_of(self, ("checkpoint_every", "progress", "pattern_steps", "pattern_examples", "accuracy"))
 
 
 @checked

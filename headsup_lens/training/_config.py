@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 from .._names import Gate
 from .._typecheck import checked
 from .._validate import check_ranges
+from ..options import recipe_of
 from ._schedule import warmup_cosine
 
 
@@ -147,10 +148,4 @@ class TrainConfig:
 
     def recipe(self) -> dict:
         """The fields that determine the result (what a resumed run must share)."""
-        how = (
-            "checkpoint_every",
-            "progress",
-            "activation_checkpointing",
-            "log_every",
-        )  # how it runs, not what it computes
-        return {k: v for k, v in asdict(self).items() if k not in how}
+        return recipe_of(self, ("checkpoint_every", "progress", "activation_checkpointing", "log_every"))

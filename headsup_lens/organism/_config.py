@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._typecheck import checked
-from .._validate import check_device, check_int
+from .._validate import check_device, check_int, non_finite_fields
 from ..data._organism import TASK_NAMES, organism_task
-from ..training import non_finite_fields, warmup_cosine
+from ..training import warmup_cosine
 
 
 @checked

@@ -12,7 +12,6 @@ from ._loop import check_finite_loss as check_finite_loss
 from ._loop import load_state as load_state
 from ._loop import run_steps as run_steps
 from ._loop import save_state as save_state
-from ._schedule import non_finite_fields as non_finite_fields
 from ._schedule import warmup_cosine as warmup_cosine
 from ._train import TrainResult as TrainResult
 from ._train import left_tail_gumbel as left_tail_gumbel

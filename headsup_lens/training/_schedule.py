@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 from .._typecheck import checked
-from .._validate import non_finite_fields as non_finite_fields
 
 
 @checked

@@ -22,8 +22,27 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return run_demo(DemoConfig(out=str(tmp_path_factory.mktemp("demo")), png=False))
+def pinned_masks(tmp_path_factory) -> Path:
+    """The pinned 300-step masks (tests/pinned/demo/mask_logits) as mask files the demo loads: what the
+    demo computes from them (evaluations, generations, sweep ranks) is a forward pass of fixed masks
+    and reproduces on any CPU, unlike 300 steps of training (below)."""
+    from safetensors.torch import load_file
+
+    from headsup_lens.masks import HeadMask
+    from headsup_lens.models import fingerprint, load_model
+
+    from ..pinned import PINNED
+
+    folder = tmp_path_factory.mktemp("pinned_masks")
+    model = fingerprint(load_model("organism"))
+    for name, logits in load_file(PINNED / "demo" / "mask_logits.safetensors").items():
+        HeadMask.from_logits(logits, model=model).save(folder / f"{name}.safetensors")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, pinned_masks):
+    return run_demo(DemoConfig(out=str(tmp_path_factory.mktemp("demo")), masks=str(pinned_masks), png=False))
 
 
 @needs_weights
@@ -79,17 +98,20 @@ def test_readme_install_and_demo_in_a_fresh_virtual_environment(tmp_path):
 
 
 @needs_weights
-def test_stored_masks_are_used_instead_of_training(demo, tmp_path):
-    stored = demo.out / "training" / "masks"
-    again = run_demo(DemoConfig(out=str(tmp_path / "again"), tasks=["organism/reverse"], masks=str(stored), png=False))
-    assert not (tmp_path / "again" / "training").exists()  # nothing trained
-    first = demo.summary.set_index("task").loc["organism/reverse"]
-    assert again.summary.set_index("task").loc["organism/reverse"].equals(first)
+def test_stored_masks_are_used_instead_of_training(demo, pinned_masks):
+    from headsup_lens.masks import HeadMask
+    from headsup_lens.training import safe_name
+
+    assert not (demo.out / "training").exists()  # nothing trained
+    for row in demo.summary.to_dict("records"):
+        stored = HeadMask.load(pinned_masks / f"{safe_name(row['task'])}.safetensors")
+        assert row["heads kept"] == stored.n_kept, row
 
 
 # ---------------------------------------------------------------- pinned results
-# The demo's tables, sweep ranks and 300-step masks, stored in tests/pinned/demo/: a change that moves
-# code around must leave every one of them equal (HEADSUP_UPDATE_PINNED=1 stores new ones).
+# The demo's tables and sweep ranks, computed from the pinned 300-step masks, and those masks, stored in
+# tests/pinned/demo/: a change that moves code around must leave every one of them equal, ranks, counts
+# and texts exactly, floats to tests/pinned's tolerance (HEADSUP_UPDATE_PINNED=1 stores new ones).
 
 
 @needs_weights
@@ -112,32 +134,22 @@ def test_demo_tables_equal_the_pinned_ones(demo, table):
     assert_pinned_frame(f"demo/{table}", frame)
 
 
-# Mask logits after the demo's 300 steps, compared with the pinned ones (tests/pinned/demo/mask_logits,
-# trained through the bridge's hook points): measured spread over CPU kernels (ATen and MKL at AVX-512,
-# AVX2 and SSE4.2), one or two threads and the direct forward pass against the hook points, plus margin.
-MASK_ATOL = 0.05
+# Mask logits after the demo's 300 steps, against the pinned ones (trained through the bridge's hook
+# points, one thread, AVX-512 kernels). Measured spread of the largest logit difference over the three
+# tasks: 0.010 with ATen's AVX2 kernels, 0.021 with the direct forward pass, 0.10 with ATen's kernels
+# without SIMD (ATEN_CPU_CAPABILITY=default), where head 72 of the translation mask (pinned logit
+# 0.068) ended at -0.027: near the threshold the straight-through step amplifies the last bits. The
+# tolerance is that spread with margin; heads farther than it from zero must keep their side.
+MASK_ATOL = 0.25
 
 
 @needs_weights
-def test_demo_masks_after_300_steps_keep_the_pinned_heads(demo):
-    """The demo (direct forward pass: fused attention) keeps the pinned heads and ends near the pinned
-    logits: rounding at the straight-through threshold moves a few of them over 300 steps (measured
-    here: median 1e-6, at most 0.021 against the hook-point path)."""
-    from headsup_lens.masks import HeadMask
-
-    from ..pinned import assert_pinned_mask_logits
-
-    files = sorted((demo.out / "training" / "masks").glob("*.safetensors"))
-    assert len(files) == 3
-    logits = {f.stem: HeadMask.load(f).logits for f in files}
-    assert_pinned_mask_logits("demo/mask_logits", logits, atol=MASK_ATOL, store=False)
-
-
-@needs_weights
-def test_masks_trained_through_the_bridge_keep_the_pinned_heads():
-    """The demo's mask training (its tasks, schedule and one thread) through the bridge's hook points,
-    the reference path (`direct_path(False)`): the pinned heads, and the pinned logits to `MASK_ATOL`.
-    (Bit for bit on the CPU that stored them; not on another one.)"""
+@pytest.mark.parametrize("direct", [False, True], ids=["hook points", "direct forward pass"])
+def test_masks_trained_for_300_steps_keep_the_pinned_heads(direct):
+    """The demo's mask training (its tasks, schedule and one thread), through the bridge's hook points
+    (`direct_path(False)`, what the pin stores) and through the direct forward pass the demo uses: the
+    pinned kept heads, and the pinned logits to `MASK_ATOL`. (Bit for bit only on the CPU that stored
+    them: not asserted.)"""
     from headsup_lens.data import load_task
     from headsup_lens.gates import direct_path
     from headsup_lens.models import load_model
@@ -152,10 +164,9 @@ def test_masks_trained_through_the_bridge_keep_the_pinned_heads():
         model = load_model("organism")
         tasks = [load_task(name) for name in config.tasks]
         recipe = TrainConfig.fast(steps=config.steps, batch_size=config.batch_size, seed=config.seed, progress=False)
-        with direct_path(False):
+        with direct_path(direct):
             results = train_masks(model, tasks, recipe)
     finally:
         torch.set_num_threads(threads)
-    assert_pinned_mask_logits(
-        "demo/mask_logits", {safe_name(n): r.mask.logits for n, r in results.items()}, atol=MASK_ATOL
-    )
+    logits = {safe_name(n): r.mask.logits for n, r in results.items()}
+    assert_pinned_mask_logits("demo/mask_logits", logits, atol=MASK_ATOL, store=not direct)

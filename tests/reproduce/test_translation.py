@@ -34,7 +34,9 @@ def test_scan_summary_reproduces_the_committed_smollm2_scan():
     stored = pd.read_csv(FIGURES / "scan.csv").drop(columns="rouge_l_model_tokenizer")
     again = scan_summary(pd.read_csv(FIGURES / "scan_generations.csv", keep_default_na=False))
     again = pd.read_csv(io.StringIO(again.to_csv(index=False)))  # as written
-    pd.testing.assert_frame_equal(again, stored, check_exact=True)
+    # Floats to a relative 1e-9: BLEU and ROUGE-L take logs and means whose last bits may round
+    # otherwise on another CPU or release; counts and names exactly.
+    pd.testing.assert_frame_equal(again, stored, check_exact=False, rtol=1e-9, atol=0.0)
     assert len(stored) == 6 and stored.target_language_share.between(0, 1).all()
 
 

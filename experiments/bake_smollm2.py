@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headsup_lens.masks import HeadMask
-from headsup_lens.reproduce import Experiment, ExperimentOptions, bake_comparison, run_script
+from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
+from headsup_lens.reproduce._bake import bake_comparison
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(ExperimentOptions):
     """Options of `experiments/bake_smollm2.py`."""
 

@@ -19,7 +19,7 @@ from headsup_lens.plots import trajectory_figure
 from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(ExperimentOptions):
     """Options of Fig. 3."""
 

@@ -12,7 +12,7 @@ from headsup_lens.plots import similarity_figure
 from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(ExperimentOptions):
     """Options of Fig. 4."""
 

@@ -9,7 +9,7 @@ from headsup_lens.plots import alpha_figure
 from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(ExperimentOptions):
     """Options of Fig. 6."""
 

@@ -13,7 +13,7 @@ from headsup_lens.plots import mask_heatmap, rank_figure
 from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(ExperimentOptions):
     """Options of Fig. 9."""
 

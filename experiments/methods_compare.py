@@ -16,18 +16,12 @@ import torch
 
 from headsup_lens.analysis import DEFAULT_METHODS
 from headsup_lens.plots import auroc_table_figure, elicitation_figure, roc_figure
-from headsup_lens.reproduce import (
-    Experiment,
-    MultiTaskOptions,
-    auroc_table,
-    compare_methods_on_tasks,
-    ranking_table,
-    run_script,
-)
+from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script
+from headsup_lens.reproduce._methods import auroc_table, compare_methods_on_tasks, ranking_table
 from headsup_lens.training import safe_name
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(MultiTaskOptions):
     """Options of the method comparison."""
 

@@ -21,7 +21,7 @@ COLUMNS = ["task", "gate", "setting", "n_kept", "answer_nll", "accuracy", "accur
 COLUMNS += ["strict_low", "strict_high", "echo", "empty", "p_vs_original", "p_vs_instructed"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(ExperimentOptions):
     """Options of App. C.3.2."""
 

@@ -18,9 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import simple_parsing
-
-from headsup_lens.options import Collect, parse_known
+from headsup_lens.options import parse_known
 
 # Tables 1/2 first: it trains the default-init masks of every task, which the figures reuse.
 SCRIPTS = (
@@ -47,9 +45,9 @@ NEEDS_THREE_WORD_TASK = {"table7_attention_on_target"}
 class Options:
     """Options of run_all (every other option goes to each script)."""
 
-    only: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    only: list[str] | None = None
     """Run only these scripts."""
-    tasks: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    tasks: list[str] | None = None
     """Tasks of the multi-task scripts."""
     three_word_task: str | None = None
     """Task for Table 7 (e.g. fruit_v_animal_3); skipped without it."""

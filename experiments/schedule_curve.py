@@ -22,7 +22,7 @@ from headsup_lens.plots import schedule_curve_figure
 from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(ExperimentOptions):
     """Options of the schedule curve."""
 

@@ -17,31 +17,28 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import simple_parsing
-
-from headsup_lens.options import Collect
-from headsup_lens.reproduce import (
-    Experiment,
-    MultiTaskOptions,
-    run_script,
+from headsup_lens.options import option
+from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script
+from headsup_lens.reproduce._sft import (
+    organism_selection,
     sft_grouping,
     sft_organism,
     sft_selection,
     sft_smollm2,
     sft_time,
+    smollm2_selection,
 )
-from headsup_lens.sft import SelectionConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = ("steps", "probe_steps", "eval_examples", "pattern_examples", "train_pairs")
 STAGE_MODEL = {"organism": "organism", "smollm2": "smollm2", "grouping": "smollm2"}
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(MultiTaskOptions):
     """Options of `experiments/sft_patterns.py`; the select stage's sizes default to `sft.SelectionConfig`'s."""
 
-    stage: str = simple_parsing.field(positional=True, choices=("organism", "smollm2", "select", "grouping"))
+    stage: str = option(positional=True, choices=("organism", "smollm2", "select", "grouping"))
     """organism, smollm2, select or grouping."""
     model: str = ""
     """The model (default: organism for the organism and select stages, smollm2 for smollm2 and grouping)."""
@@ -51,9 +48,9 @@ class Options(MultiTaskOptions):
     """Run folders (git-ignored)."""
     base: str = str(ROOT / "runs" / "organism_base")
     """The base organism (trained there when missing)."""
-    targets: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    targets: list[str] | None = None
     """select: target tasks (organism: 'a+b' is a composite task)."""
-    candidates: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    candidates: list[str] | None = None
     """select: candidate (source) tasks."""
     k: int = 2
     """select: tasks per training set."""
@@ -85,7 +82,7 @@ def run(xp: Experiment, o: Options) -> str | None:
         stage, settings = "smollm2", sft_smollm2(xp, o.tasks, steps=o.steps or 200, masks=o.masks, **where)
     else:
         sizes = {k: getattr(o, k) for k in SIZES if getattr(o, k) is not None}
-        preset = SelectionConfig.organism if xp.is_organism else SelectionConfig.smollm2
+        preset = organism_selection if xp.is_organism else smollm2_selection
         config = preset(k=o.k, seeds=o.seeds, draws=o.draws, seed=o.seed, **sizes)
         picked = dict(candidates=o.candidates, targets=o.targets)
         stage, settings = f"select ({o.model})", sft_selection(xp, config, base=o.base, runs=o.runs, **picked)

@@ -1,4 +1,5 @@
-"""The paper's experiments on a real instruction-tuned LLM, SmolLM2-135M-Instruct (30 layers x 9 heads).
+"""The paper's experiments on a real instruction-tuned LLM, SmolLM2-135M-Instruct (30 layers x 9 heads);
+`--model gemma3-270m` runs the same stages on the base model Gemma-3-270M (outputs in `gemma3-270m/`).
 
 Stages over the masks stored in `<out>/smollm2/masks/` (`--update-figures`: the committed `figures/smollm2/`):
 
@@ -24,23 +25,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from simple_parsing import field
-
 from headsup_lens.data import FV_TASKS, load_task
 from headsup_lens.masks import HeadMask
-from headsup_lens.reproduce import (
-    Experiment,
-    MultiTaskOptions,
+from headsup_lens.options import option
+from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script, stored_mask_path
+from headsup_lens.reproduce._staged import (
     add_seed_rows,
     analyze_task,
     combine_tables,
     rescore_stored,
-    run_script,
     seed0_tasks,
     seed_masks,
     select_tasks,
     settings_table,
-    stored_mask_path,
     train_stored_masks,
 )
 from headsup_lens.training import safe_name
@@ -49,11 +46,11 @@ STAGES = ("select", "train", "analyze", "evaluate", "rescore", "combine")
 SHOWN = ["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(MultiTaskOptions):
     """Options of the SmolLM2 stages."""
 
-    stage: str = field(positional=True, choices=STAGES)
+    stage: str = option(positional=True, choices=STAGES)
     """select, train, analyze, evaluate, rescore or combine."""
     model: str = "smollm2"
     """Model: `smollm2` (SmolLM2-135M-Instruct), a `.gguf` file, a hub name or a local directory."""
@@ -67,10 +64,13 @@ class Options(MultiTaskOptions):
     """Alpha of the instructed + scaled mask row."""
     new_tokens: int = 12
     """analyze: greedy tokens per removal-sweep step."""
+    keep_settings: bool = False
+    """analyze: keep a task's stored settings table (from `evaluate`) instead of evaluating it again."""
 
 
 def run(xp: Experiment, o: Options):
     data, batch = o.data_dir, o.eval_batch_size
+    title = "SmolLM2" if o.model == "smollm2" else o.model
     if o.stage == "select":
         return select_tasks(xp, o.tasks or list(FV_TASKS), batch_size=batch, data_dir=data)
     if o.stage == "train":
@@ -92,10 +92,11 @@ def run(xp: Experiment, o: Options):
                     print(f"{name}: evaluated already", flush=True)
                 continue
             mask = HeadMask.load(xp.current(f"masks/{stored_mask_path('', task).name}"), xp.model)
-            settings_table(xp, task, mask, seeds, alpha=o.alpha, batch_size=batch, stage=o.stage)
+            if not (done and o.keep_settings):
+                settings_table(xp, task, mask, seeds, alpha=o.alpha, batch_size=batch, stage=o.stage)
             if o.stage == "analyze":
-                analyze_task(xp, task, mask, new_tokens=o.new_tokens, batch_size=batch, title="SmolLM2")
-    return combine_tables(xp, title="SmolLM2")[SHOWN]
+                analyze_task(xp, task, mask, new_tokens=o.new_tokens, batch_size=batch, title=title)
+    return combine_tables(xp, title=title)[SHOWN]
 
 
 def main(argv: list[str] | None = None) -> None:

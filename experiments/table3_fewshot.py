@@ -24,10 +24,8 @@ import pandas as pd
 import headsup_lens as hl
 from headsup_lens.data import fewshot
 from headsup_lens.organism import TASK_NAMES
-from headsup_lens.reproduce import (
-    DEFAULT_ORGANISM_TASKS,
-    Experiment,
-    MultiTaskOptions,
+from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script
+from headsup_lens.reproduce._fewshot import (
     fewshot_hybrid_task,
     fewshot_rows,
     fewshot_summary,
@@ -35,12 +33,12 @@ from headsup_lens.reproduce import (
     load_parts,
     part_stem,
     rows_key,
-    run_script,
     save_part,
 )
+from headsup_lens.reproduce._options import DEFAULT_ORGANISM_TASKS
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(MultiTaskOptions):
     """Options of Table 3."""
 

@@ -20,7 +20,7 @@ MASKS = {"heads": False, "heads + FFN": True}  # kind -> learns the FFN slots
 MASK_FREE = ["original", "instructed", "echo baseline", "majority label"]  # the same for both masks: kept once
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(MultiTaskOptions):
     """Options of Table 40."""
 

@@ -18,7 +18,7 @@ from headsup_lens.plots import logit_lens_figure
 from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(ExperimentOptions):
     """Options of Tables 4 / 41."""
 

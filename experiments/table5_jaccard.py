@@ -13,7 +13,7 @@ from headsup_lens.plots import jaccard_figure
 from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(MultiTaskOptions):
     """Options of Table 5."""
 

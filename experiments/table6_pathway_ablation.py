@@ -5,24 +5,22 @@ group: the heads every English-source translation mask keeps), e.g. `--group en=
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
-import simple_parsing
 
 from headsup_lens.analysis import group_ablation, pathway_heads
-from headsup_lens.options import Collect
 from headsup_lens.plots import usage_heatmap
 from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(MultiTaskOptions):
     """Options of Table 6."""
 
     n_random: int = 5
     """Random head groups per group size."""
-    group: list[str] = simple_parsing.field(default_factory=list, action=Collect, nargs="+", required=False)
+    group: list[str] = field(default_factory=list)
     """NAME=TASK,TASK,...: also remove the heads used by every task of this group (repeatable; the paper's 'en')."""
 
 

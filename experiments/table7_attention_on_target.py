@@ -19,7 +19,7 @@ from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
 SETTINGS = ("original", "instructed", "masked", "masked+instructed")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(ExperimentOptions):
     """Options of Table 7."""
 

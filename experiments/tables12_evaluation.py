@@ -16,7 +16,7 @@ from headsup_lens.plots import mask_heatmap
 from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options(MultiTaskOptions):
     """Options of Tables 1/2."""
 

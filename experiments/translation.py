@@ -20,15 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import simple_parsing
-
-from headsup_lens.options import Collect
-from headsup_lens.reproduce import (
+from headsup_lens.options import option
+from headsup_lens.reproduce import Experiment, ExperimentOptions, run_script
+from headsup_lens.reproduce._translation import (
     SCAN_TARGETS,
-    Experiment,
-    ExperimentOptions,
     fig2_sweeps,
-    run_script,
     scan_translation,
     table1_rows,
     table8_rows,
@@ -39,13 +35,13 @@ STAGES = ("scan", "train", "analyze")
 PARTS = ("table1", "fig2", "table8")
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Options(ExperimentOptions):
     """Options of the translation stages."""
 
-    stage: str = simple_parsing.field(positional=True, choices=STAGES)
+    stage: str = option(positional=True, choices=STAGES)
     """scan, train or analyze."""
-    pairs: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    pairs: list[str] | None = None
     """Directions src-tgt (scan: default en-fr en-de en-es en-zh en-ru en-ar; train, analyze: required)."""
     model: str = "smollm2"
     """Model: `smollm2` (SmolLM2-135M-Instruct), a `.gguf` file, a hub name or a local directory."""
@@ -63,7 +59,7 @@ class Options(ExperimentOptions):
     """scan: training pairs per direction."""
     alpha: float = 0.25
     """analyze: alpha of the instructed + scaled mask row."""
-    parts: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    parts: list[str] | None = None
     """analyze: which artifacts, of table1 fig2 table8 (default: all)."""
     new_tokens: int = 20
     """analyze: greedy tokens per removal-sweep step."""
@@ -72,16 +68,20 @@ class Options(ExperimentOptions):
     table8_alpha: float | None = None
     """analyze: alpha of Table 8's masked row (default: the paper's per direction: en-de 0.3, en-fr 0.2, en-zh 0.1)."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if set(self.parts or ()) - set(PARTS):
+            raise ValueError(f"parts must be among {', '.join(PARTS)}, not {' '.join(self.parts or ())}")
+        if self.stage != "scan" and not self.pairs:
+            raise ValueError(f"{self.stage}: --pairs is required")
+
 
 def run(xp: Experiment, o: Options):
     parts = o.parts or list(PARTS)
-    if set(parts) - set(PARTS):
-        raise ValueError(f"parts must be among {', '.join(PARTS)}, not {' '.join(parts)}")
     if o.stage == "scan":
         pairs = o.pairs or [f"en-{t}" for t in SCAN_TARGETS]
         return scan_translation(xp, pairs, n=o.scan_n, batch_size=o.eval_batch_size, data_dir=o.data_dir)
-    if not o.pairs:
-        raise ValueError(f"{o.stage}: --pairs is required")
+    assert o.pairs  # required with every stage but scan (checked with the options)
     if o.stage == "train":
         train_translation_masks(xp, o.pairs, xp.train_config(), o.runs, data_dir=o.data_dir)
         return None

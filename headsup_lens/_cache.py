@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import platformdirs
+
 CACHE_ENV_VAR = "HEADSUP_CACHE_DIR"
 
 
@@ -14,6 +16,5 @@ def cache_root() -> Path:
     root = os.environ.get(CACHE_ENV_VAR)
     if root:
         return Path(root).expanduser()
-    import platformdirs
 
     return Path(platformdirs.user_cache_dir("headsup_lens"))

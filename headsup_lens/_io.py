@@ -1,10 +1,10 @@
 """Safe writes: a crash never leaves a half-written result behind, two processes never mix theirs.
 
 - `atomic_write`: one file, written beside its target and renamed into place.
-- `FolderLock` / `locked_folder`: one writer per output folder. The lock is an `flock` on
-  `<folder>/.headsup.lock`, which also names the holder (pid, host, command, start time) for the
-  refusal message. The kernel drops the lock of a killed process, so a stale lock file is simply
-  taken over (with a note naming the process that left it).
+- `FolderLock` / `locked_folder`: one writer per output folder. The lock is a `filelock` lock on
+  `<folder>/.headsup.lock` (an `flock` on POSIX), whose file also names the holder (pid, host,
+  command, start time) for the refusal message. The operating system drops the lock of a killed
+  process, so a stale lock file is simply taken over (with a note naming the process that left it).
 - `OutputSet`: a command's files go to `<folder>/.headsup-staging/` and `commit()` moves them in as
   one set: a journal (`commit.json`) is written first, so a command killed during the renames is
   completed by the next command that takes the folder's lock; one killed before leaves the old set.
@@ -31,12 +31,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ._formats import FileFormatError, read_json
+from filelock import FileLock, Timeout
 
-try:
-    import fcntl
-except ImportError:  # Windows: the lock file's pid is checked instead
-    fcntl = None
+from ._formats import FileFormatError, read_json
 
 LOCK_NAME = ".headsup.lock"
 _TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # atomic_write's `.<name>.<mkstemp's 8 characters>.tmp`
@@ -90,7 +87,9 @@ class FolderInUse(ValueError):
     """Another process holds the output folder's lock; the message names it."""
 
 
-_HELD: dict[str, FolderLock] = {}  # real path -> the lock this process holds (taken again = counted)
+_HELD: dict[str, FileLock] = {}  # real path of a folder -> this process's lock on it (taken again = counted)
+if hasattr(os, "register_at_fork"):  # a forked child holds none of its parent's locks
+    os.register_at_fork(after_in_child=_HELD.clear)
 
 
 def _command_line() -> str:
@@ -106,6 +105,14 @@ def _describe(holder: dict) -> str:
     )
 
 
+def _parse_holder(data: bytes) -> dict:
+    try:
+        holder = json.loads(data.decode("utf-8", "replace").strip() or "{}")
+    except ValueError:
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
 class FolderLock:
     """The exclusive lock of one output folder (see the module docstring); use `locked_folder`."""
 
@@ -113,85 +120,54 @@ class FolderLock:
         self.folder = Path(folder).expanduser()
         self.option = option
         self.path = self.folder / LOCK_NAME
-        self._fd: int | None = None
-        self._count = 0
+        self._key = ""
         self._created: list[Path] = []  # folders this lock made, deepest first
-        self._outer: FolderLock | None = None  # this process's lock on the folder, taken earlier
 
     def acquire(self) -> FolderLock:
-        key = os.path.realpath(self.folder)
-        held = _HELD.get(key)
+        self._key = os.path.realpath(self.folder)
+        held = _HELD.get(self._key)
         if held is not None:  # the same process again (the CLI and the library both lock a run folder)
-            held._count += 1
-            self._outer = held
-            return held
+            held.acquire()
+            return self
         missing = self.folder
         while not missing.exists() and missing.parent != missing:
             self._created.append(missing)
             missing = missing.parent
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd, previous = self._lock()
-        me = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "command": _command_line(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        }
-        if previous and (previous.get("pid"), previous.get("host")) != (me["pid"], me["host"]):
+        previous: list[dict] = []
+        lock = FileLock(
+            self.path, blocking=False, thread_local=False, on_acquired=lambda fd: previous.append(_take(fd))
+        )
+        try:
+            lock.acquire()
+        except Timeout:
+            try:
+                holder = _parse_holder(self.path.read_bytes())
+            except OSError:  # removed meanwhile, or unreadable while locked (Windows)
+                holder = {}
+            raise FolderInUse(
+                f"{self.option} {self.folder} is in use by {_describe(holder)}; wait for it to "
+                f"finish or choose another {self.option}"
+            ) from None
+        except OSError as error:  # a file system without flock (some network mounts): go unlocked
+            if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+        if previous and previous[0]:  # the kernel dropped a killed process's lock; its record stayed
             print(  # noqa: T201 (a note for the user on stderr)
-                f"headsup_lens: {self.folder}: taking over the lock left by {_describe(previous)}, "
+                f"headsup_lens: {self.folder}: taking over the lock left by {_describe(previous[0])}, "
                 "which no longer runs",
                 file=sys.stderr,
             )
-        data = (json.dumps(me) + "\n").encode()
-        os.ftruncate(fd, 0)
-        os.lseek(fd, 0, os.SEEK_SET)
-        os.write(fd, data)
-        self._count = 1
-        _HELD[key] = self
+        _HELD[self._key] = lock
         recover(self.folder)
         return self
 
-    def _lock(self) -> tuple[int, dict | None]:
-        """Take the lock: its file descriptor and the holder recorded in the file before (a killed
-        process), if any."""
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
-            previous = _read_holder(fd)
-            try:
-                if fcntl is not None:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                elif previous and _alive(previous):
-                    raise BlockingIOError(errno.EAGAIN, "locked")
-            except BlockingIOError:
-                holder = _read_holder(fd) or previous or {}  # read again: it may have just been written
-                os.close(fd)
-                raise FolderInUse(
-                    f"{self.option} {self.folder} is in use by {_describe(holder)}; wait for it to "
-                    f"finish or choose another {self.option}"
-                ) from None
-            except OSError as error:  # a file system without flock (some network mounts): go unlocked
-                if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                    os.close(fd)
-                    raise
-            try:  # the holder before us may have removed the file after we opened it: lock the new one
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                self._fd = fd
-                return fd, _read_holder(fd) if previous is None else previous
-            os.close(fd)
-
     def release(self) -> None:
-        if self._outer is not None:
-            outer, self._outer = self._outer, None
-            outer.release()
+        lock = _HELD.get(self._key)
+        if lock is None:
             return
-        if self._fd is None:
-            return
-        self._count -= 1
-        if self._count > 0:
+        if lock.lock_counter > 1:
+            lock.release()
             return
         try:
             recover(self.folder)  # an output set that was not committed is dropped
@@ -199,9 +175,8 @@ class FolderLock:
         except OSError:
             pass  # tidied by the next command instead
         finally:
-            os.close(self._fd)
-            self._fd = None
-            _HELD.pop(os.path.realpath(self.folder), None)
+            lock.release()
+            del _HELD[self._key]
         for folder in self._created:  # a command that failed before writing anything leaves no folder
             try:
                 folder.rmdir()
@@ -215,6 +190,24 @@ class FolderLock:
         self.release()
 
 
+def _take(fd: int) -> dict:
+    """Record this process as the holder in the lock file `fd` (just locked); the holder recorded
+    there before, if any (a killed process)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    previous = _parse_holder(os.read(fd, 4096))
+    me = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": _command_line(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, (json.dumps(me) + "\n").encode())
+    same = (previous.get("pid"), previous.get("host")) == (me["pid"], me["host"])
+    return {} if same else previous
+
+
 @contextmanager
 def locked_folder(folder: str | os.PathLike, option: str = "out_dir") -> Iterator[Path]:
     """Hold `folder`'s lock for the block (created if needed); another process holding it is a
@@ -224,25 +217,6 @@ def locked_folder(folder: str | os.PathLike, option: str = "out_dir") -> Iterato
         yield lock.folder
     finally:
         lock.release()
-
-
-def _read_holder(fd: int) -> dict | None:
-    try:
-        os.lseek(fd, 0, os.SEEK_SET)
-        text = os.read(fd, 4096).decode("utf-8", "replace").strip()
-        return json.loads(text) if text else None
-    except (OSError, ValueError):
-        return None
-
-
-def _alive(holder: dict) -> bool:
-    if holder.get("host") != socket.gethostname():
-        return True  # another machine's process cannot be checked: assume it runs
-    try:
-        os.kill(int(holder["pid"]), 0)
-    except (OSError, KeyError, TypeError, ValueError):
-        return False
-    return True
 
 
 # ----------------------------------------------------------------------------------- output sets

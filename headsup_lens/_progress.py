@@ -3,13 +3,19 @@
 Every phase that can take more than a few seconds shows a tqdm bar on stderr with counts and a
 rate (`progress`), or, where the work has no count (a download, a conversion inside another
 library), a bar whose elapsed time keeps moving (`activity`). `set_progress(False)` (or the
-environment variable `HEADSUP_PROGRESS=0`) silences all of them; a bar's own `enabled=False`
-silences that one.
+environment variable `HEADSUP_PROGRESS=0`, or tqdm's own `TQDM_DISABLE=1`) silences all of them,
+the bars of Hugging Face's libraries (transformers, huggingface_hub, datasets) included; a bar's
+own `enabled=False` silences that one.
+
+When stderr is not a terminal (a log file, a pipe, CI), a bar never redraws: it writes whole
+lines, at most one every `LOG_EVERY_S` seconds while its phase runs and one when the phase ends,
+and the libraries' bars (which would redraw) are hidden inside `activity` blocks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 import threading
@@ -17,57 +23,75 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from tqdm import autonotebook
 from tqdm.auto import tqdm
+from tqdm.std import tqdm as plain_tqdm
 
 from ._typecheck import checked
 
-_SWITCH: list[bool | None] = [None]  # None: follow HEADSUP_PROGRESS (default on)
-_HF_ENV = "HF_HUB_DISABLE_PROGRESS_BARS"
+_SWITCH: list[bool | None] = [None]  # None: follow HEADSUP_PROGRESS and TQDM_DISABLE (default on)
+# Read by the libraries when they are imported; the calls below cover libraries already imported.
+_LIBRARY_ENV = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
+_OFF = ("0", "false", "no", "off")
 DELAY_S = 1.0  # a bar appears once its phase has taken this long: short phases print nothing
+LOG_EVERY_S = 10.0  # not a terminal: at most one line per bar this often (and one at its end)
 
 
 @checked
 def set_progress(enabled: bool) -> None:
-    """Show (True) or hide (False) every progress bar of this process from now on, Hugging Face's
-    own bars (downloads, conversions) included. `progress_off` does the same for one block."""
+    """Show (True) or hide (False) every progress bar of this process from now on, the bars of
+    Hugging Face's libraries (downloads, conversions, weight loading) included. `progress_off`
+    does the same for one block."""
     _SWITCH[0] = bool(enabled)
     if not enabled:
-        _hide_hugging_face_bars()
+        _hide_library_bars()
 
 
-def _hide_hugging_face_bars() -> Callable[[], None]:
-    """Hide Hugging Face's bars; returns what shows them again as they were."""
-    previous = os.environ.get(_HF_ENV)
-    os.environ[_HF_ENV] = "1"  # read when huggingface_hub is imported
+def _hide_library_bars() -> Callable[[], None]:
+    """Hide the bars of huggingface_hub, transformers and datasets; returns what shows them again
+    as they were."""
+    previous = {name: os.environ.get(name) for name in _LIBRARY_ENV}
+    for name in _LIBRARY_ENV:
+        os.environ[name] = "1"
     undo: list[Callable[[], None]] = []
     hub = sys.modules.get("huggingface_hub")
     if hub is not None and not hub.utils.are_progress_bars_disabled():
         hub.utils.disable_progress_bars()
         undo.append(hub.utils.enable_progress_bars)
     if "transformers" in sys.modules:
-        from transformers.utils import logging as hf_logging
+        from transformers.utils import logging as hf_logging  # only when transformers is loaded already
 
         if hf_logging.is_progress_bar_enabled():
             hf_logging.disable_progress_bar()
             undo.append(hf_logging.enable_progress_bar)
+    if "datasets" in sys.modules:
+        datasets_utils = importlib.import_module("datasets.utils")
+        if not datasets_utils.are_progress_bars_disabled():
+            datasets_utils.disable_progress_bars()
+            undo.append(datasets_utils.enable_progress_bars)
 
     def restore() -> None:
-        for step in undo:
+        for step in reversed(undo):
             step()
-        if previous is None:
-            os.environ.pop(_HF_ENV, None)
-        else:
-            os.environ[_HF_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
     return restore
 
 
 @checked
 def progress_enabled() -> bool:
-    """Whether progress bars are shown: `set_progress`, else `HEADSUP_PROGRESS` (0/false/no/off hide them)."""
+    """Whether progress bars are shown: `set_progress`, else the environment: `HEADSUP_PROGRESS`
+    (0/false/no/off hide them) and tqdm's `TQDM_DISABLE` (1/true/yes/on hide them)."""
     if _SWITCH[0] is not None:
         return _SWITCH[0]
-    return os.environ.get("HEADSUP_PROGRESS", "1").strip().lower() not in ("0", "false", "no", "off")
+    if os.environ.get("HEADSUP_PROGRESS", "1").strip().lower() in _OFF:
+        return False
+    disable = os.environ.get("TQDM_DISABLE", "").strip().lower()
+    return disable in ("", *_OFF)
 
 
 @contextlib.contextmanager
@@ -77,12 +101,38 @@ def progress_off() -> Iterator[None]:
     (the CLI's `--no-progress` and the scripts' run under it)."""
     previous = _SWITCH[0]
     _SWITCH[0] = False
-    restore = _hide_hugging_face_bars()
+    restore = _hide_library_bars()
     try:
         yield
     finally:
         _SWITCH[0] = previous
         restore()
+
+
+@contextlib.contextmanager
+@checked
+def quiet_libraries() -> Iterator[None]:
+    """Hide the libraries' own bars inside the block when progress is off or stderr is not a
+    terminal (their redraws would fill a log line by line); as they were otherwise."""
+    if progress_enabled() and _interactive():
+        yield
+        return
+    restore = _hide_library_bars()
+    try:
+        yield
+    finally:
+        restore()
+
+
+def _interactive() -> bool:
+    """Whether bars may redraw in place: stderr is a terminal, or tqdm draws notebook widgets."""
+    if autonotebook.tqdm is not plain_tqdm:  # tqdm.auto chose the notebook's widgets
+        return True
+    isatty = getattr(sys.stderr, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
 
 
 class _Bar(tqdm):
@@ -100,13 +150,78 @@ class _Bar(tqdm):
     def _tick(self, every: float) -> None:
         while not self._stop.wait(every):
             if time.time() - self.start_t >= self.delay:
-                self.refresh()
+                with self.get_lock():
+                    self.refresh(nolock=True)
+                    # tqdm counts a bar as shown only after an update: without this, closing a bar
+                    # that only the ticker drew would leave its line open for the next message
+                    self.last_print_t = time.time()
 
     def close(self) -> None:
         self._stop.set()
         if self._ticker is not None and self._ticker is not threading.current_thread():
             self._ticker.join()
         super().close()
+
+
+class _Discard:
+    """Where tqdm's own cursor moves and line ends go in a log (`_LogBar` writes whole lines)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+class _LogBar(_Bar):
+    """A bar for a log: whole lines, never a redraw; one every `LOG_EVERY_S` seconds at most while
+    the phase runs (none before `delay`), and the final state when it ends (`leave=True`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._shown_after = kwargs.get("delay") or 0.0
+        self._final = False
+        # tqdm draws at once when delay is 0: a log gets its first line after LOG_EVERY_S instead
+        kwargs["delay"] = max(self._shown_after, 1e-6)
+        kwargs["mininterval"] = max(kwargs.get("mininterval") or 0.0, LOG_EVERY_S)
+        super().__init__(*args, **kwargs)
+        if not self.disable:  # a disabled tqdm sets up no file
+            self._out = self.fp
+            self.fp = _Discard()  # type: ignore[assignment]
+            self._last_line = self.start_t
+
+    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+        if msg == "" or (self.disable and not self._final):  # a clear: nothing to take back in a log
+            return False
+        now = time.time()
+        if not self._final and (now - self._last_line < LOG_EVERY_S or now - self.start_t < self._shown_after):
+            return False
+        self._last_line = now
+        self._out.write((self.__str__() if msg is None else msg).rstrip() + "\n")
+        self._out.flush()
+        return True
+
+    # A log line is written by an update (where tqdm's count is current) or the ticker, never by a
+    # postfix change: inside `for step in bar` the count shown there lags by the steps since a line.
+    def set_postfix(self, ordered_dict: Any = None, refresh: bool | None = True, **kwargs: Any) -> None:
+        super().set_postfix(ordered_dict, refresh=False, **kwargs)
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        super().set_postfix_str(s, refresh=False)
+
+    def close(self) -> None:
+        if not self.disable and self.leave and time.time() - self.start_t >= self._shown_after:
+            self._final = True
+            self.last_print_t = max(self.last_print_t, self.start_t + self.delay)  # tqdm then draws the end
+        super().close()
+
+
+def _log_format(total: int | float | None, bar_format: str | None) -> str | None:
+    """The bar's line in a log: the counts without the drawn bar (no width to fill)."""
+    if bar_format is not None:
+        return bar_format
+    if not total:
+        return "{desc}: {n_fmt}{unit} [{elapsed}, {rate_fmt}{postfix}]"
+    return "{desc}: {percentage:3.0f}% {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 
 
 @checked
@@ -125,8 +240,16 @@ def progress(
     """A tqdm bar on stderr (counts, rate, time left), hidden when `enabled` is False or progress is
     switched off (`set_progress`), and shown only once the phase has taken `delay` seconds (default
     `DELAY_S`: short phases print nothing). `tick` redraws it every so many seconds, so that its elapsed time moves
-    while one unit takes long. Use it as tqdm: iterate over it, or `update(n)` and `close()`."""
-    return _Bar(
+    while one unit takes long. Use it as tqdm: iterate over it, or `update(n)` and `close()`.
+
+    When stderr is not a terminal the bar writes lines instead of redrawing (see the module's note)."""
+    interactive = _interactive()
+    if not interactive:
+        if total is None and iterable is not None and hasattr(iterable, "__len__"):
+            total = len(iterable)  # type: ignore[arg-type]
+        kwargs["bar_format"] = _log_format(total, kwargs.get("bar_format"))
+        tick = None if tick is None else max(tick, LOG_EVERY_S)
+    return (_Bar if interactive else _LogBar)(
         iterable,
         desc=desc,
         total=total,
@@ -145,11 +268,17 @@ def progress(
 @checked
 def activity(desc: str, *, enabled: bool = True, delay: float | None = None) -> Iterator[tqdm]:
     """A bar for a phase without counts: its elapsed time is redrawn every second until the block
-    ends, once the phase has taken `delay` seconds (`bar.set_postfix_str` can say what is happening)."""
+    ends, once the phase has taken `delay` seconds (`bar.set_postfix_str` can say what is happening).
+    The libraries' own bars inside the block are hidden where they would only fill a log."""
     bar = progress(
         desc=desc, total=None, enabled=enabled, delay=delay, tick=1.0, bar_format="{desc}: {elapsed}{postfix}"
     )
     try:
-        yield bar
+        with quiet_libraries():
+            yield bar
     finally:
         bar.close()
+
+
+if not progress_enabled():  # the environment asks for silence: the libraries imported later read it
+    _hide_library_bars()

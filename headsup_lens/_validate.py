@@ -3,20 +3,26 @@
 Every helper raises `TypeError` (wrong kind of value) or `ValueError` (right kind, not allowed) with
 the argument's name, the value it got and what is allowed, and returns the value in the form the
 caller should use (an `int`, a `float`, a float tensor). Nothing here writes anything.
+
+torch is imported only by the tensor checks: the configs check their scalars here while the command
+line is read, and `--help` must not wait for torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import os
+import re
+import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:
+    from torch import Tensor
 
 from ._formats import describe as describe  # defined there: the file readers must not import torch
 
@@ -28,16 +34,24 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
+def _scalar_tensor(value: Any) -> bool:
+    """True for a one-element real, non-bool tensor (a tensor exists only once torch is imported)."""
+    torch = sys.modules.get("torch")
+    return (
+        torch is not None
+        and isinstance(value, torch.Tensor)
+        and value.numel() == 1
+        and not value.is_complex()
+        and value.dtype != torch.bool
+    )
+
+
 def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """`value` as an `int`; bools, floats (even 3.0) and strings are a TypeError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if (
-            isinstance(value, Tensor)
-            and value.ndim == 0
-            and not value.is_floating_point()
-            and value.dtype != torch.bool
-        ):
-            value = int(value)
+        tensor: Any = value
+        if _scalar_tensor(tensor) and tensor.ndim == 0 and not tensor.is_floating_point():
+            value = int(tensor)
         else:
             raise TypeError(f"{name} must be an integer, got {describe(value)} ({_type_name(value)})")
     value = int(value)
@@ -63,7 +77,7 @@ def check_float(
     Integers are accepted (1 means 1.0); bools, strings and tensors of more than one element are a
     TypeError; NaN and infinities are a ValueError when `finite`.
     """
-    if isinstance(value, Tensor) and value.numel() == 1 and not value.is_complex() and value.dtype != torch.bool:
+    if _scalar_tensor(value):
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {describe(value)} ({_type_name(value)})")
@@ -98,12 +112,30 @@ def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
     return value
 
 
+# The device strings a model can be loaded on.
+DEVICE_FORMS = "cpu, cuda or cuda:N (N: a GPU index)"
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+def check_device(name: str, value: Any) -> str:
+    """A device string in the form torch reads, lower case ("CPU" is "cpu"); anything else (gpu,
+    mps, meta, ...) is a ValueError listing the accepted forms."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string ({DEVICE_FORMS}), got {describe(value)} ({_type_name(value)})")
+    form = value.strip().lower()
+    if not _DEVICE.fullmatch(form):
+        raise ValueError(f"{name} must be {DEVICE_FORMS}, got {value!r}")
+    return form
+
+
 def check_tensor(name: str, value: Any) -> Tensor:
     """`value` must be a real-valued tensor; bool and integer tensors come back as float32.
 
     Floating tensors are returned unchanged (same dtype, device and autograd graph).
     """
-    if not isinstance(value, Tensor):
+    import torch  # a tensor check: torch is loaded already
+
+    if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {describe(value)} ({_type_name(value)})")
     if value.is_complex():
         raise TypeError(f"{name} must be real-valued, got a {value.dtype} tensor")
@@ -133,7 +165,7 @@ def check_shape(name: str, tensor: Tensor, *allowed: str, **sizes: int) -> str:
 def check_finite(name: str, tensor: Tensor) -> None:
     """No NaN or infinite entries; the message gives how many and where the first ones are."""
     values = tensor.detach()
-    bad = ~torch.isfinite(values)
+    bad = ~values.isfinite()
     if bad.any():
         raise ValueError(f"{name} must be finite (no NaN or infinity), but {_where(values, bad)}")
 
@@ -249,3 +281,50 @@ def check_sequence(name: str, value: Any, *, item: str = "item") -> Sequence:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise TypeError(f"{name} must be a list or tuple of {item}s, got {describe(value)} ({_type_name(value)})")
     return value
+
+
+def non_finite_fields(config: Any) -> list[str]:
+    """The fields of a dataclass `config` whose value is a NaN or infinite float (sorted by name).
+
+    Range checks (`lr > 0`, ...) let infinities through and compare NaN as False with a message about
+    the range, not the cause; a recipe checks this first.
+    """
+    return sorted(
+        f.name
+        for f in dataclasses.fields(config)
+        if isinstance(getattr(config, f.name), float) and not math.isfinite(getattr(config, f.name))
+    )
+
+
+def check_ranges(config: Any, ok: dict[str, bool], allowed: dict[str, str] | None = None) -> None:
+    """The one range check of a recipe's `__post_init__`: a ValueError naming every field that is NaN
+    or infinite, or whose entry in `ok` is False, with its value and what is allowed (`allowed[name]`,
+    default ">= 0"): `steps must be > 0, got 0; lr must be finite (not NaN or infinite), got nan`."""
+    infinite = set(non_finite_fields(config))
+    bad = [f"{name} must be finite (not NaN or infinite), got {getattr(config, name)}" for name in sorted(infinite)]
+    bad += [
+        f"{name} must be {(allowed or {}).get(name, '>= 0')}, got {getattr(config, name)!r}"
+        for name, fine in ok.items()
+        if not fine and name not in infinite
+    ]
+    if bad:
+        raise ValueError(f"{type(config).__name__}: {'; '.join(bad)}")
+
+
+_Entry = TypeVar("_Entry")
+_Fn = TypeVar("_Fn", bound=Callable)
+
+
+def registrar(
+    table: MutableMapping[str, _Entry], what: str, name: str, entry: Callable[[_Fn], _Entry]
+) -> Callable[[_Fn], _Fn]:
+    """A decorator that files `entry(function)` in `table` under `name` and returns the function
+    unchanged; a name already in the table is refused (`what` names the kind of entry)."""
+
+    def register(function: _Fn) -> _Fn:
+        if name in table:
+            raise ValueError(f"{what} {name!r} is registered twice")
+        table[name] = entry(function)
+        return function
+
+    return register

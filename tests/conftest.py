@@ -54,6 +54,18 @@ def build_spm_dir(path: Path, **overrides) -> Path:
     return random_llama_dir(path, tokenizer=subword_tokenizer("chatml", "sentencepiece"), **overrides)
 
 
+def build_gemma3_dir(path: Path, **overrides) -> Path:
+    """A Gemma-3 text model (QK-norm, two sliding-window layers of window 6 and a global one, tied
+    embeddings as Gemma-3-270M) with a SentencePiece-like tokenizer and no chat template (a base
+    model: the plain `{x}\\n\\n` template applies), saved to `path`."""
+    from headsup_lens.models import random_llama_dir
+    from headsup_lens.models._tokenizers import subword_tokenizer
+
+    tokenizer = subword_tokenizer("gemma2", "sentencepiece")
+    tokenizer.chat_template = None
+    return random_llama_dir(path, tokenizer=tokenizer, architecture="gemma3", **overrides)
+
+
 def build_gpt2_dir(path: Path, **overrides) -> Path:
     """A GPT-2 (4 heads, no chat template: the plain `{x}\\n\\n` template applies), saved to `path`."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -100,6 +112,18 @@ def qwen2(qwen2_dir):
     from headsup_lens import load_model
 
     return load_model(qwen2_dir, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def gemma3_dir(tmp_path_factory) -> Path:
+    return build_gemma3_dir(tmp_path_factory.mktemp("gemma3"))
+
+
+@pytest.fixture(scope="session")
+def gemma3(gemma3_dir):
+    from headsup_lens import load_model
+
+    return load_model(gemma3_dir, device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="session")
@@ -172,3 +196,65 @@ def run_script(script: str, *args: str, expect: int = 0) -> subprocess.Completed
     )
     assert done.returncode == expect, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
+
+
+# Tiny decoders of further Hugging Face families (random weights, character tokenizer): the gates'
+# fast path runs each model's own code, so each family is compared with the hook_z reference.
+FAMILIES = ("mistral", "qwen3", "gemma3", "phi3")
+
+
+def build_family_dir(path: Path, family: str, seed: int = 0) -> Path:
+    """A tiny `family` decoder (2 layers, 8 query heads over 2 KV heads, d_model 64) saved to `path`;
+    Gemma-3 alternates a sliding-window layer (window 4) and a full-attention layer."""
+    import transformers
+
+    from headsup_lens.models import char_tokenizer
+    from headsup_lens.models._builders import realistic_
+
+    tokenizer = char_tokenizer()
+    settings = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=False,
+    )
+    classes = {
+        "mistral": ("MistralConfig", "MistralForCausalLM", {}),
+        "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=8)),
+        "gemma3": (
+            "Gemma3TextConfig",
+            "Gemma3ForCausalLM",
+            dict(head_dim=8, sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
+        ),
+        "phi3": ("Phi3Config", "Phi3ForCausalLM", {}),
+    }
+    config_name, model_name, extra = classes[family]
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_name)(**settings, **extra)
+    model = realistic_(getattr(transformers, model_name)(config), seed)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def family_model(tmp_path_factory):
+    """`family_model(name)`: a tiny model of a family in `FAMILIES`, built once per session."""
+    from headsup_lens import load_model
+
+    built = {}
+
+    def get(family: str):
+        if family not in built:
+            folder = build_family_dir(tmp_path_factory.mktemp(family), family)
+            built[family] = load_model(folder, device="cpu", dtype="float32")
+        return built[family]
+
+    return get

@@ -1,6 +1,6 @@
 """The package's import graph, read from the source: every `import` (function-local ones included)
-is an edge from the importing module to the module it names, except the names a lazy package lists
-for the type checker under `if TYPE_CHECKING:` (never imported at run time); no circle, and
+is an edge from the importing module to the module it names, except the names imported only for the
+type checker under `if TYPE_CHECKING:` (never imported at run time); no circle, and
 fine-tuning uses only the public names of the training core."""
 
 from __future__ import annotations
@@ -112,28 +112,19 @@ def test_fine_tuning_and_the_organism_use_only_public_names_of_the_training_core
                 assert not imported.startswith("_"), (name, imported)
 
 
-def test_lazy_packages_list_each_export_the_same_way_three_times():
-    """A lazy package names each export in `_EXPORTS` (imported on first use), under `if
-    TYPE_CHECKING:` (for the type checker) and in `__all__`: the three lists must agree, or a name
-    exists for one reader and not the other."""
+def test_every_package_lists_its_exports_once_and_each_resolves():
+    """A package's public names are the imports of its `__init__.pyi` (read by `lazy_loader`, the type
+    checker and the API reference); each one imports, and the `__init__.py` imports nothing itself."""
     import importlib
 
-    for path in sorted(PACKAGE.rglob("__init__.py")):
-        tree = ast.parse(path.read_text())
-        checked = {
-            alias.asname or alias.name
-            for node in tree.body
-            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-            for statement in node.body
-            if isinstance(statement, ast.ImportFrom)
-            for alias in statement.names
-        }
-        if not checked:
-            continue
-        name = ".".join(path.relative_to(PACKAGE.parent).parent.parts)
+    for stub in sorted(PACKAGE.rglob("__init__.pyi")):
+        name = ".".join(stub.relative_to(PACKAGE.parent).parent.parts)
+        listed = {alias.asname or alias.name for node in ast.parse(stub.read_text()).body for alias in node.names}
         package = importlib.import_module(name)
-        lazy = set(package._EXPORTS)
-        assert checked == lazy, (name, sorted(checked ^ lazy))
-        assert lazy <= set(package.__all__), (name, sorted(lazy - set(package.__all__)))
-        for export in lazy:
+        assert set(package.__all__) == listed, name
+        for export in listed:
             assert getattr(package, export) is not None, (name, export)
+        own = {
+            target for target, _ in imports(name, stub.with_suffix(".py"), modules()) if target.startswith(PACKAGE.name)
+        }
+        assert own <= {"headsup_lens._version"}, name

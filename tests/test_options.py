@@ -21,7 +21,7 @@ from headsup_lens.options import (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Inner:
     lr: float = 0.01
     """Learning rate."""
@@ -29,7 +29,7 @@ class Inner:
     """Clip norm."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Script(FigureOptions, DataOptions, ModelOptions):
     """A script's options."""
 
@@ -42,9 +42,12 @@ class Script(FigureOptions, DataOptions, ModelOptions):
 
 
 def test_commands_inherit_the_shared_options_instead_of_declaring_them():
-    from headsup_lens.cli._analysis import LensCommand, PathwaysCommand, SimilarityCommand, SweepCommand
     from headsup_lens.cli._compare_methods import CompareMethodsCommand
     from headsup_lens.cli._evaluate import EvaluateCommand
+    from headsup_lens.cli._lens import LensCommand
+    from headsup_lens.cli._pathways import PathwaysCommand
+    from headsup_lens.cli._similarity import SimilarityCommand
+    from headsup_lens.cli._sweep import SweepCommand
     from headsup_lens.cli._train import TrainCommand
     from headsup_lens.demo import DemoConfig
 
@@ -98,7 +101,7 @@ def test_help_shows_each_shared_docstring():
     code = (
         "from headsup_lens.options import ModelOptions, parse\n"
         "from dataclasses import dataclass\n"
-        "@dataclass\n"
+        "@dataclass(frozen=True)\n"
         "class X(ModelOptions):\n"
         "    k: int = 1\n"
         "parse(X, ['--help'], prog='x')\n"

@@ -7,7 +7,6 @@ train`) get their own section.
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,13 +53,6 @@ def _columns(width: int) -> Iterator[None]:
             os.environ["COLUMNS"] = before
 
 
-def _children(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
-
-
 def help_texts(width: int = 100) -> dict[str, str]:
     """`{"headsup": ..., "headsup train": ..., "headsup organism train": ...}`: every `--help` text."""
     from headsup_lens.cli import command_parsers
@@ -70,9 +62,7 @@ def help_texts(width: int = 100) -> dict[str, str]:
         texts = {"headsup": build_parser(None).format_help()}
         for name, parser in command_parsers().items():
             texts[f"headsup {name}"] = parser.format_help()
-            for child_name, child in _children(parser).items():
-                if hasattr(child, "_preprocessing"):
-                    child._preprocessing([])
+            for child_name, child in parser.subcommands.items():
                 texts[f"headsup {name} {child_name}"] = child.format_help()
     return texts
 

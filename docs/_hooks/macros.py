@@ -601,7 +601,8 @@ IDENTIFIERS = [
     r"\bSmolLM2(?:-135M(?:-Instruct)?)?",
     r"\bLlama-?3(?:\.1)?(?:-8B)?(?:-Instruct)?",
     r"\bQwen2(?:\.5)?(?:-0\.5B)?",
-    r"\b(?:Phi-3|Gemma-2|bge-m3|XLM-R|ROUGE-L|F1|Q4_1|fp32|bf16|fp16|float32|bfloat16)\b",
+    r"\bGemma-3(?:-270M)?",
+    r"\b(?:Phi-3|Gemma-2|Q4_K_M|bge-m3|XLM-R|ROUGE-L|F1|Q4_1|fp32|bf16|fp16|float32|bfloat16)\b",
     r"\bconll2003(?:_\w+)?",
     r"\bfruit_v_animal_3\b",
     r"\b\w+_\d+\b",  # other task names with a digit (`*_3`)

@@ -21,11 +21,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "screenshots"
-# name -> (path on the site, window height): the index, a guide page, a results page with its plotly
-# figure and the API page of HeadMask.
+# name -> (path on the site, window height): the index, How it works, a guide page, a tutorial, the
+# Performance page, results pages with their tables and plotly figures, and the API page of HeadMask.
 PAGES = {
     "index": ("", 1000),
+    "how-it-works": ("how-it-works/", 1400),
     "guide-analyses": ("guide/analyses/", 1000),
+    "tutorial-explore-pathways": ("notebooks/explore_pathways/", 1200),
+    "performance": ("performance/", 1400),
+    "results-smollm2": ("results/smollm2/", 1400),
     "results-organism": ("results/organism/", 1500),
     "api-headmask": ("reference/api/masks/", 1100),
 }
@@ -58,13 +62,15 @@ def shoot(chromium: str, url: str, png: Path, height: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
+    parser.add_argument("--site", help="a site already built (mkdocs build --strict --site-dir SITE): skip the build")
     args = parser.parse_args()
     if not args.chromium:
         parser.error("no chromium on the PATH (apt-get install chromium); or give --chromium PATH")
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
-        site = Path(folder) / "site"
-        build(site)
+        site = Path(args.site) if args.site else Path(folder) / "site"
+        if not args.site:
+            build(site)
         handler = functools.partial(_QuietHandler, directory=str(site))
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()

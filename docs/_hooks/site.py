@@ -73,8 +73,18 @@ def on_page_content(html: str, page, config, files) -> str:
     if page.file.src_uri.startswith(f"{TUTORIALS}/") and page.file.src_uri.endswith(".ipynb"):
         # The stored outputs call Plotly.newPlot; the script they need is served once by the site.
         root = macros.relative_root(page.url)
-        return f'<script src="{root}{macros.ASSETS}/{macros.PLOTLY_JS}"></script>\n{html}'
+        return f'<script src="{root}{macros.ASSETS}/{macros.PLOTLY_JS}"></script>\n{notebook_links(page)}\n{html}'
     return html
+
+
+def notebook_links(page) -> str:
+    """A line above a tutorial: download its `.ipynb` (mkdocs-jupyter's `include_source` puts it beside
+    the page) and the command that opens it in a checkout."""
+    name = Path(page.file.src_uri).name
+    return (
+        f'<p class="notebook-links"><a href="{name}" download>Download {name}</a> &middot; in a checkout: '
+        f"<code>jupyter lab experiments/notebooks/{name}</code></p>"
+    )
 
 
 def on_post_build(config) -> None:

@@ -41,15 +41,56 @@ SHAPES = {
         vocab_size=151_936,
         tie_word_embeddings=True,
     ),
+    "llama8b": dict(
+        architecture="llama",
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        hidden_size=4096,
+        intermediate_size=14336,
+        vocab_size=128_256,
+        rope_theta=500_000.0,
+        tie_word_embeddings=False,
+    ),
+    # A tiny shape: the benchmark's own test runs every section on it, on the CPU.
+    "tiny": dict(architecture="qwen2", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
 }
 
 
-def model_dir(name: str, scratch: Path) -> str:
+def model_dir(name: str, scratch: Path, device: str | None = None, dtype: str | None = None) -> str:
     """A loadable source for `name`: a shape of `SHAPES` (random weights, saved under `scratch`), or
-    anything `load_model` takes (`smollm2`, `organism`, a directory)."""
+    anything `load_model` takes (`smollm2`, `organism`, a directory). On a GPU the random weights
+    are drawn there, in the model's dtype (an 8B model in fp32 on the CPU would take minutes)."""
     if name not in SHAPES:
         return name
-    return str(random_llama_dir(scratch / name, **SHAPES[name]))
+    if device is None or not device.startswith("cuda"):
+        return str(random_llama_dir(scratch / name, **SHAPES[name]))
+    return str(random_dir_on_gpu(scratch / name, device, dtype or "bf16", **SHAPES[name]))
+
+
+def random_dir_on_gpu(path: Path, device: str, dtype: str, architecture: str, **settings) -> Path:
+    """Random weights at a shape, drawn on `device` in `dtype`, saved with a character tokenizer."""
+    import transformers
+
+    from headsup_lens.models import char_tokenizer
+
+    tokenizer = char_tokenizer()
+    kind = {"llama": "Llama", "qwen2": "Qwen2"}[architecture]
+    config = getattr(transformers, f"{kind}Config")(
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        max_position_embeddings=4096,
+        **settings,
+    )
+    torch_dtype = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+    with torch.device(device):
+        model = getattr(transformers, f"{kind}ForCausalLM")._from_config(config, dtype=torch_dtype)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    del model
+    torch.cuda.empty_cache()
+    return path
 
 
 def label(name: str) -> str:
@@ -186,5 +227,6 @@ class PlainModel:
 
 def load(name: str, scratch: Path, device: str | None, dtype: str | None):
     """`(model, directory)`: the library's model of `name` and the Hugging Face directory it came from."""
-    model = hl.load_model(model_dir(name, scratch), device=device, dtype=dtype)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = hl.load_model(model_dir(name, scratch, device, dtype), device=device, dtype=dtype)
     return model, model.original_model.name_or_path

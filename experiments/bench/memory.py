@@ -139,8 +139,16 @@ def measure(model, rows, checkpoint: bool) -> dict:
     weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     activations = alive_at(times, alive, end) - alive_at(times, alive, start - 1)
     peak = int(alive.max()) if len(alive) else 0
+    # The vocabulary's share: its weight matrices (the embedding, and the unembedding when untied) and
+    # one fp copy of the logits at the answer positions, the only positions the answer loss unembeds.
+    vocab_weights = sum(
+        t.numel() * t.element_size() for t in dict.fromkeys(model.parameters()) if model.cfg.d_vocab in t.shape
+    )
+    answers = sum(len(a) for _, a in rows)
     result = {
         "weights_gib": weights / GIB,
+        "vocab_weights_gib": vocab_weights / GIB,
+        "answer_logits_gib": answers * model.cfg.d_vocab * torch.finfo(model.cfg.dtype).bits / 8 / GIB,
         "activations_gib": activations / GIB,
         "workspace_gib": (peak - activations) / GIB,
         "peak_gib": (weights + peak) / GIB,

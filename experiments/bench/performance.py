@@ -46,7 +46,7 @@ from headsup_lens import HeadMask, removal_sweep, value_gate
 from headsup_lens.analysis import random_order, sweep_masks
 from headsup_lens.data import Task, collate, encode_pairs, encode_prompt, load_task, task_prompts
 from headsup_lens.evaluation import answer_loss, generations
-from headsup_lens.gates import direct_path, gate_hooks
+from headsup_lens.gates import direct_path, gate_hooks, native_options
 from headsup_lens.models import cut_at_stop, encode, left_pad, pad_token_id, prompt_format, stop_token_ids
 from headsup_lens.objective import answer_nll, length_batches
 from headsup_lens.options import parse
@@ -89,6 +89,12 @@ class Options:
     """N: a training step is timed as (time of 2 + N steps - time of 2 steps) / N."""
     bridge: bool = False
     """Also time the library with its direct forward pass turned off (the bridge's hook points)."""
+    prefix_sharing: str = "auto"
+    """Greedy decoding shares prompt prefixes across rows (the direct pass): auto (on the CPU only), on, off."""
+    static_cache: bool = False
+    """A static KV cache in the library's greedy decoding (`native_options(static_cache=True)`)."""
+    compile: bool = False
+    """`torch.compile` the library's decoding step (`native_options(compile=True)`)."""
     out: str | None = None
     """Folder for performance.csv and performance.json (e.g. figures/bench); nothing is written without it."""
 
@@ -172,7 +178,7 @@ def sweep_section(model, plain: PlainModel, options: Options) -> dict:
             if name == "library":
                 sweep = out
             elif name == "plain":
-                plain_tokens = out[0]
+                plain_tokens, plain_first = out
         note(
             f"sweep repeat {repeat + 1}/{options.repeats}: "
             + ", ".join(f"{k} {v[-1].wall:.1f} s" for k, v in clocks.items() if v)
@@ -183,6 +189,15 @@ def sweep_section(model, plain: PlainModel, options: Options) -> dict:
     seq_logits, seq_texts = sequential_sweep(model, ids, order, picks, options.new_tokens)
     tracked = torch.tensor(sweep.tokens.token_id.tolist())
     seq_ranks = (seq_logits[:, None, :] > seq_logits[:, tracked][:, :, None]).sum(-1) + 1
+    same_rows = [a == b for a, b in zip(sweep.generation_ids, plain_tokens)]
+    tracked_plain = plain_first[:, tracked]
+    ours_logits = torch.tensor(sweep.logits[sweep.tokens.label].to_numpy(), dtype=torch.float32)
+    agreement = {
+        "rows equal to plain transformers": sum(same_rows) / len(same_rows),
+        "tracked logits, max |diff| / max |logit|": float(
+            (ours_logits - tracked_plain).abs().max() / tracked_plain.abs().max().clamp(min=1e-6)
+        ),
+    }
     checks = {
         "equal to plain transformers": sweep.generation_ids == plain_tokens,
         f"equal to the sequential reference ({len(picks)} steps)": (
@@ -191,7 +206,7 @@ def sweep_section(model, plain: PlainModel, options: Options) -> dict:
         ),
     }
     work = f"{rows} steps x {options.new_tokens} tokens, prompt {ids.shape[1]} tokens"
-    return {"work": work, "clocks": clocks, "peaks": peaks, "checks": checks}
+    return {"work": work, "clocks": clocks, "peaks": peaks, "checks": checks, "agreement": agreement}
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
@@ -260,6 +275,10 @@ def eval_section(model, plain: PlainModel, options: Options, task: Task) -> dict
             )
             new = cut_at_stop(out[:, len(prompts[i]) :].tolist(), stops)[0]
             sequential.append(model.tokenizer.decode(new, skip_special_tokens=True))
+    agreement = {
+        "outputs equal to plain transformers": sum(a == b for a, b in zip(texts, plain_texts)) / len(texts),
+        "answer loss, |diff| / loss": abs(loss - plain_loss) / abs(plain_loss),
+    }
     checks = {
         "outputs equal to plain transformers": texts == plain_texts,
         f"answer loss equal to plain transformers (rel. {tolerance(model) / 10:g})": abs(loss - plain_loss)
@@ -267,7 +286,7 @@ def eval_section(model, plain: PlainModel, options: Options, task: Task) -> dict
         f"outputs equal to the sequential reference ({len(picks)} examples)": [texts[i] for i in picks] == sequential,
     }
     work = f"{len(prompts)} examples, {options.eval_new_tokens} new tokens + answer loss, batches of 16"
-    return {"work": work, "clocks": clocks, "peaks": peaks, "checks": checks}
+    return {"work": work, "clocks": clocks, "peaks": peaks, "checks": checks, "agreement": agreement}
 
 
 # ------------------------------------------------------------------------------------------------ training
@@ -337,6 +356,9 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
     with direct_path(False):
         bridge_grad = mask_gradient(model, None, rows, groups, pad)
     scale = float(plain_grad.abs().max())
+    agreement = {
+        "mask gradient, max |diff| / max |gradient|": float((ours_grad - plain_grad).abs().max()) / max(scale, 1e-30)
+    }
     checks = {
         f"mask gradient equal to plain transformers ({tolerance(model):g} of its largest entry)": bool(
             (ours_grad - plain_grad).abs().max() <= tolerance(model) * scale
@@ -347,7 +369,7 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
     }
     tokens = sum(len(p) + len(a) for p, a in rows)
     work = f"batch {len(rows)} ({tokens} tokens, {len(groups)} pass(es)), paper recipe, answer-only loss"
-    return {"work": work, "clocks": clocks, "peaks": peaks, "checks": checks}
+    return {"work": work, "clocks": clocks, "peaks": peaks, "checks": checks, "agreement": agreement}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -388,6 +410,7 @@ def summary_rows(name: str, dtype: str, section: str, result: dict) -> list[dict
                 "library_peak_gib": result["peaks"].get("library"),
                 "other_peak_gib": result["peaks"].get(other),
                 "identical": all(result["checks"].values()),
+                "agreement": "; ".join(f"{k}: {v:.4g}" for k, v in result["agreement"].items()),
             }
         )
     return rows
@@ -410,6 +433,8 @@ def report(name: str, section: str, result: dict) -> None:
             print(f"    {other} / library: {spread(ratio_wall)}x wall, {spread(ratio_cpu)}x CPU time")
     for check, ok in result["checks"].items():
         print(f"    {check}: {ok}")
+    for what, value in result["agreement"].items():
+        print(f"    {what}: {value:.4g}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -419,8 +444,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
     torch.set_num_threads(options.threads)
     os.environ["HEADSUP_PROGRESS"] = "0"  # the library's bars would be timed with its loops
+    if options.prefix_sharing not in ("auto", "on", "off"):
+        raise SystemExit(f"--prefix-sharing must be auto, on or off, not {options.prefix_sharing!r}")
     rows, raw = [], {}
-    with tempfile.TemporaryDirectory() as scratch:
+    levers = native_options(
+        prefix_sharing=None if options.prefix_sharing == "auto" else options.prefix_sharing == "on",
+        static_cache=options.static_cache,
+        compile=options.compile,
+    )
+    with tempfile.TemporaryDirectory() as scratch, levers:
         for name in options.models:
             model, directory = load(name, Path(scratch), options.device, options.dtype)
             device = torch.device(model.cfg.device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._validate import check_int
 from ..data import render_prompt
 from ..gates import Gate as Gate
 from ..gates import gated as gated
@@ -93,7 +94,6 @@ def token_ranks(logits: Tensor, tokens: Tensor) -> Tensor:
 def check_heads(model: TransformerBridge, heads: list[Head]) -> list[Head]:
     """Validate `(layer, head)` pairs against the model; returns them as plain int tuples.
     A non-integer index (1.5, even 1.0) is a TypeError: rounding it would remove another head."""
-    from .._validate import check_int
 
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     checked = []

@@ -106,7 +106,7 @@ def check_ranking(name: str, ranking: HeadScores, model: TransformerBridge, task
 @checked
 def auroc(scores: HeadScores, planted: Sequence[Head]) -> float:
     """Area under the ROC curve of the scores (higher = removed earlier) for planted membership."""
-    from sklearn.metrics import roc_auc_score
+    from sklearn.metrics import roc_auc_score  # deferred: scikit-learn is slow to import
 
     labels, values = _labels(scores, planted)
     if labels.min() == labels.max():
@@ -120,7 +120,7 @@ def roc_points(scores: HeadScores, planted: Sequence[Head]) -> pd.DataFrame:
 
     Returns a frame with one row per threshold: `fpr`, `tpr` and `threshold` (sklearn's `roc_curve`).
     """
-    from sklearn.metrics import roc_curve
+    from sklearn.metrics import roc_curve  # deferred: scikit-learn is slow to import
 
     labels, values = _labels(scores, planted)
     fpr, tpr, threshold = roc_curve(labels, values)

@@ -19,7 +19,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._distributed import gather, rank_and_world, shard
-from .._progress import progress
+from .._progress import progress as progress_bar
 from .._typecheck import checked
 from ..masks import Head, HeadMask
 from ..models import model_device, stop_token_ids
@@ -118,9 +118,13 @@ class RemovalSweep:
 def sweep_masks(order: Sequence[Head], steps: Sequence[int], shape: tuple[int, int]) -> Tensor:
     """`[len(steps), n_layers, n_heads]`: row i has the first `steps[i]` heads of `order` removed."""
     n_layers, n_heads = shape
-    removal_step = torch.full((n_layers, n_heads), len(order) + 1)  # step at which each head goes
+    first: dict[tuple[int, int], int] = {}  # step at which each head goes (its first place in the order)
     for i, (layer, head) in enumerate(order):
-        removal_step[layer, head] = min(int(removal_step[layer, head]), i + 1)
+        first.setdefault((layer, head), i + 1)
+    removal_step = torch.full((n_layers, n_heads), len(order) + 1)
+    if first:
+        layers, heads = zip(*first)
+        removal_step[list(layers), list(heads)] = torch.tensor(list(first.values()))
     steps_t = torch.as_tensor(list(steps))[:, None, None]
     return (removal_step[None] > steps_t).float()
 
@@ -254,6 +258,7 @@ def removal_sweep(
     formatted: bool = False,
     memory_gb: float | None = None,
     distributed: bool = False,
+    progress: bool = True,
 ) -> RemovalSweep:
     """Remove heads one at a time in `order` and record what the model would say at each step.
 
@@ -267,7 +272,7 @@ def removal_sweep(
 
     `distributed=True` splits the steps over the ranks of the initialised `torch.distributed`
     process group (each rank a contiguous slice, on its own `model`); every rank returns the whole
-    sweep, equal to a single-process one.
+    sweep, equal to a single-process one. `progress=False` hides its progress bar.
     """
     rank, world = rank_and_world(required=True) if distributed else (0, 1)
     if isinstance(order, HeadMask):
@@ -297,8 +302,11 @@ def removal_sweep(
     logits_chunks, continuations, layer_chunks = [torch.empty(0, model.cfg.d_vocab)], [], []
     starts = range(mine.start, mine.stop, rows)
     passes = max(1, max_new_tokens)  # forward passes per chunk: the prompt pass, then one per new token
-    bar = progress(
-        total=len(starts) * passes, desc=f"removal sweep ({len(steps)} steps)", unit="pass", enabled=rank == 0
+    bar = progress_bar(
+        total=len(starts) * passes,
+        desc=f"removal sweep ({len(steps)} steps)",
+        unit="pass",
+        enabled=progress and rank == 0,
     )
     for start in starts:
         done = [0]

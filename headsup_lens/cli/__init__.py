@@ -5,6 +5,6 @@ one-line help), so `headsup --help` answers without importing torch. A module im
 registers its command eagerly with `@command` and works too.
 """
 
-from ._main import build_parser as build_parser
-from ._main import command_parsers as command_parsers
-from ._main import main as main
+import lazy_loader as _lazy_loader
+
+__getattr__, __dir__, __all__ = _lazy_loader.attach_stub(__name__, __file__)

@@ -13,7 +13,7 @@ from ..options import Given
 from ._registry import check_out_dir, command, mask_file
 
 
-@dataclass
+@dataclass(frozen=True)
 class BakeCommand:
     """Options of `headsup bake`."""
 
@@ -37,8 +37,9 @@ class BakeCommand:
     """Model dtype, kept in the baked checkpoint (default: fp32 on CPU)."""
 
 
-@command("bake", BakeCommand, help="Bake a head mask into a standard checkpoint that runs without hooks.")
+@command("bake", BakeCommand)
 def run_bake(args: BakeCommand, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..masks import HeadMask, bake
     from ..models import load_model
 

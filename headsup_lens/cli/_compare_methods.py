@@ -5,28 +5,31 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
-import simple_parsing
-
-from ..options import Collect, DataOptions, FigureOptions, Given, ModelOptions, model_arguments
+from .._io import OutputSet, atomic_write
+from .._validate import check_float
+from ..data import load_task
+from ..options import DataOptions, FigureOptions, Given, ModelOptions, ThreadOptions, check_counts, model_arguments
+from ..training import TrainConfig
 from ._registry import check_out_dir, command, mask_file
 
 
-@dataclass
-class CompareMethodsCommand(FigureOptions, DataOptions, ModelOptions):
+@dataclass(frozen=True)
+class CompareMethodsCommand(ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup compare-methods`."""
 
     task: str
     """Task name, e.g. `organism/reverse` or `antonym` (`headsup tasks` lists them)."""
     out: str
     """Output folder: summary.csv, curves.csv, one <method>.json ranking each, figures (and roc.csv on the organism)."""
-    method: list[str] = simple_parsing.field(default_factory=list, action=Collect, nargs="+", required=False)
+    method: list[str] = field(default_factory=list)
     """Methods to compare (default: all): learned_mask single_ablation gate_gradient attribution_patching activation_pattern soft_gate_necessary soft_gate_sufficient random."""
     mask: str | None = None
     """Learned mask (file, or a `headsup train` output folder) for learned_mask; without it a mask is trained (--schedule)."""
-    schedule: str = "fast"
+    schedule: Literal["fast", "paper"] = "fast"
     """Schedule of a mask trained here for learned_mask: fast (300 steps) or paper."""
     k_max: int = 24
     """Largest number of heads removed on the elicitation curves."""
@@ -49,28 +52,32 @@ class CompareMethodsCommand(FigureOptions, DataOptions, ModelOptions):
     max_rows: int = 256
     """Rows per batched forward pass."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, k_max=1, k_step=1, n_eval=1, n_examples=1, soft_steps=1, seed=0, max_rows=1)
+        check_float("alpha", self.alpha, 0.0, 1.0)
 
-@command(
-    "compare-methods",
-    CompareMethodsCommand,
-    help="Compare head-finding methods: elicitation curves, cost, AUROC on the organism.",
-)
+
+@command("compare-methods", CompareMethodsCommand)
 def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
-    from .._io import OutputSet, atomic_write
+    # deferred: keeps --help free of torch, pandas and plotly
+    import torch
+
     from ..analysis import DEFAULT_METHODS, METHODS, compare_methods
-    from ..data import load_task
     from ..masks import HeadMask
     from ..models import load_model
     from ..plots import elicitation_figure, roc_figure, save_figure
-    from ..training import TrainConfig
 
     methods = list(args.method) or list(DEFAULT_METHODS)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"--method {unknown[0]!r} is not a method; choose from {', '.join(sorted(METHODS))}")
-    if args.schedule not in ("fast", "paper"):
-        raise ValueError(f"--schedule must be fast or paper, not {args.schedule!r}")
     task = load_task(args.task, args.data_dir)
+    # One thread on the organism, as `headsup demo`: its operations are too small to share, and on a
+    # busy machine torch's default (every core) made the learned mask's 300 steps several times slower.
+    threads = args.threads if args.threads is not None else (1 if args.model == "organism" else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
     mask_path = mask_file(args.mask) if args.mask else None
     out = check_out_dir(args.out)
     model = load_model(args.model, **model_arguments(args))

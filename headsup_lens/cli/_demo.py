@@ -10,13 +10,9 @@ from ..options import Given
 from ._registry import check_out_dir, command
 
 
-@command(
-    "demo",
-    DemoConfig,
-    help="The main job: masks without instructions, evaluation, analyses -> an HTML report "
-    "(built-in organism by default, no downloads).",
-)
+@command("demo", DemoConfig)
 def run(config: DemoConfig, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..demo import run_demo
 
     check_out_dir(config.out)

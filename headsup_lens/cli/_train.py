@@ -10,12 +10,12 @@ import sys
 import time
 import warnings
 from collections.abc import Collection
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-import simple_parsing
-
-from ..options import Collect, DataOptions, Given, ModelOptions, model_arguments
+from .._io import LOCK_NAME, atomic_write_json
+from ..data import load_task
+from ..options import DataOptions, Given, ModelOptions, model_arguments, option
 from ..training._config import TrainConfig
 from ._registry import Interrupted, check_out_dir, command
 
@@ -24,13 +24,13 @@ PRESETS = ("paper", "negative", "fast")
 ESTIMATE_FROM_STEPS = 1000
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainCommand(DataOptions, ModelOptions):
     """Options of `headsup train`."""
 
     out: str
     """Output folder: mask.safetensors (masks/ for several tasks), history.csv, checkpoints/, train_config.json."""
-    task: list[str] = simple_parsing.field(action=Collect, nargs="+")
+    task: list[str]
     """Task name(s), e.g. `organism/reverse` (`headsup tasks` lists them), or your own .json/.jsonl/.csv file of input/output pairs; repeat `--task` or give several: one mask each, trained together."""
     preset: str = "paper"
     """Schedule preset: paper (6 250 steps; 6 190 for XNLI translation), negative (init N(-3, 0.02)) or fast (300 steps, for small models); options given explicitly always win over the preset."""
@@ -38,7 +38,7 @@ class TrainCommand(DataOptions, ModelOptions):
     """Start over: an earlier run in --out is first moved aside to `<out>.old-<time>`."""
     estimate: bool = True
     """Before runs of 1 000 steps or more, time a few warm-up steps and print the expected duration."""
-    train: TrainConfig = field(default_factory=TrainConfig)
+    train: TrainConfig = option(default_factory=TrainConfig, group="Training")
     """Training hyper-parameters."""
 
 
@@ -78,8 +78,6 @@ def task_steps(preset: str, config: TrainConfig, tasks: list, given: Collection[
 
 def move_aside(out: Path) -> Path | None:
     """Move an existing `out`'s contents to `<out>.old-<YYYYmmdd-HHMMSS>` so a fresh run never mixes with it."""
-    from .._io import LOCK_NAME
-
     if not out.exists() or (out.is_dir() and not any(p.name != LOCK_NAME for p in out.iterdir())):
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -100,6 +98,7 @@ def join_torchrun(device: str | None) -> tuple[int | None, str | None]:
     return this rank and its device (`cuda:LOCAL_RANK` on GPUs); else `(None, device)`."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None, device
+    # deferred: keeps --help free of torch, pandas and plotly
     import torch
     import torch.distributed as dist
 
@@ -111,9 +110,9 @@ def join_torchrun(device: str | None) -> tuple[int | None, str | None]:
     return dist.get_rank(), device
 
 
-@command("train", TrainCommand, help="Train head masks that make a model perform tasks without instruction.")
+@command("train", TrainCommand)
 def run_train(args: TrainCommand, given: Given) -> int:
-    from ..data import load_task
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..models import load_model
     from ..training import TrainingAdvice, resume_step, train_mask, train_masks
 
@@ -123,7 +122,6 @@ def run_train(args: TrainCommand, given: Given) -> int:
     config = resolve_preset(args.preset, args.train, explicit)
     tasks = [load_task(name, args.data_dir) for name in args.task]  # bad names fail before the model loads
     config = task_steps(args.preset, config, tasks, explicit)
-    config.validate()
     out = check_out_dir(args.out)
     rank, device = join_torchrun(args.device)
     if args.fresh and out.is_dir() and not rank:  # one process (None) or rank 0
@@ -163,7 +161,6 @@ def run_train(args: TrainCommand, given: Given) -> int:
             f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "
             f"(every {config.checkpoint_every} steps), or add --fresh to start over"
         ) from None
-    from .._io import atomic_write_json
     from ..models._fingerprint import portable_name
 
     written = atomic_write_json(
@@ -179,6 +176,7 @@ def run_train(args: TrainCommand, given: Given) -> int:
 
 
 def _print_estimate(model, tasks, config: TrainConfig, done: int = 0) -> None:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..training._estimate import format_duration, seconds_per_step
 
     per_step = seconds_per_step(model, tasks, config)
@@ -192,6 +190,7 @@ def _print_estimate(model, tasks, config: TrainConfig, done: int = 0) -> None:
 
 
 def _print_advice(results: dict, args: TrainCommand, config: TrainConfig) -> None:
+    # deferred: keeps --help free of torch, pandas and plotly
     from ..training._advice import run_problems
 
     problems = []

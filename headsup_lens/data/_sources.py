@@ -9,6 +9,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
+from importlib.resources import files
 from pathlib import Path
 
 from .._formats import Fields, FileFormatError, describe, parse_json, read_csv, read_jsonl, read_text
@@ -67,7 +68,6 @@ def fv_matcher(name: str) -> str:
 @functools.cache
 def paper_instructions() -> dict[str, str]:
     """The paper's instructions per function-vector task (Table 10), shipped with the package."""
-    from importlib.resources import files
 
     table = json.loads(files("headsup_lens.data").joinpath("instructions.json").read_text(encoding="utf-8"))
     return dict(table["instructions"])
@@ -325,7 +325,7 @@ def iwslt_task(src: str, tgt: str, data_dir: str | os.PathLike | None = None) ->
     path = resolve_data_dir(data_dir) / "iwslt2017" / f"{name}-test.parquet"
     if not path.is_file():
         raise ValueError(f"IWSLT2017 file {path} does not exist")
-    import pandas as pd
+    import pandas as pd  # deferred: listing tasks stays light
 
     try:
         frame = pd.read_parquet(path)
@@ -375,7 +375,7 @@ def fewshot(task: Task, k: int = 5, seed: int = FEWSHOT_SEED, *, dev: int = FEWS
             f"task {task.name!r} has {len(train)} training pairs, too few for k={k} demonstrations "
             f"and dev={dev} more rows kept out of training"
         )
-    import numpy as np
+    import numpy as np  # deferred: listing tasks stays light
 
     shuffled = [train[i] for i in np.random.default_rng(seed).permutation(len(train))]
     demonstrations = tuple(shuffled[:k])

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import simple_parsing
-
 from .._typecheck import checked
-from ..options import Collect, DataOptions, FigureOptions, ModelOptions, ThreadOptions
+from ..options import DataOptions, FigureOptions, ModelOptions, ThreadOptions, check_counts, option
 
 DEFAULT_TASKS = ("organism/reverse", "organism/antonym", "organism/translate")
 # The default output folder, relative to the current directory; the repository's .gitignore lists it.
@@ -15,20 +13,13 @@ DEFAULT_OUT = "headsup_demo"
 
 
 @checked
-@dataclass
+@dataclass(frozen=True)
 class DemoConfig(ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup demo`."""
 
-    tasks: list[str] = simple_parsing.field(
-        default_factory=lambda: list(DEFAULT_TASKS),
-        action=Collect,
-        required=False,
-        nargs="+",
-        alias=["--task"],
-        help="Tasks to train masks for: names (`headsup tasks` lists them) or your own .json/.jsonl/.csv files of "
-        "input/output pairs; repeat --task or give several (default: the organism's reverse, antonym, translate).",
-    )
-    """Tasks to train masks for (see the help text above)."""
+    tasks: list[str] = option(default_factory=lambda: list(DEFAULT_TASKS), aliases=["--task"])
+    """Tasks to train masks for: names (`headsup tasks` lists them) or your own .json/.jsonl/.csv files of
+    input/output pairs; repeat --task or give several (default: the organism's reverse, antonym, translate)."""
     out: str = DEFAULT_OUT
     """Output folder for the report, figures, tables and masks (default: ./headsup_demo, git-ignored in the repository)."""
     masks: str | None = None
@@ -41,3 +32,7 @@ class DemoConfig(ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Seed of mask training, the random baselines and the random removal order."""
     influence_k: int = 64
     """Influence order: re-order the first K heads of the weight-order sweep by their effect."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, steps=1, batch_size=1, seed=0, influence_k=1)

@@ -47,7 +47,7 @@ from ..plots import (
 from ..training import TrainConfig, safe_name, train_masks
 from ._config import DEFAULT_TASKS as DEFAULT_TASKS
 from ._config import DemoConfig
-from ._report import Report
+from ._report import Report, format_p_value
 
 
 @checked
@@ -269,6 +269,9 @@ def run_demo(config: DemoConfig) -> DemoResult:
     for column in ("rouge_l", "bleu"):
         if column in shown:
             shown.loc[~shown.task.isin(multi_word), column] = float("nan")
+    for column in ("p_vs_original", "p_vs_instructed"):
+        if column in shown:
+            shown[column] = [format_p_value(float(p)) for p in shown[column]]
     shown = shown.rename(
         columns={
             "n_kept": "heads kept",
@@ -298,7 +301,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
         settings_caption += " ROUGE-L and BLEU (0-1 and 0-100, higher is better) are shown for phrase answers only."
     else:
         settings_caption += " ROUGE-L and BLEU are left out: with one-word answers they add nothing to accuracy."
-    report.table(shown, caption=settings_caption)
+    report.table(shown, caption=settings_caption, nowrap=True)
 
     # 3. Removal sweeps on one held-out example of the first task.
     task = tasks[0]

@@ -24,6 +24,7 @@ th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
 .caption { color: #444; font-size: 0.9em; margin: 0.2em 0 1.6em; max-width: 62em; }
 .intro { font-size: 1.02em; max-width: 62em; }
 .table-wrap { overflow-x: auto; max-width: 100%; }
+.nowrap td { white-space: nowrap; }
 """
 
 
@@ -57,15 +58,22 @@ class Report:
         self._parts.append(f"<pre>{html.escape(text)}</pre>")
 
     def table(
-        self, frame: pd.DataFrame, float_format: str = "{:.3f}", index: bool = False, caption: str | None = None
+        self,
+        frame: pd.DataFrame,
+        float_format: str = "{:.3f}",
+        index: bool = False,
+        caption: str | None = None,
+        nowrap: bool = False,
     ) -> None:
         """Add `frame` as an HTML table (wide ones scroll), floats written with `float_format` (whole-number
-        columns as integers), and an optional caption."""
+        columns as integers), and an optional caption. `nowrap`: no cell breaks over lines (numbers with
+        their intervals stay on one line; the table scrolls instead)."""
         formatters = {
             c: _formatter(frame[c], float_format) for c in frame.columns if pd.api.types.is_float_dtype(frame[c])
         }
         table = frame.to_html(index=index, formatters=formatters, border=0, na_rep="—")
-        self._parts.append(f"<div class='table-wrap'>{table}</div>")  # a wide table scrolls, the page does not
+        wrap = "table-wrap nowrap" if nowrap else "table-wrap"
+        self._parts.append(f"<div class='{wrap}'>{table}</div>")  # a wide table scrolls, the page does not
         if caption:
             self.caption(caption)
 
@@ -88,6 +96,14 @@ class Report:
     def write(self, path: str | os.PathLike) -> Path:
         """Write the report to `path` atomically; returns the path."""
         return atomic_write_text(path, self.to_html())
+
+
+@checked
+def format_p_value(p: float) -> str:
+    """A p-value for a table: three decimals, "< 0.001" below that (never "0.000"), "—" when missing."""
+    if pd.isna(p):
+        return "—"
+    return "< 0.001" if p < 0.0005 else f"{p:.3f}"
 
 
 def _formatter(column: pd.Series, float_format: str):

@@ -203,9 +203,24 @@ def generations(
 ) -> list[str]:
     """Greedy generations for every example of a task split (see `generate_answers`; `max_new_tokens`
     defaults to the task's budget)."""
+    return _split_generations(model, task, mask, alpha, instructed, gate, split, max_new_tokens, batch_size)[0]
+
+
+def _split_generations(
+    model: TransformerBridge,
+    task: Task,
+    mask: MaskArg,
+    alpha: float,
+    instructed: bool,
+    gate: Gate,
+    split: str,
+    max_new_tokens: int | None,
+    batch_size: int,
+) -> tuple[list[str], list[str]]:
+    """The greedy generations of a task split and the split's answers."""
     _check_batch_size(batch_size)
     encoded = encode_split(model, task, split, instructed)
-    return generate_answers(
+    texts = generate_answers(
         model,
         encoded.prompts,
         mask=mask,
@@ -214,6 +229,7 @@ def generations(
         batch_size=batch_size,
         max_new_tokens=max_new_tokens or task.max_new_tokens,
     )
+    return texts, list(encoded.answers)
 
 
 @checked
@@ -231,15 +247,5 @@ def accuracy(
 ) -> float:
     """Fraction of greedy generations that the task's matcher accepts (`max_new_tokens` new tokens;
     default the task's budget: 10 for simple tasks, 50 for sentence translation)."""
-    _check_batch_size(batch_size)
-    encoded = encode_split(model, task, split, instructed)
-    texts = generate_answers(
-        model,
-        encoded.prompts,
-        mask=mask,
-        alpha=alpha,
-        gate=gate,
-        batch_size=batch_size,
-        max_new_tokens=max_new_tokens or task.max_new_tokens,
-    )
-    return sum(task.is_correct(t, a) for t, a in zip(texts, encoded.answers)) / len(encoded)
+    texts, answers = _split_generations(model, task, mask, alpha, instructed, gate, split, max_new_tokens, batch_size)
+    return sum(task.is_correct(t, a) for t, a in zip(texts, answers)) / len(answers)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal
 
+from .._names import Gate
 from .._typecheck import checked
 from .._validate import check_float, check_int
-from ..gates import Gate
+from ..options import recipe_of
 
 TextMetrics = Literal["auto", "on", "off"]
 TextStyle = Literal["paper", "first_line"]
@@ -55,4 +56,4 @@ class EvalConfig:
 
     def identity(self) -> dict:
         """The fields that decide the numbers (all but `settings` and `progress`)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("settings", "progress")}
+        return recipe_of(self, ("settings", "progress"))

@@ -25,12 +25,11 @@ from .._io import OutputSet, atomic_write, atomic_write_json, check_unclaimed, l
 from .._progress import progress
 from .._typecheck import checked
 from .._validate import check_out_dir
-from .._version import __version__
 from .._warnings import warn
 from ..data import Task
 from ..data._tokenize import EncodedSplit, encode_split
 from ..masks import HeadMask
-from ..models import ModelFingerprint, fingerprint, prompt_format
+from ..models import fingerprint, identity_differences, run_identity
 from ._answers import answer_nll_per_example, greedy_answers, reduce_nll
 from ._config import EvalConfig
 from ._scoring import Labels, instructed_rows_left_out, task_labels
@@ -41,6 +40,8 @@ RESULTS, GENERATIONS, RECORD = "results.csv", "generations.csv", "evaluation.jso
 PARTIAL_RESULTS = "results.partial.csv"  # the finished settings of an interrupted run: the next run resumes
 PARTIAL_GENERATIONS = "generations.partial.csv"
 PARTIAL_RECORD = "evaluation.partial.json"  # whose rows they are: model, task, masks and options
+# Floats read back exactly as written: pandas 3 reads them so by default (and deprecates the option).
+_ROUND_TRIP: dict = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
 BASE_COLUMNS = (
     "task",
     "mask_task",
@@ -84,7 +85,7 @@ def _task_digest(task: Task) -> str:
 
 
 @dataclass
-class _Plan:
+class _EvaluationPlan:
     """What one call runs, decided and checked before any model run."""
 
     runs: list[EvalSetting]  # settings that run the model, in registry order
@@ -103,7 +104,7 @@ def _plan(
     mask: HeadMask | Tensor | None,
     config: EvalConfig,
     other_mask: HeadMask | Tensor | None,
-) -> _Plan:
+) -> _EvaluationPlan:
     # A plain [n_layers, n_heads] tensor works as everywhere else.
     head_mask = _as_head_mask("mask", mask, model) if mask is not None else None
     other = _as_head_mask("other_mask", other_mask, model) if other_mask is not None else None
@@ -143,7 +144,7 @@ def _plan(
         text = task.is_translation or sum(len(a.split()) for a in answers) / len(answers) > 2
     else:
         text = config.text_metrics == "on"
-    return _Plan(
+    return _EvaluationPlan(
         runs=[s for s in chosen if not s.is_control],
         controls=[s for s in chosen if s.is_control],
         masks={
@@ -225,7 +226,7 @@ def _run(
     model: TransformerBridge,
     task: Task,
     config: EvalConfig,
-    plan: _Plan,
+    plan: _EvaluationPlan,
     encoded: dict[bool, EncodedSplit],
     folder: _RunFolder | None,
 ) -> Evaluation:
@@ -275,7 +276,7 @@ def _run_setting(
     model: TransformerBridge,
     task: Task,
     config: EvalConfig,
-    plan: _Plan,
+    plan: _EvaluationPlan,
     setting: EvalSetting,
     encoded: EncodedSplit,
 ) -> tuple[dict, list[str]]:
@@ -322,48 +323,23 @@ def _run_setting(
 
 
 # ------------------------------------------------------------------------------------ run folder
-def _identity(model: TransformerBridge, task: Task, config: EvalConfig, plan: _Plan) -> dict:
+def _identity(model: TransformerBridge, task: Task, config: EvalConfig, plan: _EvaluationPlan) -> dict:
     """Everything that decides the numbers of a row: the model (by content), its prompt format, the
     task (by content), the masks, the options and the library version."""
-    return {
-        "model": fingerprint(model).to_dict(),
-        "prompt_format": prompt_format(model).name,
-        "task": task.name,
-        "data": _task_digest(task),
-        "mask": _digest(plan.masks["mask"]),
-        "other_mask": _digest(plan.masks["other"]),
-        "config": config.identity(),
-        "version": __version__,
-    }
-
-
-def _differences(saved: dict, current: dict) -> list[str]:
-    differences = []
-    for key in current:
-        there, here = saved.get(key), current[key]
-        if key == "model" and isinstance(there, dict):
-            try:
-                before = ModelFingerprint.from_dict(there)
-            except (TypeError, ValueError):
-                differences.append("model (unreadable there)")
-                continue
-            now = ModelFingerprint.from_dict(here)
-            if before.structural() != now.structural() or before.content_hash != now.content_hash:
-                differences.append(f"model ({before.describe()} there, {now.describe()} here)")
-        elif key == "config" and isinstance(there, dict):
-            differences += [f"{k} ({there.get(k)!r} there, {v!r} here)" for k, v in here.items() if there.get(k) != v]
-        elif there != here:
-            what = {"data": "task data (its content hash)", "mask": "mask", "other_mask": "other_mask"}.get(key, key)
-            differences.append(
-                what if key in ("data", "mask", "other_mask") else f"{what} ({there!r} there, {here!r} here)"
-            )
-    return differences
+    return run_identity(
+        model,
+        task=task.name,
+        data=_task_digest(task),
+        mask=_digest(plan.masks["mask"]),
+        other_mask=_digest(plan.masks["other"]),
+        config=config.identity(),
+    )
 
 
 class _RunFolder:
     """The output folder of one `evaluate` call: its partial files and its final output set."""
 
-    def __init__(self, path: Path, identity: dict, plan: _Plan) -> None:
+    def __init__(self, path: Path, identity: dict, plan: _EvaluationPlan) -> None:
         self.path, self.identity, self.plan = path, identity, plan
         self._recorded = False
 
@@ -380,7 +356,12 @@ class _RunFolder:
             saved = json.loads((self.path / PARTIAL_RECORD).read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             raise ValueError(f"{partial} has no readable {PARTIAL_RECORD} (whose rows they are); {afresh}") from error
-        differences = _differences(saved if isinstance(saved, dict) else {}, self.identity)
+        differences = identity_differences(
+            saved if isinstance(saved, dict) else {},
+            self.identity,
+            nested={"config": ""},
+            labels={"data": "task data (its content hash)"},
+        )
         if differences:
             raise ValueError(
                 f"{partial} holds the finished settings of another evaluation: it differs in "
@@ -392,7 +373,7 @@ class _RunFolder:
                 partial,
                 keep_default_na=False,
                 na_values=[""],
-                float_precision="round_trip",
+                **_ROUND_TRIP,
                 dtype={"task": str, "setting": str, "mask_task": str},
             )
             texts = None

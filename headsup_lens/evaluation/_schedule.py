@@ -22,7 +22,7 @@ from ..data import Task
 from ..data._tokenize import encode_split
 from ..masks import HeadMask
 from ..masks._files import read_safetensors
-from ..models import ModelFingerprint, fingerprint
+from ..models import fingerprint, model_identity
 from ..training._train import load_trajectory, safe_name
 from ._answers import answer_nll_per_example, greedy_answers, reduce_nll
 from ._scoring import score_outputs, task_labels
@@ -63,15 +63,10 @@ def _describe(recorded: list) -> str:
 
 def _identity(where: Path, value: object) -> list:
     """`[architecture, n_layers, n_heads, d_head, d_vocab, weights hash]` from what a file records."""
-    try:
-        if isinstance(value, dict):  # a mask file's fingerprint
-            recorded_fp = ModelFingerprint.from_dict(value)
-            return [*recorded_fp.structural(), recorded_fp.content_hash]
-        if isinstance(value, (list, tuple)) and len(value) == 6:  # a training run's [*structure, weights hash]
-            return list(value)
-    except (TypeError, ValueError):
-        pass
-    raise ValueError(f"{where} records its model as {value!r}, which is not a model identity")
+    recorded = model_identity(value)
+    if recorded is None:
+        raise ValueError(f"{where} records its model as {value!r}, which is not a model identity")
+    return list(recorded)
 
 
 def _recorded_models(run_dir: Path) -> dict[Path, list]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import warnings
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -43,7 +44,7 @@ class _SacrebleuZh:
     """sacreBLEU's `zh` tokenizer as rouge-score wants it: 13a tokens, CJK characters split apart."""
 
     def __init__(self) -> None:
-        from sacrebleu.tokenizers.tokenizer_zh import TokenizerZh
+        from sacrebleu.tokenizers.tokenizer_zh import TokenizerZh  # deferred: loads on use
 
         self._tokenize = TokenizerZh()
 
@@ -105,7 +106,7 @@ def paper_rouge_l_scores(
     tokenizer: str | Tokenizer = DEFAULT_ROUGE_TOKENIZER,
 ) -> list[float]:
     """ROUGE-L F1 of each generation (`paper_rouge_l` before the mean)."""
-    from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer  # deferred: metric libraries load on use
 
     _check(predictions, references)
     scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_rouge_tokenizer(tokenizer))
@@ -114,7 +115,7 @@ def paper_rouge_l_scores(
 
 @functools.cache
 def _jieba():
-    import jieba
+    import jieba  # deferred: its import is slow
 
     jieba.setLogLevel(logging.WARNING)  # it logs its dictionary loading at INFO
     return jieba
@@ -139,7 +140,7 @@ def bleu_reference(text: str) -> str:
 
 
 def _sentence_bleu(reference: str, hypothesis: str, segmentation: str) -> float:
-    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu  # deferred: nltk is slow to import
 
     smoothing = SmoothingFunction().method1
     if segmentation == "words":
@@ -157,7 +158,6 @@ def paper_bleu_scores(
     segmentation: str = "characters",
 ) -> list[float]:
     """Table 8's BLEU of each generation (0-1): the best of its "\\n\\n" paragraphs."""
-    import warnings
 
     _check(predictions, references)
     if segmentation not in SEGMENTATIONS:
@@ -186,7 +186,7 @@ def paper_bleu(
 
 @functools.cache
 def _identifier():
-    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier  # deferred: loads on use
 
     return LanguageIdentifier.from_model_file(MODEL_FILE)
 

@@ -1,14 +1,5 @@
 """Interventions on attention heads; each is a context manager that restores the model on exit."""
 
-from ._direct import GateSpec as GateSpec
-from ._direct import direct_path as direct_path
-from ._dispatch import GATES as GATES
-from ._dispatch import Gate as Gate
-from ._dispatch import gate_hooks as gate_hooks
-from ._dispatch import gated as gated
-from ._masks import MaskLike as MaskLike
-from ._query import query_gate as query_gate
-from ._query import query_gate_hooks as query_gate_hooks
-from ._query import verify_query_gate as verify_query_gate
-from ._value import value_gate as value_gate
-from ._value import value_gate_hooks as value_gate_hooks
+import lazy_loader as _lazy_loader
+
+__getattr__, __dir__, __all__ = _lazy_loader.attach_stub(__name__, __file__)

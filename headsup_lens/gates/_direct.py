@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,7 @@ from ._masks import row_mask
 _DECODER_LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
 _CACHE_ATTR = "_headsup_direct_forward"
 _ENABLED = [True]
+_F = TypeVar("_F")
 
 
 @checked
@@ -163,12 +165,18 @@ def direct_forward(model: TransformerBridge) -> DirectForward | None:
     """The model's direct forward pass when it can stand in for the bridge now: a known decoder,
     no hook attached to any hook point, not in compatibility mode, and not turned off by
     `direct_path(False)`. None otherwise (then the bridge runs)."""
+    return cached_forward(model, _CACHE_ATTR, _build)
+
+
+def cached_forward(model: TransformerBridge, attr: str, build: Callable[[TransformerBridge], _F | None]) -> _F | None:
+    """`build(model)`, built once per model and kept on it under `attr`, when it can stand in for the
+    bridge now (see `direct_forward` for the conditions), else None."""
     if not _ENABLED[0] or getattr(model, "compatibility_mode", False):
         return None
-    cached = model.__dict__.get(_CACHE_ATTR)
+    cached = model.__dict__.get(attr)
     if cached is None:
-        cached = _build(model) or False
-        object.__setattr__(model, _CACHE_ATTR, cached)
+        cached = build(model) or False
+        object.__setattr__(model, attr, cached)
     if cached is False or hooks_active(model):
         return None
     return cached

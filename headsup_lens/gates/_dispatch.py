@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Literal
 
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._names import GATES as GATES
+from .._names import Gate as Gate
 from .._typecheck import checked
-from .._validate import check_choice, check_float
+from .._validate import check_float
 from ..masks import HeadMask
 from ._direct import GateHooks, GateSpec
 from ._masks import hooked
 from ._query import query_gate_hooks, verify_query_gate
 from ._value import _mlp_hooks, _mlp_rows, value_gate_hooks
-
-Gate = Literal["value", "query"]
-GATES = ("value", "query")
 
 
 @checked
@@ -33,7 +31,6 @@ def gate_hooks(
 ) -> list:
     """Hooks gating `model` with `mask` (none when `mask` is None) through the chosen gate; `mean`
     (value gate only) mean-ablates instead of zeroing (see `value_gate`)."""
-    check_choice("gate", gate, GATES)
     alpha = check_float("alpha", alpha, 0.0, 1.0)
     if mask is None:
         if mlp is None:

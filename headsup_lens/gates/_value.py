@@ -40,6 +40,20 @@ def value_gate_hooks(
         check_finite("mean", mean)
     if mlp is None and isinstance(mask, HeadMask):
         mlp = mask.mlp_values
+    return valid_value_gate_hooks(model, values, alpha=alpha, mlp=mlp, mean=mean)
+
+
+def valid_value_gate_hooks(
+    model: TransformerBridge,
+    values: Tensor,
+    *,
+    alpha: float = 0.0,
+    mlp: Tensor | None = None,
+    mean: Tensor | None = None,
+) -> GateHooks:
+    """`value_gate_hooks` for a mask `[rows, n_layers, n_heads]` that is valid by construction (a
+    training step's straight-through masks): its values are not read back from the device to be
+    checked, which would cost a host synchronisation per pass."""
     mlp_hooks = _mlp_hooks(model, mlp) if mlp is not None else []
     # Heads outside the mask keep a fraction alpha: m + alpha * (1 - m) is 1 for kept and alpha for
     # removed heads, and stays differentiable in m for straight-through training.

@@ -1,18 +1,5 @@
 """Head masks: the central object of the toolkit."""
 
-from ._bake import bake as bake
-from ._head_mask import Head as Head
-from ._head_mask import HeadMask as HeadMask
-from ._head_mask import HeadSet as HeadSet
-from ._head_mask import UnverifiedMaskWarning as UnverifiedMaskWarning
-from ._head_mask import UnverifiedModelWarning as UnverifiedModelWarning
-from ._head_mask import random_jaccard as random_jaccard
-from ._interchange import HeadList as HeadList
-from ._interchange import read_head_list as read_head_list
-from ._interchange import read_node_graph as read_node_graph
-from ._interchange import read_reference as read_reference
-from ._interchange import read_reference_checkpoints as read_reference_checkpoints
-from ._interchange import reference_logits as reference_logits
-from ._interchange import write_head_list as write_head_list
-from ._interchange import write_node_graph as write_node_graph
-from ._interchange import write_reference as write_reference
+import lazy_loader as _lazy_loader
+
+__getattr__, __dir__, __all__ = _lazy_loader.attach_stub(__name__, __file__)

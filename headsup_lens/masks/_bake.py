@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
+from transformers.pytorch_utils import Conv1D
 
 from .._io import atomic_write_json, locked_folder
 from .._typecheck import checked
@@ -172,7 +173,6 @@ def _check_binary(mask: HeadMask, allow_soft: bool) -> None:
 
 def _projections(model: TransformerBridge, with_mlp: bool) -> list[tuple[nn.Module, nn.Module | None]]:
     """Per layer, the Hugging Face modules the bake edits: W_O and (with an MLP mask) the MLP's output."""
-    from transformers.pytorch_utils import Conv1D
 
     width = model.cfg.n_heads * model.cfg.d_head
     found = []
@@ -231,7 +231,7 @@ def _scale_outputs(module: nn.Module, scale: float) -> None:
 
 def _gguf_scales(model: TransformerBridge, mask: HeadMask, heads: Tensor, path: Path) -> dict[str, np.ndarray]:
     """GGUF tensor name -> scale over its input dimension (ne0), for every tensor the bake changes."""
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # deferred: only the GGUF check reads one
 
     names = {t.name: int(t.shape[0]) for t in GGUFReader(str(path)).tensors}
     scales = {}

@@ -106,7 +106,7 @@ class HeadMask:
     def full(cls, model_or_shape: Any) -> HeadMask:
         """All heads kept; accepts a model, a `ModelFingerprint` or an `(n_layers, n_heads)` shape."""
         fp = _fingerprint_of(model_or_shape)
-        shape = (fp.n_layers, fp.n_heads) if fp else _check_mask_shape(model_or_shape)
+        shape = shape_of(fp or model_or_shape)
         return cls(torch.ones(shape), model=fp)
 
     @classmethod
@@ -504,3 +504,14 @@ def _header_json(path: Path, header: dict[str, str], key: str, default: Any) -> 
             f"mask file {str(path)!r} has malformed JSON in its {key!r} header entry ({error}); "
             "the file is corrupted: save or train the mask again"
         ) from error
+
+
+def shape_of(model_or_shape: Any, name: str = "model_or_shape") -> tuple[int, int]:
+    """`(n_layers, n_heads)` of a model, a fingerprint or a shape (errors name the argument `name`)."""
+    fp = _fingerprint_of(model_or_shape, content=False)  # the shape only: no weights hash
+    if fp is not None:
+        return fp.n_layers, fp.n_heads
+    try:
+        return _check_mask_shape(model_or_shape)
+    except TypeError as error:
+        raise TypeError(str(error).replace("model_or_shape", name)) from error

@@ -40,10 +40,19 @@ def random_llama_dir(
     """A grouped-query decoder (default 2 layers x 8 query heads over 2 KV heads, d_model 64) saved to
     `path`, with realistic norm gains and biases (`realistic_`) and untied embeddings.
 
-    `architecture`: "llama" (no biases) or "qwen2" (q/k/v biases); `tokenizer` defaults to the
+    `architecture`: "llama" (no biases), "qwen2" (q/k/v biases) or "gemma3" (Gemma-3's text model:
+    QK-norm, sliding-window layers with a global one every third, sandwich norms, tied embeddings
+    as in Gemma-3-270M; d_head 16 set apart from d_model / n_heads); `tokenizer` defaults to the
     character tokenizer; `overrides` are config fields.
     """
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (  # deferred: heavy
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     tokenizer = tokenizer or char_tokenizer()
     settings = dict(
@@ -59,8 +68,22 @@ def random_llama_dir(
         bos_token_id=tokenizer.bos_token_id,
         tie_word_embeddings=False,
     )
+    if architecture == "gemma3":
+        # A window shorter than the tests' sequences, so that the sliding layers really differ.
+        settings.update(
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            sliding_window=6,
+            num_hidden_layers=3,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            tie_word_embeddings=True,
+        )
     settings.update(overrides)
-    classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+    classes = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM),
+    }
     if architecture not in classes:
         raise ValueError(f"architecture must be one of {sorted(classes)}, not {architecture!r}")
     config_class, model_class = classes[architecture]

@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 from transformer_lens.model_bridge import TransformerBridge
-from transformers import PreTrainedModel
+from transformers import AutoTokenizer, PreTrainedModel
 
 from .._typecheck import checked
 from ._gguf import _tidy_tokenizer_config
@@ -77,7 +77,6 @@ def save_hf_tokenizer(model: TransformerBridge, folder: str | os.PathLike) -> No
     The bridge's own tokenizer is set up for TransformerLens (it prepends BOS), so the tokenizer is
     read again from the model's source (its local directory, or the hub cache) and saved as loaded.
     """
-    from transformers import AutoTokenizer
 
     original: Any = model.original_model
     source = getattr(original.config, "_name_or_path", "") or str(model.cfg.model_name or "")

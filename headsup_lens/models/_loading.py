@@ -10,9 +10,11 @@ from pathlib import Path
 
 import torch
 from transformer_lens.model_bridge import TransformerBridge
+from transformers.utils import logging as hf_logging
 
 from .._progress import activity
 from .._typecheck import checked
+from .._validate import DEVICE_FORMS, check_device
 from ._builtin import BUILTIN_MODELS, builtin_model_dir
 from ._fingerprint import remember_weights_hash, weights_hash
 from ._gguf import GGUF_MODELS, fetch_model, is_gguf_source
@@ -47,12 +49,15 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
 
 @checked
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """The torch device to run on: `device` as given, or CUDA when available else CPU for `None`;
-    asking for CUDA on a machine without it is a `ValueError`.
+    """The torch device to run on: `device` as given (cpu, cuda or cuda:N, in any case), or CUDA when
+    available else CPU for `None`; another device (gpu, mps, meta, ...) or CUDA on a machine without
+    it is a `ValueError`.
     """
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
+    device = torch.device(check_device("device", device) if isinstance(device, str) else device)
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be {DEVICE_FORMS}, got {str(device)!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device} was asked for but CUDA is not available on this machine")
     return device
@@ -68,7 +73,6 @@ def model_device(model: TransformerBridge) -> torch.device:
 def _quiet_weight_loading() -> Iterator[None]:
     """No "Loading weights" bar from transformers on every command (a local load takes well under a
     second); it stays with TRANSFORMERS_VERBOSITY=info or debug."""
-    from transformers.utils import logging as hf_logging
 
     if os.environ.get("TRANSFORMERS_VERBOSITY", "").lower() in ("info", "debug"):
         yield

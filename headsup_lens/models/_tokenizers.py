@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import string
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from .._typecheck import checked
@@ -103,7 +103,6 @@ def subword_tokenizer(
     word alone starts with "▁" but not after a newline; `kind="bytelevel"`: byte-level BPE (GPT-2,
     Llama-3, Qwen2, SmolLM2). Trained in-process on a fixed text: deterministic, no download.
     """
-    from tokenizers import trainers
 
     if family not in FAMILY_TEMPLATES:
         raise ValueError(f"family must be one of {sorted(FAMILY_TEMPLATES)}, not {family!r}")

@@ -2,9 +2,6 @@
 answer positions) with length-grouped passes, and greedy decoding with the KV cache (unembedding only
 the last position, rows leaving the batch at their stop token)."""
 
-from ._answer import answer_logits as answer_logits
-from ._answer import answer_nll as answer_nll
-from ._answer import answer_positions as answer_positions
-from ._answer import length_batches as length_batches
-from ._greedy import GreedyOutput as GreedyOutput
-from ._greedy import greedy_generate as greedy_generate
+import lazy_loader as _lazy_loader
+
+__getattr__, __dir__, __all__ = _lazy_loader.attach_stub(__name__, __file__)

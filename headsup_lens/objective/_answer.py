@@ -10,6 +10,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ..data import IGNORE_INDEX, TaskBatch, length_groups
 from ..gates._direct import direct_forward, gate_spec
+from ..gates._native import native_forward
 from ..models import FINAL_NORM_OUT, model_device, unembed, verify_readout
 
 
@@ -62,6 +63,13 @@ def answer_logits(
     rows, positions, targets = answer_positions(batch.labels)
     verify_readout(model)
     eligible, spec = gate_spec(hooks)
+    native = native_forward(model) if eligible and not checkpoint else None
+    if native is not None:
+        return (
+            unembed(model, native.final_normed(batch.input_ids, batch.attention_mask, spec, rows, positions)),
+            targets,
+            rows,
+        )
     direct = direct_forward(model) if eligible else None
     if direct is not None:
         normed = direct.final_normed(

@@ -25,6 +25,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ..gates import Gate, gate_hooks
 from ..gates._direct import direct_forward, gate_spec
+from ..gates._native import native_forward, prefix_sharing
 from ..masks import HeadMask
 from ..models import cut_at_stop, model_device
 
@@ -111,7 +112,17 @@ def greedy_generate(
     stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=device)
     hooks = gate_hooks(model, mask, alpha=alpha, gate=gate)
     eligible, spec = gate_spec(hooks)
-    direct = direct_forward(model) if eligible and not prompt_hooks else None
+    # Rows sharing prefixes (the direct pass) win on a CPU; on a GPU the native pass, whose loop
+    # reads the device back every few tokens only. Recording layer outputs needs the direct pass.
+    direct = None
+    if eligible and not prompt_hooks and (record_layers or prefix_sharing(device)):
+        direct = direct_forward(model)
+    native = native_forward(model) if eligible and not prompt_hooks and not record_layers and direct is None else None
+    if native is not None:
+        tokens, first_logits = native.greedy(
+            ids, attention_mask, spec, max_new_tokens=max_new_tokens, stop_ids=stop_ids, on_pass=on_pass
+        )
+        return GreedyOutput(cut_at_stop(tokens, stops), first_logits, None)
     if direct is not None:
         with torch.no_grad():
             tokens, first_logits, layers = direct.greedy(

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._typecheck import checked
+from .._validate import check_device, check_int, non_finite_fields
 from ..data._organism import TASK_NAMES, organism_task
-from ..training import non_finite_fields, warmup_cosine
+from ..training import warmup_cosine
 
 
 @checked
-@dataclass
+@dataclass(frozen=True)
 class OrganismConfig:
     """Recipe of the organism: architecture, corpus mixture, planting and optimisation."""
 
@@ -60,7 +61,10 @@ class OrganismConfig:
         )
 
     def __post_init__(self) -> None:
-        self.tasks = tuple(self.tasks)
+        object.__setattr__(self, "tasks", tuple(self.tasks))
+        object.__setattr__(self, "device", check_device("device", self.device))
+        if self.threads is not None:
+            check_int("threads", self.threads, minimum=1)
         infinite = non_finite_fields(self)
         if infinite:
             raise ValueError(f"{', '.join(infinite)} must be finite numbers (not NaN or infinite)")

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from .._io import OutputSet, atomic_write_json
 from .._typecheck import checked
@@ -69,7 +70,6 @@ def build_organism(config: OrganismConfig) -> TransformerBridge:
     Saved to a temporary directory and loaded with `load_model`, i.e. through the same path as any
     local model; parameters are then unfrozen for training.
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = char_tokenizer()
     hf_config = LlamaConfig(

@@ -14,6 +14,7 @@ from torch import Tensor
 from .._typecheck import checked
 from ..analysis import PathwayHeads
 from ..masks import HeadMask
+from ._traces import unit_heatmap
 
 
 def _values(item: HeadMask | Tensor) -> Tensor:
@@ -199,18 +200,7 @@ def jaccard_figure(matrix: pd.DataFrame, *, title: str = "", table: pd.DataFrame
         for a, b, jaccard, p_value in pairs:
             for i, j in ((where[a], where[b]), (where[b], where[a])):
                 text[i, j] = f"{jaccard:.2f}<br>p={p_value:.1g}"
-    fig = go.Figure(
-        go.Heatmap(
-            z=matrix.to_numpy(),
-            x=list(matrix.columns),
-            y=list(matrix.index),
-            zmin=0,
-            zmax=1,
-            colorscale="Viridis",
-            text=text,
-            texttemplate="%{text}",
-        )
-    )
+    fig = unit_heatmap(matrix, text, "Viridis")
     fig.update_layout(title=title or "Jaccard similarity of masks", yaxis_autorange="reversed")
     return fig
 

@@ -8,6 +8,7 @@ from plotly.subplots import make_subplots
 
 from .._typecheck import checked
 from ..analysis import MethodComparison
+from ._traces import add_row_traces, unit_heatmap
 
 
 @checked
@@ -19,31 +20,8 @@ def elicitation_figure(comparison: MethodComparison, *, title: str = "") -> go.F
         color = _COLORS[i % len(_COLORS)]
         label = f"{name} ({seconds[name]:.0f} s)"
         dash = "dot" if name == "random" else "solid"
-        fig.add_trace(
-            go.Scatter(
-                x=curve.k,
-                y=curve.accuracy,
-                name=label,
-                legendgroup=name,
-                mode="lines",
-                line=dict(color=color, dash=dash),
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=curve.k,
-                y=curve.answer_loss,
-                name=label,
-                legendgroup=name,
-                mode="lines",
-                showlegend=False,
-                line=dict(color=color, dash=dash),
-            ),
-            row=1,
-            col=2,
-        )
+        panels = {1: curve.accuracy, 2: curve.answer_loss}
+        add_row_traces(fig, curve.k, panels, name=label, mode="lines", line=dict(color=color, dash=dash))
     fig.update_xaxes(title_text="heads removed (k)")
     fig.update_layout(title=title or f"elicitation curves: {comparison.task}", height=420, width=1000)
     return fig
@@ -79,18 +57,7 @@ def roc_figure(comparison: MethodComparison, *, title: str = "") -> go.Figure:
 @checked
 def auroc_table_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Heatmap of a (method x task) AUROC table."""
-    fig = go.Figure(
-        go.Heatmap(
-            z=table.to_numpy(),
-            x=list(table.columns),
-            y=list(table.index),
-            zmin=0,
-            zmax=1,
-            colorscale="RdBu",
-            text=table.round(2).to_numpy(),
-            texttemplate="%{text}",
-        )
-    )
+    fig = unit_heatmap(table, table.round(2).to_numpy(), "RdBu")
     fig.update_layout(title=title or "AUROC against planted heads", height=120 + 40 * len(table), width=900)
     return fig
 

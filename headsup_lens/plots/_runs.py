@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from .._typecheck import checked
 from ..analysis import LogitLens, RemovalSweep
+from ._traces import add_row_traces
 
 
 def _mark_steps(fig: go.Figure, sweep: RemovalSweep) -> None:
@@ -144,20 +145,8 @@ def similarity_figure(tables: Mapping[str, pd.DataFrame], *, title: str = "") ->
     fig = make_subplots(rows=1, cols=2, subplot_titles=["attention output", "block output"], shared_yaxes=True)
     for i, (name, table) in enumerate(tables.items()):
         color = f"hsl({(i * 67) % 360},60%,45%)"
-        for col, column in enumerate(["attn_out", "block_out"], start=1):
-            fig.add_trace(
-                go.Scatter(
-                    x=table.layer,
-                    y=table[column],
-                    mode="lines+markers",
-                    name=name,
-                    legendgroup=name,
-                    showlegend=col == 1,
-                    line=dict(color=color),
-                ),
-                row=1,
-                col=col,
-            )
+        panels = {1: table.attn_out, 2: table.block_out}
+        add_row_traces(fig, table.layer, panels, name=name, mode="lines+markers", line=dict(color=color))
     fig.update_xaxes(title_text="layer")
     fig.update_yaxes(title_text="cosine similarity", col=1)
     fig.update_layout(title=title or "similarity at the last input position")

@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 
 from .._typecheck import checked
 from ..sft import CONDITIONS
+from ._traces import add_row_traces
 
 
 @checked
@@ -46,21 +47,8 @@ def pattern_dynamics_figure(dynamics: pd.DataFrame, tasks: Sequence[str]) -> go.
     palette = px.colors.qualitative.Dark24
     for i, task in enumerate(tasks):
         d = dynamics[dynamics.task == task]
-        for col, key in enumerate(("correlation", "mse", "accuracy"), start=1):
-            if key in d:
-                fig.add_trace(
-                    go.Scatter(
-                        x=d.step,
-                        y=d[key],
-                        name=task,
-                        legendgroup=task,
-                        showlegend=col == 1,
-                        mode="lines+markers",
-                        line_color=palette[i % len(palette)],
-                    ),
-                    row=1,
-                    col=col,
-                )
+        panels = {col: d[key] for col, key in enumerate(("correlation", "mse", "accuracy"), start=1) if key in d}
+        add_row_traces(fig, d.step, panels, name=task, mode="lines+markers", line_color=palette[i % len(palette)])
     fig.update_xaxes(title_text="SFT step")
     fig.update_layout(width=1400, height=480, title="Activation patterns along SFT")
     return fig

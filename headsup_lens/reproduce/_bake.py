@@ -61,7 +61,7 @@ def llama_cpp_greedy(
     path: str | Path, prompts: Sequence[list[int]], max_new_tokens: int, stops: set[int], decode: Callable, threads: int
 ) -> list[str]:
     """Greedy outputs of a GGUF file in llama.cpp (llama-cpp-python), fed the same prompt ids (no BOS added)."""
-    from llama_cpp import Llama  # optional: pip install 'headsup_lens[gguf]'
+    from llama_cpp import Llama  # pyright: ignore[reportMissingImports]  (optional: headsup_lens[gguf])
 
     llm = Llama(model_path=str(path), n_ctx=512, n_threads=threads, n_batch=512, logits_all=True, verbose=False)
     outputs = []
@@ -155,7 +155,7 @@ def bake_comparison(
     }
     pairs = [("baked hf (transformers)", "gated (toolkit)"), ("baked hf (toolkit)", "gated (toolkit)")]
     try:
-        import llama_cpp  # noqa: F401 (optional: pip install 'headsup_lens[gguf]')
+        import llama_cpp  # noqa: F401  # pyright: ignore[reportMissingImports]  (optional: headsup_lens[gguf])
     except ImportError:
         print("llama_cpp is not installed (pip install 'headsup_lens[gguf]'): the llama.cpp columns are left out")
     else:

@@ -29,17 +29,16 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._io import REPRODUCE, OutputSet, atomic_write, atomic_write_json, locked_folder
 from .._progress import progress_off
 from .._typecheck import checked
-from .._validate import check_int
 from ..data import Task, load_task
 from ..masks import HeadMask
-from ..models import ModelFingerprint, builtin_model_dir, fingerprint, load_model
+from ..models import ModelFingerprint, builtin_model_dir, fingerprint, identity_differences, load_model
 from ..models._fingerprint import portable_name
 from ..options import Given, model_arguments, name_options, parse
 from ..organism import load_planted
 from ..plots import save_figure
 from ..training import TrainConfig, safe_name
 from ._masks import TrainedMask, cached_masks, stored_mask_path
-from ._options import DEFAULT_ORGANISM_TASKS, ORGANISM_TASK, SCHEDULES, ExperimentOptions
+from ._options import DEFAULT_ORGANISM_TASKS, ORGANISM_TASK, ExperimentOptions
 
 ORGANISM = "organism"
 MODEL_RECORD = "model.json"
@@ -67,13 +66,8 @@ def output_root(options: ExperimentOptions, root: str | os.PathLike) -> Path:
 
 @checked
 def check_options(options: ExperimentOptions) -> None:
-    """The script options that need no model, checked before any work."""
-    if options.schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {options.schedule!r}")
-    for name in ("steps", "batch_size", "eval_batch_size", "threads"):
-        if getattr(options, name) is not None:
-            check_int(name, getattr(options, name), minimum=1)
-    check_int("checkpoint_every", options.checkpoint_every, minimum=0)
+    """The script options that read the disk, checked before any work (their values are checked when
+    the options are built: `ExperimentOptions.__post_init__`)."""
     if options.masks is not None and not Path(options.masks).expanduser().is_dir():
         raise ValueError(f"the masks argument {options.masks} is not a folder")
 
@@ -89,7 +83,7 @@ def check_model_record(folder: str | os.PathLike, model: TransformerBridge, name
             theirs = ModelFingerprint.from_dict(json.loads(path.read_text(encoding="utf-8"))["fingerprint"])
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{path} is not a model record ({error}); remove it or choose another out_dir") from None
-        if theirs.structural() != mine.structural() or theirs.same_weights(mine) is False:
+        if identity_differences({"model": theirs.to_dict()}, {"model": mine.to_dict()}):
             raise ValueError(
                 f"out_dir {folder} holds the outputs of model {theirs.describe()}, not of {mine.describe()}: "
                 "choose another out_dir"
@@ -324,7 +318,7 @@ def run_script(
     summary. A bad option or input ends the process with one line naming the option as typed."""
     path = Path(script).resolve()
     name = path.stem
-    config, given = parse(options, argv, prog=path.name, description=description)
+    config, given = parse(options, argv, prog=name, description=description)
     try:
         with open_experiment(name, config, path.parents[1]) as xp:
             summary = run(xp, config)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import simple_parsing
-
 from .._typecheck import checked
-from ..options import Collect, DataOptions, FigureOptions, ModelOptions, ProgressOptions, ThreadOptions
+from ..options import DataOptions, FigureOptions, ModelOptions, ProgressOptions, ThreadOptions, check_counts
 
 # The organism task the single-task figures use: a made-up dictionary, the analogue of the paper's translation.
 ORGANISM_TASK = "organism/translate"
@@ -18,7 +16,7 @@ CHECKPOINT_EVERY = 31  # the reference's `--save_steps 31`
 
 
 @checked
-@dataclass
+@dataclass(frozen=True)
 class ExperimentOptions(ProgressOptions, ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Options of a reproduction script (`experiments/*.py`)."""
 
@@ -43,11 +41,17 @@ class ExperimentOptions(ProgressOptions, ThreadOptions, FigureOptions, DataOptio
     masks: str | None = None
     """Folder of stored masks to use instead of training: <task>.safetensors (default init), <task>_negative, <task>_query, <task>_mlp (.safetensors); e.g. figures/smollm2/masks."""
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, not {self.schedule!r}")
+        check_counts(self, steps=1, batch_size=1, eval_batch_size=1, seed=0, checkpoint_every=0)
+
 
 @checked
-@dataclass
+@dataclass(frozen=True)
 class MultiTaskOptions(ExperimentOptions):
     """Options of a reproduction script that compares several tasks."""
 
-    tasks: list[str] | None = simple_parsing.field(default=None, action=Collect, nargs="+", required=False)
+    tasks: list[str] | None = None
     """Tasks to compare (default on the organism: organism/translate organism/reverse organism/uppercase organism/antonym)."""

@@ -12,6 +12,7 @@ stage's wall time and settings to `sft_times.csv`. Run folders (checkpoints, pat
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,32 +24,128 @@ from .._typecheck import checked
 from ..data import Task, load_task
 from ..masks import HeadMask
 from ..models import load_model
-from ..organism import TASK_NAMES
+from ..organism import TASK_NAMES, OrganismConfig, train_organism
 from ..plots import change_correlation_figure, data_selection_figure, pattern_dynamics_figure, save_table
 from ..sft import (
-    COMPOSITES,
-    SMOLLM2_GROUPS,
-    SMOLLM2_TASKS,
     FinetuneConfig,
     FinetuneResult,
     SelectionConfig,
-    base_organism,
     composition_fits,
     data_selection,
     finetune_,
     held_out_outputs,
     mask_overlap,
-    organism_sft_config,
     reloading,
     run_changes,
     run_tables,
     selection_summary,
     similarity_vs_loss,
-    smollm2_sft_config,
     task_grouping,
 )
 from ._experiment import Experiment
 from ._masks import stored_mask_path
+
+# The organism's two composite tasks (a then b) whose pattern change is fitted from a's and b's.
+COMPOSITES = (("plural", "uppercase"), ("reverse", "uppercase"))
+# Three pairs of related function-vector tasks (lexical, factual recall, text classification), so
+# that Fig. 2 can show whether pattern changes group related tasks.
+SMOLLM2_TASKS = ("antonym", "synonym", "country-capital", "country-currency", "sentiment", "ag_news")
+SMOLLM2_GROUPS = (("antonym", "synonym"), ("country-capital", "country-currency"), ("sentiment", "ag_news"))
+ORGANISM_PATTERN_STEPS = (0, 10, 25, 50, 100)
+SMOLLM2_PATTERN_STEPS = (0, 5, 10, 20, 50, 100, 200, 300)
+# The base organism (`OrganismConfig.base`: no instructed rows) with a shorter schedule (CPU time).
+BASE_ORGANISM = {"steps": 500, "batch_size": 32, "warmup_steps": 50, "checkpoint_every": 100}
+
+
+def organism_sft_config(steps: int = 200, seed: int = 0) -> FinetuneConfig:
+    """Instruction tuning of the base organism: all weights, batch 16, lr 1e-3, patterns on 32
+    held-out words per task at `ORGANISM_PATTERN_STEPS` (those within the run) and the last step."""
+    return FinetuneConfig(
+        steps=steps,
+        batch_size=16,
+        lr=1e-3,
+        seed=seed,
+        pattern_steps=tuple(s for s in ORGANISM_PATTERN_STEPS if s <= steps),
+        pattern_examples=32,
+        checkpoint_every=50,
+    )
+
+
+def smollm2_sft_config(steps: int = 200, seed: int = 0) -> FinetuneConfig:
+    """LoRA SFT of SmolLM2 on bare inputs (the setting of the Heads-up masks of the same tasks, and
+    little accuracy before SFT): batch 8, patterns on 16 held-out examples at `SMOLLM2_PATTERN_STEPS`."""
+    return FinetuneConfig.lora(
+        steps=steps,
+        batch_size=8,
+        seed=seed,
+        instructed=False,
+        pattern_steps=tuple(s for s in SMOLLM2_PATTERN_STEPS if s <= steps),
+        pattern_examples=16,
+        checkpoint_every=25,
+    )
+
+
+def base_organism(folder: str | os.PathLike, *, threads: int | None = 1) -> Path:
+    """The base organism's folder: trained there first (`OrganismConfig.base` with `BASE_ORGANISM`)
+    when it holds no model yet."""
+    folder = Path(folder)
+    if not (folder / "model.safetensors").is_file():
+        train_organism(OrganismConfig.base(**BASE_ORGANISM, threads=threads), folder, progress=True)
+    return folder
+
+
+def organism_selection(**overrides) -> SelectionConfig:
+    """The organism: every basic task a candidate; targets four composites (their components are
+    candidates: the oracle) and every basic task (the other seven are its candidates); full SFT."""
+    return SelectionConfig(
+        **{
+            "model": "organism",
+            "candidates": TASK_NAMES,
+            "targets": (
+                "plural+uppercase",
+                "reverse+uppercase",
+                "plural+reverse",
+                "capitalize+reverse",
+                *TASK_NAMES,
+            ),
+            "finetune": FinetuneConfig(batch_size=16, lr=1e-3),
+            "steps": 40,
+            "probe_steps": 30,
+            "eval_examples": 100,
+            "pattern_examples": 32,
+            **overrides,
+        }
+    )
+
+
+def smollm2_selection(**overrides) -> SelectionConfig:
+    """SmolLM2: each target has candidates of the same kind (antonym: synonym; country-capital:
+    country-currency, landmark-country; capitalize_first_letter: capitalize,
+    lowercase_first_letter); LoRA SFT, 200 training pairs per task."""
+    return SelectionConfig(
+        **{
+            "model": "smollm2",
+            "candidates": (
+                "synonym",
+                "present-past",
+                "singular-plural",
+                "country-currency",
+                "landmark-country",
+                "capitalize",
+                "lowercase_first_letter",
+                "english-french",
+            ),
+            "targets": ("antonym", "country-capital", "capitalize_first_letter"),
+            "finetune": FinetuneConfig.lora(batch_size=8),
+            "steps": 50,
+            "probe_steps": 20,
+            "eval_examples": 50,
+            "pattern_examples": 16,
+            "train_pairs": 200,
+            **overrides,
+        }
+    )
+
 
 TIMES = "sft_times.csv"
 

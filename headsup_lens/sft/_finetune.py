@@ -8,7 +8,8 @@ bridge wraps every Hugging Face linear layer in a `LinearBridge` whose `_origina
 (`hook_pattern`, `hook_z`, the gates) see the adapted model.
 
 The loop, the schedule, the batch order, run identities and resume states are the training core's
-(`headsup_lens.training`: `run_steps`, `warmup_cosine`, `BatchSampler`, `run_identity`, ...).
+(`headsup_lens.training`: `run_steps`, `warmup_cosine`, `BatchSampler`, ...; run identities are
+`headsup_lens.models.run_identity`'s).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,21 +30,19 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import OutputSet, atomic_write_json, atomic_write_text, locked_folder
 from .._typecheck import checked
-from .._validate import check_out_dir
+from .._validate import check_out_dir, check_ranges
 from ..analysis import activation_pattern
 from ..data import Task, TaskBatch, collate, encode_pairs, tokenize_task
 from ..evaluation import accuracy as task_accuracy
 from ..masks._files import write_safetensors
-from ..models import model_device, pad_token_id
+from ..models import check_same_run, data_hash, model_device, pad_token_id, run_identity
 from ..objective import answer_nll, length_batches
+from ..options import recipe_of
 from ..training import (
     BatchSampler,
     StepCallback,
     check_finite_loss,
-    check_same_run,
     load_state,
-    non_finite_fields,
-    run_identity,
     run_steps,
     safe_name,
     save_state,
@@ -60,7 +59,7 @@ ROWS_PER_PASS = 256
 
 
 @checked
-@dataclass
+@dataclass(frozen=True)
 class FinetuneConfig:
     """Supervised fine-tuning hyper-parameters (AdamW, linear warm-up, cosine decay).
 
@@ -111,31 +110,40 @@ class FinetuneConfig:
         return cls(**{"method": "lora", "lr": 1e-3, **overrides})
 
     def __post_init__(self) -> None:
-        self.lora_targets = tuple(self.lora_targets)
-        self.pattern_steps = tuple(sorted({int(s) for s in self.pattern_steps}))
-
-    def validate(self) -> None:
-        """A ValueError naming every field out of its range (NaN and infinities included)."""
-        infinite = non_finite_fields(self)
-        checks = {
-            f"{', '.join(infinite)} must be finite (not NaN or infinite)": not infinite,
-            "steps must be positive": self.steps > 0,
-            "batch_size must be positive": self.batch_size > 0,
-            "lr must be positive": self.lr > 0,
-            "min_lr_ratio must lie in [0, 1]": 0 <= self.min_lr_ratio <= 1,
-            "warmup_frac must lie in [0, 1)": 0 <= self.warmup_frac < 1,
-            "weight_decay and max_grad_norm must be >= 0": self.weight_decay >= 0 and self.max_grad_norm >= 0,
-            "method must be 'full' or 'lora'": self.method in ("full", "lora"),
-            "lora_rank must be positive": self.lora_rank > 0,
-            "lora_alpha must be positive": self.lora_alpha > 0,
-            "lora_targets must not be empty": bool(self.lora_targets),
-            "pattern_steps must lie in [0, steps]": all(0 <= s <= self.steps for s in self.pattern_steps),
-            "pattern_examples must be positive": self.pattern_examples > 0,
-            "checkpoint_every must be >= 0": self.checkpoint_every >= 0,
-        }
-        bad = [message for message, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"invalid FinetuneConfig: {'; '.join(bad)} ({self})")
+        """Lists as sorted tuples, every field in its range (NaN and infinities refused); the
+        method's name is checked with the types (`Literal`)."""
+        object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        object.__setattr__(self, "pattern_steps", tuple(sorted({int(s) for s in self.pattern_steps})))
+        check_ranges(
+            self,
+            {
+                "steps": self.steps > 0,
+                "batch_size": self.batch_size > 0,
+                "lr": self.lr > 0,
+                "min_lr_ratio": 0 <= self.min_lr_ratio <= 1,
+                "warmup_frac": 0 <= self.warmup_frac < 1,
+                "weight_decay": self.weight_decay >= 0,
+                "max_grad_norm": self.max_grad_norm >= 0,
+                "lora_rank": self.lora_rank > 0,
+                "lora_alpha": self.lora_alpha > 0,
+                "lora_targets": bool(self.lora_targets),
+                "pattern_steps": all(0 <= s <= self.steps for s in self.pattern_steps),
+                "pattern_examples": self.pattern_examples > 0,
+                "checkpoint_every": self.checkpoint_every >= 0,
+            },
+            {
+                "steps": "> 0",
+                "batch_size": "> 0",
+                "lr": "> 0",
+                "min_lr_ratio": "in [0, 1]",
+                "warmup_frac": "in [0, 1)",
+                "lora_rank": "> 0",
+                "lora_alpha": "> 0",
+                "lora_targets": "a non-empty list of layer names",
+                "pattern_steps": "in [0, steps]",
+                "pattern_examples": "> 0",
+            },
+        )
 
     def lr_at(self, step: int) -> float:
         """Linear warm-up to `lr` over the first `ceil(warmup_frac * steps)` steps, then cosine decay
@@ -145,11 +153,7 @@ class FinetuneConfig:
 
     def recipe(self) -> dict:
         """The fields that determine the trained weights (what a resumed run must share)."""
-        return {
-            k: v
-            for k, v in asdict(self).items()
-            if k not in ("checkpoint_every", "progress", "pattern_steps", "pattern_examples", "accuracy")
-        }
+        return recipe_of(self, ("checkpoint_every", "progress", "pattern_steps", "pattern_examples", "accuracy"))
 
 
 @checked
@@ -179,7 +183,7 @@ def pattern_subset(task: Task, n: int, *, n_train: int | None = None) -> Task:
 
 def _lora_layers(model: torch.nn.Module) -> list[tuple[str, Any]]:
     """(name, module) of every peft adapter layer in `model`."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.tuners.tuners_utils import BaseTunerLayer  # deferred: peft is slow to import
 
     return [(name, module) for name, module in model.named_modules() if isinstance(module, BaseTunerLayer)]
 
@@ -190,7 +194,7 @@ def add_lora_(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:
     returns the adapter parameters (trainable, seeded by `config.seed`; B starts at zero, so the
     model's output is unchanged until the first update). A model that already carries adapters is
     a ValueError (`remove_lora_` takes them out)."""
-    from peft import LoraConfig, inject_adapter_in_model
+    from peft import LoraConfig, inject_adapter_in_model  # deferred: peft is slow to import
 
     if _lora_layers(model):
         raise ValueError("the model already carries LoRA adapters; remove them first (remove_lora_) or load it afresh")
@@ -310,7 +314,6 @@ def finetune_(
     fingerprint, version).
     """
     config = config or FinetuneConfig()
-    config.validate()
     tasks = list(tasks)
     _check_tasks(tasks, config)
     if config.method == "lora" and _lora_layers(model):
@@ -327,7 +330,7 @@ def finetune_(
         )
     probes = [pattern_subset(t, config.pattern_examples) for t in tasks]
     probe_batches = [tokenize_task(model, t, split="eval", instructed=config.instructed) for t in probes]
-    identity = run_identity(config.recipe(), [t.name for t in tasks], rows, model)
+    identity = run_identity(model, recipe=config.recipe(), tasks=[t.name for t in tasks], data=data_hash(rows))
     run = _Finetuning(model, config, rows, probes, probe_batches, identity)
     if out_dir is None:
         return run.train(None, None, callbacks)

@@ -23,16 +23,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import scipy.stats
 import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import atomic_write_text, locked_folder
 from .._typecheck import checked
+from .._validate import check_int
 from ..analysis import rank_by_pattern
 from ..data import Task
 from ..evaluation import answer_loss, generations, score_outputs
-from ..organism import TASK_NAMES
 from ..training import safe_name
 from ._finetune import FinetuneConfig, finetune_, pattern_subset, remove_lora_
 from ._study import run_changes
@@ -84,58 +85,16 @@ class SelectionConfig:
     seed: int = 0
     """Seed of the probe runs and of the random draws."""
 
-    @classmethod
-    def organism(cls, **overrides) -> SelectionConfig:
-        """The organism: every basic task a candidate; targets four composites (their components are
-        candidates: the oracle) and every basic task (the other seven are its candidates); full SFT."""
-        return cls(
-            **{
-                "model": "organism",
-                "candidates": TASK_NAMES,
-                "targets": (
-                    "plural+uppercase",
-                    "reverse+uppercase",
-                    "plural+reverse",
-                    "capitalize+reverse",
-                    *TASK_NAMES,
-                ),
-                "finetune": FinetuneConfig(batch_size=16, lr=1e-3),
-                "steps": 40,
-                "probe_steps": 30,
-                "eval_examples": 100,
-                "pattern_examples": 32,
-                **overrides,
-            }
-        )
-
-    @classmethod
-    def smollm2(cls, **overrides) -> SelectionConfig:
-        """SmolLM2: each target has candidates of the same kind (antonym: synonym; country-capital:
-        country-currency, landmark-country; capitalize_first_letter: capitalize,
-        lowercase_first_letter); LoRA SFT, 200 training pairs per task."""
-        return cls(
-            **{
-                "model": "smollm2",
-                "candidates": (
-                    "synonym",
-                    "present-past",
-                    "singular-plural",
-                    "country-currency",
-                    "landmark-country",
-                    "capitalize",
-                    "lowercase_first_letter",
-                    "english-french",
-                ),
-                "targets": ("antonym", "country-capital", "capitalize_first_letter"),
-                "finetune": FinetuneConfig.lora(batch_size=8),
-                "steps": 50,
-                "probe_steps": 20,
-                "eval_examples": 50,
-                "pattern_examples": 16,
-                "train_pairs": 200,
-                **overrides,
-            }
-        )
+    def __post_init__(self) -> None:
+        """Names as tuples; sizes and counts at least 1 (seeds at least 0), k below the candidates."""
+        object.__setattr__(self, "candidates", tuple(self.candidates))
+        object.__setattr__(self, "targets", tuple(self.targets))
+        for name in ("steps", "probe_steps", "eval_examples", "pattern_examples", "k", "seeds", "draws"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("seed", self.seed, minimum=0)
+        if self.train_pairs is not None:
+            check_int("train_pairs", self.train_pairs, minimum=1)
+        check_int("k", self.k, maximum=max(1, len(self.candidates) - 1))
 
     def run_config(self, seed: int) -> FinetuneConfig:
         """The recipe of a compared run. `finetune_` always takes patterns at its last step; these
@@ -382,7 +341,6 @@ def selection_summary(runs: pd.DataFrame) -> pd.DataFrame:
     paired difference of the per-target means (first - second: mean, min, max, on how many targets
     the first has the lower loss, ties under `TIE_NATS` left out, and two-sided sign and Wilcoxon
     signed-rank p-values over the targets)."""
-    import scipy.stats
 
     rows = []
     for target, condition in runs[["target", "condition"]].drop_duplicates().itertuples(index=False):
@@ -449,7 +407,6 @@ def similarity_vs_loss(runs: pd.DataFrame) -> pd.DataFrame:
     """Per target, over its runs on candidate tasks (selected, random, oracle): Spearman's rho between
     the training set's mean pattern-change similarity to the target and the target's answer loss
     (negative: more similar data, lower loss), with its p-value; then the mean rho over targets."""
-    import scipy.stats
 
     rows = []
     for target, group in runs.dropna(subset=["similarity_mean"]).groupby("target", sort=False):

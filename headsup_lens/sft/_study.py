@@ -3,16 +3,14 @@ statistics before and after (Table 1), their dynamics (Fig. 5), their grouping b
 (Fig. 2), the composition of a composite task's change from its basic tasks' (Eq. 3), their overlap
 with the heads a Heads-up mask removes, and the fine-tuned model's held-out outputs.
 
-Each takes what `finetune_` returns (or its patterns) and gives one table; the recipes of the two
-runs of `experiments/sft_patterns.py` are here too (`organism_sft_config`, `smollm2_sft_config`).
+Each takes what `finetune_` returns (or its patterns) and gives one table; the recipes of the paper's
+runs live with the reproduction (`headsup_lens.reproduce._sft`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -33,59 +31,7 @@ from ..analysis import (
 from ..data import Task
 from ..evaluation import generations, score_outputs, task_labels
 from ..masks import HeadMask
-from ..organism import OrganismConfig, train_organism
-from ._finetune import FinetuneConfig, FinetuneResult, pattern_subset
-
-# The organism's two composite tasks (a then b) whose pattern change is fitted from a's and b's.
-COMPOSITES = (("plural", "uppercase"), ("reverse", "uppercase"))
-# Three pairs of related function-vector tasks (lexical, factual recall, text classification), so
-# that Fig. 2 can show whether pattern changes group related tasks.
-SMOLLM2_TASKS = ("antonym", "synonym", "country-capital", "country-currency", "sentiment", "ag_news")
-SMOLLM2_GROUPS = (("antonym", "synonym"), ("country-capital", "country-currency"), ("sentiment", "ag_news"))
-ORGANISM_PATTERN_STEPS = (0, 10, 25, 50, 100)
-SMOLLM2_PATTERN_STEPS = (0, 5, 10, 20, 50, 100, 200, 300)
-# The base organism (`OrganismConfig.base`: no instructed rows) with a shorter schedule (CPU time).
-BASE_ORGANISM = {"steps": 500, "batch_size": 32, "warmup_steps": 50, "checkpoint_every": 100}
-
-
-@checked
-def organism_sft_config(steps: int = 200, seed: int = 0) -> FinetuneConfig:
-    """Instruction tuning of the base organism: all weights, batch 16, lr 1e-3, patterns on 32
-    held-out words per task at `ORGANISM_PATTERN_STEPS` (those within the run) and the last step."""
-    return FinetuneConfig(
-        steps=steps,
-        batch_size=16,
-        lr=1e-3,
-        seed=seed,
-        pattern_steps=tuple(s for s in ORGANISM_PATTERN_STEPS if s <= steps),
-        pattern_examples=32,
-        checkpoint_every=50,
-    )
-
-
-@checked
-def smollm2_sft_config(steps: int = 200, seed: int = 0) -> FinetuneConfig:
-    """LoRA SFT of SmolLM2 on bare inputs (the setting of the Heads-up masks of the same tasks, and
-    little accuracy before SFT): batch 8, patterns on 16 held-out examples at `SMOLLM2_PATTERN_STEPS`."""
-    return FinetuneConfig.lora(
-        steps=steps,
-        batch_size=8,
-        seed=seed,
-        instructed=False,
-        pattern_steps=tuple(s for s in SMOLLM2_PATTERN_STEPS if s <= steps),
-        pattern_examples=16,
-        checkpoint_every=25,
-    )
-
-
-@checked
-def base_organism(folder: str | os.PathLike, *, threads: int | None = 1) -> Path:
-    """The base organism's folder: trained there first (`OrganismConfig.base` with `BASE_ORGANISM`)
-    when it holds no model yet."""
-    folder = Path(folder)
-    if not (folder / "model.safetensors").is_file():
-        train_organism(OrganismConfig.base(**BASE_ORGANISM, threads=threads), folder, progress=True)
-    return folder
+from ._finetune import FinetuneResult, pattern_subset
 
 
 @checked

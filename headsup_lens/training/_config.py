@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, field, replace
 
+from .._names import Gate
 from .._typecheck import checked
-from ._schedule import non_finite_fields, warmup_cosine
+from .._validate import check_ranges
+from ..options import recipe_of
+from ._schedule import warmup_cosine
 
 
 @checked
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     """Mask training hyper-parameters; the defaults are the paper's (Table 11).
 
     Translation in the paper is 10 epochs over 9 900 pairs at batch 16, i.e. `steps=6190`; simple
     tasks use 6 250 steps. `TrainConfig.negative_init()` gives the sparser masks of Table 6 / Fig. 9;
     `TrainConfig.fast()` is a short schedule for tiny models and demos (not the paper's).
+
+    Frozen and checked when built: a field out of its range is a ValueError naming it and its value;
+    change a config with `config.replace(steps=...)` (`dataclasses.replace`), which checks again.
     """
 
     steps: int = 6250
@@ -47,7 +52,7 @@ class TrainConfig:
     default, which the paper's code inherits); 0 turns clipping off."""
     size_penalty: float = 0.0
     """Weight lambda of the mask-size penalty lambda * sum(sigmoid(M)) (0 in every run of the paper)."""
-    gate: Literal["value", "query"] = "value"
+    gate: Gate = "value"
     """Where the mask acts: "value" (hook_z, the paper's method) or "query" (uniform attention, App. C.3.2)."""
     mlp: bool = False
     """Also learn one mask slot per layer for the MLP output (App. C.3.3; hurt in the paper)."""
@@ -61,6 +66,10 @@ class TrainConfig:
     Needs the direct forward pass: a Llama or Qwen2 model under the value gate."""
     progress: bool = field(default=True, metadata={"cmd": False})
     """Show a progress bar with loss, temperature and heads kept (the CLI's `--no-progress` hides every bar)."""
+    log_every: int = field(default=10, metadata={"cmd": False})
+    """Read the losses and heads kept back from the device every this many steps (and before every
+    checkpoint and at the end): the history and progress bar are filled then, a non-finite loss
+    stops the run then, naming its step. 1 reads back after every step (a host synchronisation each)."""
 
     # ------------------------------------------------------------------ presets
     @classmethod
@@ -82,27 +91,43 @@ class TrainConfig:
         """
         return cls(**{"steps": 300, "lr": 0.1, "min_lr": 1e-3, "init_mean": 2.0, "checkpoint_every": 50, **overrides})
 
+    def __post_init__(self) -> None:
+        """Every field in its range (NaN and infinities refused); the gate's name is checked with the
+        types (`Literal`)."""
+        check_ranges(
+            self,
+            {
+                "steps": self.steps > 0,
+                "batch_size": self.batch_size > 0,
+                "lr": self.lr > 0,
+                "min_lr": 0 < self.min_lr <= self.lr,
+                "warmup_frac": 0 <= self.warmup_frac < 1,
+                "tau_decay_frac": 0 < self.tau_decay_frac <= 1,
+                "tau_start": self.tau_start > 0,
+                "tau_end": self.tau_end > 0,
+                "init_std": self.init_std >= 0,
+                "weight_decay": self.weight_decay >= 0,
+                "size_penalty": self.size_penalty >= 0,
+                "max_grad_norm": self.max_grad_norm >= 0,
+                "checkpoint_every": self.checkpoint_every >= 0,
+                "log_every": self.log_every >= 1,
+            },
+            {
+                "steps": "> 0",
+                "batch_size": "> 0",
+                "lr": "> 0",
+                "min_lr": "in (0, lr]",
+                "warmup_frac": "in [0, 1)",
+                "tau_decay_frac": "in (0, 1]",
+                "tau_start": "> 0",
+                "tau_end": "> 0",
+                "max_grad_norm": ">= 0 (0 turns clipping off)",
+                "checkpoint_every": ">= 0 (0 saves only at the end)",
+                "log_every": ">= 1",
+            },
+        )
+
     # ------------------------------------------------------------------ schedules
-    def validate(self) -> None:
-        """A ValueError naming every field out of its range (NaN and infinities included)."""
-        infinite = non_finite_fields(self)
-        checks = {
-            f"{', '.join(infinite)} must be finite (not NaN or infinite)": not infinite,
-            "steps must be positive": self.steps > 0,
-            "batch_size must be positive": self.batch_size > 0,
-            "lr and min_lr must be positive with min_lr <= lr": 0 < self.min_lr <= self.lr,
-            "warmup_frac must lie in [0, 1)": 0 <= self.warmup_frac < 1,
-            "tau_decay_frac must lie in (0, 1]": 0 < self.tau_decay_frac <= 1,
-            "tau_start and tau_end must be positive": self.tau_start > 0 and self.tau_end > 0,
-            "init_std must be >= 0": self.init_std >= 0,
-            "weight_decay and size_penalty must be >= 0": self.weight_decay >= 0 and self.size_penalty >= 0,
-            "max_grad_norm must be >= 0 (0 turns clipping off)": self.max_grad_norm >= 0,
-            "gate must be 'value' or 'query'": self.gate in ("value", "query"),
-            "checkpoint_every must be >= 0": self.checkpoint_every >= 0,
-        }
-        bad = [message for message, ok in checks.items() if not ok]
-        if bad:
-            raise ValueError(f"invalid TrainConfig: {'; '.join(bad)} ({self})")
 
     def lr_at(self, step: int) -> float:
         """Linear warm-up to `lr` over the first `ceil(warmup_frac * steps)` steps, then cosine decay
@@ -123,5 +148,4 @@ class TrainConfig:
 
     def recipe(self) -> dict:
         """The fields that determine the result (what a resumed run must share)."""
-        how = ("checkpoint_every", "progress", "activation_checkpointing")  # how it runs, not what it computes
-        return {k: v for k, v in asdict(self).items() if k not in how}
+        return recipe_of(self, ("checkpoint_every", "progress", "activation_checkpointing", "log_every"))

@@ -5,8 +5,6 @@
 - `BatchSampler`: a step's batch of training indices, stateless in the step number, so that a
   resumed run draws exactly the batches of an uninterrupted one.
 - `check_finite_loss`: a non-finite loss stops the run with a message that says what to try.
-- `run_identity` / `check_same_run`: what determines a run's result, compared field by field
-  before a run folder is resumed.
 - `save_state` / `load_state`: a resume state written atomically, and read back with a clear error
   when it is damaged.
 
@@ -27,13 +25,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import atomic_write
 from .._progress import progress as progress_bar
 from .._typecheck import checked
-from .._version import __version__
-from ..models import fingerprint, prompt_format
 
 
 @checked
@@ -80,59 +75,6 @@ def check_finite_loss(loss: Tensor | float, step: int, names: Sequence[str]) -> 
         raise ValueError(
             f"training loss became {value} at step {step} (tasks {list(names)}); the model may "
             "overflow in its dtype (try dtype='float32') or the learning rate is too high"
-        )
-
-
-@checked
-def run_identity(recipe: Mapping[str, Any], names: Sequence[str], rows: Sequence, model: TransformerBridge) -> dict:
-    """Everything that determines a run's result: the recipe, the task names, a hash of the encoded
-    training rows (data, instructions, prompt format and tokenizer together), the prompt format,
-    the model's fingerprint (structure and a hash of its weights) and the library version."""
-    model_fp = fingerprint(model)  # by content: the name is informational only
-    return {
-        "recipe": dict(recipe),
-        "tasks": list(names),
-        "data": hashlib.sha256(repr(rows).encode()).hexdigest(),
-        "prompt_format": prompt_format(model).name,
-        "model": [*model_fp.structural(), model_fp.content_hash],
-        "version": __version__,
-    }
-
-
-@checked
-def identity_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """The fields in which two run identities differ, readable (`recipe.lr (0.1 there, 0.05 here)`,
-    `training data (its content hash)`, `model`, ...); empty when they are the same run."""
-    differences = []
-    for key in sorted(set(saved) | set(current)):
-        if key == "recipe" and isinstance(saved.get(key), dict) and isinstance(current.get(key), dict):
-            keys = sorted(set(saved[key]) | set(current[key]))
-            differences += [
-                f"recipe.{k} ({saved[key].get(k)!r} there, {current[key].get(k)!r} here)"
-                for k in keys
-                if saved[key].get(k) != current[key].get(k)
-            ]
-        elif saved.get(key) != current.get(key):
-            differences.append({"data": "training data (its content hash)", "model": "model"}.get(key, key))
-    return differences
-
-
-@checked
-def check_same_run(
-    saved: Mapping[str, Any],
-    current: Mapping[str, Any],
-    folder: str | os.PathLike,
-    *,
-    what: str = "training run",
-    fresh: str = "resume=False; CLI: --fresh",
-) -> None:
-    """A ValueError naming every difference when the run saved in `folder` (identity `saved`) is
-    not this run (`current`); `what` names the kind of run, `fresh` how to start afresh."""
-    differences = identity_differences(saved, current)
-    if differences:
-        raise ValueError(
-            f"{folder} holds a {what} that differs from this one in {', '.join(differences)}; "
-            f"resume only the same run, or start afresh ({fresh}) or in another folder"
         )
 
 

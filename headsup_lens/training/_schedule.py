@@ -6,9 +6,7 @@ Kept free of torch: the configs that describe a schedule import it, and they mus
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any
 
 from .._typecheck import checked
 
@@ -25,17 +23,3 @@ def warmup_cosine(step: int, *, steps: int, warmup: int, peak: float, floor: flo
         return peak * (step + 1) / warmup
     progress = (step - warmup) / max(1, steps - warmup - 1)
     return floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-@checked
-def non_finite_fields(config: Any) -> list[str]:
-    """The fields of a dataclass `config` whose value is a NaN or infinite float (sorted by name).
-
-    Range checks (`lr > 0`, ...) let infinities through and compare NaN as False with a message about
-    the range, not the cause; a recipe checks this first.
-    """
-    return sorted(
-        f.name
-        for f in dataclasses.fields(config)
-        if isinstance(getattr(config, f.name), float) and not math.isfinite(getattr(config, f.name))
-    )

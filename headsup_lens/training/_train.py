@@ -23,9 +23,10 @@ from .._warnings import warn
 from ..data import Task, collate, encode_pairs
 from ..gates import gate_hooks
 from ..gates._direct import direct_forward
+from ..gates._value import valid_value_gate_hooks
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
-from ..models import fingerprint, model_device, pad_token_id
+from ..models import check_same_run, data_hash, fingerprint, model_device, model_identity, pad_token_id, run_identity
 from ..objective import answer_nll, length_batches
 from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
@@ -33,9 +34,7 @@ from ._loop import (
     BatchSampler,
     StepCallback,
     check_finite_loss,
-    check_same_run,
     load_state,
-    run_identity,
     run_steps,
     save_state,
     stable_seed,
@@ -186,7 +185,6 @@ class _MaskRun:
     def __init__(
         self, model: TransformerBridge, tasks: list[Task], config: TrainConfig, *, single: bool, distributed: bool
     ) -> None:
-        config.validate()
         if not tasks:
             raise ValueError("no tasks to train")
         names = [t.name for t in tasks]
@@ -240,7 +238,9 @@ class _MaskRun:
         self.noise = [torch.Generator().manual_seed(stable_seed(config.seed, name, "noise")) for name in names]
         self.rows_task = torch.arange(len(tasks)).repeat_interleave(config.batch_size).to(self.device)
         self.history: list[dict] = []
-        self.identity = run_identity(config.recipe(), names, self.encoded, model)
+        self.pending: list[tuple] = []  # steps whose losses are still on the device (see `flush`)
+        self.postfix: dict = {}
+        self.identity = run_identity(model, recipe=config.recipe(), tasks=list(names), data=data_hash(self.encoded))
 
     def train(self, out: Path | None, *, resume: bool, callbacks: Sequence[StepCallback]) -> dict[str, TrainResult]:
         config, names = self.config, self.names
@@ -314,13 +314,14 @@ class _MaskRun:
             sums, _ = task_loss_sums(
                 model,
                 collate([rows[i] for i in members], pad_id=self.pad_id, device=device),
-                gate_hooks(model, mask, gate=config.gate, mlp=mlp),
+                valid_value_gate_hooks(model, mask, mlp=mlp)  # straight-through masks are 0/1
+                if config.gate == "value"
+                else gate_hooks(model, mask, gate=config.gate, mlp=mlp),
                 row_task[index],
                 n_tasks,
                 checkpoint=config.activation_checkpointing,
             )
             part = sums / counts
-            check_finite_loss(part.sum(), step, self.names)
             part.sum().backward()
             per_task += part.detach()
         if config.size_penalty and self.rank == 0:  # counted once over the ranks
@@ -332,27 +333,50 @@ class _MaskRun:
             per_task = all_reduce_sum(per_task)
         if config.max_grad_norm > 0:
             clip_per_task(self.parameters, config.max_grad_norm)
+        # A non-finite loss is found when the losses are read back (`flush`), which raises before
+        # anything is written; until then the step's values stay on the device.
         self.optimizer.step()
-        kept = (logits.detach() >= 0).sum(dim=(1, 2)).tolist()
-        losses = per_task.detach().tolist()
-        for name, task_loss, n_kept in zip(self.names, losses, kept):
-            self.history.append(
-                {"step": step + 1, "task": name, "loss": task_loss, "tau": tau, "lr": lr, "n_kept": n_kept}
-            )
-        return {
-            "loss": f"{sum(losses) / len(losses):.3f}",
+        self.pending.append((step, tau, lr, per_task, (logits.detach() >= 0).sum(dim=(1, 2))))
+        if (step + 1) % config.log_every == 0 or step + 1 == config.steps:
+            self.flush()
+        return self.postfix
+
+    def flush(self) -> None:
+        """Read the pending steps' losses and heads kept back from the device (one synchronisation),
+        append them to the history and refresh the progress bar's postfix; a ValueError naming the
+        first step whose loss is not finite."""
+        if not self.pending:
+            return
+        losses = torch.stack([p[3] for p in self.pending]).double()
+        kept = torch.stack([p[4] for p in self.pending]).double()
+        values, counts = torch.stack([losses, kept]).tolist()
+        pending, self.pending = self.pending, []
+        for (step, tau, lr, _, _), task_losses, task_kept in zip(pending, values, counts):
+            check_finite_loss(sum(task_losses), step, self.names)
+            for name, task_loss, n_kept in zip(self.names, task_losses, task_kept):
+                self.history.append(
+                    {"step": step + 1, "task": name, "loss": task_loss, "tau": tau, "lr": lr, "n_kept": int(n_kept)}
+                )
+        kept_now = [int(k) for k in task_kept]
+        self.postfix = {
+            "loss": f"{sum(task_losses) / len(task_losses):.3f}",
             "tau": f"{tau:.2f}",
-            "kept": kept[0] if self.single else kept,
+            "kept": kept_now[0] if self.single else kept_now,
         }
 
     def checkpoint(self, out: Path, step: int) -> None:
         """The logits of `step` (the trajectory) and the resume state, each written atomically."""
+        self.flush()
         tensors = {"logits": self.logits.detach().cpu().contiguous()}
         if self.mlp_logits is not None:
             tensors["mlp_logits"] = self.mlp_logits.detach().cpu().contiguous()
         folder = out / _CHECKPOINTS
         # The model each checkpoint belongs to (structure and weights hash): readers refuse another model's.
-        meta = {"step": str(step), "tasks": "\n".join(self.names), "model": json.dumps(self.identity["model"])}
+        meta = {
+            "step": str(step),
+            "tasks": "\n".join(self.names),
+            "model": json.dumps(model_identity(self.identity["model"])),
+        }
         write_safetensors(folder / f"logits_step{step:07d}.safetensors", tensors, meta)
         state = {
             "step": step,
@@ -367,6 +391,7 @@ class _MaskRun:
 
     def results(self, out: Path | None) -> dict[str, TrainResult]:
         """The trained masks (written to `out` when given), with the run's advice as warnings."""
+        self.flush()
         config, model = self.config, self.model
         model_fp = fingerprint(model)
         n_total = model.cfg.n_layers * model.cfg.n_heads

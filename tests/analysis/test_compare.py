@@ -84,7 +84,11 @@ def test_compare_methods_refuses_bad_input(llama):
         compare_methods(llama, echo_task(), ["random"], k_max=1, n_eval=2, planted="yes", generate=False)
 
 
-def test_cli_compare_methods_on_the_organism(tmp_path, capsys):
+def test_cli_compare_methods_on_the_organism(tmp_path, capsys, monkeypatch):
+    import torch
+
+    threads = []  # the organism runs on one thread unless --threads says otherwise (as headsup demo)
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
     out = tmp_path / "cmp"
     code = main(
         [
@@ -110,6 +114,7 @@ def test_cli_compare_methods_on_the_organism(tmp_path, capsys):
         ]
     )
     assert code == 0, capsys.readouterr().err
+    assert threads == [1]
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary.method) == ["random", "attribution_patching"]
     assert summary.auroc.between(0, 1).all() and (summary.n_planted == 12).all()

@@ -177,3 +177,14 @@ def test_prompts_with_unencodable_characters_or_beyond_the_context_are_refused(l
         removal_sweep(llama, "héllo", [(0, 0)], max_new_tokens=0)
     with pytest.raises(ValueError, match="more than the model's context of 256"):
         removal_sweep(llama, "a" * 300, [(0, 0)], max_new_tokens=0)
+
+
+def test_progress_false_hides_the_sweeps_bar(llama, monkeypatch, capsys):
+    import headsup_lens._progress as progress_module
+
+    monkeypatch.setattr(progress_module, "DELAY_S", 0.0)
+    order = random_order(llama)[:3]
+    removal_sweep(llama, PROMPT, order, max_new_tokens=2)
+    assert "removal sweep" in capsys.readouterr().err
+    removal_sweep(llama, PROMPT, order, max_new_tokens=2, progress=False)
+    assert capsys.readouterr().err == ""

@@ -96,19 +96,31 @@ def test_the_option_is_named_as_typed(tmp_path, capsys):
     from headsup_lens.cli._main import one_line
     from headsup_lens.options import given
 
-    args = build_parser("train").parse_args(["train", "--task", "t", "--out", "o", "--max_grad_norm", "-1"])
+    args = build_parser("train").parse_args(["train", "--task", "t", "--out", "o", "--max_grad_norm", "2"])
     options = given(args)
     assert options.typed == {"task": "--task", "out": "--out", "train.max_grad_norm": "--max_grad_norm"}
     assert options.within("train") == {"max_grad_norm"}
     assert one_line(ValueError("max_grad_norm must be >= 0"), args.config, options) == "--max_grad_norm must be >= 0"
+    # a value the config refuses is a usage error while the command line is read, named as typed
+    with pytest.raises(SystemExit) as refused:
+        build_parser("train").parse_args(["train", "--task", "t", "--out", "o", "--max_grad_norm", "-1"])
+    assert refused.value.code == 2 and "--max_grad_norm must be >= 0" in capsys.readouterr().err
+
+
+def exit_code(argv: list[str]) -> int:
+    """`headsup ARGV`'s exit code: what `main` returns, or the code of a usage error (argparse exits)."""
+    try:
+        return main(argv)
+    except SystemExit as error:
+        return int(error.code or 0)
 
 
 def test_compare_methods_names_n_eval_not_the_argument_it_is_passed_on_as(tmp_path, capsys):
     """`--n-eval 0` used to fail after every method had run, as "n_examples must be >= 1"."""
     out = tmp_path / "out"
-    code = main(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--n-eval", "0"])
+    code = exit_code(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--n-eval", "0"])
     err = capsys.readouterr().err
     assert code == 2 and "--n-eval must be >= 1" in err and "n_examples" not in err
-    code = main(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--n-examples", "0"])
+    code = exit_code(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--n-examples", "0"])
     assert code == 2 and "--n-examples must be >= 1" in capsys.readouterr().err
     assert not out.exists()

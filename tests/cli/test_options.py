@@ -21,7 +21,6 @@ def _all_parsers():
             choices = getattr(action, "choices", None)
             for child_name, child in choices.items() if isinstance(choices, dict) else []:
                 if isinstance(child, OptionParser):
-                    child._preprocessing([])
                     pending.append((f"{name} {child_name}", child))
 
 
@@ -53,7 +52,7 @@ def test_repeated_list_options_keep_every_value():
     args = parser.parse_args(["--task", "a", "--task", "b", "c", "--out", "x"])
     assert args.config.task == ["a", "b", "c"]
     sweep = command_parsers()["sweep"]
-    args = sweep.parse_args(["--prompt", "p", "--out", "o", "--target", "x", "--target", "y"])
+    args = sweep.parse_args(["--prompt", "p", "--out", "o", "--order", "random", "--target", "x", "--target", "y"])
     assert args.config.target == ["x", "y"]
     demo = command_parsers()["demo"]
     assert demo.parse_args(["--task", "organism/reverse"]).config.tasks == ["organism/reverse"]
@@ -62,7 +61,9 @@ def test_repeated_list_options_keep_every_value():
 
 def test_negative_flags(tmp_path):
     parsers = command_parsers()
-    assert parsers["sweep"].parse_args(["--prompt", "p", "--out", "o", "--no-png"]).config.png is False
+    sweep = ["--prompt", "p", "--out", "o", "--order", "random"]
+    assert parsers["sweep"].parse_args([*sweep, "--no-png"]).config.png is False
+    assert parsers["sweep"].parse_args([*sweep, "--png", "false"]).config.png is False  # the older spelling
     assert (
         parsers["evaluate"]
         .parse_args(["--task", "t", "--mask", "m", "--out", "o", "--no-generate"])
@@ -104,3 +105,29 @@ def test_evaluate_options_are_the_library_config():
     expected = EvalConfig(alpha=0.5, settings=("masked", "random mask"), text_metrics="on")
     assert args.config.evaluation == expected
     assert args.no_progress  # the one switch of every bar (`main` holds it off), not a field of the config
+
+
+@pytest.mark.parametrize("command", sorted(LAZY))
+def test_every_command_help_imports_no_torch(command):
+    code = (
+        "import sys; from headsup_lens.cli._main import build_parser;"
+        f"build_parser({command!r}).commands[{command!r}].format_help();"
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_version_and_flags_read_like_the_user_types_them(capsys):
+    from headsup_lens import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"headsup {__version__}"
+    text = command_parsers()["evaluate"].format_help()
+    assert "--generate, --no-generate" in text and " bool" not in text and "[str]" not in text
+    for section in ("Model:", "Data:", "Evaluation:"):
+        assert f"\n{section}\n" in text, section
+    assert "EvaluateCommand" not in text and "['config" not in text
+    train = command_parsers()["train"].format_help()
+    assert "\nTraining:\n" in train and "--progress" not in train  # the one --no-progress switch of every bar

@@ -127,3 +127,25 @@ def test_demo_prints_never_not_none(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "target becomes top-1 never; continuation first changes after 3" in out
     assert "None" not in out and "nan" not in out.lower()
+
+
+def test_p_values_below_a_thousandth_read_as_such_and_settings_cells_do_not_wrap():
+    import pandas as pd
+
+    from headsup_lens.demo._report import Report, format_p_value
+
+    assert [format_p_value(p) for p in (0.0, 1e-9, 0.0004, 0.0012, 0.5, 1.0)] == [
+        "< 0.001",
+        "< 0.001",
+        "< 0.001",
+        "0.001",
+        "0.500",
+        "1.000",
+    ]
+    assert format_p_value(float("nan")) == "—"
+    report = Report("r")
+    report.table(pd.DataFrame({"p": ["< 0.001"]}), nowrap=True)
+    report.table(pd.DataFrame({"text": ["a long sentence"]}))
+    page = report.to_html()
+    assert "<div class='table-wrap nowrap'>" in page and "<div class='table-wrap'>" in page
+    assert ".nowrap td { white-space: nowrap; }" in page and "0.000" not in page

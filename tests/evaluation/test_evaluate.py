@@ -252,6 +252,7 @@ def _interrupt_after(monkeypatch, n: int) -> list[str]:
     return ran
 
 
+@pytest.mark.filterwarnings("error::DeprecationWarning")  # pandas 3 deprecates float_precision
 def test_an_interrupted_evaluation_resumes_and_writes_one_complete_set(planted, tmp_path, monkeypatch):
     task, mask = planted_task(), HeadMask(planted_mask())
     config = EvalConfig(progress=False)

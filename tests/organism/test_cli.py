@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from headsup_lens.cli import main
 
 
@@ -55,11 +57,13 @@ def test_train_then_check(tmp_path, capsys):
 
 
 def test_unknown_task_is_a_clear_error(tmp_path, capsys):
-    code = main(["organism", "train", "--output", str(tmp_path), "--tasks", "sing", "--quiet", "true"])
-    assert code == 2 and "unknown organism task" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # a usage error: the recipe is checked as the options are read
+        main(["organism", "train", "--output", str(tmp_path), "--tasks", "sing", "--quiet", "true"])
+    assert exit_info.value.code == 2 and "unknown organism task" in capsys.readouterr().err
 
 
 def test_check_refuses_no_words_before_loading_the_model(capsys):
-    code = main(["organism", "check", "--model", "no-such-model", "--n-words", "0"])
+    with pytest.raises(SystemExit) as exit_info:  # a usage error: checked as the options are read
+        main(["organism", "check", "--model", "no-such-model", "--n-words", "0"])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "--n-words must be at least 1" in err and "got 0" in err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "--n-words must be >= 1" in err and "got 0" in err

@@ -9,7 +9,8 @@ import torch
 from headsup_lens import fingerprint
 from headsup_lens.data import load_task
 from headsup_lens.masks import HeadMask
-from headsup_lens.reproduce import ExperimentOptions, agreement, bake_comparison, open_experiment
+from headsup_lens.reproduce import ExperimentOptions, open_experiment
+from headsup_lens.reproduce._bake import agreement, bake_comparison
 
 from ..conftest import build_llama_dir
 

@@ -3,6 +3,7 @@ output set per run, and the mask cache keyed by recipe and model fingerprint."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -82,10 +83,9 @@ def test_output_root_and_model_slug(tmp_path):
 def test_bad_options_are_refused_before_any_work_naming_the_option(changes, message):
     from headsup_lens.options import name_options
 
-    config = replace(ExperimentOptions(), **changes)
-    with pytest.raises(ValueError) as error:
-        check_options(config)
-    assert name_options(str(error.value), config, Given()).startswith(message)
+    with pytest.raises(ValueError) as error:  # the values when the options are built, the folder after
+        check_options(replace(ExperimentOptions(), **changes))
+    assert name_options(str(error.value), ExperimentOptions, Given()).startswith(message)
 
 
 def test_a_folder_holds_one_models_outputs(model_dir, other_dir, tmp_path):
@@ -191,7 +191,7 @@ def test_tasks_default_to_the_organisms_and_a_task_is_required_elsewhere(model_d
     with open_experiment("demo_script", options(model_dir, tmp_path), tmp_path) as xp:
         with pytest.raises(ValueError, match="--task is required for --model"):
             xp.task()
-        xp.options.task = "organism/reverse"
+        xp.options = dataclasses.replace(xp.options, task="organism/reverse")
         assert [t.name for t in xp.tasks()] == ["organism/reverse"]
         assert xp.train_config().steps == 3 and xp.train_config(negative=True).init_mean == -3.0
         assert xp.train_config().lr == TrainConfig.paper().lr  # not the organism: the paper's schedule

@@ -13,7 +13,7 @@ from headsup_lens import load_model
 from headsup_lens.data import Task, fewshot
 from headsup_lens.evaluation import accuracy, answer_loss
 from headsup_lens.masks import HeadMask
-from headsup_lens.reproduce import (
+from headsup_lens.reproduce._fewshot import (
     fewshot_hybrid_task,
     fewshot_rows,
     fewshot_summary,

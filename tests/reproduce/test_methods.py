@@ -9,7 +9,7 @@ import pytest
 
 from headsup_lens import load_model, load_task
 from headsup_lens.analysis import HeadScores
-from headsup_lens.reproduce import auroc_table, compare_methods_on_tasks, learned_rankings, ranking_table
+from headsup_lens.reproduce._methods import auroc_table, compare_methods_on_tasks, learned_rankings, ranking_table
 from headsup_lens.training import TrainConfig
 
 METHODS = ["learned_mask", "random", "attribution_patching"]

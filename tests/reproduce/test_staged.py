@@ -14,12 +14,11 @@ import pytest
 from headsup_lens import EvalConfig, evaluate, load_model
 from headsup_lens.data import load_task
 from headsup_lens.masks import HeadMask
-from headsup_lens.reproduce import (
-    ExperimentOptions,
+from headsup_lens.reproduce import ExperimentOptions, open_experiment
+from headsup_lens.reproduce._staged import (
     add_seed_rows,
     analyze_task,
     combine_tables,
-    open_experiment,
     seed0_tasks,
     seed_masks,
     select_tasks,

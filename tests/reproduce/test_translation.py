@@ -12,11 +12,10 @@ import pytest
 
 import headsup_lens as hl
 from headsup_lens.evaluation import paper_rouge_l
-from headsup_lens.reproduce import (
+from headsup_lens.reproduce import ExperimentOptions, open_experiment
+from headsup_lens.reproduce._translation import (
     ECHO,
-    ExperimentOptions,
     fig2_sweeps,
-    open_experiment,
     scan_summary,
     scan_translation,
     table1_rows,

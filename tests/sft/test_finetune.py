@@ -360,7 +360,7 @@ def test_a_run_folder_records_the_model_and_refuses_another(llama_dir, tmp_path)
     print_ = fingerprint(base)
     finetune_(base, tasks(), config(method="lora", steps=2), out_dir=out)
     recorded = json.loads((out / "run.json").read_text())
-    assert recorded["model"] == [*print_.structural(), print_.content_hash]
+    assert recorded["model"] == print_.to_dict()
     other = load_model(str(random_llama_dir(tmp_path / "other", seed=1)), dtype="float32")
     before = weights(other)
     with pytest.raises(ValueError, match=r"holds a fine-tuning run that differs from this one in model"):

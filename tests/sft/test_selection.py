@@ -4,6 +4,7 @@ tiny random model (runs, resumes, refuses another study's folder)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,7 @@ import torch
 from headsup_lens.data import load_task
 from headsup_lens.evaluation import answer_loss
 from headsup_lens.models import load_model
+from headsup_lens.reproduce._sft import organism_selection, smollm2_selection
 from headsup_lens.sft import (
     FinetuneConfig,
     SelectionConfig,
@@ -31,11 +33,11 @@ from headsup_lens.sft import (
 
 def small(**overrides) -> SelectionConfig:
     settings = dict(steps=2, probe_steps=2, eval_examples=4, pattern_examples=4, train_pairs=8, seeds=1, draws=2)
-    return SelectionConfig.organism(**{**settings, **overrides})
+    return organism_selection(**{**settings, **overrides})
 
 
 def test_the_presets_are_the_studies_of_the_script():
-    organism = SelectionConfig.organism()
+    organism = organism_selection()
     assert (organism.steps, organism.probe_steps, organism.eval_examples, organism.pattern_examples) == (
         40,
         30,
@@ -49,7 +51,7 @@ def test_the_presets_are_the_studies_of_the_script():
     assert organism.run_config(1) == FinetuneConfig(
         batch_size=16, lr=1e-3, steps=40, seed=1, pattern_examples=1, accuracy=False, progress=False
     )
-    smollm2 = SelectionConfig.smollm2(seed=3)
+    smollm2 = smollm2_selection(seed=3)
     assert smollm2.run_config(0).method == "lora" and smollm2.run_config(0).batch_size == 8
     assert smollm2.probe_config().seed == 3 and smollm2.train_pairs == 200
     settings = smollm2.settings(["synonym"])
@@ -187,3 +189,23 @@ def test_a_study_runs_ranks_resumes_and_keeps_its_folder(llama_dir, tmp_path):
     assert not lines and again.runs.equals(runs) and again.ranking.equals(ranking)
     with pytest.raises(ValueError, match="other settings"):
         data_selection(load, candidates, targets, dataclasses.replace(config, k=1), tmp_path / "runs")
+
+
+def test_the_study_configs_are_frozen_and_checked_when_built_or_replaced():
+    config = small()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.k = 3  # type: ignore[misc]
+    for field, value, message in (
+        ("steps", 0, "steps must be >= 1, got 0"),
+        ("k", 8, "k must be <= 7, got 8"),  # the organism has eight candidates: one may be the target
+        ("train_pairs", 0, "train_pairs must be >= 1, got 0"),
+        ("seed", -1, "seed must be >= 0, got -1"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            dataclasses.replace(config, **{field: value})
+    recipe = FinetuneConfig.lora()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recipe.lr = 1.0  # type: ignore[misc]
+    with pytest.raises(ValueError, match=re.escape("lora_rank must be > 0, got 0")):
+        dataclasses.replace(recipe, lora_rank=0)
+    assert dataclasses.replace(recipe, pattern_steps=(3, 1, 3)).pattern_steps == (1, 3)

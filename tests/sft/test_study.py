@@ -11,18 +11,17 @@ import torch
 from headsup_lens.data import Task
 from headsup_lens.masks import HeadMask
 from headsup_lens.models import load_model
+from headsup_lens.reproduce._sft import base_organism, organism_sft_config, smollm2_sft_config
 from headsup_lens.sft import (
     FinetuneConfig,
     FinetuneResult,
     composition_fits,
     held_out_outputs,
     mask_overlap,
-    organism_sft_config,
     pattern_changes,
     pattern_dynamics,
     run_changes,
     run_tables,
-    smollm2_sft_config,
     statistics_before_after,
     task_grouping,
 )
@@ -152,7 +151,5 @@ def test_the_two_recipes_of_the_script():
 
 def test_the_base_organism_is_found_where_it_was_trained(tmp_path, llama_dir):
     """A folder that holds a model is taken as it is (nothing trained)."""
-    from headsup_lens.sft import base_organism
-
     assert base_organism(llama_dir) == llama_dir
     assert load_model(str(llama_dir)).cfg.n_layers == 2

@@ -15,7 +15,6 @@ from headsup_lens.training import (
     StepTimer,
     TrainConfig,
     check_finite_loss,
-    check_same_run,
     load_state,
     run_steps,
     save_state,
@@ -78,7 +77,7 @@ def test_every_trainer_uses_the_one_schedule():
 def test_recipes_with_non_finite_numbers_are_refused():
     for bad in (dict(lr=math.inf), dict(min_lr=math.nan), dict(tau_end=math.inf)):
         with pytest.raises(ValueError, match=f"{next(iter(bad))} must be finite"):
-            TrainConfig(**bad).validate()
+            TrainConfig(**bad)
     with pytest.raises(ValueError, match="lr must be finite"):
         OrganismConfig(lr=math.inf)
     with pytest.raises(ValueError, match="warmup_steps must be >= 0"):
@@ -129,17 +128,7 @@ def test_the_sampler_is_a_permutation_per_epoch_and_stateless_in_the_step():
         BatchSampler(0, 4, seed=0, name="t")
 
 
-def test_run_identity_differences_are_named_and_states_round_trip(tmp_path):
-    saved = {"recipe": {"lr": 0.1, "steps": 3}, "tasks": ["a"], "data": "x", "model": [1], "version": "1"}
-    check_same_run(saved, dict(saved), tmp_path)
-    other = {**saved, "recipe": {"lr": 0.05, "steps": 3}, "data": "y", "model": [2]}
-    with pytest.raises(ValueError) as caught:
-        check_same_run(saved, other, tmp_path, what="fine-tuning run", fresh="resume=False")
-    message = str(caught.value)
-    assert "holds a fine-tuning run that differs from this one in" in message
-    assert "recipe.lr (0.1 there, 0.05 here)" in message and "training data (its content hash)" in message
-    assert "model" in message and "(resume=False)" in message
-
+def test_states_round_trip(tmp_path):
     state = {"step": 3, "weights": {"w": torch.arange(4.0)}, "history": [{"step": 1, "loss": 0.5}]}
     save_state(tmp_path / "state.pt", state)
     back = load_state(tmp_path / "state.pt")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,8 +65,15 @@ def test_schedules_match_the_paper():
     assert config.tau_at(0) == 4.0 and config.tau_at(20) == pytest.approx((4.0 + 0.05) / 2)
     assert config.tau_at(40) == config.tau_at(99) == 0.05
     assert TrainConfig.negative_init().init_mean == -3.0 and TrainConfig.fast().steps < 1000
-    with pytest.raises(ValueError, match="steps must be positive"):
-        TrainConfig(steps=0).validate()
+    with pytest.raises(ValueError, match="steps must be > 0, got 0"):
+        TrainConfig(steps=0)
+    fast = TrainConfig.fast()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.steps = 5  # type: ignore[misc]
+    with pytest.raises(ValueError, match=re.escape("min_lr must be in (0, lr], got 1.0")):
+        fast.replace(min_lr=1.0)  # checked again: replace builds a new config
+    with pytest.raises(ValueError, match="warmup_frac must be in \\[0, 1\\), got 1.0; tau_end must be > 0"):
+        TrainConfig(warmup_frac=1.0, tau_end=0.0)  # every field out of range is named at once
 
 
 def test_answer_logits_equal_full_logits_at_answer_positions(llama):
@@ -232,7 +241,7 @@ def test_clipping_changes_training_and_can_be_turned_off(planted):
     free = train_mask(planted, planted_task(), config.replace(max_grad_norm=0.0))
     assert not torch.equal(clipped.mask.logits, free.mask.logits)
     with pytest.raises(ValueError, match="max_grad_norm"):
-        TrainConfig(max_grad_norm=-1.0).validate()
+        TrainConfig(max_grad_norm=-1.0)
 
 
 def test_resume_refuses_a_run_on_other_data_and_names_the_difference(planted, tmp_path):
@@ -315,3 +324,21 @@ def test_activation_checkpointing_is_refused_where_the_bridge_must_run(llama):
     config = TrainConfig(steps=1, activation_checkpointing=True, gate="query", progress=False)
     with pytest.raises(ValueError, match="direct forward pass"):
         train_mask(llama, task, config)
+
+
+def test_reading_losses_back_every_n_steps_changes_nothing(planted, tmp_path):
+    """Losses stay on the device between read-backs: the history, checkpoints and mask are the
+    same whether they are read back after every step or every 7 (a number that divides neither
+    the steps nor the checkpoint interval)."""
+    task = planted_task()
+    config = TrainConfig(**{**QUICK, "steps": 12, "checkpoint_every": 5})
+    every = train_mask(planted, task, config.replace(log_every=1), out_dir=tmp_path / "one")
+    seldom = train_mask(planted, task, config.replace(log_every=7), out_dir=tmp_path / "seven")
+    assert every.history.equals(seldom.history) and len(seldom.history) == 12
+    assert torch.equal(every.mask.logits, seldom.mask.logits)
+    assert load_trajectory(tmp_path / "seven")[0] == [5, 10, 12]
+
+
+def test_log_every_must_be_positive():
+    with pytest.raises(ValueError, match="log_every must be >= 1"):
+        TrainConfig(log_every=0).validate()

@@ -152,5 +152,5 @@ def test_internal_calls_are_checked_too():
 
 
 def test_no_helper_leaks_into_the_public_namespace():
-    assert "lazy_exports" not in dir(headsup_lens)
-    assert not hasattr(headsup_lens, "lazy_exports")
+    assert dir(headsup_lens) == headsup_lens.__all__
+    assert not hasattr(headsup_lens, "attach_stub") and "lazy_loader" not in dir(headsup_lens)

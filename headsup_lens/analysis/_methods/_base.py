@@ -27,7 +27,7 @@ from ..._formats import Fields, read_json
 from ..._io import atomic_write_json
 from ..._progress import progress
 from ..._typecheck import checked
-from ..._validate import check_choice, check_float, check_int, check_shape, check_tensor, describe
+from ..._validate import check_choice, check_float, check_int, check_shape, check_tensor, describe, registrar
 from ...data import Task, TaskBatch, tokenize_pairs
 from ...gates import gate_hooks
 from ...masks import Head, HeadMask
@@ -201,14 +201,7 @@ METHODS: dict[str, HeadMethod] = {}
 @checked
 def register_method(name: str, description: str) -> Callable[[MethodFn], MethodFn]:
     """Register `run(context, **options) -> (scores, settings)` as a head-finding method; names are unique."""
-
-    def register(run: MethodFn) -> MethodFn:
-        if name in METHODS:
-            raise ValueError(f"head-finding method {name!r} is registered twice")
-        METHODS[name] = HeadMethod(name, run, description)
-        return run
-
-    return register
+    return registrar(METHODS, "head-finding method", name, lambda run: HeadMethod(name, run, description))
 
 
 def example_batch(model: TransformerBridge, task: Task, split: str, n_examples: int | None) -> TaskBatch:

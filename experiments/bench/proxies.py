@@ -1,0 +1,252 @@
+"""CPU proxies of GPU speed: host synchronisations and profiled operations per decoding pass and per
+mask-training step, the library against plain `transformers` doing the same work.
+
+On a GPU every host synchronisation stalls the stream and every operation is a kernel launch; on a
+CPU the matrix products hide both, so wall time on a CPU says little about them. This counts them:
+- host synchronisations: calls that would make the host wait for the device on a GPU, counted by
+  wrapping `Tensor.item`, `.tolist`, `.cpu`, `.numpy`, `bool(t)`, `int(t)`, `float(t)`,
+  `.nonzero`, `torch.nonzero`, `torch.unique` (an upper bound on a CPU: a call on a tensor that
+  would stay on the host on a GPU is counted too);
+- operations: `aten::` events recorded by `torch.profiler` (each a kernel launch or more on a GPU);
+- passes: calls of the model's token embedding (one per forward pass).
+Sections:
+- sweep: `removal_sweep` (`--sweep-steps` rows x `--new-tokens` greedy tokens) vs batched greedy
+  decoding of the same rows in plain transformers (`_plain.PlainModel.greedy`); per decoding pass.
+- train: `train_mask` steps (the count of 2 + N steps minus that of 2 steps, over N) vs the same
+  rows' forward and backward in plain transformers (`PlainModel.train_step`); per step.
+
+    python experiments/bench/proxies.py --models smollm2
+    python experiments/bench/proxies.py --models smollm2 --out figures/bench/proxies_smollm2
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+from _plain import PlainModel, label, load, word_task
+
+from headsup_lens import removal_sweep
+from headsup_lens.analysis import random_order, sweep_masks
+from headsup_lens.data import Task, encode_pairs, load_task
+from headsup_lens.gates import native_options
+from headsup_lens.models import encode, pad_token_id, prompt_format, stop_token_ids
+from headsup_lens.objective import length_batches
+from headsup_lens.options import parse
+from headsup_lens.training import TrainConfig, left_tail_gumbel, train_mask
+
+SECTIONS = ("sweep", "train")
+
+# (owner, attribute): every call of these counts as one host synchronisation.
+_SYNC_POINTS = [
+    (torch.Tensor, name)
+    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero")
+] + [(torch, "nonzero"), (torch, "unique")]
+
+
+@dataclass
+class Options:
+    """Options of the proxy benchmark."""
+
+    models: list[str] = field(default_factory=lambda: ["smollm2"])
+    """Models: `smollm2`, `organism`, a Hugging Face directory, or a shape with random weights (`qwen0.5b`, ...)."""
+    sections: list[str] = field(default_factory=lambda: list(SECTIONS))
+    """What to count: sweep, train."""
+    device: str | None = None
+    """Device (default: cuda when available)."""
+    dtype: str | None = None
+    """Model dtype (default: bf16 on CUDA, fp32 on CPU)."""
+    sweep_steps: int = 64
+    """Sweep rows: steps 0..N-1 of a random removal order."""
+    new_tokens: int = 20
+    """Greedy tokens per sweep step."""
+    prompt: str = "the garden"
+    """The sweep's user text (wrapped in the model's prompt format)."""
+    task: str = "antonym"
+    """Task of the training section (`reverse`: a made-up word task, also used when the data is missing)."""
+    train_steps: int = 4
+    """N: per-step counts are (counts of 2 + N steps - counts of 2 steps) / N."""
+    gpu_path: bool = False
+    """Count the path a GPU takes (no prefix sharing across rows: `native_options(prefix_sharing=False)`)."""
+    out: str | None = None
+    """Folder for proxies.csv; nothing is written without it."""
+
+
+@dataclass
+class Counts:
+    syncs: int = 0
+    ops: int = 0
+    passes: int = 0
+
+
+@contextlib.contextmanager
+def counting(embedding: torch.nn.Module, profile: bool = True) -> Iterator[Counts]:
+    """Count host synchronisations, `aten::` operations and forward passes inside the block."""
+    counts = Counts()
+    originals = [(owner, name, getattr(owner, name)) for owner, name in _SYNC_POINTS]
+
+    def wrap(fn):
+        def counted(*args, **kwargs):
+            counts.syncs += 1
+            return fn(*args, **kwargs)
+
+        return counted
+
+    for owner, name, fn in originals:
+        setattr(owner, name, wrap(fn))
+    handle = embedding.register_forward_pre_hook(lambda *_: setattr(counts, "passes", counts.passes + 1))
+    profiler = (
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        if profile
+        else contextlib.nullcontext()
+    )
+    try:
+        with profiler as prof:
+            yield counts
+    finally:
+        for owner, name, fn in originals:
+            setattr(owner, name, fn)
+        handle.remove()
+    if prof is not None:
+        counts.ops = sum(1 for event in prof.events() if event.name.startswith("aten::"))
+
+
+def raw_embedding(model) -> torch.nn.Module:
+    module = model.embed
+    while getattr(module, "original_component", None) is not None:
+        module = module.original_component
+    return module
+
+
+def task_for(name: str, n_train: int = 16) -> Task:
+    task = word_task()
+    if name != "reverse":
+        try:
+            task = load_task(name)
+        except ValueError as error:
+            print(f"  ... {error}; using a made-up word task instead", file=sys.stderr)
+    pairs = [task.pairs[i] for i in task.split_indices("train")][:n_train]
+    return Task.from_pairs(task.name, pairs, n_eval=0)
+
+
+def sweep_section(model, plain: PlainModel, options: Options) -> list[dict]:
+    device = torch.device(model.cfg.device)
+    order = random_order(model, seed=0)[: options.sweep_steps - 1]
+    rows = len(order) + 1
+    template = prompt_format(model)
+    ids = torch.tensor([encode(model, template.format(options.prompt), add_bos=template.add_bos)], device=device)
+    masks = sweep_masks(order, list(range(rows)), (model.cfg.n_layers, model.cfg.n_heads))
+    stops = stop_token_ids(model)
+    removal_sweep(model, options.prompt, order[:2], max_new_tokens=2)  # warm-up
+    plain.greedy(ids, None, masks[:1], 2, stops)
+    out = []
+    with counting(raw_embedding(model)) as ours:
+        removal_sweep(model, options.prompt, order, max_new_tokens=options.new_tokens, batch_size=rows)
+    with counting(plain.hf.model.embed_tokens) as theirs:
+        plain.greedy(ids.expand(rows, -1).contiguous(), None, masks, options.new_tokens, stops)
+    for who, c in (("library", ours), ("plain", theirs)):
+        out.append(
+            {
+                "section": "sweep",
+                "who": who,
+                "work": f"{rows} rows x {options.new_tokens} tokens",
+                "passes": c.passes,
+                "syncs": c.syncs,
+                "ops": c.ops,
+                "syncs_per_unit": c.syncs / max(1, c.passes),
+                "ops_per_unit": c.ops / max(1, c.passes),
+                "unit": "decoding pass",
+            }
+        )
+    return out
+
+
+def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
+    device = torch.device(model.cfg.device)
+    task = task_for(options.task)
+    pad = pad_token_id(model)
+    rows = encode_pairs(model, list(task.pairs))
+    groups = length_batches(model, rows)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+
+    def steps(n: int) -> Counts:
+        with warnings.catch_warnings(), counting(raw_embedding(model)) as counts:
+            warnings.simplefilter("ignore")
+            train_mask(model, task, TrainConfig(steps=n, checkpoint_every=0, progress=False))
+        return counts
+
+    steps(1)  # warm-up
+    short, long = steps(2), steps(2 + options.train_steps)
+    n = options.train_steps
+    logits = torch.full((len(rows), n_layers, n_heads), 4.0, device=device, requires_grad=True)
+    noise = left_tail_gumbel((len(rows), n_layers, n_heads), torch.Generator().manual_seed(0)).to(device)
+    plain.train_step(rows, groups, logits, noise, 4.0, pad)  # warm-up
+    with counting(plain.hf.model.embed_tokens) as theirs:
+        plain.train_step(rows, groups, logits, noise, 4.0, pad)
+    work = f"batch {len(rows)}, {len(groups)} pass(es) per step"
+    return [
+        {
+            "section": "train",
+            "who": "library",
+            "work": work,
+            "passes": (long.passes - short.passes) / n,
+            "syncs": long.syncs - short.syncs,
+            "ops": long.ops - short.ops,
+            "syncs_per_unit": (long.syncs - short.syncs) / n,
+            "ops_per_unit": (long.ops - short.ops) / n,
+            "unit": "training step",
+        },
+        {
+            "section": "train",
+            "who": "plain",
+            "work": work,
+            "passes": theirs.passes,
+            "syncs": theirs.syncs,
+            "ops": theirs.ops,
+            "syncs_per_unit": theirs.syncs,
+            "ops_per_unit": theirs.ops,
+            "unit": "training step (forward and backward only)",
+        },
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    options, _ = parse(Options, argv, prog="proxies.py", description=__doc__)
+    unknown = set(options.sections) - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
+    torch.set_num_threads(1)
+    os.environ["HEADSUP_PROGRESS"] = "0"
+    rows = []
+    sharing = False if options.gpu_path else None
+    with tempfile.TemporaryDirectory() as scratch, native_options(prefix_sharing=sharing):
+        for name in options.models:
+            model, directory = load(name, Path(scratch), options.device, options.dtype)
+            plain = PlainModel(directory, torch.device(model.cfg.device), model.cfg.dtype)
+            for section in options.sections:
+                found = (
+                    sweep_section(model, plain, options) if section == "sweep" else train_section(model, plain, options)
+                )
+                rows += [{"model": label(name), **row} for row in found]
+            del model, plain
+    table = pd.DataFrame(rows)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    if options.out is not None:
+        out = Path(options.out)
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "proxies.csv", index=False)
+        (out / "options.txt").write_text(repr(asdict(options)) + "\n")
+        print(f"wrote {out / 'proxies.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

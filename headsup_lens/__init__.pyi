@@ -1,0 +1,47 @@
+# The public names of `headsup_lens`: its one export list. At run time `lazy_loader` reads it
+# (`__all__`, each name imported on first use); type checkers and the API reference read it as the module.
+
+from . import analysis as analysis
+from . import data as data
+from . import evaluation as evaluation
+from . import gates as gates
+from . import masks as masks
+from . import models as models
+from . import objective as objective
+from . import organism as organism
+from . import plots as plots
+from . import reproduce as reproduce
+from . import sft as sft
+from . import training as training
+from ._formats import FileFormatError as FileFormatError
+from ._io import FolderInUse as FolderInUse
+from ._version import __version__ as __version__
+from .analysis import activation_pattern as activation_pattern
+from .analysis import attention_on_target as attention_on_target
+from .analysis import compare_methods as compare_methods
+from .analysis import head_scores as head_scores
+from .analysis import layer_similarity as layer_similarity
+from .analysis import logit_lens as logit_lens
+from .analysis import pathway_heads as pathway_heads
+from .analysis import removal_sweep as removal_sweep
+from .data import Task as Task
+from .data import load_task as load_task
+from .data import translation_task as translation_task
+from .evaluation import EvalConfig as EvalConfig
+from .evaluation import evaluate as evaluate
+from .gates import query_gate as query_gate
+from .gates import value_gate as value_gate
+from .masks import HeadMask as HeadMask
+from .masks import bake as bake
+from .masks import random_jaccard as random_jaccard
+from .models import ModelFingerprint as ModelFingerprint
+from .models import PromptFormat as PromptFormat
+from .models import fingerprint as fingerprint
+from .models import load_model as load_model
+from .models import prompt_format as prompt_format
+from .models import set_prompt_format as set_prompt_format
+from .sft import FinetuneConfig as FinetuneConfig
+from .sft import finetune_ as finetune_
+from .training import TrainConfig as TrainConfig
+from .training import train_mask as train_mask
+from .training import train_masks as train_masks

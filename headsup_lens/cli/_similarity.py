@@ -1,0 +1,74 @@
+"""`headsup similarity`: per-layer cosine similarity of settings to the instructed run (Fig. 4).
+
+Heavy modules are imported inside the command, so `--help` answers at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._io import OutputSet
+from .._names import Gate
+from ..data import load_task
+from ..options import DataOptions, FigureOptions, Given, ModelOptions
+from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
+from ._registry import check_out_dir, command
+
+
+@dataclass(frozen=True)
+class SimilarityCommand(FigureOptions, DataOptions, ModelOptions):
+    """Options of `headsup similarity`."""
+
+    prompt: str
+    """User text without instruction."""
+    out: str
+    """Output folder: similarity.csv (one row per comparison and layer) and a figure."""
+    mask: str | None = None
+    """Mask file or folder for the masked settings (without it only original vs instructed is compared)."""
+    instruction: str | None = None
+    """Instruction template with `{input}` for the instructed settings (default: the --task's)."""
+    task: str | None = None
+    """Task whose instruction template to use, e.g. `antonym`."""
+    gate: Gate = "value"
+    """Gate for the mask: value or query."""
+
+
+@command("similarity", SimilarityCommand)
+def run_similarity(args: SimilarityCommand, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
+    from ..analysis import Setting, layer_similarity
+    from ..plots import similarity_figure
+
+    instruction = args.instruction
+    if instruction is None and args.task is not None:
+        instruction = load_task(args.task, args.data_dir).instruction
+    if instruction is None or "{input}" not in instruction:
+        raise ValueError("give --instruction (a template with {input}) or a --task that has one")
+    if args.mask is None:
+        refuse_unused(
+            args, given, ("gate",), "it gates a mask, and no --mask is given (only original vs instructed would run)"
+        )
+    out = check_out_dir(args.out)
+    stage = OutputSet(out, "similarity", option="--out", files=["similarity.csv"])
+    model = load(args)
+    mask = load_mask(args.mask, model)
+    instructed_text = instruction.replace("{input}", args.prompt)
+    original, instructed = Setting(args.prompt), Setting(instructed_text)
+    comparisons = {"original vs instructed": (original, instructed)}
+    if mask is not None:
+        masked = Setting(args.prompt, mask=mask, gate=args.gate)
+        comparisons["masked vs instructed"] = (masked, instructed)
+        comparisons["masked vs masked+instructed"] = (
+            masked,
+            Setting(instructed_text, mask=mask, gate=args.gate),
+        )
+    tables = {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
+    import pandas as pd
+
+    write_csv(stage.path / "similarity.csv", pd.concat([t.assign(comparison=name) for name, t in tables.items()]))
+    files = ["similarity.csv"]
+    save_figures(stage.path, {"similarity": similarity_figure(tables)}, args.png, files)
+    stage.commit()
+    for name, table in tables.items():
+        print(f"{name}: block output at the last layer {table.block_out.iloc[-1]:.3f}")
+    report(out, files)
+    return 0

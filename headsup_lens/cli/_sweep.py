@@ -1,0 +1,138 @@
+"""`headsup sweep`: remove heads one by one and track the target tokens' ranks and the continuations (Fig. 2).
+
+Heavy modules are imported inside the command, so `--help` answers at once."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .._io import OutputSet, atomic_write_json
+from .._validate import check_float
+from ..options import FigureOptions, Given, ModelOptions, check_counts
+from ._outputs import file_names, load, load_mask, portable, refuse_unused, report, save_figures, write_csv
+from ._registry import check_out_dir, command
+
+
+@dataclass(frozen=True)
+class SweepCommand(FigureOptions, ModelOptions):
+    """Options of `headsup sweep`."""
+
+    prompt: str
+    """User text, wrapped in the model's chat template unless --formatted."""
+    out: str
+    """Output folder: ranks.csv, logits.csv, generations.csv, tokens.csv, summary.json and figures."""
+    mask: str | None = None
+    """Mask file (or `headsup train` output folder) whose weights give the removal order (weight and influence orders)."""
+    order: Literal["weight", "influence", "random"] = "weight"
+    """Removal order: weight (ascending sigmoid(M)), influence (App. C.3.1) or random."""
+    influence_k: int | None = None
+    """Influence order: how many first heads of the weight order are re-ordered (paper: 320 of 1024; default all)."""
+    target: list[str] = field(default_factory=list)
+    """Target tokens as text (its first token is tracked; `8` is the text "8"); repeat --target or give several."""
+    target_id: list[int] = field(default_factory=list)
+    """Target tokens as token ids of the model's vocabulary, e.g. --target-id 8 42."""
+    top_k: int = 5
+    """Track the full model's top-k next tokens."""
+    max_new_tokens: int = 20
+    """Greedy continuation length at each step."""
+    batch_size: int | None = None
+    """Steps per forward pass (default: as many as fit the memory budget; 1 = sequential)."""
+    memory_gb: float | None = None
+    """Memory budget for a chunk of steps in GiB (default: half the free GPU memory, 2 GiB on CPU)."""
+    seed: int = 0
+    """Seed of the random order."""
+    formatted: bool = False
+    """The prompt is already chat-formatted."""
+    reference_prompt: str | None = None
+    """Also compare every layer along the sweep with this prompt's run (e.g. the instructed user text; Fig. 5)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, influence_k=1, top_k=1, max_new_tokens=0, batch_size=1, seed=0)
+        if self.memory_gb is not None:
+            check_float("memory_gb", self.memory_gb, 0.0, low_open=True)
+        if self.order != "random" and self.mask is None:
+            raise ValueError(f"the {self.order} order needs --mask")
+        if self.order == "influence" and not (self.target or self.target_id):
+            raise ValueError("the influence order needs at least one --target or --target-id")
+
+
+@command("sweep", SweepCommand)
+def run_sweep(args: SweepCommand, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
+    from ..analysis import influence_order, layer_states, random_order, removal_sweep, sweep_similarity
+    from ..plots import generation_table, logit_figure, rank_figure, sweep_similarity_figure
+
+    if args.order == "random":
+        refuse_unused(
+            args, given, ("mask",), "the random order does not read a mask; leave it out or use --order weight"
+        )
+    else:
+        refuse_unused(args, given, ("seed",), f"--seed draws the random order only, not the {args.order} order")
+    if args.order != "influence":
+        refuse_unused(args, given, ("influence_k",), f"--influence-k applies to --order influence, not {args.order}")
+    out = check_out_dir(args.out)
+    tables = ["ranks.csv", "logits.csv", "tokens.csv", "generations.csv", "summary.json"]
+    tables += ["sweep_similarity.csv"] if args.reference_prompt is not None else []
+    stage = OutputSet(out, "sweep", option="--out", files=tables)  # another command's files: refused before any work
+    model = load(args)
+    mask = load_mask(args.mask, model)
+    targets: list[int | str] = [*args.target, *args.target_id]
+    sweep_of = functools.partial(
+        removal_sweep,
+        model,
+        args.prompt,
+        target_tokens=targets,
+        top_k=args.top_k,
+        batch_size=args.batch_size,
+        memory_gb=args.memory_gb,
+        formatted=args.formatted,
+    )
+    if args.order == "random" or mask is None:  # every other order has a mask (checked above)
+        order = random_order(model, seed=args.seed)
+    else:
+        order = mask.removal_order()
+    if args.order == "influence":
+        k = args.influence_k or len(order)
+        first = sweep_of(order[:k], max_new_tokens=0)
+        order = influence_order(first, k=k) + order[k:]
+    sweep = sweep_of(order, max_new_tokens=args.max_new_tokens, record_layers=args.reference_prompt is not None)
+    import pandas as pd
+
+    write_csv(stage.path / "ranks.csv", sweep.ranks)
+    write_csv(stage.path / "logits.csv", sweep.logits)
+    write_csv(stage.path / "tokens.csv", sweep.tokens)
+    write_csv(stage.path / "generations.csv", pd.DataFrame({"step": sweep.steps, "generation": sweep.generations}))
+    figures = {"ranks": rank_figure(sweep), "logits": logit_figure(sweep), "generations": generation_table(sweep)}
+    if args.reference_prompt is not None:
+        from ..analysis import Setting
+
+        reference = layer_states(model, Setting(args.reference_prompt, formatted=args.formatted))
+        table = sweep_similarity(sweep, reference)
+        write_csv(stage.path / "sweep_similarity.csv", table)
+        figures["sweep_similarity"] = sweep_similarity_figure(table)
+    written = save_figures(stage.path, figures, args.png)
+    summary = {
+        "model": portable(args.model),
+        "prompt": sweep.prompt,
+        "order_kind": args.order,
+        "order": sweep.order,
+        "switch_step": sweep.switch_step,
+        "change_step": sweep.change_step,
+        "figures": file_names(written),
+        "batch_size": sweep.metadata["batch_size"],
+    }
+
+    atomic_write_json(stage.path / "summary.json", summary)
+    stage.commit()
+    from ..analysis import step_or_never
+
+    switch, change = step_or_never(sweep.switch_step), step_or_never(sweep.change_step)
+    print(
+        f"{len(sweep.steps)} steps; target top-1 {'never' if switch == 'never' else f'at step {switch}'}, "
+        f"continuation changes {'never' if change == 'never' else f'at step {change}'}"
+    )
+    report(out, sorted(p.name for p in out.iterdir() if not p.name.startswith(".")))
+    return 0

@@ -1,0 +1,338 @@
+"""The value gate on the wrapped Hugging Face model's own forward pass, for every architecture.
+
+The bridge replaces the Hugging Face model's submodules by components with hook points and
+computes attention eagerly so that `hook_attn_scores` and `hook_pattern` can be read. The value
+gate needs neither: it scales each head's output before `W_O`, and `hook_z` is the input of the
+output projection (`o_proj`, GPT-2's `c_proj`). When no hook is active on the model, losses and
+greedy decoding run the Hugging Face model itself instead:
+- for the duration of a call, every bridge component in the model's module tree is swapped back
+  for the module it wraps, and a forward pre-hook on each layer's output projection multiplies
+  head h's slice of its input by the gate (per-row gates `[batch, n_layers, n_heads]`, mean
+  ablation, MLP-output gates by a forward hook on the MLP);
+- attention runs through the model's own attention interface, with fused attention (SDPA) where
+  the model supports it, and its own KV cache (a static cache on request);
+- greedy decoding keeps tokens and stop flags on the device and reads them back every
+  `check_every` tokens (one host synchronisation per check instead of several per token).
+The gate is the same function of the same weights as at `hook_z`; tests compare both paths on
+every architecture family the gates support.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from .._typecheck import checked
+from ._direct import GateSpec, _check_rows, _raw, cached_forward
+
+_CACHE_ATTR = "_headsup_native_forward"
+# Options of the native path (process-wide): fused attention, a static KV cache, a compiled decode step.
+_OPTIONS: dict = {"sdpa": True, "static_cache": False, "compile": False, "check_every": 4, "prefix_sharing": None}
+
+
+@contextlib.contextmanager
+@checked
+def native_options(
+    *,
+    sdpa: bool | None = None,
+    static_cache: bool | None = None,
+    compile: bool | None = None,
+    check_every: int | None = None,
+    prefix_sharing: bool | None = None,
+) -> Iterator[None]:
+    """Options of the native forward pass inside the block (None: unchanged).
+
+    `sdpa`: fused attention (`scaled_dot_product_attention`) where the model supports it, else its
+    configured attention (default on); `static_cache`: a preallocated KV cache in greedy decoding
+    (default off: it pays on a GPU with `compile`); `compile`: `torch.compile` the decoding step
+    (default off; falls back to eager when compilation fails); `check_every`: greedy decoding reads
+    the stop flags back every N tokens (default 4); `prefix_sharing`: greedy decoding of a
+    Llama-family model runs the direct forward pass, which computes rows with the same tokens and
+    gates below a layer once (`gates._direct`; it reads the row groups back on every pass, so it
+    pays on a CPU only: the default is on for a model on the CPU, off on a GPU)."""
+    if check_every is not None and check_every < 1:
+        raise ValueError(f"check_every must be >= 1, got {check_every}")
+    previous = dict(_OPTIONS)
+    given = {
+        "sdpa": sdpa,
+        "static_cache": static_cache,
+        "compile": compile,
+        "check_every": check_every,
+        "prefix_sharing": prefix_sharing,
+    }
+    _OPTIONS.update({k: v for k, v in given.items() if v is not None})
+    try:
+        yield
+    finally:
+        _OPTIONS.clear()
+        _OPTIONS.update(previous)
+
+
+def _swaps(root: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module, torch.nn.Module]]:
+    """`(parent, name, component, wrapped)` for every bridge component under `root`: the module
+    tree of the Hugging Face model once each component is replaced by the module it wraps."""
+    found = []
+    stack: list[Any] = [root]
+    while stack:
+        parent = stack.pop()
+        for name, child in list(parent._modules.items()):
+            if child is None:
+                continue
+            raw = _raw(child)
+            if raw is not child:
+                found.append((parent, name, child, raw))
+            stack.append(raw)
+    return found
+
+
+@checked
+class NativeForward:
+    """The wrapped Hugging Face model's forward pass, gated at each output projection's input."""
+
+    def __init__(self, model: TransformerBridge, swaps: list, projections: list, mlps: list) -> None:
+        self.model = model
+        self.hf: Any = model.original_model
+        self.swaps, self.projections, self.mlps = swaps, projections, mlps
+        self.n_heads = model.cfg.n_heads
+        self.configs = {id(c): c for c in [self.hf.config, *self._attention_configs()]}.values()
+        self.spec: GateSpec | None = None
+        self._compiled: Callable | Literal[False] | None = None
+
+    def _attention_configs(self) -> list:
+        return [
+            m.config
+            for _, _, _, raw in self.swaps
+            for m in [raw]
+            if hasattr(m, "config") and hasattr(m.config, "_attn_implementation")
+        ]
+
+    # ------------------------------------------------------------------ the gate
+    def _projection_hook(self, layer: int):
+        def hook(module, args):
+            spec = self.spec
+            if spec is None or spec.heads is None:
+                return None
+            x = args[0]
+            z = x.unflatten(-1, (self.n_heads, -1))
+            e = spec.heads[:, layer].to(device=x.device, dtype=x.dtype)[:, None, :, None]
+            gated = z * e if spec.mean is None else z * e + (1.0 - e) * spec.mean[layer].to(x.device, x.dtype)
+            return (gated.flatten(-2), *args[1:])
+
+        return hook
+
+    def _mlp_hook(self, layer: int):
+        def hook(module, args, output):
+            spec = self.spec
+            if spec is None or spec.mlp is None:
+                return None
+            scale = spec.mlp[:, layer]
+            if isinstance(output, tuple):
+                return (output[0] * scale.to(output[0].device, output[0].dtype)[:, None, None], *output[1:])
+            return output * scale.to(output.device, output.dtype)[:, None, None]
+
+        return hook
+
+    @contextlib.contextmanager
+    def running(self, spec: GateSpec | None) -> Iterator[Any]:
+        """The Hugging Face model with its own modules and the gate `spec` in place, inside the block."""
+        handles = [p.register_forward_pre_hook(self._projection_hook(i)) for i, p in enumerate(self.projections)]
+        if spec is not None and spec.mlp is not None:
+            handles += [m.register_forward_hook(self._mlp_hook(i)) for i, m in enumerate(self.mlps)]
+        attention = [c._attn_implementation for c in self.configs]
+        self.spec = spec
+        try:
+            for parent, name, _, raw in self.swaps:
+                parent._modules[name] = raw
+            if _OPTIONS["sdpa"] and getattr(self.hf, "_supports_sdpa", False):
+                for c in self.configs:
+                    c._attn_implementation = "sdpa"
+            yield self.hf
+        finally:
+            self.spec = None
+            for c, value in zip(self.configs, attention):
+                c._attn_implementation = value
+            for parent, name, component, _ in reversed(self.swaps):
+                parent._modules[name] = component
+            for handle in handles:
+                handle.remove()
+
+    def select_rows(self, keep: Tensor) -> None:
+        """Keep per-row gates of rows `keep` (rows leaving a greedy batch)."""
+        spec = self.spec
+        if spec is None:
+            return
+        heads = spec.heads if spec.heads is None or spec.heads.shape[0] == 1 else spec.heads[keep]
+        mlp = spec.mlp if spec.mlp is None or spec.mlp.shape[0] == 1 else spec.mlp[keep]
+        self.spec = GateSpec(heads=heads, mean=spec.mean, mlp=mlp)
+
+    # ------------------------------------------------------------------ losses
+    def final_normed(
+        self,
+        ids: Int[Tensor, "batch pos"],
+        attention_mask: Int[Tensor, "batch pos"] | None,
+        spec: GateSpec | None,
+        rows: Tensor,
+        positions: Tensor,
+    ) -> Tensor:
+        """The final norm's output at `(rows, positions)` of a gated pass, differentiable in the gate."""
+        _check_rows(spec, ids.shape[0])
+        with self.running(spec) as hf:
+            hidden = hf.base_model(
+                input_ids=ids,
+                attention_mask=attention_mask,
+                position_ids=_positions(attention_mask, ids),
+                use_cache=False,
+            ).last_hidden_state
+        return hidden[rows, positions]
+
+    # ------------------------------------------------------------------ greedy decoding
+    def _step(self, hf, ids, cache, attention, positions):
+        return hf(
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
+
+    def _decode(self) -> Callable:
+        """The decoding step: compiled when asked for, falling back to eager (with a warning) when
+        compilation fails on this model or machine."""
+        if not _OPTIONS["compile"] or self._compiled is False:
+            return self._step
+        if self._compiled is None:
+            self._compiled = torch.compile(self._step, dynamic=False)
+        compiled = self._compiled
+
+        def step(*args):
+            try:
+                return compiled(*args)
+            except Exception as error:  # compilers fail in many ways; eager computes the same
+                from .._warnings import warn
+
+                warn(f"the compiled decoding step failed ({type(error).__name__}); decoding eagerly", RuntimeWarning)
+                self._compiled = False
+                return self._step(*args)
+
+        return step
+
+    def greedy(
+        self,
+        ids: Int[Tensor, "batch pos"],
+        attention_mask: Int[Tensor, "batch pos"] | None,
+        spec: GateSpec | None,
+        *,
+        max_new_tokens: int,
+        stop_ids: Tensor,
+        on_pass: Callable[[], object] | None = None,
+    ) -> tuple[list[list[int]], Tensor]:
+        """Greedy continuations (uncut: cut them at the first stop token) and the next-token logits
+        at the last prompt position (`[batch, d_vocab]`, float32, CPU).
+
+        Tokens and stop flags stay on the device; every `check_every` tokens the flags are read
+        back once: the loop ends when every row has stopped, and stopped rows leave the batch, its
+        cache and its per-row gates. `on_pass` is called after every forward pass."""
+        device = ids.device
+        batch, length = ids.shape
+        _check_rows(spec, batch)
+        check_every = int(_OPTIONS["check_every"])
+        tokens = torch.zeros(batch, max(1, max_new_tokens), dtype=torch.long, device=device)
+        full = None  # the attention mask over prompt and new tokens, filled once
+        if attention_mask is not None:
+            full = torch.cat([attention_mask.long(), attention_mask.new_ones(batch, max_new_tokens).long()], dim=1)
+        cache = self._cache(batch, length + max_new_tokens)
+        with torch.no_grad(), self.running(spec) as hf:
+            logits = self._step(hf, ids, cache, attention_mask, _positions(attention_mask, ids))
+            first_logits = logits.float().cpu()
+            if on_pass is not None:
+                on_pass()
+            if max_new_tokens == 0:
+                return [[] for _ in range(batch)], first_logits
+            rows = torch.arange(batch, device=device)  # the original row of every row still in the batch
+            next_position = (
+                torch.full((batch, 1), length, device=device)
+                if attention_mask is None
+                else attention_mask.long().sum(-1, keepdim=True)
+            )
+            stopped = torch.zeros(batch, dtype=torch.bool, device=device)
+            next_ids = logits.argmax(-1)
+            decode = self._decode()
+            taken = max_new_tokens
+            for step in range(max_new_tokens):
+                if step:
+                    attention = None if full is None else full[:, : length + step]
+                    next_ids = decode(hf, next_ids[:, None], cache, attention, next_position).argmax(-1)
+                    next_position = next_position + 1
+                    if on_pass is not None:
+                        on_pass()
+                tokens[rows, step] = next_ids
+                stopped |= torch.isin(next_ids, stop_ids)
+                if step == max_new_tokens - 1:
+                    break
+                if (step + 1) % check_every == 0:
+                    done = stopped.tolist()  # the one host synchronisation of these check_every tokens
+                    if all(done):
+                        taken = step + 1
+                        break
+                    if any(done) and not _OPTIONS["static_cache"]:
+                        keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)
+                        cache.batch_select_indices(keep)
+                        rows, next_ids, stopped = rows[keep], next_ids[keep], stopped[keep]
+                        next_position = next_position[keep]
+                        full = None if full is None else full[keep]
+                        self.select_rows(keep)
+        return tokens[:, :taken].tolist(), first_logits
+
+    def _cache(self, batch: int, length: int):
+        """The KV cache: the model's dynamic cache, or a preallocated static one when asked for
+        (fixed shapes, what a compiled decoding step needs)."""
+        if not _OPTIONS["static_cache"]:
+            from transformers import DynamicCache
+
+            return DynamicCache(config=self.hf.config)
+        from transformers import StaticCache
+
+        return StaticCache(config=self.hf.config, max_cache_len=length)
+
+
+def _positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:
+    """Position ids as `generate` derives them from the attention mask (left padding shifts them)."""
+    if attention_mask is None:
+        return torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+    positions = attention_mask.long().cumsum(-1) - 1
+    return positions.masked_fill(attention_mask == 0, 1)
+
+
+def _build(model: TransformerBridge) -> NativeForward | None:
+    try:
+        hf = model.original_model
+        projections = [_raw(block.attn.o) for block in model.blocks]
+        mlps = [_raw(block.mlp) for block in model.blocks]
+    except AttributeError:
+        return None
+    if not all(isinstance(p, torch.nn.Module) for p in projections + mlps):
+        return None
+    if len({p.device for p in hf.parameters()}) != 1:
+        return None
+    return NativeForward(model, _swaps(hf), projections, mlps)
+
+
+@checked
+def prefix_sharing(device: torch.device) -> bool:
+    """Whether greedy decoding on `device` shares prefixes across rows (see `native_options`)."""
+    chosen = _OPTIONS["prefix_sharing"]
+    return device.type == "cpu" if chosen is None else bool(chosen)
+
+
+@checked
+def native_forward(model: TransformerBridge) -> NativeForward | None:
+    """The model's native forward pass when it can stand in for the bridge now (see `direct_forward`
+    for the conditions), else None."""
+    return cached_forward(model, _CACHE_ATTR, _build)

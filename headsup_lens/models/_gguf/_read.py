@@ -1,0 +1,134 @@
+"""Reading GGUF files: their metadata, their tensors dequantised, and a whole file converted by
+`transformers` into an fp32 Hugging Face directory."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ..._io import atomic_write_json
+from ..._progress import progress_enabled, progress_off
+from ..._typecheck import checked
+
+
+def _metadata(gguf_path: Path) -> dict:
+    """The GGUF key-value metadata that matters here (scalars and strings, not the vocabulary)."""
+    from gguf import GGUFReader, GGUFValueType
+
+    try:
+        reader = GGUFReader(str(gguf_path))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"could not read the GGUF file {gguf_path}: {error}") from error
+    wanted = ("general.architecture", "general.file_type", "tokenizer.chat_template", "tokenizer.ggml.model")
+    values = {}
+    for key, field in reader.fields.items():
+        if not (key in wanted or (key.startswith("tokenizer.ggml.") and key.endswith("_token_id"))):
+            continue
+        part = field.parts[field.data[0]]
+        values[key] = bytes(part).decode("utf-8") if field.types[0] == GGUFValueType.STRING else part[0].item()
+    return values
+
+
+def _file_type(gguf_path: Path) -> str | None:
+    from gguf import LlamaFileType
+
+    code = _metadata(gguf_path).get("general.file_type")
+    try:
+        return None if code is None else LlamaFileType(code).name
+    except ValueError:
+        return str(code)
+
+
+@contextlib.contextmanager
+def _library_bars_follow_progress() -> Iterator[None]:
+    """With progress off, transformers' bars off too: its GGUF reader draws a tqdm bar that no switch
+    of its own hides, and its "Loading weights" bar follows its logging switch (`progress_off`)."""
+    if progress_enabled():
+        yield
+        return
+    from transformers import modeling_gguf_pytorch_utils as reader
+
+    shown = getattr(reader, "tqdm")  # noqa: B009 (a name the module imports, not one it exports)
+    setattr(reader, "tqdm", functools.partial(shown, disable=True))  # noqa: B010
+    try:
+        with progress_off():
+            yield
+    finally:
+        setattr(reader, "tqdm", shown)  # noqa: B010
+
+
+def _dequantise(gguf_path: Path, out: Path, stage=lambda text: None) -> None:
+    """Read the GGUF file with transformers and save it as an fp32 directory; `stage(text)` is told
+    what is happening (each stage takes seconds to tens of seconds)."""
+    stage("importing transformers")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    try:
+        with _library_bars_follow_progress():
+            stage("reading the tokenizer")
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+            stage("dequantising the weights")
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)
+    except (OSError, ValueError, KeyError, NotImplementedError) as error:
+        raise ValueError(f"transformers could not read the GGUF file {gguf_path}: {error}") from error
+    # The weights are plain floats now; a kept quantization_config would make loaders look for GGUF.
+    if hasattr(model.config, "quantization_config"):
+        delattr(model.config, "quantization_config")
+    setattr(model, "hf_quantizer", None)  # noqa: B010 (not a module attribute: nn.Module's typed setattr refuses None)
+    _match_gguf_tokens(tokenizer, model, _metadata(gguf_path))
+    stage("writing the fp32 weights")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    _tidy_tokenizer_config(out / "tokenizer_config.json")
+
+
+def _tidy_tokenizer_config(path: Path) -> None:
+    """Drop the loader's own arguments from the saved config and name a class that transformers 4
+    and 5 both know (the tokenizer itself is the saved tokenizer.json either way)."""
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("gguf_file", "local_files_only", "is_local", "name_or_path"):
+        config.pop(key, None)
+    if config.get("tokenizer_class") in ("TokenizersBackend", None):
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    atomic_write_json(path, config)
+
+
+def _match_gguf_tokens(tokenizer, model, metadata: dict) -> None:
+    """Make the tokenizer and configs carry the GGUF file's chat template and special tokens."""
+    template = metadata.get("tokenizer.chat_template")
+    if template and not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = template
+    for role in ("bos", "eos", "pad", "unk"):
+        token_id = metadata.get(f"tokenizer.ggml.{role}_token_id")
+        if token_id is None or token_id >= len(tokenizer):
+            continue
+        if getattr(tokenizer, f"{role}_token_id") != token_id:
+            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(int(token_id)))
+        if role != "unk":
+            for config in (model.config, model.generation_config):
+                setattr(config, f"{role}_token_id", int(token_id))
+
+
+@checked
+def read_gguf_tensors(path: str | os.PathLike, names: list[str]) -> dict[str, np.ndarray]:
+    """Tensors of a GGUF file dequantised to float32, in GGUF's numpy layout (`[ne1, ne0]`: a weight
+    as `[out, in]`, like `nn.Linear.weight`); a missing name is a ValueError."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    stored = {t.name: t for t in GGUFReader(str(path)).tensors}
+    missing = [name for name in names if name not in stored]
+    if missing:
+        raise ValueError(f"the GGUF file {path} has no tensor {missing[0]!r} ({len(missing)} missing)")
+    return {  # copies: the file is memory-mapped read-only
+        name: np.array(dequantize(stored[name].data, stored[name].tensor_type), dtype=np.float32) for name in names
+    }

@@ -1,0 +1,164 @@
+"""The native forward pass (each Hugging Face model's own code, the gate at its output projection's
+input) against the bridge's hook points (the gate at hook_z), on every architecture family:
+same logits, mask gradients and greedy continuations, in fp32."""
+
+import pytest
+import torch
+
+from headsup_lens.data import collate
+from headsup_lens.gates import direct_path, gate_hooks, native_options, value_gate
+from headsup_lens.gates._native import native_forward
+from headsup_lens.models import left_pad, stop_token_ids
+from headsup_lens.objective import answer_logits, answer_nll, greedy_generate
+
+from ..conftest import FAMILIES, random_mask, random_tokens
+
+BUILT_IN = ("llama", "qwen2", "gpt2")
+
+
+@pytest.fixture(params=[*BUILT_IN, *FAMILIES])
+def model(request, family_model):
+    """Llama, Qwen2, GPT-2, then each of `conftest.FAMILIES` (Mistral, Qwen3, Gemma-3, Phi-3)."""
+    if request.param in BUILT_IN:
+        return request.getfixturevalue(request.param)
+    return family_model(request.param)
+
+
+def both(fn):
+    """`fn()` through the native forward pass (no prefix sharing), then through the bridge's hooks."""
+    with direct_path(True), native_options(prefix_sharing=False):
+        fast = fn()
+    with direct_path(False):
+        reference = fn()
+    return fast, reference
+
+
+def right_padded(model, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    lengths = [(5, 2), (3, 3), (7, 1), (4, 2)]
+    rows = [
+        (torch.randint(4, model.cfg.d_vocab, (p,), generator=generator).tolist(), [int(t) for t in range(4, 4 + a)])
+        for p, a in lengths
+    ]
+    return collate(rows, pad_id=0)
+
+
+def test_native_forward_serves_every_family_and_steps_aside(model):
+    assert native_forward(model) is not None
+    with direct_path(False):
+        assert native_forward(model) is None
+    with value_gate(model, random_mask(model)):  # any hook on the model: only the bridge runs it
+        assert native_forward(model) is None
+
+
+def test_the_bridge_is_restored_after_a_native_pass(model):
+    """The native pass swaps the bridge's components out for the modules they wrap, and back."""
+    before = dict(model.original_model.named_modules())
+    with native_options(prefix_sharing=False):
+        greedy_generate(model, random_tokens(model, 2, 5), max_new_tokens=2, stops=set(), mask=random_mask(model))
+    after = dict(model.original_model.named_modules())
+    assert before.keys() == after.keys() and all(before[k] is after[k] for k in before)
+    assert model.original_model.config._attn_implementation == "eager"
+
+
+@pytest.mark.parametrize("gate", ["none", "per_row", "alpha", "mean", "mlp"])
+def test_answer_logits_equal_the_hook_z_gate(model, gate):
+    batch = right_padded(model)
+    n_layers, n_heads, d_head = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_head
+    options = {
+        "none": dict(mask=None),
+        "per_row": dict(mask=random_mask(model, seed=2, rows=4)),
+        "alpha": dict(mask=random_mask(model, seed=3, rows=4), alpha=0.25),
+        "mean": dict(mask=random_mask(model, seed=4), mean=torch.randn(n_layers, n_heads, d_head)),
+        "mlp": dict(mask=random_mask(model, seed=5), mlp=torch.tensor([1.0, 0.0] * (n_layers // 2))),
+    }[gate]
+    hooks = gate_hooks(model, options.pop("mask"), **options)
+
+    def logits():
+        with torch.no_grad():
+            return answer_logits(model, batch, hooks)[0]
+
+    fast, reference = both(logits)
+    assert torch.allclose(fast, reference, atol=1e-4, rtol=1e-4)
+
+
+def test_mask_gradient_equals_the_hook_z_gate(model):
+    batch = right_padded(model, seed=1)
+
+    def gradient():
+        soft = torch.full((4, model.cfg.n_layers, model.cfg.n_heads), 0.7, requires_grad=True)
+        nll, _ = answer_nll(model, batch, gate_hooks(model, soft))
+        nll.sum().backward()
+        return soft.grad
+
+    fast, reference = both(gradient)
+    assert torch.allclose(fast, reference, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("check_every", [1, 3])
+def test_left_padded_prompts_and_per_row_masks_decode_as_the_bridge(model, check_every):
+    prompts = [random_tokens(model, 1, n, seed=n)[0].tolist() for n in (6, 3, 8, 5)]
+    ids, attention = left_pad(prompts, pad_id=0)
+    masks = random_mask(model, seed=7, p_keep=0.8, rows=4)
+    # The most frequent first tokens stop some rows early: rows leave the batch at a check.
+    stops = stop_token_ids(model) | set(random_tokens(model, 1, 3, seed=9)[0].tolist())
+
+    def decode():
+        with native_options(check_every=check_every):
+            return greedy_generate(model, ids, attention, max_new_tokens=7, stops=stops, mask=masks)
+
+    fast, reference = both(decode)
+    assert fast.tokens == reference.tokens
+    assert torch.allclose(fast.first_logits, reference.first_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_a_sweep_like_batch_decodes_each_row_as_its_own_pass(llama):
+    """One prompt, per-row masks, rows stopping at different tokens: each row equals its own
+    unbatched pass through the bridge (the sequential reference)."""
+    prompt = random_tokens(llama, 1, 9, seed=3)
+    masks = random_mask(llama, seed=8, p_keep=0.7, rows=6)
+    stops = stop_token_ids(llama)
+    with native_options(prefix_sharing=False, check_every=2):
+        out = greedy_generate(llama, prompt.expand(6, -1), max_new_tokens=6, stops=stops, mask=masks)
+    with direct_path(False):
+        for row in range(6):
+            alone = greedy_generate(llama, prompt, max_new_tokens=6, stops=stops, mask=masks[row])
+            assert out.tokens[row] == alone.tokens[0]
+            assert torch.allclose(out.first_logits[row], alone.first_logits[0], atol=1e-4, rtol=1e-4)
+
+
+def test_static_cache_decodes_as_the_dynamic_one(llama):
+    prompt = random_tokens(llama, 3, 6, seed=5)
+    masks = random_mask(llama, seed=9, rows=3)
+    with native_options(prefix_sharing=False):
+        dynamic = greedy_generate(llama, prompt, max_new_tokens=5, stops=set(), mask=masks)
+        with native_options(static_cache=True):
+            static = greedy_generate(llama, prompt, max_new_tokens=5, stops=set(), mask=masks)
+    assert static.tokens == dynamic.tokens
+
+
+def test_check_every_must_be_positive():
+    with pytest.raises(ValueError, match="check_every"), native_options(check_every=0):
+        pass
+
+
+def test_a_failing_compiled_step_falls_back_to_eager_decoding(llama, monkeypatch):
+    import headsup_lens.gates._native as native
+
+    def broken(fn, **kwargs):
+        def compiled(*args):
+            raise RuntimeError("no compiler here")
+
+        return compiled
+
+    prompt = random_tokens(llama, 2, 6, seed=6)
+    masks = random_mask(llama, seed=10, rows=2)
+    with native_options(prefix_sharing=False):
+        eager = greedy_generate(llama, prompt, max_new_tokens=4, stops=set(), mask=masks)
+        monkeypatch.setattr(native.torch, "compile", broken)
+        native_forward(llama)._compiled = None
+        with native_options(compile=True), pytest.warns(RuntimeWarning, match="decoding eagerly"):
+            fallen = greedy_generate(llama, prompt, max_new_tokens=4, stops=set(), mask=masks)
+    assert fallen.tokens == eager.tokens
+    assert native_forward(llama)._compiled is False
+    native_forward(llama)._compiled = None  # later tests of this session's model compile afresh

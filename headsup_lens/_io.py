@@ -29,11 +29,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 
 from ._formats import FileFormatError, read_json
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LOCK_NAME = ".headsup.lock"
 _TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # atomic_write's `.<name>.<mkstemp's 8 characters>.tmp`
@@ -80,6 +83,19 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def read_table(path: str | os.PathLike, **options: Any) -> pd.DataFrame:
+    """`pd.read_csv(path, **options)` of a table written by `DataFrame.to_csv`, its floats read back
+    exactly as written, so a resumed run returns the same numbers as the run that wrote them. Before
+    3.1, pandas' default float parser gets the last bit of some wrong (3.9135956898331643 comes back
+    as 3.913595689833164) and `float_precision="round_trip"` reads them exactly; 3.1 reads them
+    exactly by default and deprecates that option."""
+    import pandas as pd  # here, not above: modules that never read a table load without pandas
+
+    major, minor = (int(part) for part in re.findall(r"\d+", pd.__version__)[:2])
+    exact = {} if (major, minor) >= (3, 1) else {"float_precision": "round_trip"}
+    return pd.read_csv(path, **exact, **options)
 
 
 # ----------------------------------------------------------------------------------------- locks

@@ -6,12 +6,13 @@ import json
 import tempfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from headsup_lens._formats import FileFormatError
-from headsup_lens._io import STAGING_NAME, OutputSet, locked_folder, read_manifest
+from headsup_lens._io import STAGING_NAME, OutputSet, locked_folder, read_manifest, read_table
 
 
 def write_set(folder: Path, name: str, files: dict[str, str], **options) -> list[Path]:
@@ -108,3 +109,13 @@ def test_a_written_manifest_reads_back_or_names_its_bad_path(files, owner):
     assert (manifest is not None) == inside
     if manifest is not None:
         assert manifest == {"files": files, "owner": owner if owner is not None else "x"}
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=20))
+@example([3.9135956898331643])  # pandas 2's default parser reads 3.913595689833164
+def test_a_table_reads_back_the_floats_that_to_csv_wrote_exactly(values):
+    """What a resumed run reads from its CSV equals what the first run held in memory."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "runs.csv"
+        pd.DataFrame({"loss": values}).to_csv(path, index=False)
+        assert read_table(path).loss.tolist() == values

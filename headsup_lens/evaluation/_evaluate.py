@@ -21,7 +21,7 @@ import pandas as pd
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import OutputSet, atomic_write, atomic_write_json, check_unclaimed, locked_folder
+from .._io import OutputSet, atomic_write, atomic_write_json, check_unclaimed, locked_folder, read_table
 from .._progress import progress
 from .._typecheck import checked
 from .._validate import check_out_dir
@@ -40,8 +40,6 @@ RESULTS, GENERATIONS, RECORD = "results.csv", "generations.csv", "evaluation.jso
 PARTIAL_RESULTS = "results.partial.csv"  # the finished settings of an interrupted run: the next run resumes
 PARTIAL_GENERATIONS = "generations.partial.csv"
 PARTIAL_RECORD = "evaluation.partial.json"  # whose rows they are: model, task, masks and options
-# Floats read back exactly as written: pandas 3 reads them so by default (and deprecates the option).
-_ROUND_TRIP: dict = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
 BASE_COLUMNS = (
     "task",
     "mask_task",
@@ -369,11 +367,10 @@ class _RunFolder:
             )
         self._recorded = True
         try:
-            table = pd.read_csv(
+            table = read_table(
                 partial,
                 keep_default_na=False,
                 na_values=[""],
-                **_ROUND_TRIP,
                 dtype={"task": str, "setting": str, "mask_task": str},
             )
             texts = None

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import atomic_write_text, locked_folder
+from .._io import atomic_write_text, locked_folder, read_table
 from .._typecheck import checked
 from .._validate import check_int
 from ..analysis import rank_by_pattern
@@ -291,7 +291,7 @@ def _check_settings(path: Path, settings: dict) -> None:
 
 
 def _read(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path) if path.is_file() else pd.DataFrame()
+    return read_table(path) if path.is_file() else pd.DataFrame()
 
 
 def _compare(

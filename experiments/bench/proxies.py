@@ -85,12 +85,22 @@ class Counts:
     syncs: int = 0
     ops: int = 0
     passes: int = 0
+    device_syncs: int | None = None  # on a GPU: what CUDA's sync debug mode reports (blocking copies included)
 
 
 @contextlib.contextmanager
 def counting(embedding: torch.nn.Module, profile: bool = True) -> Iterator[Counts]:
-    """Count host synchronisations, `aten::` operations and forward passes inside the block."""
+    """Count host synchronisations, `aten::` operations and forward passes inside the block; on a
+    GPU also the synchronisations CUDA itself reports (`torch.cuda.set_sync_debug_mode`), which
+    include blocking host-to-device copies that the wrapped calls do not see."""
     counts = Counts()
+    on_gpu = next(embedding.parameters()).device.type == "cuda"
+    record = warnings.catch_warnings(record=True)
+    seen = record.__enter__()
+    warnings.simplefilter("always")
+    if on_gpu:
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
     originals = [(owner, name, getattr(owner, name)) for owner, name in _SYNC_POINTS]
 
     def wrap(fn):
@@ -115,6 +125,11 @@ def counting(embedding: torch.nn.Module, profile: bool = True) -> Iterator[Count
         for owner, name, fn in originals:
             setattr(owner, name, fn)
         handle.remove()
+        if on_gpu:
+            torch.cuda.set_sync_debug_mode("default")
+        record.__exit__(None, None, None)
+    if on_gpu:
+        counts.device_syncs = sum("synchroniz" in str(w.message) for w in seen)
     if prof is not None:
         counts.ops = sum(1 for event in prof.events() if event.name.startswith("aten::"))
 
@@ -163,6 +178,7 @@ def sweep_section(model, plain: PlainModel, options: Options) -> list[dict]:
                 "ops": c.ops,
                 "syncs_per_unit": c.syncs / max(1, c.passes),
                 "ops_per_unit": c.ops / max(1, c.passes),
+                "device_syncs_per_unit": None if c.device_syncs is None else c.device_syncs / max(1, c.passes),
                 "unit": "decoding pass",
             }
         )
@@ -178,8 +194,7 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
 
     def steps(n: int) -> Counts:
-        with warnings.catch_warnings(), counting(raw_embedding(model)) as counts:
-            warnings.simplefilter("ignore")
+        with counting(raw_embedding(model)) as counts:  # also silences the warnings of a short run
             train_mask(model, task, TrainConfig(steps=n, checkpoint_every=0, progress=False))
         return counts
 
@@ -202,6 +217,9 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
             "ops": long.ops - short.ops,
             "syncs_per_unit": (long.syncs - short.syncs) / n,
             "ops_per_unit": (long.ops - short.ops) / n,
+            "device_syncs_per_unit": None
+            if long.device_syncs is None or short.device_syncs is None
+            else (long.device_syncs - short.device_syncs) / n,
             "unit": "training step",
         },
         {
@@ -213,6 +231,7 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
             "ops": theirs.ops,
             "syncs_per_unit": theirs.syncs,
             "ops_per_unit": theirs.ops,
+            "device_syncs_per_unit": theirs.device_syncs,
             "unit": "training step (forward and backward only)",
         },
     ]

@@ -25,6 +25,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import traceback
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -44,6 +45,8 @@ from headsup_lens.options import parse
 from headsup_lens.training import TrainConfig, left_tail_gumbel, train_mask
 
 SECTIONS = ("sweep", "train")
+WHERE: list = []  # set by --where
+WHERE_SEEN: dict[str, int] = {}  # call site of a synchronisation -> times seen
 
 # (owner, attribute): every call of these counts as one host synchronisation.
 _SYNC_POINTS = [
@@ -74,6 +77,9 @@ class Options:
     """Task of the training section (`reverse`: a made-up word task, also used when the data is missing)."""
     train_steps: int = 4
     """N: per-step counts are (counts of 2 + N steps - counts of 2 steps) / N."""
+    where: bool = False
+    """On a GPU: print where each synchronisation CUDA reports comes from (the innermost frames of the
+    library and of transformers)."""
     gpu_path: bool = False
     """Count the path a GPU takes (no prefix sharing across rows: `native_options(prefix_sharing=False)`)."""
     out: str | None = None
@@ -98,6 +104,20 @@ def counting(embedding: torch.nn.Module, profile: bool = True) -> Iterator[Count
     record = warnings.catch_warnings(record=True)
     seen = record.__enter__()
     warnings.simplefilter("always")
+    if on_gpu and WHERE:
+
+        def located(message, category, filename, lineno, file=None, line=None):
+            if "synchroniz" in str(message):  # the innermost frames of ours and of transformers
+                frames = [
+                    f"{Path(f.filename).name}:{f.lineno} {f.name}"
+                    for f in traceback.extract_stack()[:-1]
+                    if "headsup_lens" in f.filename or "transformers" in f.filename
+                ]
+                site = " <- ".join(reversed(frames[-4:]))
+                WHERE_SEEN[site] = WHERE_SEEN.get(site, 0) + 1
+            seen.append(warnings.WarningMessage(message, category, filename, lineno))
+
+        warnings.showwarning = located
     if on_gpu:
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("warn")
@@ -244,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
     torch.set_num_threads(1)
     os.environ["HEADSUP_PROGRESS"] = "0"
+    if options.where:
+        WHERE.append(True)
     rows = []
     sharing = False if options.gpu_path else None
     with tempfile.TemporaryDirectory() as scratch, native_options(prefix_sharing=sharing):
@@ -254,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
                 found = (
                     sweep_section(model, plain, options) if section == "sweep" else train_section(model, plain, options)
                 )
+                if WHERE_SEEN:
+                    print(f"[{label(name)}] {section}: where CUDA synchronised (times seen, innermost frame first)")
+                    for site, times in sorted(WHERE_SEEN.items(), key=lambda item: -item[1]):
+                        print(f"    {times:5d}  {site}")
+                    WHERE_SEEN.clear()
                 rows += [{"model": label(name), **row} for row in found]
             del model, plain
     table = pd.DataFrame(rows)

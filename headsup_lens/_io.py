@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import re
@@ -85,7 +86,7 @@ def atomic_write_json(path: str | os.PathLike, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-def read_table(path: str | os.PathLike, **options: Any) -> pd.DataFrame:
+def read_table(path: str | os.PathLike | io.TextIOBase, **options: Any) -> pd.DataFrame:
     """`pd.read_csv(path, **options)` of a table written by `DataFrame.to_csv`, its floats read back
     exactly as written, so a resumed run returns the same numbers as the run that wrote them. Before
     3.1, pandas' default float parser gets the last bit of some wrong (3.9135956898331643 comes back

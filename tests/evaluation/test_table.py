@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from headsup_lens import HeadMask, load_task
+from headsup_lens._io import read_table
 from headsup_lens.data import Task
 from headsup_lens.evaluation import EvalConfig, evaluate, rescore
 
@@ -23,7 +24,7 @@ KEPT = ("task", "mask_task", "setting", "instructed", "alpha", "n_kept", "n_exam
 
 def _round_trip(frame: pd.DataFrame) -> pd.DataFrame:
     """What a CSV holds: `evaluate`'s outputs as they are stored."""
-    return pd.read_csv(io.StringIO(frame.to_csv(index=False)), float_precision="round_trip")
+    return read_table(io.StringIO(frame.to_csv(index=False)))
 
 
 def _stored_generations(frame: pd.DataFrame) -> pd.DataFrame:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .._io import atomic_write
+from .._io import atomic_write, read_table
 from .._typecheck import checked
 from ..analysis import (
     Setting,
@@ -348,7 +348,7 @@ def combine_tables(xp: Experiment, *, title: str) -> pd.DataFrame:
     for artifact in ("tables12_evaluation", "fig2_summary", "fig6_alpha_grid"):
         parts = [xp.current(f"{artifact}_{safe_name(n)}.csv") for n in names]
         if any(p.exists() for p in parts):  # a task only evaluated (the evaluate stage) has no sweeps
-            _full(xp, pd.concat([pd.read_csv(p) for p in parts if p.exists()]), artifact)
+            _full(xp, pd.concat([read_table(p) for p in parts if p.exists()]), artifact)
     every = {n: HeadMask.load(xp.current(f"masks/{safe_name(n)}.safetensors"), xp.model) for n in stored}
     every |= seed_masks(xp)
     table5 = jaccard_table(every)

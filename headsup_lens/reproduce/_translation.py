@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .._io import atomic_write
+from .._io import atomic_write, read_table
 from .._typecheck import checked
 from ..analysis import influence_order, random_order, removal_sweep, weight_order
 from ..data import CHAR_LEVEL_LANGUAGES, Task, encode_prompt, load_task
@@ -251,7 +251,7 @@ def fig2_sweeps(
         return None
     path = xp.current(f"{FOLDER}/fig2_summary_{pair}.csv")
     rows = pd.DataFrame(summary)
-    table = pd.concat([pd.read_csv(path), rows], ignore_index=True) if path.exists() else rows
+    table = pd.concat([read_table(path), rows], ignore_index=True) if path.exists() else rows
     _table(xp, table, f"fig2_summary_{pair}")
     return table
 

@@ -10,17 +10,15 @@ from typing import Literal
 
 from .._io import OutputSet, atomic_write_json
 from .._validate import check_float
-from ..options import FigureOptions, Given, ModelOptions, check_counts
+from ..options import FigureOptions, Given, ModelOptions, PromptOptions, check_counts
 from ._outputs import file_names, load, load_mask, portable, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command
 
 
 @dataclass(frozen=True)
-class SweepCommand(FigureOptions, ModelOptions):
+class SweepCommand(FigureOptions, PromptOptions, ModelOptions):
     """Options of `headsup sweep`."""
 
-    prompt: str
-    """User text, wrapped in the model's chat template unless --formatted."""
     out: str
     """Output folder: ranks.csv, logits.csv, generations.csv, tokens.csv, summary.json and figures."""
     mask: str | None = None
@@ -43,8 +41,6 @@ class SweepCommand(FigureOptions, ModelOptions):
     """Memory budget for a chunk of steps in GiB (default: half the free GPU memory, 2 GiB on CPU)."""
     seed: int = 0
     """Seed of the random order."""
-    formatted: bool = False
-    """The prompt is already chat-formatted."""
     reference_prompt: str | None = None
     """Also compare every layer along the sweep with this prompt's run (e.g. the instructed user text; Fig. 5)."""
 

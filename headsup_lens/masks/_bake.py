@@ -330,7 +330,6 @@ def _write(out: Path, mask: HeadMask, info: dict, save) -> Path:
     return out
 
 
-@checked
 def model_card(info: dict) -> str:
     """The README.md of a baked folder: what was baked into which model, and how to load it."""
     source = info["source_model"]

@@ -24,7 +24,6 @@ import pandas as pd
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from ..data import Task, encode_prompt, task_prompts
 from ..evaluation import generations
 from ..masks import HeadMask, bake
@@ -35,7 +34,6 @@ from ._experiment import Experiment
 FOLDER = "bake"
 
 
-@checked
 def plain_greedy(
     folder: str | Path, prompts: Sequence[list[int]], max_new_tokens: int, stops: set[int], decode: Callable
 ) -> list[str]:
@@ -56,7 +54,6 @@ def plain_greedy(
     return outputs
 
 
-@checked
 def llama_cpp_greedy(
     path: str | Path, prompts: Sequence[list[int]], max_new_tokens: int, stops: set[int], decode: Callable, threads: int
 ) -> list[str]:
@@ -79,7 +76,6 @@ def llama_cpp_greedy(
     return outputs
 
 
-@checked
 def timed_bake(
     model: TransformerBridge, mask: HeadMask, folder: str | Path, **options: Any
 ) -> tuple[Path, float, float]:
@@ -93,7 +89,6 @@ def timed_bake(
     return path, seconds, size
 
 
-@checked
 def agreement(table: pd.DataFrame, pairs: Sequence[tuple[str, str]], columns: Sequence[str]) -> pd.DataFrame:
     """How often two output columns of `table` are equal (`pairs`), then each column's accuracy (the
     mean of its `correct: <column>` column)."""
@@ -106,7 +101,6 @@ def agreement(table: pd.DataFrame, pairs: Sequence[tuple[str, str]], columns: Se
     return pd.DataFrame(rows).astype({"equal outputs": "Int64"})  # empty on the accuracy rows
 
 
-@checked
 def bake_comparison(
     xp: Experiment,
     mask: HeadMask,

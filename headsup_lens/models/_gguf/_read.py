@@ -14,7 +14,6 @@ import numpy as np
 
 from ..._io import atomic_write_json
 from ..._progress import progress_enabled, progress_off
-from ..._typecheck import checked
 
 
 def _metadata(gguf_path: Path) -> dict:
@@ -118,7 +117,6 @@ def _match_gguf_tokens(tokenizer, model, metadata: dict) -> None:
                 setattr(config, f"{role}_token_id", int(token_id))
 
 
-@checked
 def read_gguf_tensors(path: str | os.PathLike, names: list[str]) -> dict[str, np.ndarray]:
     """Tensors of a GGUF file dequantised to float32, in GGUF's numpy layout (`[ne1, ne0]`: a weight
     as `[out, in]`, like `nn.Linear.weight`); a missing name is a ValueError."""

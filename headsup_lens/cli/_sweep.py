@@ -58,7 +58,17 @@ class SweepCommand(FigureOptions, PromptOptions, ModelOptions):
 @command("sweep", SweepCommand)
 def run_sweep(args: SweepCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
-    from ..analysis import influence_order, layer_states, random_order, removal_sweep, sweep_similarity
+    import pandas as pd
+
+    from ..analysis import (
+        Setting,
+        influence_order,
+        layer_states,
+        random_order,
+        removal_sweep,
+        step_or_never,
+        sweep_similarity,
+    )
     from ..plots import generation_table, logit_figure, rank_figure, sweep_similarity_figure
 
     if args.order == "random":
@@ -95,16 +105,12 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
         first = sweep_of(order[:k], max_new_tokens=0)
         order = influence_order(first, k=k) + order[k:]
     sweep = sweep_of(order, max_new_tokens=args.max_new_tokens, record_layers=args.reference_prompt is not None)
-    import pandas as pd
-
     write_csv(stage.path / "ranks.csv", sweep.ranks)
     write_csv(stage.path / "logits.csv", sweep.logits)
     write_csv(stage.path / "tokens.csv", sweep.tokens)
     write_csv(stage.path / "generations.csv", pd.DataFrame({"step": sweep.steps, "generation": sweep.generations}))
     figures = {"ranks": rank_figure(sweep), "logits": logit_figure(sweep), "generations": generation_table(sweep)}
     if args.reference_prompt is not None:
-        from ..analysis import Setting
-
         reference = layer_states(model, Setting(args.reference_prompt, formatted=args.formatted))
         table = sweep_similarity(sweep, reference)
         write_csv(stage.path / "sweep_similarity.csv", table)
@@ -123,8 +129,6 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
 
     atomic_write_json(stage.path / "summary.json", summary)
     stage.commit()
-    from ..analysis import step_or_never
-
     switch, change = step_or_never(sweep.switch_step), step_or_never(sweep.change_step)
     print(
         f"{len(sweep.steps)} steps; target top-1 {'never' if switch == 'never' else f'at step {switch}'}, "

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import numpy as np
 import torch
+from gguf import GGUFReader
 from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
 from transformers.pytorch_utils import Conv1D
@@ -231,8 +232,6 @@ def _scale_outputs(module: nn.Module, scale: float) -> None:
 
 def _gguf_scales(model: TransformerBridge, mask: HeadMask, heads: Tensor, path: Path) -> dict[str, np.ndarray]:
     """GGUF tensor name -> scale over its input dimension (ne0), for every tensor the bake changes."""
-    from gguf import GGUFReader  # deferred: only the GGUF check reads one
-
     names = {t.name: int(t.shape[0]) for t in GGUFReader(str(path)).tensors}
     scales = {}
     for layer in range(model.cfg.n_layers):

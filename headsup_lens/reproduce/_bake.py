@@ -20,9 +20,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import gguf
 import pandas as pd
 import torch
 from transformer_lens.model_bridge import TransformerBridge
+from transformers import AutoModelForCausalLM
 
 from ..data import Task, encode_prompt, task_prompts
 from ..evaluation import generations
@@ -39,8 +41,6 @@ def plain_greedy(
 ) -> list[str]:
     """Greedy outputs of a Hugging Face folder in plain transformers (no hooks), one prompt at a time,
     cut at the first stop token and decoded by `decode(ids)`."""
-    from transformers import AutoModelForCausalLM  # deferred: heavy, only this comparison needs it
-
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     outputs = []
     for prompt in prompts:
@@ -123,8 +123,6 @@ def bake_comparison(
     ]
     baked_gguf = None
     if source is not None:
-        import gguf  # reads what the baked file holds
-
         baked_gguf, seconds, mib = timed_bake(model, mask, work / "gguf", format="gguf", gguf_source=source)
         reader = gguf.GGUFReader(str(baked_gguf))
         kept = sorted({t.tensor_type.name for t in reader.tensors if t.name.endswith("attn_output.weight")})

@@ -27,7 +27,7 @@ from transformers.pytorch_utils import Conv1D
 
 from .._io import atomic_write_json, locked_folder
 from .._typecheck import checked
-from .._validate import check_bool, check_choice, check_float, check_out_dir, describe
+from .._validate import check_choice, check_float, check_out_dir
 from .._version import __version__
 from ..models import fingerprint, hf_model, plain_module, save_hf_tokenizer
 from ..models._fingerprint import portable_name
@@ -83,14 +83,8 @@ def bake(
     and renamed to `out_dir` when complete: an error or a kill leaves no `out_dir` behind, and a
     rerun removes what a killed bake left beside it.
     """
-    if not isinstance(mask, HeadMask):
-        raise TypeError(
-            f"mask must be a HeadMask (a tensor works as HeadMask(values, model=fingerprint(model))), got {describe(mask)}"
-        )
-    alpha = check_float("alpha", alpha, 0.0, 1.0)
+    alpha = check_float("alpha", alpha, 0.0, 1.0)  # the types are checked with the signature
     format = check_choice("format", format, FORMATS)
-    check_bool("allow_soft", allow_soft)
-    check_bool("allow_other_weights", allow_other_weights)
     if gguf_source is not None and format != "gguf":
         raise ValueError(
             f"gguf_source={str(gguf_source)!r} applies only to format='gguf' (the GGUF file written again), "

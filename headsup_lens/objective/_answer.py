@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
-from ..data import IGNORE_INDEX, TaskBatch, length_groups
+from ..data import TaskBatch, length_groups
+from ..data._tokenize import answer_positions as answer_positions  # public here too
 from ..gates._direct import direct_forward, gate_spec
 from ..gates._native import native_forward
 from ..models import FINAL_NORM_OUT, model_device, unembed, verify_readout
@@ -36,13 +37,6 @@ class _StopForward(Exception):
 
 
 @checked
-def answer_positions(labels: Int[Tensor, "batch pos"]) -> tuple[Tensor, Tensor, Tensor]:
-    """(row, position, target) of every answer token, where `position` is the one predicting it."""
-    rows, positions = (labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
-    return rows, positions, labels[rows, positions + 1]
-
-
-@checked
 def answer_logits(
     model: TransformerBridge, batch: TaskBatch, hooks: list | None = None, *, checkpoint: bool = False
 ) -> tuple[Float[Tensor, "n d_vocab"], Tensor, Tensor]:
@@ -60,7 +54,7 @@ def answer_logits(
     backward pass instead of keeping its activations (less memory, about one more forward pass);
     it needs the direct forward pass.
     """
-    rows, positions, targets = answer_positions(batch.labels)
+    rows, positions, targets = batch.answers()
     verify_readout(model)
     eligible, spec = gate_spec(hooks)
     native = native_forward(model) if eligible and not checkpoint else None

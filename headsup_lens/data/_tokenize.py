@@ -131,6 +131,7 @@ class TaskBatch:
     # `answer_positions(labels)`, found where the labels were made: on a GPU finding them is a host
     # synchronisation (`nonzero`), on the CPU it is free.
     _answers: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False, compare=False)
+    _right_padded: bool | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -141,12 +142,25 @@ class TaskBatch:
             self._answers = answer_positions(self.labels)
         return self._answers
 
+    def right_padded(self) -> bool:
+        """Whether every row's padding comes after its tokens (as `collate` pads). Under causal
+        attention no real token then attends to the padding, and positions count from 0 with or
+        without the mask: a forward pass can leave the mask out, with the same result at the real
+        tokens (the attention mask's own check would read the device back on a GPU)."""
+        if self._right_padded is None:
+            real = self.attention_mask.bool()
+            self._right_padded = bool((real[:, 1:] <= real[:, :-1]).all())
+        return self._right_padded
+
     def to(self, device: torch.device | str) -> TaskBatch:
         """The same batch with `input_ids`, `attention_mask` and `labels` (each `[batch, pos]`) on
         `device`; a batch going from the CPU to a GPU is copied without a host synchronisation."""
-        answers = self.answers() if self.labels.device.type == "cpu" else self._answers
+        on_host = self.labels.device.type == "cpu"  # what needs reading is found here, for free
+        answers = self.answers() if on_host else self._answers
+        right_padded = self.right_padded() if on_host else self._right_padded
         moved = [to_device(t, device) for t in (self.input_ids, self.attention_mask, self.labels)]
-        return TaskBatch(*moved, None if answers is None else tuple(to_device(t, device) for t in answers))
+        answers = None if answers is None else tuple(to_device(t, device) for t in answers)
+        return TaskBatch(*moved, answers, right_padded)
 
     @property
     def n_answer_tokens(self) -> int:

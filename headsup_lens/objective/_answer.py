@@ -59,11 +59,9 @@ def answer_logits(
     eligible, spec = gate_spec(hooks)
     native = native_forward(model) if eligible and not checkpoint else None
     if native is not None:
-        return (
-            unembed(model, native.final_normed(batch.input_ids, batch.attention_mask, spec, rows, positions)),
-            targets,
-            rows,
-        )
+        # Right padding needs no mask under causal attention (`TaskBatch.right_padded`).
+        attention = None if batch.right_padded() else batch.attention_mask
+        return unembed(model, native.final_normed(batch.input_ids, attention, spec, rows, positions)), targets, rows
     direct = direct_forward(model) if eligible else None
     if direct is not None:
         normed = direct.final_normed(

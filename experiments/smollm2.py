@@ -7,6 +7,7 @@ Stages over the masks stored in `<out>/smollm2/masks/` (`--update-figures`: the 
     python experiments/smollm2.py train --tasks antonym sentiment --seed 0 --update-figures   # masks/<task>[_seed<k>].safetensors
     python experiments/smollm2.py analyze --tasks antonym sentiment --update-figures           # everything else, from the stored masks
     python experiments/smollm2.py evaluate --tasks antonym --update-figures                   # only the settings tables (Tables 1/2)
+    python experiments/smollm2.py fewshot --tasks antonym --update-figures                    # the same masks on 5-shot prompts: the few-shot baseline (Table 3)
     python experiments/smollm2.py rescore --update-figures    # the stored settings tables scored again from their generations
     python experiments/smollm2.py combine --update-figures    # only the combined tables
 
@@ -16,7 +17,8 @@ keeps only the final masks. `analyze` never trains: the settings table (Tables 1
 weight and random order (Fig. 2), similarity to the instructed run (Fig. 4), logit lens (Table 41) and
 the alpha grid (Fig. 6) per task, then the combined tables, Table 5 and the mask heat map. `evaluate`
 redoes only the settings tables (a task whose generations are stored is skipped, except for the rows of
-seed masks stored since). Each stage appends its wall times to `<out>/smollm2/times.csv`. The steps
+seed masks stored since). `fewshot` evaluates each task's stored mask on `--shots`-shot prompts beside
+the few-shot baseline (demonstrations, no instruction, no mask): `fewshot_evaluation_<task>.csv`. Each stage appends its wall times to `<out>/smollm2/times.csv`. The steps
 live in `headsup_lens.reproduce` (`select_tasks`, `train_stored_masks`, `settings_table`, ...).
 """
 
@@ -33,6 +35,7 @@ from headsup_lens.reproduce._staged import (
     add_seed_rows,
     analyze_task,
     combine_tables,
+    fewshot_table,
     rescore_stored,
     seed0_tasks,
     seed_masks,
@@ -42,7 +45,7 @@ from headsup_lens.reproduce._staged import (
 )
 from headsup_lens.training import safe_name
 
-STAGES = ("select", "train", "analyze", "evaluate", "rescore", "combine")
+STAGES = ("select", "train", "analyze", "evaluate", "fewshot", "rescore", "combine")
 SHOWN = ["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]
 
 
@@ -51,7 +54,7 @@ class Options(MultiTaskOptions):
     """Options of the SmolLM2 stages."""
 
     stage: str = option(positional=True, choices=STAGES)
-    """select, train, analyze, evaluate, rescore or combine."""
+    """select, train, analyze, evaluate, fewshot, rescore or combine."""
     model: str = "smollm2"
     """Model: `smollm2` (SmolLM2-135M-Instruct), a `.gguf` file, a hub name or a local directory."""
     schedule: str = "fast"
@@ -66,6 +69,8 @@ class Options(MultiTaskOptions):
     """analyze: greedy tokens per removal-sweep step."""
     keep_settings: bool = False
     """analyze: keep a task's stored settings table (from `evaluate`) instead of evaluating it again."""
+    shots: int = 5
+    """fewshot: demonstrations before every held-out input (the paper's Table 3: 5)."""
 
 
 def run(xp: Experiment, o: Options):
@@ -77,6 +82,13 @@ def run(xp: Experiment, o: Options):
         if not o.tasks:
             raise ValueError("train: --tasks is required")
         train_stored_masks(xp, [load_task(n, data) for n in o.tasks], xp.train_config(), o.runs)
+        return None
+    if o.stage == "fewshot":
+        names = o.tasks or seed0_tasks(xp)
+        for name in names:
+            task = load_task(name, data)
+            mask = HeadMask.load(xp.current(f"masks/{stored_mask_path('', task).name}"), xp.model)
+            fewshot_table(xp, task, mask, shots=o.shots, alpha=o.alpha, batch_size=batch)
         return None
     if o.stage == "rescore":
         rescore_stored(xp, data)

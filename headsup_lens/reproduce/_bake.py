@@ -155,7 +155,7 @@ def bake_comparison(
     `<work>/gguf`; compare the greedy outputs on the first `limit` held-out inputs of `task` (all by
     default). Writes `bakes.csv`, `outputs_<task>.csv` and `summary_<task>.csv` under `bake/`;
     returns (bakes, summary)."""
-    model, work = xp.model, Path(work)
+    model, work, started = xp.model, Path(work), time.perf_counter()
     source = gguf_source or (found[0] if (found := gguf_source_of(model.cfg.model_name)) else None)
     hf_dir, hf_seconds, hf_mib = timed_bake(model, mask, work / "hf")
     bakes: list[dict[str, Any]] = [
@@ -228,6 +228,7 @@ def bake_comparison(
     summary = agreement(table, pairs, list(columns))
     xp.table(table, f"{FOLDER}/outputs_{safe_name(task.name)}", float_format=None)
     xp.table(summary, f"{FOLDER}/summary_{safe_name(task.name)}", float_format=None)
+    xp.record_time(f"{task.name}: bake and compare ({n} inputs)", time.perf_counter() - started)
     logits = pd.DataFrame([{"comparison": f"{name} vs gated (toolkit)", **gap} for name, gap in gaps.items()])
     xp.table(logits, f"{FOLDER}/logits_{safe_name(task.name)}", float_format=None)
     xp.table(pd.DataFrame(bakes), f"{FOLDER}/bakes", float_format=None)

@@ -22,12 +22,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import gguf
 import pandas as pd
 import torch
 from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
+from transformers import AutoModelForCausalLM
 
-from .._typecheck import checked
 from ..data import Task, encode_prompt, task_prompts
 from ..evaluation import generations
 from ..gates import value_gate
@@ -39,17 +40,13 @@ from ._experiment import Experiment
 FOLDER = "bake"
 
 
-@checked
-def plain_model(folder: str | Path, gguf_file: str | None = None) -> nn.Module:
-    """A Hugging Face folder (or the GGUF file `gguf_file` in it, dequantised by transformers) in plain
+def plain_model(folder: str | Path, gguf_name: str | None = None) -> nn.Module:
+    """A Hugging Face folder (or the GGUF file `gguf_name` in it, dequantised by transformers) in plain
     transformers: its defaults, no hooks."""
-    from transformers import AutoModelForCausalLM  # deferred: heavy, only this comparison needs it
-
-    options: dict[str, Any] = {} if gguf_file is None else {"gguf_file": gguf_file, "local_files_only": True}
+    options: dict[str, Any] = {} if gguf_name is None else {"gguf_file": gguf_name, "local_files_only": True}
     return AutoModelForCausalLM.from_pretrained(folder, **options).eval()
 
 
-@checked
 def plain_greedy(
     model: str | Path | nn.Module,
     prompts: Sequence[list[int]],
@@ -72,7 +69,6 @@ def plain_greedy(
     return outputs
 
 
-@checked
 def llama_cpp_greedy(
     path: str | Path, prompts: Sequence[list[int]], max_new_tokens: int, stops: set[int], decode: Callable, threads: int
 ) -> list[str]:
@@ -95,7 +91,6 @@ def llama_cpp_greedy(
     return outputs
 
 
-@checked
 def logit_gap(
     reference: Callable[[Tensor], Tensor], other: Callable[[Tensor], Tensor], prompts: Sequence[list[int]]
 ) -> dict[str, Any]:
@@ -113,7 +108,6 @@ def logit_gap(
     return {"prompts": len(prompts), "positions": positions, "max_abs_diff": float(gap), "same_top1": int(same)}
 
 
-@checked
 def timed_bake(
     model: TransformerBridge, mask: HeadMask, folder: str | Path, **options: Any
 ) -> tuple[Path, float, float]:
@@ -127,7 +121,6 @@ def timed_bake(
     return path, seconds, size
 
 
-@checked
 def agreement(table: pd.DataFrame, pairs: Sequence[tuple[str, str]], columns: Sequence[str]) -> pd.DataFrame:
     """How often two output columns of `table` are equal (`pairs`), then each column's accuracy (the
     mean of its `correct: <column>` column)."""
@@ -140,7 +133,6 @@ def agreement(table: pd.DataFrame, pairs: Sequence[tuple[str, str]], columns: Se
     return pd.DataFrame(rows).astype({"equal outputs": "Int64"})  # empty on the accuracy rows
 
 
-@checked
 def bake_comparison(
     xp: Experiment,
     mask: HeadMask,
@@ -163,8 +155,6 @@ def bake_comparison(
     ]
     baked_gguf = None
     if source is not None:
-        import gguf  # reads what the baked file holds
-
         baked_gguf, seconds, mib = timed_bake(model, mask, work / "gguf", format="gguf", gguf_source=source)
         reader = gguf.GGUFReader(str(baked_gguf))
         kept = sorted({t.tensor_type.name for t in reader.tensors if t.name.endswith("attn_output.weight")})

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from .._typecheck import checked
 from ..training import safe_name
 
 REPRODUCES, DOES_NOT, UNTESTABLE, NOT_RUN = "reproduces", "does not reproduce", "cannot be tested here", "not run"
@@ -41,7 +40,6 @@ CLAIMS = {
 }
 
 
-@checked
 def claim_verdicts(folder: str | os.PathLike, tasks: list[str]) -> pd.DataFrame:
     """One row per task and claim (`CLAIMS`): `task`, `claim` (its key), `statement`, `verdict`
     (reproduces, does not reproduce, cannot be tested here, not run) and `evidence` (the numbers the

@@ -28,9 +28,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint as _checkpoint
 from transformer_lens.model_bridge import TransformerBridge
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .._typecheck import checked
 from ..data import TaskBatch
+from ..models import unembed
 from ._masks import row_mask
 
 _DECODER_LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
@@ -259,8 +261,6 @@ class DirectForward:
     ) -> None:
         self.model, self.layers, self.embed, self.rotary, self.final_norm = model, layers, embed, rotary, final_norm
         self.n_heads, self.n_kv, self.d_head, self.scaling = n_heads, n_kv, d_head, scaling
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
         self._rope = apply_rotary_pos_emb
 
     # ------------------------------------------------------------------ one layer
@@ -388,8 +388,6 @@ class DirectForward:
         Rows leave at a stop token; rows with the same tokens so far and the same gates below a
         layer share that layer's computation and its KV cache (see `_plan`).
         """
-        from ..models import unembed
-
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
         device = ids.device
@@ -456,8 +454,6 @@ class DirectForward:
 
     def _decode_step(self, plan, caches, history, running, active, row_ids, codes_all, spec):
         """One cached pass of every active row's newest token; returns the next tokens and the new state."""
-        from ..models import unembed
-
         device = row_ids.device
         heads, mean, mlp = (None, None, None) if spec is None else (spec.heads, spec.mean, spec.mlp)
         history = _unique_rows(torch.stack([history, row_ids], dim=1))

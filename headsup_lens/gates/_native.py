@@ -27,8 +27,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
+from transformers import DynamicCache, StaticCache
 
 from .._typecheck import checked
+from .._warnings import warn
 from ..data import TaskBatch
 from ._direct import Decoding, GateSpec, _check_rows, _raw, cached_forward
 
@@ -213,8 +215,6 @@ class NativeForward:
             try:
                 return compiled(*args)
             except Exception as error:  # compilers fail in many ways; eager computes the same
-                from .._warnings import warn
-
                 warn(f"the compiled decoding step failed ({type(error).__name__}); decoding eagerly", RuntimeWarning)
                 self._compiled = False
                 return self._step(*args)
@@ -285,11 +285,7 @@ class NativeForward:
         """The KV cache: the model's dynamic cache, or a preallocated static one when asked for
         (fixed shapes, what a compiled decoding step needs)."""
         if not _OPTIONS["static_cache"]:
-            from transformers import DynamicCache
-
             return DynamicCache(config=self.hf.config)
-        from transformers import StaticCache
-
         return StaticCache(config=self.hf.config, max_cache_len=length)
 
 

@@ -18,7 +18,11 @@ of this process (the CPU-time ratio holds up when other processes share the core
 - train: one `train_mask` step of the paper's recipe (batch 16, answer-only loss), timed as
   (time of 2 + N steps - time of 2 steps) / N, vs the same rows' forward and backward in plain
   transformers; checked: the mask gradient equals plain transformers' and the bridge's.
+- memory (a GPU only): peak GPU memory of two `train_mask` steps with and without activation
+  checkpointing, over the bytes of the model's weights (what the library's model holds besides
+  its weights; the plain model loaded beside it is not counted).
 `--bridge` also times the library with its direct forward pass turned off (`gates.direct_path`).
+The tables are written after every section, so a run cut short keeps what it measured.
 On CUDA the models run in bf16 (unless `--dtype`) and each loop's `torch.cuda.max_memory_allocated`
 is printed.
 
@@ -52,7 +56,7 @@ from headsup_lens.objective import answer_nll, length_batches
 from headsup_lens.options import parse
 from headsup_lens.training import TrainConfig, left_tail_gumbel, straight_through, train_mask
 
-SECTIONS = ("sweep", "eval", "train")
+SECTIONS = ("sweep", "eval", "train", "memory")
 
 
 @dataclass
@@ -166,8 +170,10 @@ def sweep_section(model, plain: PlainModel, options: Options) -> dict:
     def reference():
         return plain.greedy(ids.expand(rows, -1).contiguous(), None, masks, options.new_tokens, stops)
 
-    removal_sweep(model, options.prompt, order[:2], max_new_tokens=2)  # warm-up
-    plain.greedy(ids, None, masks[:1], 2, stops)
+    # Warm-up at the timed shapes: the first pass at a new batch shape pays for kernel selection and
+    # the allocator's growth, which would land on whichever loop runs first.
+    ours()
+    reference()
     clocks: dict[str, list] = {"library": [], "plain": [], "bridge": []}
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
@@ -246,7 +252,8 @@ def eval_section(model, plain: PlainModel, options: Options, task: Task) -> dict
         per_example = [float(sums[i]) / len(answer) for i, (_, answer) in enumerate(loss_rows)]
         return texts, sum(per_example) / len(per_example)
 
-    ours()  # warm-up
+    ours()  # warm-up of both at the timed shapes
+    reference()
     clocks: dict[str, list] = {"library": [], "plain": [], "bridge": []}
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
@@ -372,6 +379,40 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
     return {"work": work, "clocks": clocks, "peaks": peaks, "checks": checks, "agreement": agreement}
 
 
+# ------------------------------------------------------------------------------------------------ memory
+
+
+def memory_section(model, options: Options, task: Task) -> dict | None:
+    """Peak GPU memory of `train_mask` steps over the weights' bytes, with and without checkpointing."""
+    device = torch.device(model.cfg.device)
+    if device.type != "cuda":
+        return None
+    weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+
+    def own_peak(checkpointing: bool) -> float:
+        config = TrainConfig(
+            steps=2, checkpoint_every=0, progress=False, activation_checkpointing=checkpointing, log_every=2
+        )
+        torch.cuda.synchronize(device)
+        others = torch.cuda.memory_allocated(device) - weights  # the plain model, caches: not the library's
+        torch.cuda.reset_peak_memory_stats(device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            train_mask(model, task, config)
+        torch.cuda.synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - others) / 2**30
+
+    plain_peak, kept_peak = own_peak(False), own_peak(True)
+    gib = weights / 2**30
+    return {
+        "weights_gib": gib,
+        "peak_gib": plain_peak,
+        "peak_checkpointing_gib": kept_peak,
+        "ratio": plain_peak / gib,
+        "ratio_checkpointing": kept_peak / gib,
+    }
+
+
 # ------------------------------------------------------------------------------------------------
 
 
@@ -446,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HEADSUP_PROGRESS"] = "0"  # the library's bars would be timed with its loops
     if options.prefix_sharing not in ("auto", "on", "off"):
         raise SystemExit(f"--prefix-sharing must be auto, on or off, not {options.prefix_sharing!r}")
-    rows, raw = [], {}
+    rows, raw, memory = [], {}, []
     levers = native_options(
         prefix_sharing=None if options.prefix_sharing == "auto" else options.prefix_sharing == "on",
         static_cache=options.static_cache,
@@ -468,8 +509,16 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 + f"; median [min-max] of {options.repeats} interleaved repeats"
             )
-            task = task_for(options) if {"eval", "train"} & set(options.sections) else None
+            task = task_for(options) if {"eval", "train", "memory"} & set(options.sections) else None
+            dtype = str(cfg.dtype).removeprefix("torch.")
             for section in options.sections:
+                if section == "memory":
+                    found = memory_section(model, options, task)
+                    if found is not None:
+                        print(f"[{label(name)}] memory: " + ", ".join(f"{k} {v:.2f}" for k, v in found.items()))
+                        memory.append({"model": label(name), "dtype": dtype, **found})
+                        write(options, rows, raw, memory)
+                    continue
                 if section == "sweep":
                     result = sweep_section(model, plain, options)
                 elif section == "eval":
@@ -477,12 +526,15 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     result = train_section(model, plain, options, task)
                 report(label(name), section, result)
-                rows += summary_rows(label(name), str(cfg.dtype).removeprefix("torch."), section, result)
+                rows += summary_rows(label(name), dtype, section, result)
                 raw[f"{name}/{section}"] = {
                     **result,
                     "clocks": {k: [asdict(c) for c in v] for k, v in result["clocks"].items()},
                 }
+                write(options, rows, raw, memory)
             del model, plain
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
     table = pd.DataFrame(rows)
     print()
     print(
@@ -491,16 +543,24 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     if options.out is not None:
-        out = Path(options.out)
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "performance.csv", index=False)
-        (out / "performance.json").write_text(
-            json.dumps({"options": asdict(options), "results": raw}, indent=1, default=str)
-        )
-        print(f"wrote {out / 'performance.csv'} and {out / 'performance.json'}")
+        print(f"wrote {Path(options.out) / 'performance.csv'} and {Path(options.out) / 'performance.json'}")
     # In bf16 two kernels round differently (a near tie can turn a greedy token): only fp32 fails the run.
     strict = table[table.dtype == "float32"]
     return 0 if all(strict.identical) else 1
+
+
+def write(options: Options, rows: list[dict], raw: dict, memory: list[dict]) -> None:
+    """The tables so far (after every section: a run cut short keeps what it measured)."""
+    if options.out is None:
+        return
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(out / "performance.csv", index=False)
+    if memory:
+        pd.DataFrame(memory).to_csv(out / "memory.csv", index=False)
+    (out / "performance.json").write_text(
+        json.dumps({"options": asdict(options), "results": raw}, indent=1, default=str)
+    )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import traceback
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -44,6 +45,8 @@ from headsup_lens.options import parse
 from headsup_lens.training import TrainConfig, left_tail_gumbel, train_mask
 
 SECTIONS = ("sweep", "train")
+WHERE: list = []  # set by --where
+WHERE_SEEN: dict[str, int] = {}  # call site of a synchronisation -> times seen
 
 # (owner, attribute): every call of these counts as one host synchronisation.
 _SYNC_POINTS = [
@@ -74,6 +77,9 @@ class Options:
     """Task of the training section (`reverse`: a made-up word task, also used when the data is missing)."""
     train_steps: int = 4
     """N: per-step counts are (counts of 2 + N steps - counts of 2 steps) / N."""
+    where: bool = False
+    """On a GPU: print where each synchronisation CUDA reports comes from (the innermost frames of the
+    library and of transformers)."""
     gpu_path: bool = False
     """Count the path a GPU takes (no prefix sharing across rows: `native_options(prefix_sharing=False)`)."""
     out: str | None = None
@@ -85,12 +91,36 @@ class Counts:
     syncs: int = 0
     ops: int = 0
     passes: int = 0
+    device_syncs: int | None = None  # on a GPU: what CUDA's sync debug mode reports (blocking copies included)
 
 
 @contextlib.contextmanager
 def counting(embedding: torch.nn.Module, profile: bool = True) -> Iterator[Counts]:
-    """Count host synchronisations, `aten::` operations and forward passes inside the block."""
+    """Count host synchronisations, `aten::` operations and forward passes inside the block; on a
+    GPU also the synchronisations CUDA itself reports (`torch.cuda.set_sync_debug_mode`), which
+    include blocking host-to-device copies that the wrapped calls do not see."""
     counts = Counts()
+    on_gpu = next(embedding.parameters()).device.type == "cuda"
+    record = warnings.catch_warnings(record=True)
+    seen = record.__enter__()
+    warnings.simplefilter("always")
+    if on_gpu and WHERE:
+
+        def located(message, category, filename, lineno, file=None, line=None):
+            if "synchroniz" in str(message):  # the innermost frames of ours and of transformers
+                frames = [
+                    f"{Path(f.filename).name}:{f.lineno} {f.name}"
+                    for f in traceback.extract_stack()[:-1]
+                    if "headsup_lens" in f.filename or "transformers" in f.filename
+                ]
+                site = " <- ".join(reversed(frames[-4:]))
+                WHERE_SEEN[site] = WHERE_SEEN.get(site, 0) + 1
+            seen.append(warnings.WarningMessage(message, category, filename, lineno))
+
+        warnings.showwarning = located
+    if on_gpu:
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
     originals = [(owner, name, getattr(owner, name)) for owner, name in _SYNC_POINTS]
 
     def wrap(fn):
@@ -115,6 +145,11 @@ def counting(embedding: torch.nn.Module, profile: bool = True) -> Iterator[Count
         for owner, name, fn in originals:
             setattr(owner, name, fn)
         handle.remove()
+        if on_gpu:
+            torch.cuda.set_sync_debug_mode("default")
+        record.__exit__(None, None, None)
+    if on_gpu:
+        counts.device_syncs = sum("synchroniz" in str(w.message) for w in seen)
     if prof is not None:
         counts.ops = sum(1 for event in prof.events() if event.name.startswith("aten::"))
 
@@ -163,6 +198,7 @@ def sweep_section(model, plain: PlainModel, options: Options) -> list[dict]:
                 "ops": c.ops,
                 "syncs_per_unit": c.syncs / max(1, c.passes),
                 "ops_per_unit": c.ops / max(1, c.passes),
+                "device_syncs_per_unit": None if c.device_syncs is None else c.device_syncs / max(1, c.passes),
                 "unit": "decoding pass",
             }
         )
@@ -178,8 +214,7 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
 
     def steps(n: int) -> Counts:
-        with warnings.catch_warnings(), counting(raw_embedding(model)) as counts:
-            warnings.simplefilter("ignore")
+        with counting(raw_embedding(model)) as counts:  # also silences the warnings of a short run
             train_mask(model, task, TrainConfig(steps=n, checkpoint_every=0, progress=False))
         return counts
 
@@ -202,6 +237,9 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
             "ops": long.ops - short.ops,
             "syncs_per_unit": (long.syncs - short.syncs) / n,
             "ops_per_unit": (long.ops - short.ops) / n,
+            "device_syncs_per_unit": None
+            if long.device_syncs is None or short.device_syncs is None
+            else (long.device_syncs - short.device_syncs) / n,
             "unit": "training step",
         },
         {
@@ -213,6 +251,7 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
             "ops": theirs.ops,
             "syncs_per_unit": theirs.syncs,
             "ops_per_unit": theirs.ops,
+            "device_syncs_per_unit": theirs.device_syncs,
             "unit": "training step (forward and backward only)",
         },
     ]
@@ -225,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
     torch.set_num_threads(1)
     os.environ["HEADSUP_PROGRESS"] = "0"
+    if options.where:
+        WHERE.append(True)
     rows = []
     sharing = False if options.gpu_path else None
     with tempfile.TemporaryDirectory() as scratch, native_options(prefix_sharing=sharing):
@@ -235,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
                 found = (
                     sweep_section(model, plain, options) if section == "sweep" else train_section(model, plain, options)
                 )
+                if WHERE_SEEN:
+                    print(f"[{label(name)}] {section}: where CUDA synchronised (times seen, innermost frame first)")
+                    for site, times in sorted(WHERE_SEEN.items(), key=lambda item: -item[1]):
+                        print(f"    {times:5d}  {site}")
+                    WHERE_SEEN.clear()
                 rows += [{"model": label(name), **row} for row in found]
             del model, plain
     table = pd.DataFrame(rows)

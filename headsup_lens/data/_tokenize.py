@@ -5,13 +5,14 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._device import to_device
 from .._typecheck import checked
 from ..models import PromptFormat, check_context, encode, pad_token_id, prompt_format
 from ._task import Pair, Shots, Task
@@ -127,18 +128,51 @@ class TaskBatch:
     input_ids: Int[Tensor, "batch pos"]
     attention_mask: Int[Tensor, "batch pos"]
     labels: Int[Tensor, "batch pos"]
+    # `answer_positions(labels)`, found where the labels were made: on a GPU finding them is a host
+    # synchronisation (`nonzero`), on the CPU it is free.
+    _answers: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False, compare=False)
+    _right_padded: bool | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def answers(self) -> tuple[Tensor, Tensor, Tensor]:
+        """`answer_positions(self.labels)`: (row, position, target) of every answer token."""
+        if self._answers is None:
+            self._answers = answer_positions(self.labels)
+        return self._answers
+
+    def right_padded(self) -> bool:
+        """Whether every row's padding comes after its tokens (as `collate` pads). Under causal
+        attention no real token then attends to the padding, and positions count from 0 with or
+        without the mask: a forward pass can leave the mask out, with the same result at the real
+        tokens (the attention mask's own check would read the device back on a GPU)."""
+        if self._right_padded is None:
+            real = self.attention_mask.bool()
+            self._right_padded = bool((real[:, 1:] <= real[:, :-1]).all())
+        return self._right_padded
+
     def to(self, device: torch.device | str) -> TaskBatch:
-        """The same batch with `input_ids`, `attention_mask` and `labels` (each `[batch, pos]`) on `device`."""
-        return TaskBatch(self.input_ids.to(device), self.attention_mask.to(device), self.labels.to(device))
+        """The same batch with `input_ids`, `attention_mask` and `labels` (each `[batch, pos]`) on
+        `device`; a batch going from the CPU to a GPU is copied without a host synchronisation."""
+        on_host = self.labels.device.type == "cpu"  # what needs reading is found here, for free
+        answers = self.answers() if on_host else self._answers
+        right_padded = self.right_padded() if on_host else self._right_padded
+        moved = [to_device(t, device) for t in (self.input_ids, self.attention_mask, self.labels)]
+        answers = None if answers is None else tuple(to_device(t, device) for t in answers)
+        return TaskBatch(*moved, answers, right_padded)
 
     @property
     def n_answer_tokens(self) -> int:
         """How many label positions are scored (answer tokens, end of turn included; not `IGNORE_INDEX`)."""
         return int((self.labels != IGNORE_INDEX).sum())
+
+
+@checked
+def answer_positions(labels: Int[Tensor, "batch pos"]) -> tuple[Tensor, Tensor, Tensor]:
+    """(row, position, target) of every answer token, where `position` is the one predicting it."""
+    rows, positions = (labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
+    return rows, positions, labels[rows, positions + 1]
 
 
 @checked

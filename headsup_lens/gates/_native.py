@@ -242,7 +242,7 @@ class NativeForward:
         device = ids.device
         batch, length = ids.shape
         _check_rows(spec, batch)
-        check_every = int(_OPTIONS["check_every"])
+        check_every = decode_check_every()
         tokens = torch.zeros(batch, max(1, max_new_tokens), dtype=torch.long, device=device)
         full = None  # the attention mask over prompt and new tokens, filled once
         if attention_mask is not None:
@@ -322,6 +322,11 @@ def _build(model: TransformerBridge) -> NativeForward | None:
     if len({p.device for p in hf.parameters()}) != 1:
         return None
     return NativeForward(model, _swaps(hf), projections, mlps)
+
+
+def decode_check_every() -> int:
+    """How many greedy tokens pass between two reads of the stop flags (`native_options(check_every=...)`)."""
+    return int(_OPTIONS["check_every"])
 
 
 @checked

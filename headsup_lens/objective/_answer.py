@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
-from ..data import IGNORE_INDEX, TaskBatch, length_groups
+from ..data import TaskBatch, length_groups
+from ..data._tokenize import answer_positions as answer_positions  # public here too
 from ..gates._direct import direct_forward, gate_spec
 from ..gates._native import native_forward
 from ..models import FINAL_NORM_OUT, model_device, unembed, verify_readout
@@ -36,13 +37,6 @@ class _StopForward(Exception):
 
 
 @checked
-def answer_positions(labels: Int[Tensor, "batch pos"]) -> tuple[Tensor, Tensor, Tensor]:
-    """(row, position, target) of every answer token, where `position` is the one predicting it."""
-    rows, positions = (labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
-    return rows, positions, labels[rows, positions + 1]
-
-
-@checked
 def answer_logits(
     model: TransformerBridge, batch: TaskBatch, hooks: list | None = None, *, checkpoint: bool = False
 ) -> tuple[Float[Tensor, "n d_vocab"], Tensor, Tensor]:
@@ -60,16 +54,14 @@ def answer_logits(
     backward pass instead of keeping its activations (less memory, about one more forward pass);
     it needs the direct forward pass.
     """
-    rows, positions, targets = answer_positions(batch.labels)
+    rows, positions, targets = batch.answers()
     verify_readout(model)
     eligible, spec = gate_spec(hooks)
     native = native_forward(model) if eligible and not checkpoint else None
     if native is not None:
-        return (
-            unembed(model, native.final_normed(batch.input_ids, batch.attention_mask, spec, rows, positions)),
-            targets,
-            rows,
-        )
+        # Right padding needs no mask under causal attention (`TaskBatch.right_padded`).
+        attention = None if batch.right_padded() else batch.attention_mask
+        return unembed(model, native.final_normed(batch.input_ids, attention, spec, rows, positions)), targets, rows
     direct = direct_forward(model) if eligible else None
     if direct is not None:
         normed = direct.final_normed(

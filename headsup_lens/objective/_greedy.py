@@ -6,7 +6,9 @@ drives the bridge's own cached forward pass (`return_type="logits_and_cache"`, t
 cache object) with the same attention masks and positions as `generate`, but
 - asks the model for the last position's logits only (`logits_to_keep=1`) where the wrapped Hugging
   Face model accepts it, so the prompt pass unembeds one position per row, and
-- drops rows that emitted a stop token from the batch, the KV cache and the per-row masks.
+- keeps tokens and stop flags on the device, reads them back every few tokens
+  (`native_options(check_every=...)`: one host synchronisation per check, not several per token)
+  and then drops rows that emitted a stop token from the batch, the KV cache and the per-row masks.
 Hooks (gates) fire on every pass as under `generate`; with the cache, later passes see one position.
 """
 
@@ -25,7 +27,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ..gates import Gate, gate_hooks
 from ..gates._direct import direct_forward, gate_spec
-from ..gates._native import native_forward, prefix_sharing
+from ..gates._native import decode_check_every, native_forward, prefix_sharing
 from ..masks import HeadMask
 from ..models import cut_at_stop, model_device
 
@@ -148,7 +150,9 @@ def greedy_generate(
     derive = _derives_positions(model)
 
     active = torch.arange(batch, device=device)  # original row of every row still in the batch
-    new_tokens: list[list[int]] = [[] for _ in range(batch)]
+    tokens = torch.zeros(batch, max(1, max_new_tokens), dtype=torch.long, device=device)
+    stopped = torch.zeros(batch, dtype=torch.bool, device=device)
+    check_every, taken = decode_check_every(), max_new_tokens
     gate_scope = contextlib.ExitStack()
     try:
         gate_scope.enter_context(model.hooks(fwd_hooks=hooks))
@@ -174,17 +178,22 @@ def greedy_generate(
                     next_ids = logits[:, -1].argmax(-1)
                     if on_pass is not None:
                         on_pass()
-                for row, token in zip(active.tolist(), next_ids.tolist()):
-                    new_tokens[row].append(token)
+                # Tokens and stop flags stay on the device; rows that stopped run on until the next
+                # check, and their extra tokens are cut at the stop token like every row's.
+                tokens[active, step] = next_ids
                 length += 1
                 if running is not None:
                     running = torch.cat([running, running.new_ones(len(active), 1)], dim=1)
-                done = torch.isin(next_ids, stop_ids)
-                if step == max_new_tokens - 1 or bool(done.all()):
+                stopped |= torch.isin(next_ids, stop_ids)
+                if step == max_new_tokens - 1 or (step + 1) % check_every:
+                    continue
+                done = stopped.tolist()  # the one host synchronisation of these check_every tokens
+                if all(done):
+                    taken = step + 1
                     break
-                if bool(done.any()):  # finished rows leave the batch, its cache and its per-row masks
-                    keep = (~done).nonzero().squeeze(1)
-                    active, next_ids = active[keep], next_ids[keep]
+                if any(done):  # finished rows leave the batch, its cache and its per-row masks
+                    keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)
+                    active, next_ids, stopped = active[keep], next_ids[keep], stopped[keep]
                     cache.batch_select_indices(keep)
                     if running is not None:
                         running = running[keep]
@@ -196,6 +205,7 @@ def greedy_generate(
                         )
     finally:
         gate_scope.close()
+    new_tokens = tokens[:, :taken].tolist() if max_new_tokens else [[] for _ in range(batch)]
     return GreedyOutput(cut_at_stop(new_tokens, stops), first_logits, captured if record_layers else None)
 
 

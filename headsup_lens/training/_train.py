@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._device import to_device
 from .._distributed import all_reduce_sum, rank_and_world, shard
 from .._io import atomic_write_text, locked_folder
 from .._typecheck import checked
@@ -82,7 +83,8 @@ def task_loss_sums(
     nll, token_rows = answer_nll(model, batch, hooks, checkpoint=checkpoint)
     token_task = rows_task[token_rows]
     sums = torch.zeros(n_tasks, device=nll.device).index_add(0, token_task, nll)
-    return sums, torch.bincount(token_task, minlength=n_tasks).to(sums.dtype)
+    # index_add, not bincount: bincount reads its input's maximum back to the host on a GPU.
+    return sums, torch.zeros_like(sums).index_add(0, token_task, torch.ones_like(nll))
 
 
 def clip_per_task(parameters: list[Tensor], max_norm: float) -> None:
@@ -236,7 +238,7 @@ class _MaskRun:
             self.parameters.append(self.mlp_logits)
         self.optimizer = torch.optim.AdamW(self.parameters, lr=config.lr, weight_decay=config.weight_decay)
         self.noise = [torch.Generator().manual_seed(stable_seed(config.seed, name, "noise")) for name in names]
-        self.rows_task = torch.arange(len(tasks)).repeat_interleave(config.batch_size).to(self.device)
+        self.rows_task = torch.arange(len(tasks)).repeat_interleave(config.batch_size)  # on the host, as the noise
         self.history: list[dict] = []
         self.pending: list[tuple] = []  # steps whose losses are still on the device (see `flush`)
         self.postfix: dict = {}
@@ -284,18 +286,19 @@ class _MaskRun:
         rows = [self.encoded[k][i] for k, sampler in enumerate(self.samplers) for i in sampler.batch(step)][
             mine.start : mine.stop
         ]
+        # The step's batch is prepared on the host and copied without waiting for the device
+        # (`to_device`): the host queues step s+1 while the GPU still computes step s.
         # Every rank draws the whole step's noise (the generators stay in step) and keeps its rows.
         shape = (config.batch_size, n_layers, n_heads)
-        head_noise = torch.cat([left_tail_gumbel(shape, g) for g in self.noise])[mine.start : mine.stop].to(device)
+        head_noise = torch.cat([left_tail_gumbel(shape, g) for g in self.noise])[mine.start : mine.stop]
         row_task = self.rows_task[mine.start : mine.stop]
         mlp_noise = None
         if mlp_logits is not None:
             mlp_noise = torch.cat([left_tail_gumbel((config.batch_size, n_layers), g) for g in self.noise])
-            mlp_noise = mlp_noise[mine.start : mine.stop].to(device)
+            mlp_noise = mlp_noise[mine.start : mine.stop]
         # Each task's loss is the mean over all its answer tokens in the step (over every rank).
-        counts = torch.zeros(n_tasks, device=device).index_add(
-            0, row_task, torch.tensor([float(len(answer)) for _, answer in rows], device=device)
-        )
+        lengths = torch.tensor([float(len(answer)) for _, answer in rows])
+        counts = to_device(torch.zeros(n_tasks).index_add(0, row_task, lengths), device)
         if self.world > 1:
             counts = all_reduce_sum(counts)
         counts = counts.clamp(min=1)
@@ -304,12 +307,13 @@ class _MaskRun:
         # the same gradient with less padding; each pass's graph is freed after its backward.
         per_task = torch.zeros(n_tasks, device=device)
         for members in length_batches(model, rows):
-            index = torch.tensor(members, device=device)
-            mask = straight_through(logits[row_task[index]], head_noise[index], tau)
+            index = torch.tensor(members)
+            tasks_of = to_device(row_task[index], device)
+            mask = straight_through(logits[tasks_of], to_device(head_noise[index], device), tau)
             mlp = (
                 None
                 if mlp_noise is None or mlp_logits is None
-                else straight_through(mlp_logits[row_task[index]], mlp_noise[index], tau)
+                else straight_through(mlp_logits[tasks_of], to_device(mlp_noise[index], device), tau)
             )
             sums, _ = task_loss_sums(
                 model,
@@ -317,7 +321,7 @@ class _MaskRun:
                 valid_value_gate_hooks(model, mask, mlp=mlp)  # straight-through masks are 0/1
                 if config.gate == "value"
                 else gate_hooks(model, mask, gate=config.gate, mlp=mlp),
-                row_task[index],
+                tasks_of,
                 n_tasks,
                 checkpoint=config.activation_checkpointing,
             )

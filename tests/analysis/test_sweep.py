@@ -1,5 +1,7 @@
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from headsup_lens import HeadMask, removal_sweep, value_gate
 from headsup_lens.analysis import auto_batch_size, influence_order, random_order, sweep_masks, weight_order
@@ -188,3 +190,23 @@ def test_progress_false_hides_the_sweeps_bar(llama, monkeypatch, capsys):
     assert "removal sweep" in capsys.readouterr().err
     removal_sweep(llama, PROMPT, order, max_new_tokens=2, progress=False)
     assert capsys.readouterr().err == ""
+
+
+@given(
+    st.integers(1, 5),
+    st.integers(1, 40),
+    st.lists(st.integers(0, 39), max_size=6),
+    st.integers(0, 2**31 - 1),
+)
+def test_token_ranks_count_the_strictly_larger_logits(rows, vocab, picks, seed):
+    """Rank = 1 + the number of strictly larger logits in the row, ties sharing the better rank
+    (logits drawn from a few values, so ties are common), against a plain loop."""
+    from headsup_lens.analysis._common import token_ranks
+
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randint(-3, 3, (rows, vocab), generator=generator).float()
+    tokens = torch.tensor([p % vocab for p in picks], dtype=torch.long)
+    expected = [[1 + sum(float(x) > float(row[t]) for x in row) for t in tokens.tolist()] for row in logits]
+    ranks = token_ranks(logits, tokens)
+    assert ranks.dtype == torch.long and ranks.shape == (rows, len(tokens))
+    assert ranks.tolist() == expected

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headsup_lens.gates import gated
+from headsup_lens.gates import gated, native_options
 from headsup_lens.models import cut_at_stop, left_pad, pad_token_id
 from headsup_lens.objective import greedy_generate
 from headsup_lens.objective._greedy import keeps_last_logits_only
@@ -38,8 +38,11 @@ def plain_generate(model, ids, attention, masks, stops, gate="value"):
     return cut_at_stop(out.sequences[:, ids.shape[1] :].tolist(), stops), out.logits[0]
 
 
+@pytest.mark.parametrize("check_every", [1, 3])
 @pytest.mark.parametrize("gate", ["value", "query"])
-def test_equals_generate_on_left_padded_rows_that_stop_early(any_model, gate):
+def test_equals_generate_on_left_padded_rows_that_stop_early(any_model, gate, check_every):
+    """Rows that stopped leave the batch when the flags are read back (every `check_every` tokens);
+    the tokens they emit until then are cut at their stop token, so every row equals `generate`."""
     ids, attention = padded_batch(any_model)
     masks = random_mask(any_model, seed=4, rows=len(LENGTHS))
     full, _ = plain_generate(any_model, ids, attention, masks, stops={-1}, gate=gate)
@@ -48,7 +51,8 @@ def test_equals_generate_on_left_padded_rows_that_stop_early(any_model, gate):
     row_lengths = set()
     for stops in stop_sets:
         expected, logits = plain_generate(any_model, ids, attention, masks, stops, gate=gate)
-        out = greedy_generate(any_model, ids, attention, max_new_tokens=MAX_NEW, stops=stops, mask=masks, gate=gate)
+        with native_options(check_every=check_every):
+            out = greedy_generate(any_model, ids, attention, max_new_tokens=MAX_NEW, stops=stops, mask=masks, gate=gate)
         assert out.tokens == expected
         assert torch.allclose(out.first_logits, logits.float(), atol=1e-5)
         row_lengths.add(tuple(len(row) for row in out.tokens))

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The GPU benchmark in one go on one GPU, nothing downloaded (random weights at real shapes, bf16):
+#   1. a smoke run of every section at a tiny shape (stops here when the stack is broken);
+#   2. `performance.py` at the Llama-3.1-8B shape first, then Qwen2.5-0.5B and -1.5B: removal sweep,
+#      batched evaluation, mask-training steps, library vs plain `transformers`, and peak memory of
+#      mask training with and without activation checkpointing (tables written after every section);
+#   3. `proxies.py` at the 0.5B shape: host synchronisations per decoding pass and per training step,
+#      counted by CUDA itself (`torch.cuda.set_sync_debug_mode`) beside the wrapped calls (WHERE=true:
+#      and where each comes from).
+# Usage: bash experiments/bench/gpu.sh [OUT_DIR]   (default figures/bench/performance_gpu)
+#        MODELS="llama8b" DEVICE=cuda REPEATS=2 bash experiments/bench/gpu.sh /tmp/gpu
+set -uo pipefail
+out="$(realpath -m "${1:-figures/bench/performance_gpu}")"
+cd "$(dirname "$0")"
+device="${DEVICE:-cuda}"
+models="${MODELS:-llama8b qwen0.5b qwen1.5b}"
+repeats="${REPEATS:-2}"
+mkdir -p "$out"
+# Random weights are saved and loaded back once per model (16 GB at the 8B shape): in memory when there is room.
+if [ -d /dev/shm ] && [ "$(df --output=avail -B1G /dev/shm | tail -1)" -gt 40 ]; then export TMPDIR=/dev/shm; fi
+export PYTHONUNBUFFERED=1
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
+python3 performance.py --models tiny --device "$device" --task reverse --repeats 1 --sweep-steps 4 --new-tokens 3 \
+    --eval-examples 8 --train-steps 1 || { echo "the smoke run failed: stopping"; exit 1; }
+# shellcheck disable=SC2086
+python3 performance.py --models $models --device "$device" --task reverse --repeats "$repeats" --threads 8 \
+    --prefix-sharing off --out "$out"
+status=$?
+python3 proxies.py --models qwen0.5b --device "$device" --task reverse --gpu-path true --where "${WHERE:-false}" \
+    --out "$out/proxies" || status=1
+# A lever: a static KV cache with a compiled decoding step (the sweep at the 0.5B shape; compilation
+# gets 150 s, and falls back to eager decoding with a warning when it fails).
+timeout 150 python3 performance.py --models qwen0.5b --device "$device" --sections sweep --repeats "$repeats" \
+    --prefix-sharing off --static-cache true --compile true --out "$out/compiled" || echo "the compiled run did not finish"
+exit $status

@@ -1,0 +1,20 @@
+"""Host-to-device copies that do not stall the GPU.
+
+A plain `tensor.to("cuda")` from ordinary (pageable) host memory waits until every kernel queued
+before it has run: one host synchronisation per call, which in a loop drains the GPU's queue each
+step. Copying from pinned (page-locked) memory with `non_blocking=True` queues the copy behind
+those kernels instead; PyTorch keeps the pinned buffer alive until the copy is done.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def to_device(tensor: Tensor, device: torch.device | str) -> Tensor:
+    """`tensor` on `device`, copied without a host synchronisation when it goes from the CPU to a GPU."""
+    device = torch.device(device)
+    if device.type != "cuda" or tensor.device.type != "cpu":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)

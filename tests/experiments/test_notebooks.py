@@ -71,6 +71,16 @@ def test_stored_outputs_show_offline_on_the_site(name):
     assert path.stat().st_size < 500_000
 
 
+def test_smollm2_tutorial_stored_its_bake_check():
+    """The stored run of the SmolLM2 tutorial ended with the baked folder answering as the gated model:
+    its text describes outputs that a run of the notebook produced, up to the last cell."""
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.read(NOTEBOOKS / SMOLLM2, as_version=4)
+    streams = [o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert any("equal greedy outputs: 20 of 20" in text for text in streams)
+    assert any("trained in" in text for text in streams)
+
+
 def smollm2_cached() -> bool:
     from headsup_lens.models._gguf import cached_model_dir
 

@@ -27,8 +27,6 @@ from tqdm import autonotebook
 from tqdm.auto import tqdm
 from tqdm.std import tqdm as plain_tqdm
 
-from ._typecheck import checked
-
 _SWITCH: list[bool | None] = [None]  # None: follow HEADSUP_PROGRESS and TQDM_DISABLE (default on)
 # Read by the libraries when they are imported; the calls below cover libraries already imported.
 _LIBRARY_ENV = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
@@ -37,7 +35,6 @@ DELAY_S = 1.0  # a bar appears once its phase has taken this long: short phases 
 LOG_EVERY_S = 10.0  # not a terminal: at most one line per bar this often (and one at its end)
 
 
-@checked
 def set_progress(enabled: bool) -> None:
     """Show (True) or hide (False) every progress bar of this process from now on, the bars of
     Hugging Face's libraries (downloads, conversions, weight loading) included. `progress_off`
@@ -82,7 +79,6 @@ def _hide_library_bars() -> Callable[[], None]:
     return restore
 
 
-@checked
 def progress_enabled() -> bool:
     """Whether progress bars are shown: `set_progress`, else the environment: `HEADSUP_PROGRESS`
     (0/false/no/off hide them) and tqdm's `TQDM_DISABLE` (1/true/yes/on hide them)."""
@@ -95,7 +91,6 @@ def progress_enabled() -> bool:
 
 
 @contextlib.contextmanager
-@checked
 def progress_off() -> Iterator[None]:
     """No progress bars inside the block, Hugging Face's included; everything is restored after it
     (the CLI's `--no-progress` and the scripts' run under it)."""
@@ -110,7 +105,6 @@ def progress_off() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-@checked
 def quiet_libraries() -> Iterator[None]:
     """Hide the libraries' own bars inside the block when progress is off or stderr is not a
     terminal (their redraws would fill a log line by line); as they were otherwise."""
@@ -224,7 +218,6 @@ def _log_format(total: int | float | None, bar_format: str | None) -> str | None
     return "{desc}: {percentage:3.0f}% {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 
 
-@checked
 def progress(
     iterable: Iterable | None = None,
     *,
@@ -265,7 +258,6 @@ def progress(
 
 
 @contextlib.contextmanager
-@checked
 def activity(desc: str, *, enabled: bool = True, delay: float | None = None) -> Iterator[tqdm]:
     """A bar for a phase without counts: its elapsed time is redrawn every second until the block
     ends, once the phase has taken `delay` seconds (`bar.set_postfix_str` can say what is happening).

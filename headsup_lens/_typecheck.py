@@ -63,6 +63,7 @@ def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
     """A function of `(args, kwargs)` that raises a TypeError naming the first argument whose type
     does not match `fn`'s annotation (defaults are not checked; missing arguments are left to the
     call itself to report)."""
+    # deferred: beartype loads with the first checked call, so importing the package stays light
     from beartype import BeartypeConf
     from beartype.door import is_bearable
 
@@ -126,7 +127,7 @@ def _text_only_as_collection(hint: Any, conf: Any) -> bool:
 
     beartype (rightly, for Python) takes `"abc"` for a `Sequence[str]`; a parameter that means
     several texts would then score or tokenise one text character by character."""
-    from beartype.door import is_bearable
+    from beartype.door import is_bearable  # deferred: see `_build_check`, its only caller
 
     members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
     admitting = [m for m in members if is_bearable("text", m, conf=conf) or is_bearable(b"text", m, conf=conf)]

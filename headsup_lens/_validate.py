@@ -228,8 +228,9 @@ def check_text_encodable(model: Any, name: str, text: str) -> None:
 def check_out_dir(path: str | os.PathLike, name: str = "out_dir") -> Path:
     """An output folder that exists and is writable, or that could be created; creates nothing.
 
-    A file in its place (or in place of a parent), a read-only folder or filesystem are a
-    ValueError naming the path, raised before any work is done.
+    A file in its place (or in place of a parent), a symbolic link to nowhere (or a link loop), a
+    read-only folder or filesystem are a ValueError naming the path (`name`: the argument, or the
+    command-line option), raised before any work is done.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a path, got {describe(path)} ({_type_name(path)})")
@@ -240,14 +241,21 @@ def check_out_dir(path: str | os.PathLike, name: str = "out_dir") -> Path:
         raise ValueError(f"{name} {str(path)!r} is a file, not a folder; pass a folder path")
     existing = path
     while not existing.exists():
+        if os.path.lexists(existing):  # a link to nowhere (or a loop) would fail late with "File exists"
+            raise ValueError(
+                f"{name} {str(path)!r} cannot be created: {str(existing)!r} is a symbolic link to a missing "
+                "target (or a link loop)"
+            )
         if existing.parent == existing:
             break
         existing = existing.parent
     if existing != path and not existing.is_dir():
         raise ValueError(f"{name} {str(path)!r} cannot be created: {str(existing)!r} is a file, not a folder")
     if not _writable(existing):
-        where = "" if existing == path else f" (its nearest existing parent {str(existing)!r} is not writable)"
-        raise ValueError(f"{name} {str(path)!r} is not writable{where}; pass a folder you can write to")
+        where = "it" if existing == path else f"its nearest existing parent {str(existing)!r}"
+        raise ValueError(
+            f"{name} {str(path)!r} cannot be written: {where} is not writable; pass a folder you can write to"
+        )
     return path
 
 

@@ -3,7 +3,7 @@
 Options are dataclass fields; each field's docstring (or the comment on its line) is its `--help`
 text, so the command line is generated from the configs and cannot drift from them. A command's
 config inherits the groups it takes (`ModelOptions`, `DataOptions`, `FigureOptions`, `ThreadOptions`,
-`ProgressOptions`), so each shared option is declared once and `headsup`, `headsup demo` and
+`ProgressOptions`, `PromptOptions`), so each shared option is declared once and `headsup`, `headsup demo` and
 `experiments/*.py` read it the same way. (A dataclass lists the fields of its last base first:
 `class C(FigureOptions, ModelOptions)` shows the model options, then the figure options, then its
 own.) The groups are keyword-only, so a command's own fields may be required.
@@ -92,6 +92,17 @@ class ModelOptions(DeviceOptions):
 
 @checked
 @dataclass(frozen=True, kw_only=True)
+class PromptOptions(Options):
+    """One user prompt that a command reads the model on."""
+
+    prompt: str
+    """User text, wrapped in the model's chat template unless --formatted."""
+    formatted: bool = False
+    """The prompt is already chat-formatted."""
+
+
+@checked
+@dataclass(frozen=True, kw_only=True)
 class DataOptions(Options):
     """Where the paper's datasets are."""
 
@@ -138,6 +149,7 @@ GROUP_TITLES: dict[type, str] = {
     FigureOptions: "Output",
     ThreadOptions: "Run",
     ProgressOptions: "Output",
+    PromptOptions: "Prompt",
 }
 
 

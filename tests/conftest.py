@@ -199,49 +199,30 @@ def run_script(script: str, *args: str, expect: int = 0) -> subprocess.Completed
 
 
 # Tiny decoders of further Hugging Face families (random weights, character tokenizer): the gates'
-# fast path runs each model's own code, so each family is compared with the hook_z reference.
-FAMILIES = ("mistral", "qwen3", "gemma3", "phi3")
+# fast path runs each model's own code, so each family is compared with the hook_z reference. Each is
+# an architecture of `random_llama_dir` (untied embeddings here, Gemma-3 included) with these fields
+# set apart from its own: Gemma-3 alternates a sliding-window layer (window 4) and a full-attention one.
+FAMILY_SETTINGS: dict[str, dict] = {
+    "mistral": {},
+    "qwen3": {},
+    "gemma3": dict(
+        head_dim=8,
+        query_pre_attn_scalar=256,
+        sliding_window=4,
+        num_hidden_layers=2,
+        layer_types=["sliding_attention", "full_attention"],
+        tie_word_embeddings=False,
+    ),
+    "phi3": {},
+}
+FAMILIES = tuple(FAMILY_SETTINGS)
 
 
 def build_family_dir(path: Path, family: str, seed: int = 0) -> Path:
-    """A tiny `family` decoder (2 layers, 8 query heads over 2 KV heads, d_model 64) saved to `path`;
-    Gemma-3 alternates a sliding-window layer (window 4) and a full-attention layer."""
-    import transformers
+    """A tiny `family` decoder (2 layers, 8 query heads over 2 KV heads, d_model 64) saved to `path`."""
+    from headsup_lens.models import random_llama_dir
 
-    from headsup_lens.models import char_tokenizer
-    from headsup_lens.models._builders import realistic_
-
-    tokenizer = char_tokenizer()
-    settings = dict(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        tie_word_embeddings=False,
-    )
-    classes = {
-        "mistral": ("MistralConfig", "MistralForCausalLM", {}),
-        "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=8)),
-        "gemma3": (
-            "Gemma3TextConfig",
-            "Gemma3ForCausalLM",
-            dict(head_dim=8, sliding_window=4, layer_types=["sliding_attention", "full_attention"]),
-        ),
-        "phi3": ("Phi3Config", "Phi3ForCausalLM", {}),
-    }
-    config_name, model_name, extra = classes[family]
-    torch.manual_seed(seed)
-    config = getattr(transformers, config_name)(**settings, **extra)
-    model = realistic_(getattr(transformers, model_name)(config), seed)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return random_llama_dir(path, seed, architecture=family, **FAMILY_SETTINGS[family])
 
 
 @pytest.fixture(scope="session")

@@ -273,8 +273,6 @@ def compare_methods(
     for organism tasks (`organism/weights/planted.json`); a list of heads gives the truth
     explicitly; None skips ROC/AUROC. `on_method` is called with each finished ranking.
     """
-    if not isinstance(task, Task):
-        raise TypeError(f"task must be a Task (see load_task), got {describe(task)}")
     k_max = check_int("k_max", k_max, minimum=0, maximum=model.cfg.n_layers * model.cfg.n_heads)
     k_step = check_int("k_step", k_step, minimum=1)
     # Checked here by their own names, before any method runs (each is passed on as `n_examples`).

@@ -368,9 +368,6 @@ def shuffled_fit_r2(
     )
 
 
-SIMILARITIES = ("pearson", "cosine")
-
-
 @checked
 def rank_by_pattern(
     target: Float[Tensor, "n_layers n_heads"],
@@ -395,8 +392,6 @@ def rank_by_pattern(
     Returns one row per candidate, most similar first: `rank` (1 = most similar; ties keep the
     order of `candidates`), `candidate`, `similarity`.
     """
-    if similarity not in SIMILARITIES:
-        raise ValueError(f"similarity must be one of {SIMILARITIES}, not {similarity!r}")
     if not candidates:
         raise ValueError("no candidates given")
     y = np.asarray(target, dtype=np.float64).ravel()

@@ -13,6 +13,7 @@ from ._registry import check_out_dir, command
 @command("demo", DemoConfig)
 def run(config: DemoConfig, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
+    from ..analysis import step_or_never
     from ..demo import run_demo
 
     check_out_dir(config.out)
@@ -21,8 +22,6 @@ def run(config: DemoConfig, given: Given) -> int:
     print()
     print(with_none.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print()
-    from ..analysis import step_or_never
-
     for name, sweep in result.sweeps.items():
         switch, change = step_or_never(sweep.switch_step), step_or_never(sweep.change_step)
         print(

@@ -9,17 +9,15 @@ from dataclasses import dataclass
 from .._io import OutputSet
 from .._names import Gate
 from .._validate import check_float
-from ..options import FigureOptions, Given, ModelOptions, check_counts
+from ..options import FigureOptions, Given, ModelOptions, PromptOptions, check_counts
 from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command
 
 
 @dataclass(frozen=True)
-class LensCommand(FigureOptions, ModelOptions):
+class LensCommand(FigureOptions, PromptOptions, ModelOptions):
     """Options of `headsup lens`."""
 
-    prompt: str
-    """User text, wrapped in the model's chat template unless --formatted."""
     out: str
     """Output folder: lens.csv and one heat map per stream."""
     mask: str | None = None
@@ -32,8 +30,6 @@ class LensCommand(FigureOptions, ModelOptions):
     """Top-k tokens per layer."""
     final_norm: bool = True
     """Apply the final norm before the unembedding; --no-final-norm reads the raw residual (the reference notebook)."""
-    formatted: bool = False
-    """The prompt is already chat-formatted."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -60,7 +60,7 @@ def _mask_files(paths: list[str]) -> dict[str, Path]:
 @command("pathways", PathwaysCommand)
 def run_pathways(args: PathwaysCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
-    from ..analysis import jaccard_matrix, jaccard_table, pathway_heads, weight_trajectories
+    from ..analysis import group_ablation, jaccard_matrix, jaccard_table, pathway_heads, weight_trajectories
     from ..masks import HeadMask
     from ..plots import jaccard_figure, mask_heatmap, trajectory_figure, usage_heatmap
 
@@ -90,8 +90,6 @@ def run_pathways(args: PathwaysCommand, given: Given) -> int:
         steps, weights = weight_trajectories(args.trajectory)
         figures["trajectory"] = trajectory_figure(steps, weights)
     if args.task is not None:  # with --model (checked with the options)
-        from ..analysis import group_ablation
-
         task = load_task(args.task, args.data_dir)
         model = load(args)
         for mask in masks.values():

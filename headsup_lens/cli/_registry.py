@@ -10,12 +10,12 @@ imports torch or TransformerLens; a module imported eagerly may still register w
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._validate import check_out_dir as check_out_folder
 from .._validate import registrar
 from ..options import Given
 
@@ -79,29 +79,8 @@ class Interrupted(Exception):
 
 def check_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
     """Prove before any work starts that the folder `path` can be created and written; a ValueError
-    names the option otherwise. Nothing is left behind: the folder is created when results are written."""
-    if os.fspath(path) == "":  # Path("") is "." (the current folder): refused, not taken as it
-        raise ValueError(f"{option} is empty ''; pass a folder path ('.' for the current folder)")
-    out = Path(path).expanduser()
-    existing = out
-    while not existing.exists():
-        if os.path.lexists(existing):  # a link to nowhere (or a loop) would fail late with "File exists"
-            raise ValueError(
-                f"{option} {out} cannot be created: {existing} is a symbolic link to a missing target (or a link loop)"
-            )
-        if existing.parent == existing:
-            break
-        existing = existing.parent
-    if not existing.is_dir():
-        what = "is a file, not a folder" if existing == out else f"cannot be created: {existing} is a file"
-        raise ValueError(f"{option} {out} {what}")
-    try:
-        with tempfile.NamedTemporaryFile(dir=existing, prefix=".headsup-write-test-"):
-            pass
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise ValueError(f"{option} {out} cannot be written ({existing}: {reason})") from error
-    return out
+    names the option otherwise (`_validate.check_out_dir`). Nothing is created."""
+    return check_out_folder(path, option)
 
 
 def mask_file(path: str, option: str = "--mask") -> Path:

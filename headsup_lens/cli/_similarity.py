@@ -35,6 +35,8 @@ class SimilarityCommand(FigureOptions, DataOptions, ModelOptions):
 @command("similarity", SimilarityCommand)
 def run_similarity(args: SimilarityCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
+    import pandas as pd
+
     from ..analysis import Setting, layer_similarity
     from ..plots import similarity_figure
 
@@ -62,8 +64,6 @@ def run_similarity(args: SimilarityCommand, given: Given) -> int:
             Setting(instructed_text, mask=mask, gate=args.gate),
         )
     tables = {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
-    import pandas as pd
-
     write_csv(stage.path / "similarity.csv", pd.concat([t.assign(comparison=name) for name, t in tables.items()]))
     files = ["similarity.csv"]
     save_figures(stage.path, {"similarity": similarity_figure(tables)}, args.png, files)

@@ -10,17 +10,15 @@ from typing import Literal
 
 from .._io import OutputSet, atomic_write_json
 from .._validate import check_float
-from ..options import FigureOptions, Given, ModelOptions, check_counts
+from ..options import FigureOptions, Given, ModelOptions, PromptOptions, check_counts
 from ._outputs import file_names, load, load_mask, portable, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command
 
 
 @dataclass(frozen=True)
-class SweepCommand(FigureOptions, ModelOptions):
+class SweepCommand(FigureOptions, PromptOptions, ModelOptions):
     """Options of `headsup sweep`."""
 
-    prompt: str
-    """User text, wrapped in the model's chat template unless --formatted."""
     out: str
     """Output folder: ranks.csv, logits.csv, generations.csv, tokens.csv, summary.json and figures."""
     mask: str | None = None
@@ -43,8 +41,6 @@ class SweepCommand(FigureOptions, ModelOptions):
     """Memory budget for a chunk of steps in GiB (default: half the free GPU memory, 2 GiB on CPU)."""
     seed: int = 0
     """Seed of the random order."""
-    formatted: bool = False
-    """The prompt is already chat-formatted."""
     reference_prompt: str | None = None
     """Also compare every layer along the sweep with this prompt's run (e.g. the instructed user text; Fig. 5)."""
 
@@ -62,7 +58,17 @@ class SweepCommand(FigureOptions, ModelOptions):
 @command("sweep", SweepCommand)
 def run_sweep(args: SweepCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
-    from ..analysis import influence_order, layer_states, random_order, removal_sweep, sweep_similarity
+    import pandas as pd
+
+    from ..analysis import (
+        Setting,
+        influence_order,
+        layer_states,
+        random_order,
+        removal_sweep,
+        step_or_never,
+        sweep_similarity,
+    )
     from ..plots import generation_table, logit_figure, rank_figure, sweep_similarity_figure
 
     if args.order == "random":
@@ -99,16 +105,12 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
         first = sweep_of(order[:k], max_new_tokens=0)
         order = influence_order(first, k=k) + order[k:]
     sweep = sweep_of(order, max_new_tokens=args.max_new_tokens, record_layers=args.reference_prompt is not None)
-    import pandas as pd
-
     write_csv(stage.path / "ranks.csv", sweep.ranks)
     write_csv(stage.path / "logits.csv", sweep.logits)
     write_csv(stage.path / "tokens.csv", sweep.tokens)
     write_csv(stage.path / "generations.csv", pd.DataFrame({"step": sweep.steps, "generation": sweep.generations}))
     figures = {"ranks": rank_figure(sweep), "logits": logit_figure(sweep), "generations": generation_table(sweep)}
     if args.reference_prompt is not None:
-        from ..analysis import Setting
-
         reference = layer_states(model, Setting(args.reference_prompt, formatted=args.formatted))
         table = sweep_similarity(sweep, reference)
         write_csv(stage.path / "sweep_similarity.csv", table)
@@ -127,8 +129,6 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
 
     atomic_write_json(stage.path / "summary.json", summary)
     stage.commit()
-    from ..analysis import step_or_never
-
     switch, change = step_or_never(sweep.switch_step), step_or_never(sweep.change_step)
     print(
         f"{len(sweep.steps)} steps; target top-1 {'never' if switch == 'never' else f'at step {switch}'}, "

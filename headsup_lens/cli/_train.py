@@ -113,7 +113,10 @@ def join_torchrun(device: str | None) -> tuple[int | None, str | None]:
 @command("train", TrainCommand)
 def run_train(args: TrainCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
+    import torch.distributed as dist
+
     from ..models import load_model
+    from ..models._fingerprint import portable_name
     from ..training import TrainingAdvice, resume_step, train_mask, train_masks
 
     if len(set(args.task)) != len(args.task):
@@ -129,8 +132,6 @@ def run_train(args: TrainCommand, given: Given) -> int:
         if moved is not None:
             print(f"moved the earlier run aside to {moved}")
     if rank is not None:
-        import torch.distributed as dist
-
         dist.barrier()  # no rank starts before rank 0 has moved an old run aside
     model = load_model(args.model, **{**model_arguments(args), "device": device})
     print(
@@ -161,8 +162,6 @@ def run_train(args: TrainCommand, given: Given) -> int:
             f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "
             f"(every {config.checkpoint_every} steps), or add --fresh to start over"
         ) from None
-    from ..models._fingerprint import portable_name
-
     written = atomic_write_json(
         out / "train_config.json",
         {"model": portable_name(args.model), "tasks": args.task, "preset": args.preset, **config.recipe()},

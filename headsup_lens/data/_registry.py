@@ -56,8 +56,6 @@ def load_task(name: str, data_dir: str | os.PathLike | None = None) -> Task:
     A path ending in `.json`, `.jsonl` or `.csv` is your own task file of input/output pairs (`task_from_file`). Unknown names raise a ValueError with the closest
     known names.
     """
-    if not isinstance(name, (str, os.PathLike)):
-        raise TypeError(f"name must be a task name or a task file path, got {name!r} ({type(name).__name__})")
     if str(name).lower().endswith(TASK_FILE_SUFFIXES):
         return task_from_file(name)
     loader = _TASKS.get(name)

@@ -98,7 +98,6 @@ class Report:
         return atomic_write_text(path, self.to_html())
 
 
-@checked
 def format_p_value(p: float) -> str:
     """A p-value for a table: three decimals, "< 0.001" below that (never "0.000"), "—" when missing."""
     if pd.isna(p):

@@ -12,6 +12,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._progress import progress as progress_bar
 from .._typecheck import checked
+from .._validate import check_int
 from ..data import Task
 from ..data._tokenize import EncodedSplit, collate, encode_split
 from ..gates import Gate, gate_hooks
@@ -22,12 +23,6 @@ from ..objective import answer_nll, greedy_generate, length_batches
 MaskArg = HeadMask | Tensor | None
 Advance = Callable[[int], object]  # told how many examples one batch finished (a progress bar's update)
 Reduction = Literal["example", "token"]
-REDUCTIONS = ("example", "token")
-
-
-def _check_batch_size(batch_size: int) -> None:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
 
 
 def _rows_of(mask: MaskArg, rows: Sequence[int], n: int) -> MaskArg:
@@ -54,7 +49,7 @@ def answer_nll_per_example(
     and the number of answer tokens, both `[n_examples]` float64. Only answer positions are
     unembedded; `mask` may be per example `[n_examples, n_layers, n_heads]`. Rows of similar length
     share a pass (`length_batches`, at most `batch_size` rows); `advance(k)` follows each pass."""
-    _check_batch_size(batch_size)
+    check_int("batch_size", batch_size, minimum=1)
     rows = encoded.rows
     mask = _rows_of(mask, range(len(rows)), len(rows))
     sums = torch.zeros(len(rows), dtype=torch.float64)
@@ -76,9 +71,8 @@ def answer_nll_per_example(
 
 def reduce_nll(sums: Tensor, counts: Tensor, reduction: Reduction = "example") -> float:
     """`"example"`: mean over examples of each example's mean token NLL (the paper's "PPL");
-    `"token"`: every answer token pooled (what a training batch averages)."""
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
+    `"token"`: every answer token pooled (what a training batch averages). The callers pass a
+    checked `reduction` (`answer_loss`'s type check reads the `Literal`)."""
     if reduction == "token":
         return float(sums.sum() / counts.sum())
     return float((sums / counts).mean())
@@ -103,16 +97,12 @@ def answer_loss(
     then the mean over examples; `"token"`: all answer tokens of the split pooled. Neither depends
     on `batch_size`. See `answer_nll_per_example` for `mask`.
     """
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
-    _check_batch_size(batch_size)
-    encoded = encode_split(model, task, split, instructed)
+    encoded = encode_split(model, task, split, instructed)  # batch_size: checked by answer_nll_per_example
     sums, counts = answer_nll_per_example(model, encoded, mask=mask, alpha=alpha, gate=gate, batch_size=batch_size)
     return reduce_nll(sums, counts, reduction)
 
 
 def _batches(n: int, batch_size: int) -> list[range]:
-    _check_batch_size(batch_size)
     return [range(i, min(n, i + batch_size)) for i in range(0, n, batch_size)]
 
 
@@ -173,6 +163,7 @@ def generate_answers(
     position and drops rows at their stop token (`greedy_generate`). Every row equals its own
     unbatched `model.generate` continuation.
     """
+    check_int("batch_size", batch_size, minimum=1)
     with progress_bar(
         total=len(prompts), desc=progress, unit="prompt", leave=False, enabled=progress is not None
     ) as bar:
@@ -218,7 +209,6 @@ def _split_generations(
     batch_size: int,
 ) -> tuple[list[str], list[str]]:
     """The greedy generations of a task split and the split's answers."""
-    _check_batch_size(batch_size)
     encoded = encode_split(model, task, split, instructed)
     texts = generate_answers(
         model,

@@ -16,7 +16,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._io import OutputSet, atomic_write_json, locked_folder
 from .._progress import progress as progress_bar
 from .._typecheck import checked
-from .._validate import check_out_dir
+from .._validate import check_int, check_out_dir
 from .._warnings import warn
 from ..data import Task
 from ..data._tokenize import encode_split
@@ -143,8 +143,7 @@ def schedule_curve(
     shows a bar over the steps. With `out_dir`, `schedule_curve.csv`, `schedule_generations.csv` and
     `schedule_curve.json` (the run and the model) are written there as one set, under the folder's lock.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    check_int("batch_size", batch_size, minimum=1)
     out = check_out_dir(out_dir, "out_dir") if out_dir is not None else None
     check_run_model(run_dir, model)
     saved, logits = load_trajectory(Path(run_dir), task=task.name)

@@ -36,7 +36,6 @@ class Evaluation:
     generations: pd.DataFrame
 
 
-@checked
 class RowScorer:
     """Scores the outputs of one task's settings, row after row: `score_outputs`, McNemar p-values
     of masked rows against the reference rows scored before them, and the text metrics chosen."""
@@ -82,7 +81,6 @@ class RowScorer:
         return row, per
 
 
-@checked
 def generation_rows(
     task: str,
     setting: str,
@@ -99,7 +97,6 @@ def generation_rows(
     return frame.assign(**per)
 
 
-@checked
 def concat_generations(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
     """The settings' generation rows as one frame (the identifying columns only when there are none)."""
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(GENERATION_COLUMNS))

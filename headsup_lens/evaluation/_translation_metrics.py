@@ -27,6 +27,9 @@ import warnings
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+from rouge_score import rouge_scorer
+
 from .._typecheck import checked
 from ._metrics import _check, check_texts, first_line
 
@@ -106,8 +109,6 @@ def paper_rouge_l_scores(
     tokenizer: str | Tokenizer = DEFAULT_ROUGE_TOKENIZER,
 ) -> list[float]:
     """ROUGE-L F1 of each generation (`paper_rouge_l` before the mean)."""
-    from rouge_score import rouge_scorer  # deferred: metric libraries load on use
-
     _check(predictions, references)
     scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_rouge_tokenizer(tokenizer))
     return [float(scorer.score(ref, pred)["rougeL"].fmeasure) for pred, ref in zip(predictions, references)]
@@ -140,8 +141,6 @@ def bleu_reference(text: str) -> str:
 
 
 def _sentence_bleu(reference: str, hypothesis: str, segmentation: str) -> float:
-    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu  # deferred: nltk is slow to import
-
     smoothing = SmoothingFunction().method1
     if segmentation == "words":
         score = sentence_bleu([reference.split()], hypothesis.split(), smoothing_function=smoothing)

@@ -31,13 +31,13 @@ def gate_hooks(
 ) -> list:
     """Hooks gating `model` with `mask` (none when `mask` is None) through the chosen gate; `mean`
     (value gate only) mean-ablates instead of zeroing (see `value_gate`)."""
+    if mask is not None and gate == "value":
+        return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp, mean=mean)  # checks alpha itself
     alpha = check_float("alpha", alpha, 0.0, 1.0)
     if mask is None:
         if mlp is None:
             return GateHooks([], GateSpec())
         return GateHooks(_mlp_hooks(model, mlp), GateSpec(mlp=_mlp_rows(mlp)))
-    if gate == "value":
-        return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp, mean=mean)
     if mean is not None:
         raise ValueError("mean ablation is defined for the value gate only")
     if alpha != 0.0:

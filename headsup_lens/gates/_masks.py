@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Iterator
+from importlib.metadata import version
 from typing import Any
 
 from jaxtyping import Bool, Float, Real
@@ -39,8 +40,6 @@ def require_hook_points(model: TransformerBridge) -> None:
         if f"blocks.{layer}.{name}" not in hook_dict
     ]
     if missing:
-        from importlib.metadata import version
-
         raise ValueError(  # an installation problem, reported as one line by the CLI
             f"this TransformerLens ({version('transformer-lens')}) has no hook point {missing[0]!r} "
             f"({len(missing)} missing), which the head gates use; headsup_lens needs transformer-lens>=4.3,<5"

@@ -20,13 +20,14 @@ from typing import Any, cast
 
 import numpy as np
 import torch
+from gguf import GGUFReader
 from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
 from transformers.pytorch_utils import Conv1D
 
 from .._io import atomic_write_json, locked_folder
 from .._typecheck import checked
-from .._validate import check_bool, check_choice, check_float, check_out_dir, describe
+from .._validate import check_choice, check_float, check_out_dir
 from .._version import __version__
 from ..models import fingerprint, hf_model, plain_module, save_hf_tokenizer
 from ..models._fingerprint import portable_name
@@ -82,14 +83,8 @@ def bake(
     and renamed to `out_dir` when complete: an error or a kill leaves no `out_dir` behind, and a
     rerun removes what a killed bake left beside it.
     """
-    if not isinstance(mask, HeadMask):
-        raise TypeError(
-            f"mask must be a HeadMask (a tensor works as HeadMask(values, model=fingerprint(model))), got {describe(mask)}"
-        )
-    alpha = check_float("alpha", alpha, 0.0, 1.0)
+    alpha = check_float("alpha", alpha, 0.0, 1.0)  # the types are checked with the signature
     format = check_choice("format", format, FORMATS)
-    check_bool("allow_soft", allow_soft)
-    check_bool("allow_other_weights", allow_other_weights)
     if gguf_source is not None and format != "gguf":
         raise ValueError(
             f"gguf_source={str(gguf_source)!r} applies only to format='gguf' (the GGUF file written again), "
@@ -231,8 +226,6 @@ def _scale_outputs(module: nn.Module, scale: float) -> None:
 
 def _gguf_scales(model: TransformerBridge, mask: HeadMask, heads: Tensor, path: Path) -> dict[str, np.ndarray]:
     """GGUF tensor name -> scale over its input dimension (ne0), for every tensor the bake changes."""
-    from gguf import GGUFReader  # deferred: only the GGUF check reads one
-
     names = {t.name: int(t.shape[0]) for t in GGUFReader(str(path)).tensors}
     scales = {}
     for layer in range(model.cfg.n_layers):
@@ -330,7 +323,6 @@ def _write(out: Path, mask: HeadMask, info: dict, save) -> Path:
     return out
 
 
-@checked
 def model_card(info: dict) -> str:
     """The README.md of a baked folder: what was baked into which model, and how to load it."""
     source = info["source_model"]

@@ -186,8 +186,6 @@ def read_head_list(path: str | os.PathLike, model_or_shape: Any = None) -> HeadL
     and a key or column outside these are errors. With `model_or_shape`, every head must lie inside
     that model's grid. A malformed file is a `FileFormatError` naming the file, row and field.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a path, got {describe(path)}")
     path = Path(path)
     records: list[tuple[Fields, dict[str, Any]]] = []  # (field checks of the row, its parsed values)
     if path.suffix.lower() == ".csv":

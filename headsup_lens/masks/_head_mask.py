@@ -15,7 +15,6 @@ from torch import Tensor
 
 from .._typecheck import checked
 from .._validate import (
-    check_bool,
     check_choice,
     check_finite,
     check_int,
@@ -297,8 +296,6 @@ class HeadMask:
         `allow_missing_model=True`) are a ValueError that names the file. A file without a checksum
         (written by an older version) loads with an `UnverifiedMaskWarning`.
         """
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"path must be a path, got {describe(path)}")
         allow = _allow_other_weights(allow_other_weights, allow_other_name)
         path = Path(path)
         tensors, header = read_safetensors(path, "mask file")
@@ -392,11 +389,9 @@ def _float16_note(model: Any) -> str:
     )
 
 
-def _allow_other_weights(allow_other_weights: Any, allow_other_name: Any) -> bool:
-    check_bool("allow_other_weights", allow_other_weights)
+def _allow_other_weights(allow_other_weights: bool, allow_other_name: bool | None) -> bool:
     if allow_other_name is None:
         return allow_other_weights
-    check_bool("allow_other_name", allow_other_name)
     warn("allow_other_name is now called allow_other_weights", DeprecationWarning)
     return allow_other_weights or allow_other_name
 
@@ -486,7 +481,7 @@ def _check_checksum(path: Path, tensors: dict[str, Tensor], header: dict[str, st
 
 
 def _check_model_entry(path: Path, header: dict[str, str], allow_missing_model: bool) -> None:
-    if "model" not in header and not check_bool("allow_missing_model", allow_missing_model):
+    if "model" not in header and not allow_missing_model:
         raise ValueError(
             f"mask file {str(path)!r} has no model entry in its header (every saved mask has one, null "
             "when made for no model): the file was altered; pass allow_missing_model=True to load it "

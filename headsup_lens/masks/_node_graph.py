@@ -130,8 +130,6 @@ def read_node_graph(path: str | os.PathLike, model_or_shape: Any = None) -> Head
     older files, the boolean itself. Duplicate keys are errors. With `model_or_shape`, the file's
     `cfg` must match it. A malformed file is a `FileFormatError` naming the file and the node.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a path, got {describe(path)}")
     path = Path(path)
     top = Fields(_GRAPH, path, "")
     data = top.keys(read_json(path, _GRAPH), ["cfg", "nodes"], ["edges"])

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from .._formats import FileFormatError
 from .._typecheck import checked
-from .._validate import check_choice, check_float, check_out_file, describe
+from .._validate import check_choice, check_float, check_out_file
 from ._files import read_safetensors, write_safetensors
 from ._head_mask import HeadMask, _fingerprint_of, shape_of
 
@@ -61,8 +61,6 @@ def reference_logits(
     grid itself, `[n_layers, n_heads + 1]`; another shape (a grid of another model flattened onto
     this one included) is a `FileFormatError`, as are integer tensors and NaN or infinite logits (a
     NaN FFN logit would otherwise read as "remove this MLP")."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a path, got {describe(path)}")
     n_layers, n_heads = shape_of(model_or_shape)
     file = _reference_file(Path(path))
     tensors, _ = read_safetensors(file, "reference mask file")
@@ -140,8 +138,6 @@ def write_reference(mask: HeadMask, path: str | os.PathLike, *, ffn_logit: float
     removed heads (a fractional value v writes logit(v)). The FFN slot gets the MLP mask when the
     mask has one (+-10), else `ffn_logit` (the reference's initial value 4: never used by it).
     """
-    if not isinstance(mask, HeadMask):
-        raise TypeError(f"mask must be a HeadMask, got {describe(mask)}")
     ffn_logit = check_float("ffn_logit", ffn_logit)  # a NaN slot would read back as "remove this MLP"
     target = Path(path)
     if target.suffix != ".safetensors":
@@ -164,8 +160,6 @@ def read_reference_checkpoints(folder: str | os.PathLike, model_or_shape: Any, *
     """Every `checkpoint-N/` under `folder` (a Hugging Face Trainer output), in step order, as masks
     with their logits and `metadata["step"] = N`: pass the list to `analysis.weight_trajectories`
     for the Fig. 3 head-weight trajectories."""
-    if not isinstance(folder, (str, os.PathLike)):
-        raise TypeError(f"folder must be a path, got {describe(folder)}")
     root = Path(folder)
     if not root.is_dir():
         raise ValueError(f"no folder at {str(root)!r}")

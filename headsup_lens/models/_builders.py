@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
+import transformers
 
 from .._typecheck import checked
 from ._tokenizers import char_tokenizer
@@ -33,6 +34,32 @@ def realistic_(model: _Module, seed: int = 0) -> _Module:
     return model
 
 
+# The architectures a tiny model is built in: the transformers config and model class, and the config
+# fields each sets apart from the shared ones (`random_llama_dir`).
+ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),  # q/k/v biases
+    # QK-norm, sliding-window layers with a global one every third, sandwich norms, tied embeddings as
+    # in Gemma-3-270M, d_head set apart from d_model / n_heads; a window shorter than the tests'
+    # sequences, so that the sliding layers really differ.
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        dict(
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            sliding_window=6,
+            num_hidden_layers=3,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            tie_word_embeddings=True,
+        ),
+    ),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(head_dim=8)),  # QK-norm; d_head = d_model / n_heads
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {}),  # fused qkv and gate/up projections
+}
+
+
 @checked
 def random_llama_dir(
     path: str | os.PathLike, seed: int = 0, *, tokenizer=None, architecture: str = "llama", **overrides
@@ -40,21 +67,14 @@ def random_llama_dir(
     """A grouped-query decoder (default 2 layers x 8 query heads over 2 KV heads, d_model 64) saved to
     `path`, with realistic norm gains and biases (`realistic_`) and untied embeddings.
 
-    `architecture`: "llama" (no biases), "qwen2" (q/k/v biases) or "gemma3" (Gemma-3's text model:
-    QK-norm, sliding-window layers with a global one every third, sandwich norms, tied embeddings
-    as in Gemma-3-270M; d_head 16 set apart from d_model / n_heads); `tokenizer` defaults to the
-    character tokenizer; `overrides` are config fields.
+    `architecture`: one of `ARCHITECTURES`: "llama" (no biases), "qwen2" (q/k/v biases), "gemma3"
+    (Gemma-3's text model, tied embeddings as in Gemma-3-270M), "mistral", "qwen3" or "phi3";
+    `tokenizer` defaults to the character tokenizer; `overrides` are config fields.
     """
-    from transformers import (  # deferred: heavy
-        Gemma3ForCausalLM,
-        Gemma3TextConfig,
-        LlamaConfig,
-        LlamaForCausalLM,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
-
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"architecture must be one of {sorted(ARCHITECTURES)}, not {architecture!r}")
     tokenizer = tokenizer or char_tokenizer()
+    config_name, model_name, specific = ARCHITECTURES[architecture]
     settings = dict(
         vocab_size=len(tokenizer),
         hidden_size=64,
@@ -68,27 +88,11 @@ def random_llama_dir(
         bos_token_id=tokenizer.bos_token_id,
         tie_word_embeddings=False,
     )
-    if architecture == "gemma3":
-        # A window shorter than the tests' sequences, so that the sliding layers really differ.
-        settings.update(
-            head_dim=16,
-            query_pre_attn_scalar=16,
-            sliding_window=6,
-            num_hidden_layers=3,
-            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-            tie_word_embeddings=True,
-        )
+    settings.update(specific)
     settings.update(overrides)
-    classes = {
-        "llama": (LlamaConfig, LlamaForCausalLM),
-        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-        "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM),
-    }
-    if architecture not in classes:
-        raise ValueError(f"architecture must be one of {sorted(classes)}, not {architecture!r}")
-    config_class, model_class = classes[architecture]
     torch.manual_seed(seed)
-    model = realistic_(model_class(config_class(**settings)), seed)
+    config = getattr(transformers, config_name)(**settings)
+    model = realistic_(getattr(transformers, model_name)(config), seed)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return Path(path)

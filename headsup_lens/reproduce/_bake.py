@@ -20,11 +20,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import gguf
 import pandas as pd
 import torch
 from transformer_lens.model_bridge import TransformerBridge
+from transformers import AutoModelForCausalLM
 
-from .._typecheck import checked
 from ..data import Task, encode_prompt, task_prompts
 from ..evaluation import generations
 from ..masks import HeadMask, bake
@@ -35,14 +36,11 @@ from ._experiment import Experiment
 FOLDER = "bake"
 
 
-@checked
 def plain_greedy(
     folder: str | Path, prompts: Sequence[list[int]], max_new_tokens: int, stops: set[int], decode: Callable
 ) -> list[str]:
     """Greedy outputs of a Hugging Face folder in plain transformers (no hooks), one prompt at a time,
     cut at the first stop token and decoded by `decode(ids)`."""
-    from transformers import AutoModelForCausalLM  # deferred: heavy, only this comparison needs it
-
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     outputs = []
     for prompt in prompts:
@@ -56,7 +54,6 @@ def plain_greedy(
     return outputs
 
 
-@checked
 def llama_cpp_greedy(
     path: str | Path, prompts: Sequence[list[int]], max_new_tokens: int, stops: set[int], decode: Callable, threads: int
 ) -> list[str]:
@@ -79,7 +76,6 @@ def llama_cpp_greedy(
     return outputs
 
 
-@checked
 def timed_bake(
     model: TransformerBridge, mask: HeadMask, folder: str | Path, **options: Any
 ) -> tuple[Path, float, float]:
@@ -93,7 +89,6 @@ def timed_bake(
     return path, seconds, size
 
 
-@checked
 def agreement(table: pd.DataFrame, pairs: Sequence[tuple[str, str]], columns: Sequence[str]) -> pd.DataFrame:
     """How often two output columns of `table` are equal (`pairs`), then each column's accuracy (the
     mean of its `correct: <column>` column)."""
@@ -106,7 +101,6 @@ def agreement(table: pd.DataFrame, pairs: Sequence[tuple[str, str]], columns: Se
     return pd.DataFrame(rows).astype({"equal outputs": "Int64"})  # empty on the accuracy rows
 
 
-@checked
 def bake_comparison(
     xp: Experiment,
     mask: HeadMask,
@@ -129,8 +123,6 @@ def bake_comparison(
     ]
     baked_gguf = None
     if source is not None:
-        import gguf  # reads what the baked file holds
-
         baked_gguf, seconds, mib = timed_bake(model, mask, work / "gguf", format="gguf", gguf_source=source)
         reader = gguf.GGUFReader(str(baked_gguf))
         kept = sorted({t.tensor_type.name for t in reader.tensors if t.name.endswith("attn_output.weight")})

@@ -18,7 +18,6 @@ import pandas as pd
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import atomic_write
-from .._typecheck import checked
 from ..data import FV_TASKS, HYBRID_UNSEEN, Task, fewshot, load_task, task_mixture
 from ..data import data_dir as find_data_dir
 from ..evaluation import EvalConfig, evaluate
@@ -31,7 +30,6 @@ HYBRID_FILE = "fewshot/hybrid"
 SUMMARY_SETTINGS = ("original", "instructed", "masked", "random mask", "hybrid mask")
 
 
-@checked
 def fewshot_task_names(data_dir: str | os.PathLike | None = None) -> list[str]:
     """Every task with a few-shot file in the data directory (`function_vectors/fewshot/*.json`,
     the hybrid mixture's own file aside): the paper's Table 3 tasks."""
@@ -42,7 +40,6 @@ def fewshot_task_names(data_dir: str | os.PathLike | None = None) -> list[str]:
     return names
 
 
-@checked
 def fewshot_hybrid_task(
     tasks: Sequence[Task], mixture: Sequence[str] | None, *, shots: int = 5, data_dir: str | os.PathLike | None = None
 ) -> tuple[Task, dict[str, bool]]:
@@ -57,7 +54,6 @@ def fewshot_hybrid_task(
     return hybrid, {t.name: t.name in mixture for t in tasks}
 
 
-@checked
 def rows_key(model: TransformerBridge, masks: Sequence[HeadMask], options: Sequence[int | float | str] = ()) -> str:
     """A short key of what rows were computed from: the model (its fingerprint, the one weights
     identity), the masks (their values) and the options."""
@@ -68,7 +64,6 @@ def rows_key(model: TransformerBridge, masks: Sequence[HeadMask], options: Seque
     return digest.hexdigest()[:10]
 
 
-@checked
 def fewshot_rows(
     model: TransformerBridge,
     task: Task,
@@ -111,7 +106,6 @@ def fewshot_rows(
     return table.loc[:, ["task", "prompt", *[c for c in table.columns if c not in ("task", "prompt")]]], generations
 
 
-@checked
 def save_part(parts: str | os.PathLike, stem: str, table: pd.DataFrame, generations: pd.DataFrame) -> Path:
     """Keep one task's rows as `<parts>/<stem>.csv` (generations first, so a part is complete when its table exists)."""
     path = Path(parts) / f"{stem}.csv"
@@ -120,13 +114,11 @@ def save_part(parts: str | os.PathLike, stem: str, table: pd.DataFrame, generati
     return path
 
 
-@checked
 def part_stem(task: Task, key: str, shared: str) -> str:
     """A part's file stem: the task, its own key (its mask) and the key it shares (hybrid mask, options)."""
     return f"{safe_name(task.name)}-{key}-{shared}"
 
 
-@checked
 def load_parts(parts: str | os.PathLike, shared: str, first: Sequence[str] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every task's rows and generations kept with the shared key `shared` (the newest part of each
     task): the tasks of `first` in that order, then the others by name."""
@@ -141,7 +133,6 @@ def load_parts(parts: str | os.PathLike, shared: str, first: Sequence[str] = ())
     return table, pd.concat(texts, ignore_index=True)
 
 
-@checked
 def fewshot_summary(table: pd.DataFrame, *, hybrid: HeadMask, hybrid_name: str) -> pd.DataFrame:
     """One row per task (in the table's order): accuracy and strict score of each prompt and setting
     of `SUMMARY_SETTINGS`, whether the hybrid saw the task, and the heads the masks keep."""

@@ -18,7 +18,6 @@ import pandas as pd
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import atomic_write
-from .._typecheck import checked
 from .._validate import check_int
 from ..analysis import HeadScores, MethodComparison, auroc, compare_methods, head_scores, planted_heads, precision_at
 from ..data import Task
@@ -29,7 +28,6 @@ SUMMARY = "summary.csv"
 CURVES = "curves.csv"
 
 
-@checked
 def learned_rankings(
     model: TransformerBridge,
     tasks: Sequence[Task],
@@ -87,7 +85,6 @@ def learned_rankings(
     return out
 
 
-@checked
 @dataclass
 class MethodsRun:
     """`summary`: every task's method summary (one row per task and method, with `task` and
@@ -114,7 +111,6 @@ def _ranking(
     return ranking
 
 
-@checked
 def compare_methods_on_tasks(
     model: TransformerBridge,
     tasks: Sequence[Task],
@@ -171,7 +167,6 @@ def compare_methods_on_tasks(
     return MethodsRun(pd.concat(summaries, ignore_index=True), comparisons)
 
 
-@checked
 def ranking_table(
     model: TransformerBridge,
     tasks: Sequence[Task],
@@ -210,7 +205,6 @@ def ranking_table(
     return pd.DataFrame.from_records(records)
 
 
-@checked
 def auroc_table(table: pd.DataFrame) -> pd.DataFrame:
     """AUROC per method (rows, index `method`) and task (columns, organism tasks without their
     `organism/` prefix), with the `mean` over tasks; best method first."""

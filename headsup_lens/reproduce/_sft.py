@@ -20,7 +20,6 @@ from typing import Any
 import pandas as pd
 import torch
 
-from .._typecheck import checked
 from ..data import Task, load_task
 from ..masks import HeadMask
 from ..models import load_model
@@ -154,7 +153,6 @@ def _save(xp: Experiment, table: pd.DataFrame, stem: str, *, index: bool = False
     save_table(table, xp.staged(f"{stem}.csv"), index=index)
 
 
-@checked
 def write_sft_run(xp: Experiment, result: FinetuneResult, config: FinetuneConfig, *, seed: int) -> None:
     """Table 1, accuracy, Fig. 2's change correlation and Fig. 5's dynamics of one fine-tuning run."""
     tables = run_tables(result, n_examples=config.pattern_examples, seed=seed)
@@ -166,7 +164,6 @@ def write_sft_run(xp: Experiment, result: FinetuneResult, config: FinetuneConfig
     xp.figure(pattern_dynamics_figure(tables["dynamics"], tasks), "sft_fig5_dynamics")
 
 
-@checked
 def sft_organism(xp: Experiment, *, base: str | Path, runs: str | Path, steps: int, seed: int) -> dict[str, Any]:
     """Instruction SFT of the base organism (`base_organism(base)`: trained there when missing) on every
     organism task and composite: the run's tables and the composition fits (Eq. 3). The recipe."""
@@ -180,7 +177,6 @@ def sft_organism(xp: Experiment, *, base: str | Path, runs: str | Path, steps: i
     return {k: getattr(config, k) for k in ("steps", "batch_size", "lr", "method")}
 
 
-@checked
 def sft_grouping(xp: Experiment) -> pd.DataFrame | None:
     """Fig. 2's grouping test (do related tasks have the more similar changes) from the stored change
     correlation, as `sft_fig2_grouping.csv`; None when the matrix holds too few grouped tasks."""
@@ -191,7 +187,6 @@ def sft_grouping(xp: Experiment) -> pd.DataFrame | None:
     return table
 
 
-@checked
 def sft_smollm2(
     xp: Experiment, tasks: Sequence[str] | None, *, runs: str | Path, steps: int, seed: int, masks: str | None
 ) -> dict[str, Any]:
@@ -213,7 +208,6 @@ def sft_smollm2(
     return {k: getattr(config, k) for k in recipe}
 
 
-@checked
 def sft_selection(
     xp: Experiment,
     config: SelectionConfig,
@@ -247,7 +241,6 @@ def sft_selection(
     return {k: v for k, v in config.settings([t.name for t in chosen]).items() if k != "probe"}
 
 
-@checked
 def sft_time(xp: Experiment, stage: str, seconds: float, settings: dict[str, Any]) -> None:
     """One row more in `sft_times.csv`: the stage, its wall time, the torch threads and its settings."""
     row = {"stage": stage, "wall_s": round(seconds, 1), "threads": torch.get_num_threads()}

@@ -20,7 +20,6 @@ from pathlib import Path
 import pandas as pd
 
 from .._io import atomic_write
-from .._typecheck import checked
 from ..analysis import (
     Setting,
     alpha_grid,
@@ -59,7 +58,6 @@ def _full(xp: Experiment, frame: pd.DataFrame, name: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- select
-@checked
 def select_tasks(
     xp: Experiment, names: Sequence[str], *, batch_size: int, data_dir: str | None = None, max_new_tokens: int = 10
 ) -> pd.DataFrame:
@@ -95,7 +93,6 @@ def select_tasks(
     return table
 
 
-@checked
 def selection_table(long: pd.DataFrame) -> pd.DataFrame:
     """The task-selection scan (one row per task and setting) as one row per task: instructed and
     uninstructed accuracy, n_examples, scan_seconds (both settings), best instructed accuracy first."""
@@ -108,7 +105,6 @@ def selection_table(long: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["instructed", "uninstructed"], ascending=False).reset_index()
 
 
-@checked
 def selection_markdown(table: pd.DataFrame) -> str:
     """`selection_table` as a Markdown table (tasks scanned in both settings)."""
     lines = ["| task | instructed | uninstructed | n |", "|---|---:|---:|---:|"]
@@ -121,7 +117,6 @@ def selection_markdown(table: pd.DataFrame) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- train
-@checked
 def train_stored_masks(
     xp: Experiment, tasks: Sequence[Task], config: TrainConfig, runs: str | Path
 ) -> dict[str, TrainResult]:
@@ -144,7 +139,6 @@ def train_stored_masks(
 
 
 # ---------------------------------------------------------------------------------------------- stored masks
-@checked
 def seed0_tasks(xp: Experiment) -> list[str]:
     """Tasks with a stored seed-0 mask, in the order of the task-selection table. Other masks in the
     folder (`<task>_seed<k>`, and the variants other scripts read: `_negative`, `_query`, `_mlp`) are
@@ -156,7 +150,6 @@ def seed0_tasks(xp: Experiment) -> list[str]:
     return sorted(names, key=lambda n: (ranked.index(n) if n in ranked else len(ranked), n))
 
 
-@checked
 def seed_masks(xp: Experiment) -> dict[str, HeadMask]:
     """Stored masks of seeds other than 0, labelled "<task file stem> (seed k)"."""
     found = {}
@@ -177,7 +170,6 @@ def _write_pair(xp: Experiment, stem: str, table: pd.DataFrame, texts: pd.DataFr
 
 
 # ---------------------------------------------------------------------------------------------- settings tables
-@checked
 def settings_table(
     xp: Experiment,
     task: Task,
@@ -214,7 +206,6 @@ def settings_table(
     return table
 
 
-@checked
 def add_seed_rows(xp: Experiment, task: Task, seeds: Mapping[str, HeadMask], *, alpha: float, batch_size: int) -> bool:
     """Masked / random-mask rows of a seed mask stored after the task's table was written, inserted
     before its controls in its table and appended to its generations (the reference rows are not
@@ -246,7 +237,6 @@ def add_seed_rows(xp: Experiment, task: Task, seeds: Mapping[str, HeadMask], *, 
     return added
 
 
-@checked
 def rescore_stored(xp: Experiment, data_dir: str | None = None) -> list[str]:
     """Every stored settings table whose generations are stored, scored again from them (`rescore`)
     and written back; the tasks rescored."""
@@ -263,7 +253,6 @@ def rescore_stored(xp: Experiment, data_dir: str | None = None) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- analyses
-@checked
 def analyze_task(xp: Experiment, task: Task, mask: HeadMask, *, new_tokens: int, batch_size: int, title: str) -> None:
     """The per-task analyses of a stored mask, each file `<artifact>_<task>`: removal sweeps in weight
     and random order on the first held-out input, its answer as the target token (Fig. 2: ranks,
@@ -335,7 +324,6 @@ def analyze_task(xp: Experiment, task: Task, mask: HeadMask, *, new_tokens: int,
     record_time(xp.out, "analyze", f"{name}: alpha grid", time.perf_counter() - start)
 
 
-@checked
 def combine_tables(xp: Experiment, *, title: str) -> pd.DataFrame:
     """The combined tables over every analysed task (`tables12_evaluation`, `fig2_summary`,
     `fig6_alpha_grid`), Table 5 (Jaccard vs the random expectation) and the mask heat map over every
@@ -361,7 +349,6 @@ def combine_tables(xp: Experiment, *, title: str) -> pd.DataFrame:
     return summary
 
 
-@checked
 def summary_markdown(table: pd.DataFrame) -> str:
     """Two Markdown tables from a combined settings table: accuracy by the paper's matcher / the strict
     one per setting (`SUMMARY_SETTINGS`), then the masked and instructed rows with 95% Wilson

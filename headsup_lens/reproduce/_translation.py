@@ -18,7 +18,6 @@ from pathlib import Path
 import pandas as pd
 
 from .._io import atomic_write
-from .._typecheck import checked
 from ..analysis import influence_order, random_order, removal_sweep, weight_order
 from ..data import CHAR_LEVEL_LANGUAGES, Task, encode_prompt, load_task
 from ..evaluation import (
@@ -50,7 +49,6 @@ def _table(xp: Experiment, frame: pd.DataFrame, stem: str) -> None:
     xp.table(frame, f"{FOLDER}/{stem}", float_format=None)
 
 
-@checked
 def translation_mask_name(pair: str) -> str:
     """`translation/masks/translation_<pair>.safetensors`: a direction's stored mask, relative to the output folder."""
     return f"{FOLDER}/masks/translation_{pair}.safetensors"
@@ -61,14 +59,12 @@ def _stored_mask(xp: Experiment, pair: str) -> HeadMask | None:
     return HeadMask.load(path, xp.model) if path.exists() else None
 
 
-@checked
 def setting_names(alpha: float) -> dict[str, str]:
     """The translation tables' row names for `evaluate`'s settings (the scaled row carries its alpha)."""
     return {"instructed + scaled mask": f"instructed + scaled mask (alpha {alpha:g})", "echo baseline": ECHO}
 
 
 # ---------------------------------------------------------------------------------------------- scan
-@checked
 def scan_translation(
     xp: Experiment, pairs: Sequence[str], *, n: int, batch_size: int, data_dir: str | None = None
 ) -> pd.DataFrame:
@@ -99,7 +95,6 @@ def scan_translation(
     return summary
 
 
-@checked
 def scan_summary(generations: pd.DataFrame, tokenizer=None) -> pd.DataFrame:
     """Per direction of a scan (`pair`, `reference`, `generation` columns): target-language share
     (first line and whole generation), the paper's ROUGE-L with the default tokenizer and (given a
@@ -135,7 +130,6 @@ def scan_summary(generations: pd.DataFrame, tokenizer=None) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------- train
-@checked
 def train_translation_masks(
     xp: Experiment, pairs: Sequence[str], config: TrainConfig, runs: str | Path, *, data_dir: str | None = None
 ) -> dict[str, TrainResult]:
@@ -159,7 +153,6 @@ def train_translation_masks(
 
 
 # ---------------------------------------------------------------------------------------------- analyze
-@checked
 def table1_rows(
     xp: Experiment, pair: str, *, alpha: float, batch_size: int, data_dir: str | None = None
 ) -> pd.DataFrame:
@@ -185,7 +178,6 @@ def table1_rows(
     return table
 
 
-@checked
 def fig2_sweeps(
     xp: Experiment, pair: str, *, new_tokens: int, title: str, data_dir: str | None = None
 ) -> pd.DataFrame | None:
@@ -256,7 +248,6 @@ def fig2_sweeps(
     return table
 
 
-@checked
 def table8_rows(
     xp: Experiment,
     pair: str,

@@ -194,10 +194,19 @@ def add_lora_(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:
     returns the adapter parameters (trainable, seeded by `config.seed`; B starts at zero, so the
     model's output is unchanged until the first update). A model that already carries adapters is
     a ValueError (`remove_lora_` takes them out)."""
-    from peft import LoraConfig, inject_adapter_in_model  # deferred: peft is slow to import
+    _check_no_lora(model)
+    return _inject_lora(model, config)
 
+
+def _check_no_lora(model: TransformerBridge) -> None:
     if _lora_layers(model):
         raise ValueError("the model already carries LoRA adapters; remove them first (remove_lora_) or load it afresh")
+
+
+def _inject_lora(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:
+    """`add_lora_` on a model checked to carry no adapters (`finetune_` checks before any work)."""
+    from peft import LoraConfig, inject_adapter_in_model  # deferred: peft is slow to import
+
     names = "|".join(map(str, config.lora_targets))
     # The bridge keeps each Hugging Face nn.Linear as `<name>._original_component` of a LinearBridge.
     lora = LoraConfig(
@@ -316,8 +325,8 @@ def finetune_(
     config = config or FinetuneConfig()
     tasks = list(tasks)
     _check_tasks(tasks, config)
-    if config.method == "lora" and _lora_layers(model):
-        raise ValueError("the model already carries LoRA adapters; remove them first (remove_lora_) or load it afresh")
+    if config.method == "lora":
+        _check_no_lora(model)
     # Tokenise first: a bad pair (training or held out) fails before anything is trained or written.
     rows = []
     for t in tasks:
@@ -379,7 +388,7 @@ class _Finetuning:
         snapshot = _Snapshot(model, copy_weights=config.method == "full")
         try:
             if config.method == "lora":
-                self.parameters = add_lora_(model, config)
+                self.parameters = _inject_lora(model, config)
                 self.trainable = {n: p for n, p in model.named_parameters() if "lora_" in n}
             else:
                 self.parameters = list(model.parameters())

@@ -168,8 +168,19 @@ def selection_plan(
     `rank_by_pattern`) and the runs to compare, per target in this order: none, selected (one per
     seed), random (one per draw), oracle (one per seed, composites whose components are candidates)
     and target."""
-    if not 0 < config.k < len(candidates):
-        raise ValueError(f"k must lie in [1, {len(candidates) - 1}] (one candidate may be the target), got {config.k}")
+    _check_k(config.k, len(candidates))
+    return _plan(changes, targets, candidates, config)
+
+
+def _check_k(k: int, n_candidates: int) -> None:
+    if not 0 < k < n_candidates:
+        raise ValueError(f"k must lie in [1, {n_candidates - 1}] (one candidate may be the target), got {k}")
+
+
+def _plan(
+    changes: dict[str, Tensor], targets: Sequence[str], candidates: Sequence[str], config: SelectionConfig
+) -> tuple[pd.DataFrame, list[SelectionRun]]:
+    """`selection_plan` for a `k` checked against the candidates."""
     rankings, runs = [], []
     for target in targets:
         pool = {name: changes[name] for name in candidates if name != target}
@@ -241,8 +252,7 @@ def data_selection(
     names = {t.name for t in candidates}
     if len(names) != len(candidates):
         raise ValueError(f"candidate names must be distinct, got {[t.name for t in candidates]}")
-    if not 0 < config.k < len(candidates):
-        raise ValueError(f"k must lie in [1, {len(candidates) - 1}] (one candidate may be the target), got {config.k}")
+    _check_k(config.k, len(candidates))
     runs_dir = Path(runs_dir)
     probe = config.probe_config()
     with locked_folder(runs_dir, "runs_dir"):
@@ -257,7 +267,7 @@ def data_selection(
                 out_dir=runs_dir / "probe" / safe_name(task.name),
             )
             changes[task.name] = run_changes(result)[task.name]
-        ranking, plan = selection_plan(changes, [t.name for t in targets], [t.name for t in candidates], config)
+        ranking, plan = _plan(changes, [t.name for t in targets], [t.name for t in candidates], config)
         tasks = {t.name: t for t in [*targets, *candidates]}
         done, shown = _read(runs_dir / "runs.csv"), _read(runs_dir / "generations.csv")
         similarity = ranking.set_index(["target", "candidate"]).similarity

@@ -332,8 +332,6 @@ def head_scores(
     check_choice("ablation", ablation, ABLATIONS)
     alpha = check_float("alpha", alpha, 0.0, 1.0)
     max_rows = check_int("max_rows", max_rows, minimum=1)
-    if not isinstance(task, Task):
-        raise TypeError(f"task must be a Task (see load_task), got {describe(task)}")
     start, cpu_start = time.perf_counter(), time.process_time()
     batch = example_batch(model, task, split, n_examples)
     mean = mean_z(model, batch, max_rows=max_rows) if ablation == "mean" else None

@@ -15,6 +15,7 @@ import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from ..._cache import CACHE_ENV_VAR
@@ -318,8 +319,6 @@ def _assemble(parts: list[tuple[Path, str]], target: Path) -> tuple[Path, str]:
 
 
 def _record(name: str, gguf_path: Path, sha: str, spec: PackagedGguf | None, wheel: Path | None = None) -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
     def installed(package: str) -> str | None:
         try:
             return version(package)

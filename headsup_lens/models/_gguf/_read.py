@@ -11,16 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from gguf import GGUFReader, GGUFValueType, LlamaFileType
+from gguf.quants import dequantize
 
 from ..._io import atomic_write_json
 from ..._progress import progress_enabled, progress_off
-from ..._typecheck import checked
 
 
 def _metadata(gguf_path: Path) -> dict:
     """The GGUF key-value metadata that matters here (scalars and strings, not the vocabulary)."""
-    from gguf import GGUFReader, GGUFValueType
-
     try:
         reader = GGUFReader(str(gguf_path))
     except (OSError, ValueError) as error:
@@ -36,8 +35,6 @@ def _metadata(gguf_path: Path) -> dict:
 
 
 def _file_type(gguf_path: Path) -> str | None:
-    from gguf import LlamaFileType
-
     code = _metadata(gguf_path).get("general.file_type")
     try:
         return None if code is None else LlamaFileType(code).name
@@ -52,6 +49,7 @@ def _library_bars_follow_progress() -> Iterator[None]:
     if progress_enabled():
         yield
         return
+    # deferred: transformers (and torch) load only for a conversion, not with `headsup fetch-model`
     from transformers import modeling_gguf_pytorch_utils as reader
 
     shown = getattr(reader, "tqdm")  # noqa: B009 (a name the module imports, not one it exports)
@@ -67,7 +65,7 @@ def _dequantise(gguf_path: Path, out: Path, stage=lambda text: None) -> None:
     """Read the GGUF file with transformers and save it as an fp32 directory; `stage(text)` is told
     what is happening (each stage takes seconds to tens of seconds)."""
     stage("importing transformers")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # deferred: seconds, and only a conversion needs it
 
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
@@ -118,13 +116,9 @@ def _match_gguf_tokens(tokenizer, model, metadata: dict) -> None:
                 setattr(config, f"{role}_token_id", int(token_id))
 
 
-@checked
 def read_gguf_tensors(path: str | os.PathLike, names: list[str]) -> dict[str, np.ndarray]:
     """Tensors of a GGUF file dequantised to float32, in GGUF's numpy layout (`[ne1, ne0]`: a weight
     as `[out, in]`, like `nn.Linear.weight`); a missing name is a ValueError."""
-    from gguf import GGUFReader
-    from gguf.quants import dequantize
-
     stored = {t.name: t for t in GGUFReader(str(path)).tensors}
     missing = [name for name in names if name not in stored]
     if missing:

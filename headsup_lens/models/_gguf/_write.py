@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import gguf
 import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize
 
 from ..._typecheck import checked
 
@@ -34,8 +37,6 @@ def write_scaled_gguf(
     scales are multiplied; a scale of 0 or a power of two is exact); otherwise it is dequantised and
     written as F32. Returns `{name: "Q4_1 (kept)" | "F32 (was Q6_K)"}` for each scaled tensor.
     """
-    import gguf
-
     reader = gguf.GGUFReader(str(source))
     tensors = {t.name: t for t in reader.tensors}
     unknown = sorted(set(scales) - set(tensors))
@@ -77,9 +78,6 @@ def write_scaled_gguf(
 
 def _scaled(tensor: Any, scale: np.ndarray) -> tuple[np.ndarray, Any]:
     """(data, type) of `tensor` with element `[..., i]` multiplied by `scale[i]` (see `write_scaled_gguf`)."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-    from gguf.quants import dequantize
-
     kind = tensor.tensor_type
     if kind in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
         values = np.asarray(tensor.data)

@@ -1,14 +1,19 @@
 """A mask outside the toolkit: SmolLM2's antonym mask baked into a Hugging Face checkpoint and into its GGUF file.
 
     python experiments/bake_smollm2.py --update-figures   # writes figures/smollm2/bake/ (checkpoints to --work)
+    python experiments/bake_smollm2.py --model gemma3-270m --mask figures/gemma3-270m/masks/antonym.safetensors \
+        --work outputs/bake_gemma3 --update-figures       # Gemma-3-270M's mask into its Q4_K_M file: figures/gemma3-270m/bake/
 
 The committed mask `figures/smollm2/masks/antonym.safetensors` is baked with `hl.bake` (alpha 0) into a
 Hugging Face folder and into the model's own Q4_1 GGUF file; the size and time of each bake are
 recorded. On the held-out antonym inputs the greedy outputs of the value-gated model, the baked folder
 in plain transformers and loaded back into the toolkit, the baked GGUF in llama.cpp and, as a control,
 the original GGUF in llama.cpp against the ungated model are written side by side
-(`bake/outputs_antonym.csv`) with their agreement rates (`bake/summary_antonym.csv`). The comparison
-is `headsup_lens.reproduce.bake_comparison`; the llama.cpp columns need `pip install 'headsup_lens[gguf]'`.
+(`bake/outputs_antonym.csv`) with their agreement rates (`bake/summary_antonym.csv`), and the baked GGUF
+dequantised by plain transformers beside them; `bake/logits_antonym.csv` holds the largest logit
+difference of each baked model in plain transformers from the gated model over every prompt position.
+The comparison is `headsup_lens.reproduce.bake_comparison`; the llama.cpp columns need
+`pip install 'headsup_lens[gguf]'`.
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ Stages over the masks stored in `<out>/smollm2/masks/` (`--update-figures`: the 
     python experiments/smollm2.py train --tasks antonym sentiment --seed 0 --update-figures   # masks/<task>[_seed<k>].safetensors
     python experiments/smollm2.py analyze --tasks antonym sentiment --update-figures           # everything else, from the stored masks
     python experiments/smollm2.py evaluate --tasks antonym --update-figures                   # only the settings tables (Tables 1/2)
+    python experiments/smollm2.py fewshot --tasks antonym --update-figures                    # the same masks on 5-shot prompts: the few-shot baseline (Table 3)
     python experiments/smollm2.py rescore --update-figures    # the stored settings tables scored again from their generations
     python experiments/smollm2.py combine --update-figures    # only the combined tables
+    python experiments/smollm2.py verdicts --tasks antonym --update-figures   # a verdict per claim, from the stored tables
 
 `select` writes `task_selection.csv` / `.md` (resumable: `task_selection_long.csv` keeps each result at
 once). `train` (`TrainConfig.fast`, one pass for all tasks, checkpoints under `--runs`, git-ignored)
@@ -16,7 +18,10 @@ keeps only the final masks. `analyze` never trains: the settings table (Tables 1
 weight and random order (Fig. 2), similarity to the instructed run (Fig. 4), logit lens (Table 41) and
 the alpha grid (Fig. 6) per task, then the combined tables, Table 5 and the mask heat map. `evaluate`
 redoes only the settings tables (a task whose generations are stored is skipped, except for the rows of
-seed masks stored since). Each stage appends its wall times to `<out>/smollm2/times.csv`. The steps
+seed masks stored since). `fewshot` evaluates each task's stored mask on `--shots`-shot prompts beside
+the few-shot baseline (demonstrations, no instruction, no mask): `fewshot_evaluation_<task>.csv`.
+`verdicts` judges each claim of the paper by a stated rule on the stored tables (`reproduce._verdicts`):
+`verdicts.csv`. Each stage appends its wall times to `<out>/smollm2/times.csv`. The steps
 live in `headsup_lens.reproduce` (`select_tasks`, `train_stored_masks`, `settings_table`, ...).
 """
 
@@ -33,6 +38,7 @@ from headsup_lens.reproduce._staged import (
     add_seed_rows,
     analyze_task,
     combine_tables,
+    fewshot_table,
     rescore_stored,
     seed0_tasks,
     seed_masks,
@@ -40,9 +46,10 @@ from headsup_lens.reproduce._staged import (
     settings_table,
     train_stored_masks,
 )
+from headsup_lens.reproduce._verdicts import claim_verdicts
 from headsup_lens.training import safe_name
 
-STAGES = ("select", "train", "analyze", "evaluate", "rescore", "combine")
+STAGES = ("select", "train", "analyze", "evaluate", "fewshot", "rescore", "combine", "verdicts")
 SHOWN = ["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]
 
 
@@ -51,7 +58,7 @@ class Options(MultiTaskOptions):
     """Options of the SmolLM2 stages."""
 
     stage: str = option(positional=True, choices=STAGES)
-    """select, train, analyze, evaluate, rescore or combine."""
+    """select, train, analyze, evaluate, fewshot, rescore, combine or verdicts."""
     model: str = "smollm2"
     """Model: `smollm2` (SmolLM2-135M-Instruct), a `.gguf` file, a hub name or a local directory."""
     schedule: str = "fast"
@@ -66,6 +73,8 @@ class Options(MultiTaskOptions):
     """analyze: greedy tokens per removal-sweep step."""
     keep_settings: bool = False
     """analyze: keep a task's stored settings table (from `evaluate`) instead of evaluating it again."""
+    shots: int = 5
+    """fewshot: demonstrations before every held-out input (the paper's Table 3: 5)."""
 
 
 def run(xp: Experiment, o: Options):
@@ -78,6 +87,17 @@ def run(xp: Experiment, o: Options):
             raise ValueError("train: --tasks is required")
         train_stored_masks(xp, [load_task(n, data) for n in o.tasks], xp.train_config(), o.runs)
         return None
+    if o.stage == "fewshot":
+        names = o.tasks or seed0_tasks(xp)
+        for name in names:
+            task = load_task(name, data)
+            mask = HeadMask.load(xp.current(f"masks/{stored_mask_path('', task).name}"), xp.model)
+            fewshot_table(xp, task, mask, shots=o.shots, alpha=o.alpha, batch_size=batch)
+        return None
+    if o.stage == "verdicts":
+        verdicts = claim_verdicts(xp.out, o.tasks or seed0_tasks(xp))
+        xp.table(verdicts, "verdicts", float_format=None)
+        return verdicts[["task", "claim", "verdict"]]
     if o.stage == "rescore":
         rescore_stored(xp, data)
     elif o.stage in ("analyze", "evaluate"):

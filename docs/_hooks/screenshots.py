@@ -28,6 +28,7 @@ PAGES = {
     "how-it-works": ("how-it-works/", 1400),
     "guide-analyses": ("guide/analyses/", 1000),
     "tutorial-explore-pathways": ("notebooks/explore_pathways/", 1200),
+    "tutorial-smollm2": ("notebooks/smollm2_end_to_end/", 1400),
     "performance": ("performance/", 1400),
     "results-smollm2": ("results/smollm2/", 1400),
     "results-organism": ("results/organism/", 1500),
@@ -63,9 +64,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
     parser.add_argument("--site", help="a site already built (mkdocs build --strict --site-dir SITE): skip the build")
+    parser.add_argument("--pages", nargs="+", metavar="NAME", help=f"only these screenshots (of: {', '.join(PAGES)})")
     args = parser.parse_args()
     if not args.chromium:
         parser.error("no chromium on the PATH (apt-get install chromium); or give --chromium PATH")
+    unknown = sorted(set(args.pages or ()) - set(PAGES))
+    if unknown:
+        parser.error(f"--pages: unknown {', '.join(unknown)} (known: {', '.join(PAGES)})")
+    pages = {name: PAGES[name] for name in args.pages} if args.pages else PAGES
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
         site = Path(args.site) if args.site else Path(folder) / "site"
@@ -76,7 +82,7 @@ def main() -> None:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             base = f"http://127.0.0.1:{server.server_address[1]}/"
-            for name, (path, height) in PAGES.items():
+            for name, (path, height) in pages.items():
                 png = OUT / f"{name}.png"
                 shoot(args.chromium, base + path, png, height)
                 sys.stdout.write(f"{png.relative_to(ROOT)}: {png.stat().st_size // 1024} kB\n")

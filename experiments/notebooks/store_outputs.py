@@ -1,8 +1,13 @@
-"""Execute the notebooks on the built-in organism and store their outputs (the documentation site's
-tutorials show them as stored).
+"""Execute the notebooks and store their outputs (the documentation site's tutorials show them as
+stored).
 
     python experiments/notebooks/store_outputs.py            # every notebook of this folder
     python experiments/notebooks/store_outputs.py explore_pathways.ipynb
+    nice python experiments/notebooks/store_outputs.py smollm2_end_to_end.ipynb --timeout 0
+
+The organism notebooks run in about a minute each. `smollm2_end_to_end.ipynb` loads SmolLM2-135M-Instruct
+(`headsup fetch-model smollm2` puts it in the model cache once) and trains a mask on a CPU: its
+training cell alone takes minutes, so give it `--timeout 0` (no limit per cell) on a busy machine.
 
 Each notebook runs top to bottom in a scratch folder (one torch thread), then three things are taken
 out of its outputs before it is written back, so that the stored notebooks stay small and load
@@ -54,7 +59,7 @@ def clean(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return notebook
 
 
-def store(path: Path, timeout: int = 600) -> None:
+def store(path: Path, timeout: int | None = 600) -> None:
     notebook = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory() as scratch:
         NotebookClient(
@@ -67,7 +72,10 @@ def store(path: Path, timeout: int = 600) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", help="notebook files of this folder (default: all)")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds one cell may run (default 600; 0: no limit)")
     args = parser.parse_args(argv)
+    if args.timeout < 0:
+        parser.error(f"--timeout must be >= 0 (0: no limit), got {args.timeout}")
     try:
         import ipywidgets  # noqa: F401  (tqdm draws its bars as widgets; without it the outputs hold a warning)
     except ImportError:
@@ -75,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # the kernel inherits it: the organism runs on one thread
     names = args.notebooks or sorted(p.name for p in HERE.glob("*.ipynb"))
     for name in names:
-        store(HERE / Path(name).name)
+        store(HERE / Path(name).name, timeout=args.timeout or None)
     return 0
 
 

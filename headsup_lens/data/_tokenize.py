@@ -158,9 +158,11 @@ class TaskBatch:
         on_host = self.labels.device.type == "cpu"  # what needs reading is found here, for free
         answers = self.answers() if on_host else self._answers
         right_padded = self.right_padded() if on_host else self._right_padded
-        moved = [to_device(t, device) for t in (self.input_ids, self.attention_mask, self.labels)]
-        answers = None if answers is None else tuple(to_device(t, device) for t in answers)
-        return TaskBatch(*moved, answers, right_padded)
+        ids, attention, labels = (to_device(t, device) for t in (self.input_ids, self.attention_mask, self.labels))
+        if answers is not None:
+            rows, positions, targets = (to_device(t, device) for t in answers)
+            answers = (rows, positions, targets)
+        return TaskBatch(ids, attention, labels, answers, right_padded)
 
     @property
     def n_answer_tokens(self) -> int:

@@ -28,8 +28,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint as _checkpoint
 from transformer_lens.model_bridge import TransformerBridge
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .._typecheck import checked
+from ..data import TaskBatch
+from ..models import unembed
 from ._masks import row_mask
 
 _DECODER_LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
@@ -51,6 +54,21 @@ class GateSpec:
     heads: Float[Tensor, "rows n_layers n_heads"] | None = None
     mean: Float[Tensor, "n_layers n_heads d_head"] | None = None
     mlp: Float[Tensor, "rows n_layers"] | None = None
+
+
+@checked
+@dataclass(frozen=True)
+class Decoding:
+    """One greedy decoding for a forward pass that stands in for the bridge (direct or native):
+    a (left-padded) prompt batch, its gate, the token budget and the stop tokens; `on_pass` is
+    called after every forward pass."""
+
+    ids: Int[Tensor, "batch pos"]
+    attention_mask: Int[Tensor, "batch pos"] | None
+    spec: GateSpec | None
+    max_new_tokens: int
+    stop_ids: Tensor
+    on_pass: Callable[[], object] | None = None
 
 
 @checked
@@ -243,8 +261,6 @@ class DirectForward:
     ) -> None:
         self.model, self.layers, self.embed, self.rotary, self.final_norm = model, layers, embed, rotary, final_norm
         self.n_heads, self.n_kv, self.d_head, self.scaling = n_heads, n_kv, d_head, scaling
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
         self._rope = apply_rotary_pos_emb
 
     # ------------------------------------------------------------------ one layer
@@ -318,22 +334,18 @@ class DirectForward:
 
     # ------------------------------------------------------------------ losses
     def final_normed(
-        self,
-        ids: Int[Tensor, "batch pos"],
-        attention_mask: Int[Tensor, "batch pos"] | None,
-        spec: GateSpec | None,
-        rows: Tensor,
-        positions: Tensor,
-        *,
-        checkpoint: bool = False,
+        self, batch: TaskBatch, spec: GateSpec | None, *, checkpoint: bool = False
     ) -> Float[Tensor, "n d_model"]:
-        """The final norm's output (`ln_final.hook_out`) at `(rows, positions)` of a gated pass,
-        differentiable in the gate. `checkpoint=True` keeps only each layer's input for the backward
+        """The final norm's output (`ln_final.hook_out`) at the batch's answer positions
+        (`TaskBatch.answers`) of a gated pass, differentiable in the gate; a right-padded batch runs
+        causally without its mask. `checkpoint=True` keeps only each layer's input for the backward
         pass and recomputes the rest (activation checkpointing: less memory, one more forward)."""
-        batch, pos = ids.shape
-        _check_rows(spec, batch)
+        ids, rows, positions = batch.input_ids, *batch.answers()[:2]
+        attention_mask = None if batch.right_padded() else batch.attention_mask
+        n_rows, pos = ids.shape
+        _check_rows(spec, n_rows)
         h = self.embed(ids)
-        cos, sin = self.rotary(h, self._positions(attention_mask, batch, pos, ids.device))
+        cos, sin = self.rotary(h, self._positions(attention_mask, n_rows, pos, ids.device))
         mask, causal = self._prompt_mask(attention_mask)
         heads, mean, mlp = (None, None, None) if spec is None else (spec.heads, spec.mean, spec.mlp)
         for i in range(len(self.layers)):
@@ -367,26 +379,17 @@ class DirectForward:
         return x[rows.to(x.device)]
 
     def greedy(
-        self,
-        ids: Int[Tensor, "batch pos"],
-        attention_mask: Int[Tensor, "batch pos"] | None,
-        spec: GateSpec | None,
-        *,
-        max_new_tokens: int,
-        stop_ids: Tensor,
-        record_layers: bool = False,
-        on_pass: Callable[[], object] | None = None,
+        self, job: Decoding, *, record_layers: bool = False
     ) -> tuple[list[list[int]], Tensor, dict[str, Tensor]]:
         """Greedy continuations (uncut), the next-token logits at the last prompt position
         `[batch, d_vocab]` (float32, CPU) and, with `record_layers`, `blocks.L.hook_attn_out` /
         `blocks.L.hook_resid_post` at the last prompt position (`[batch, d_model]`, float32, CPU).
 
         Rows leave at a stop token; rows with the same tokens so far and the same gates below a
-        layer share that layer's computation and its KV cache (see `_plan`). `on_pass` is called
-        after every forward pass.
+        layer share that layer's computation and its KV cache (see `_plan`).
         """
-        from ..models import unembed
-
+        ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
+        max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
         device = ids.device
         batch, length = ids.shape
         _check_rows(spec, batch)
@@ -451,8 +454,6 @@ class DirectForward:
 
     def _decode_step(self, plan, caches, history, running, active, row_ids, codes_all, spec):
         """One cached pass of every active row's newest token; returns the next tokens and the new state."""
-        from ..models import unembed
-
         device = row_ids.device
         heads, mean, mlp = (None, None, None) if spec is None else (spec.heads, spec.mean, spec.mlp)
         history = _unique_rows(torch.stack([history, row_ids], dim=1))

@@ -24,12 +24,15 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
-from jaxtyping import Int
+from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
+from transformers import DynamicCache, StaticCache
 
 from .._typecheck import checked
-from ._direct import GateSpec, _check_rows, _raw, cached_forward
+from .._warnings import warn
+from ..data import TaskBatch
+from ._direct import Decoding, GateSpec, _check_rows, _raw, cached_forward
 
 _CACHE_ATTR = "_headsup_native_forward"
 # Options of the native path (process-wide): fused attention, a static KV cache, a compiled decode step.
@@ -172,15 +175,12 @@ class NativeForward:
         self.spec = GateSpec(heads=heads, mean=spec.mean, mlp=mlp)
 
     # ------------------------------------------------------------------ losses
-    def final_normed(
-        self,
-        ids: Int[Tensor, "batch pos"],
-        attention_mask: Int[Tensor, "batch pos"] | None,
-        spec: GateSpec | None,
-        rows: Tensor,
-        positions: Tensor,
-    ) -> Tensor:
-        """The final norm's output at `(rows, positions)` of a gated pass, differentiable in the gate."""
+    def final_normed(self, batch: TaskBatch, spec: GateSpec | None) -> Float[Tensor, "n d_model"]:
+        """The final norm's output at the batch's answer positions (`TaskBatch.answers`) of a gated
+        pass, differentiable in the gate. A right-padded batch runs without its attention mask
+        (`TaskBatch.right_padded`: the same result, and no mask check reading the device back)."""
+        ids, rows, positions = batch.input_ids, *batch.answers()[:2]
+        attention_mask = None if batch.right_padded() else batch.attention_mask
         _check_rows(spec, ids.shape[0])
         with self.running(spec) as hf:
             hidden = hf.base_model(
@@ -215,30 +215,21 @@ class NativeForward:
             try:
                 return compiled(*args)
             except Exception as error:  # compilers fail in many ways; eager computes the same
-                from .._warnings import warn
-
                 warn(f"the compiled decoding step failed ({type(error).__name__}); decoding eagerly", RuntimeWarning)
                 self._compiled = False
                 return self._step(*args)
 
         return step
 
-    def greedy(
-        self,
-        ids: Int[Tensor, "batch pos"],
-        attention_mask: Int[Tensor, "batch pos"] | None,
-        spec: GateSpec | None,
-        *,
-        max_new_tokens: int,
-        stop_ids: Tensor,
-        on_pass: Callable[[], object] | None = None,
-    ) -> tuple[list[list[int]], Tensor]:
+    def greedy(self, job: Decoding) -> tuple[list[list[int]], Tensor]:
         """Greedy continuations (uncut: cut them at the first stop token) and the next-token logits
         at the last prompt position (`[batch, d_vocab]`, float32, CPU).
 
         Tokens and stop flags stay on the device; every `check_every` tokens the flags are read
         back once: the loop ends when every row has stopped, and stopped rows leave the batch, its
-        cache and its per-row gates. `on_pass` is called after every forward pass."""
+        cache and its per-row gates."""
+        ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
+        max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
         device = ids.device
         batch, length = ids.shape
         _check_rows(spec, batch)
@@ -294,11 +285,7 @@ class NativeForward:
         """The KV cache: the model's dynamic cache, or a preallocated static one when asked for
         (fixed shapes, what a compiled decoding step needs)."""
         if not _OPTIONS["static_cache"]:
-            from transformers import DynamicCache
-
             return DynamicCache(config=self.hf.config)
-        from transformers import StaticCache
-
         return StaticCache(config=self.hf.config, max_cache_len=length)
 
 

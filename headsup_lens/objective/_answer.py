@@ -59,15 +59,10 @@ def answer_logits(
     eligible, spec = gate_spec(hooks)
     native = native_forward(model) if eligible and not checkpoint else None
     if native is not None:
-        # Right padding needs no mask under causal attention (`TaskBatch.right_padded`).
-        attention = None if batch.right_padded() else batch.attention_mask
-        return unembed(model, native.final_normed(batch.input_ids, attention, spec, rows, positions)), targets, rows
+        return unembed(model, native.final_normed(batch, spec)), targets, rows
     direct = direct_forward(model) if eligible else None
     if direct is not None:
-        normed = direct.final_normed(
-            batch.input_ids, batch.attention_mask, spec, rows, positions, checkpoint=checkpoint
-        )
-        return unembed(model, normed), targets, rows
+        return unembed(model, direct.final_normed(batch, spec, checkpoint=checkpoint)), targets, rows
     if checkpoint:
         raise ValueError(
             "activation checkpointing needs the direct forward pass: a Llama or Qwen2 model under the "

@@ -26,7 +26,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ..gates import Gate, gate_hooks
-from ..gates._direct import direct_forward, gate_spec
+from ..gates._direct import Decoding, direct_forward, gate_spec
 from ..gates._native import decode_check_every, native_forward, prefix_sharing
 from ..masks import HeadMask
 from ..models import cut_at_stop, model_device
@@ -120,22 +120,13 @@ def greedy_generate(
     if eligible and not prompt_hooks and (record_layers or prefix_sharing(device)):
         direct = direct_forward(model)
     native = native_forward(model) if eligible and not prompt_hooks and not record_layers and direct is None else None
+    job = Decoding(ids, attention_mask, spec, max_new_tokens, stop_ids, on_pass)
     if native is not None:
-        tokens, first_logits = native.greedy(
-            ids, attention_mask, spec, max_new_tokens=max_new_tokens, stop_ids=stop_ids, on_pass=on_pass
-        )
+        tokens, first_logits = native.greedy(job)
         return GreedyOutput(cut_at_stop(tokens, stops), first_logits, None)
     if direct is not None:
         with torch.no_grad():
-            tokens, first_logits, layers = direct.greedy(
-                ids,
-                attention_mask,
-                spec,
-                max_new_tokens=max_new_tokens,
-                stop_ids=stop_ids,
-                record_layers=record_layers,
-                on_pass=on_pass,
-            )
+            tokens, first_logits, layers = direct.greedy(job, record_layers=record_layers)
         return GreedyOutput(cut_at_stop(tokens, stops), first_logits, layers if record_layers else None)
     keep_last = {"logits_to_keep": 1} if keeps_last_logits_only(model) else {}
     prompt_hooks = list(prompt_hooks or [])

@@ -5,11 +5,13 @@ held-out inputs side by side.
 `bake_comparison` writes, under `bake/` of the run's output folder, `bakes.csv` (size and time of
 each bake, the type the GGUF file's attention outputs keep), `outputs_<task>.csv` (every output:
 the value-gated model, the baked folder in plain transformers and loaded back into the toolkit, the
-baked GGUF in llama.cpp, and as a control the original GGUF in llama.cpp against the ungated model)
-and `summary_<task>.csv` (`agreement`). llama.cpp multiplies quantised weights with quantised
-activations, so its outputs are compared, not assumed equal; its columns are left out (with a note)
-when llama-cpp-python is not installed, as are the GGUF bake and its columns when the model was not
-converted from a GGUF file.
+baked GGUF dequantised by plain transformers and run in llama.cpp, and as a control the original GGUF
+in llama.cpp against the ungated model), `summary_<task>.csv` (`agreement`) and `logits_<task>.csv`
+(`logit_gap`: the largest difference between the gated model's logits and each baked model's in plain
+transformers over every prompt position, with the ungated model as the control that the gate moves
+them). llama.cpp multiplies quantised weights with quantised activations, so its outputs are
+compared, not assumed equal; its columns are left out (with a note) when llama-cpp-python is not
+installed, as are the GGUF bake and its columns when the model was not converted from a GGUF file.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from typing import Any
 import gguf
 import pandas as pd
 import torch
+from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoModelForCausalLM
 
 from ..data import Task, encode_prompt, task_prompts
 from ..evaluation import generations
+from ..gates import value_gate
 from ..masks import HeadMask, bake
 from ..models import gguf_file, gguf_source_of, load_model, stop_token_ids
 from ..training import safe_name
@@ -36,16 +40,27 @@ from ._experiment import Experiment
 FOLDER = "bake"
 
 
+def plain_model(folder: str | Path, gguf_name: str | None = None) -> nn.Module:
+    """A Hugging Face folder (or the GGUF file `gguf_name` in it, dequantised by transformers) in plain
+    transformers: its defaults, no hooks."""
+    options: dict[str, Any] = {} if gguf_name is None else {"gguf_file": gguf_name, "local_files_only": True}
+    return AutoModelForCausalLM.from_pretrained(folder, **options).eval()
+
+
 def plain_greedy(
-    folder: str | Path, prompts: Sequence[list[int]], max_new_tokens: int, stops: set[int], decode: Callable
+    model: str | Path | nn.Module,
+    prompts: Sequence[list[int]],
+    max_new_tokens: int,
+    stops: set[int],
+    decode: Callable,
 ) -> list[str]:
-    """Greedy outputs of a Hugging Face folder in plain transformers (no hooks), one prompt at a time,
-    cut at the first stop token and decoded by `decode(ids)`."""
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    """Greedy outputs of a plain transformers model (or of a Hugging Face folder loaded by `plain_model`),
+    one prompt at a time, cut at the first stop token and decoded by `decode(ids)`."""
+    model = model if isinstance(model, nn.Module) else plain_model(model)
     outputs = []
     for prompt in prompts:
         with torch.no_grad():
-            generated = model.generate(  # pyright: ignore[reportAttributeAccessIssue] (transformers stub gap)
+            generated = model.generate(  # pyright: ignore[reportAttributeAccessIssue, reportCallIssue] (nn.Module's stub)
                 torch.tensor([prompt]), do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=sorted(stops)
             )
         ids = generated[0, len(prompt) :].tolist()
@@ -74,6 +89,23 @@ def llama_cpp_greedy(
             llm.eval([token])
         outputs.append(decode(new))
     return outputs
+
+
+def logit_gap(
+    reference: Callable[[Tensor], Tensor], other: Callable[[Tensor], Tensor], prompts: Sequence[list[int]]
+) -> dict[str, Any]:
+    """How far `other(ids)`'s logits `[1, pos, vocab]` lie from `reference(ids)`'s over every position of
+    every prompt, one prompt at a time: the largest absolute difference, and how many positions have
+    the same top token."""
+    gap, same, positions = torch.zeros(()), torch.zeros((), dtype=torch.long), 0
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = torch.tensor([prompt])
+            expected, got = reference(ids)[0].float(), other(ids)[0].float()
+            gap = torch.maximum(gap, (expected - got).abs().max())
+            same += (expected.argmax(-1) == got.argmax(-1)).sum()
+            positions += len(prompt)
+    return {"prompts": len(prompts), "positions": positions, "max_abs_diff": float(gap), "same_top1": int(same)}
 
 
 def timed_bake(
@@ -115,7 +147,7 @@ def bake_comparison(
     `<work>/gguf`; compare the greedy outputs on the first `limit` held-out inputs of `task` (all by
     default). Writes `bakes.csv`, `outputs_<task>.csv` and `summary_<task>.csv` under `bake/`;
     returns (bakes, summary)."""
-    model, work = xp.model, Path(work)
+    model, work, started = xp.model, Path(work), time.perf_counter()
     source = gguf_source or (found[0] if (found := gguf_source_of(model.cfg.model_name)) else None)
     hf_dir, hf_seconds, hf_mib = timed_bake(model, mask, work / "hf")
     bakes: list[dict[str, Any]] = [
@@ -139,13 +171,30 @@ def bake_comparison(
     def decode(ids: list[int]) -> str:
         return model.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def gated(ids: Tensor) -> Tensor:
+        with value_gate(model, mask):
+            return model(ids)
+
+    def plain(module: nn.Module) -> Callable[[Tensor], Tensor]:
+        return lambda ids: module(ids).logits
+
+    baked_hf = plain_model(hf_dir)
+    gaps = {"ungated (toolkit)": logit_gap(gated, model, prompts)}  # the control: the gate moves the logits
+    gaps["baked hf (transformers)"] = logit_gap(gated, plain(baked_hf), prompts)
     columns = {
         "gated (toolkit)": generations(model, task, mask=mask)[:n],
-        "baked hf (transformers)": plain_greedy(hf_dir, prompts, budget, stops, decode),
+        "baked hf (transformers)": plain_greedy(baked_hf, prompts, budget, stops, decode),
         "baked hf (toolkit)": generations(load_model(hf_dir, device="cpu", dtype="float32"), task)[:n],
         "ungated (toolkit)": generations(model, task)[:n],
     }
+    del baked_hf
     pairs = [("baked hf (transformers)", "gated (toolkit)"), ("baked hf (toolkit)", "gated (toolkit)")]
+    if baked_gguf is not None:  # the baked file's weights as transformers dequantises them (no llama.cpp needed)
+        baked_gguf_hf = plain_model(baked_gguf.parent, baked_gguf.name)
+        gaps["baked gguf (transformers)"] = logit_gap(gated, plain(baked_gguf_hf), prompts)
+        columns["baked gguf (transformers)"] = plain_greedy(baked_gguf_hf, prompts, budget, stops, decode)
+        pairs.append(("baked gguf (transformers)", "gated (toolkit)"))
+        del baked_gguf_hf
     try:
         import llama_cpp  # noqa: F401  # pyright: ignore[reportMissingImports]  (optional: headsup_lens[gguf])
     except ImportError:
@@ -169,5 +218,8 @@ def bake_comparison(
     summary = agreement(table, pairs, list(columns))
     xp.table(table, f"{FOLDER}/outputs_{safe_name(task.name)}", float_format=None)
     xp.table(summary, f"{FOLDER}/summary_{safe_name(task.name)}", float_format=None)
+    xp.record_time(f"{task.name}: bake and compare ({n} inputs)", time.perf_counter() - started)
+    logits = pd.DataFrame([{"comparison": f"{name} vs gated (toolkit)", **gap} for name, gap in gaps.items()])
+    xp.table(logits, f"{FOLDER}/logits_{safe_name(task.name)}", float_format=None)
     xp.table(pd.DataFrame(bakes), f"{FOLDER}/bakes", float_format=None)
     return pd.DataFrame(bakes), summary

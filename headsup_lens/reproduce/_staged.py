@@ -4,7 +4,8 @@
 `select_tasks` scans tasks for greedy accuracy with and without instruction (resumable);
 `train_stored_masks` trains masks and keeps only the final ones in `<out>/masks/`
 (`<task>.safetensors` for seed 0, `<task>_seed<k>.safetensors` for the others); `settings_table`
-evaluates a task's stored masks (Tables 1/2), `add_seed_rows` appends the rows of a seed mask stored
+evaluates a task's stored masks (Tables 1/2), `fewshot_table` the same mask on k-shot prompts beside
+the few-shot baseline (Table 3's framing), `add_seed_rows` appends the rows of a seed mask stored
 later, `rescore_stored` scores stored generations again; `analyze_task` writes the per-task analyses
 (Fig. 2, Fig. 4, Table 41, Fig. 6) and `combine_tables` the tables over every analysed task (Table 5,
 the mask heat map, `summary_markdown`). Every table is written with every digit (`float_format=None`),
@@ -14,6 +15,7 @@ as the committed `figures/smollm2/` tables were, so `rescore` reproduces them ex
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from ..analysis import (
     removal_sweep,
     weight_order,
 )
-from ..data import Task, load_task
+from ..data import Task, fewshot, load_task
 from ..evaluation import EvalConfig, accuracy, evaluate, rescore
 from ..masks import HeadMask
 from ..plots import alpha_figure, jaccard_figure, logit_lens_figure, mask_heatmap, rank_figure, similarity_figure
@@ -203,6 +205,27 @@ def settings_table(
         record_time(xp.out, stage, f"{label}: evaluate (masked, random mask)", time.perf_counter() - start)
     table = pd.concat(tables)
     _write_pair(xp, stem, table, pd.concat(generations))
+    return table
+
+
+def fewshot_table(
+    xp: Experiment, task: Task, mask: HeadMask, *, shots: int, alpha: float, batch_size: int
+) -> pd.DataFrame:
+    """The few-shot baseline of Table 3 for one task: `evaluate` on its `shots`-shot prompts
+    (`hl.data.fewshot`: the same demonstrations before every held-out input, which are unchanged)
+    with the task's stored mask, trained without demonstrations. Rows: original (the few-shot
+    baseline: demonstrations, no instruction, no mask), instructed (the instruction after the
+    demonstrations), masked, random mask, instructed + scaled mask and the controls. Writes
+    `fewshot_evaluation_<task>.csv` and every output, `fewshot_generations_<task>.csv`."""
+    stem, start = safe_name(task.name), time.perf_counter()
+    config = EvalConfig(alpha=alpha, batch_size=batch_size, random_seed=0)
+    with warnings.catch_warnings():  # the zero-shot mask on k-shot prompts is intended (column mask_task)
+        warnings.filterwarnings("ignore", message="the mask was trained for task")
+        result = evaluate(xp.model, fewshot(task, k=shots), mask, config)
+    record_time(xp.out, "fewshot", f"{task.name}: evaluate {shots}-shot", time.perf_counter() - start)
+    table = result.table.assign(task=task.name, shots=shots)
+    _full(xp, table, f"fewshot_evaluation_{stem}")
+    _full(xp, result.generations.assign(task=task.name, shots=shots), f"fewshot_generations_{stem}")
     return table
 
 

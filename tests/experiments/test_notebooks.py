@@ -1,4 +1,6 @@
-"""The two example notebooks execute top to bottom on the built-in organism (as in CI)."""
+"""The example notebooks: the two on the built-in organism execute top to bottom (as in CI), the
+SmolLM2 tutorial in the slow suite (it trains a mask on a real model); all keep their outputs stored
+for the site, offline."""
 
 from __future__ import annotations
 
@@ -9,6 +11,10 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "experiments" / "notebooks"
 
 
+ORGANISM = ["explore_pathways.ipynb", "reproduce_figures.ipynb"]
+SMOLLM2 = "smollm2_end_to_end.ipynb"
+
+
 def organism_ready() -> bool:
     from headsup_lens.models import builtin_model_dir
 
@@ -17,7 +23,7 @@ def organism_ready() -> bool:
 
 
 @pytest.mark.skipif(not organism_ready(), reason="the organism's weights are not in the package")
-@pytest.mark.parametrize("name", ["explore_pathways.ipynb", "reproduce_figures.ipynb"])
+@pytest.mark.parametrize("name", ORGANISM)
 def test_notebook_executes(name, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -37,7 +43,7 @@ def test_notebook_executes(name, tmp_path, monkeypatch):
     )
 
 
-@pytest.mark.parametrize("name", ["explore_pathways.ipynb", "reproduce_figures.ipynb"])
+@pytest.mark.parametrize("name", [*ORGANISM, SMOLLM2])
 def test_notebook_figures_need_no_internet(name):
     """plotly.js is embedded in the notebook (renderer "notebook"), not loaded from a CDN."""
     source = (NOTEBOOKS / name).read_text()
@@ -45,7 +51,7 @@ def test_notebook_figures_need_no_internet(name):
     assert "notebook_connected" not in source and "cdn" not in source.lower()
 
 
-@pytest.mark.parametrize("name", ["explore_pathways.ipynb", "reproduce_figures.ipynb"])
+@pytest.mark.parametrize("name", [*ORGANISM, SMOLLM2])
 def test_stored_outputs_show_offline_on_the_site(name):
     """The notebooks keep their outputs (the site's tutorials show them), without plotly.js itself (the site
     serves one copy), without scripts from a CDN and without progress widgets or their warning
@@ -63,3 +69,42 @@ def test_stored_outputs_show_offline_on_the_site(name):
     assert "IProgress" not in text and "://" not in text
     assert not [o for o in outputs if o.output_type == "error"]
     assert path.stat().st_size < 500_000
+
+
+def test_smollm2_tutorial_stored_its_bake_check():
+    """The stored run of the SmolLM2 tutorial ended with the baked folder answering as the gated model:
+    its text describes outputs that a run of the notebook produced, up to the last cell."""
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.read(NOTEBOOKS / SMOLLM2, as_version=4)
+    streams = [o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert any("equal greedy outputs: 20 of 20" in text for text in streams)
+    assert any("trained in" in text for text in streams)
+
+
+def smollm2_cached() -> bool:
+    from headsup_lens.models._gguf import cached_model_dir
+
+    return cached_model_dir("smollm2") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not smollm2_cached(), reason="smollm2 is not in the model cache (headsup fetch-model smollm2)")
+def test_smollm2_tutorial_executes(tmp_path, monkeypatch):
+    """The SmolLM2 tutorial top to bottom on the real model: it trains a mask (minutes on a CPU),
+    evaluates it, sweeps, bakes it, and its own last check asserts that the baked folder in plain
+    transformers answers every held-out word exactly as the gated model."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the model comes from the cache, nothing from a hub
+    notebook = nbformat.read(NOTEBOOKS / SMOLLM2, as_version=4)
+    # No limit per cell: the training cell's time depends on the machine and its load.
+    nbclient.NotebookClient(
+        notebook, timeout=None, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "equal greedy outputs: 20 of 20" in text
+    assert sum("Plotly.newPlot" in o.get("data", {}).get("text/html", "") for o in outputs) >= 6
+    assert (tmp_path / "baked" / "smollm2-opposites" / "config.json").is_file()

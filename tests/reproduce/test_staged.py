@@ -10,15 +10,18 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from headsup_lens import EvalConfig, evaluate, load_model
 from headsup_lens.data import load_task
 from headsup_lens.masks import HeadMask
+from headsup_lens.models import stop_token_ids
 from headsup_lens.reproduce import ExperimentOptions, open_experiment
 from headsup_lens.reproduce._staged import (
     add_seed_rows,
     analyze_task,
     combine_tables,
+    fewshot_table,
     seed0_tasks,
     seed_masks,
     select_tasks,
@@ -171,3 +174,37 @@ def test_the_committed_summaries_are_the_markdown_of_the_committed_tables():
     assert (FIGURES / "tables12_summary.md").read_text() == summary_markdown(table)
     selection = pd.read_csv(FIGURES / "task_selection.csv")
     assert (FIGURES / "task_selection.md").read_text() == selection_markdown(selection)
+
+
+def test_fewshot_table_scores_the_stored_mask_on_k_shot_prompts(tmp_path):
+    """The few-shot baseline (`smollm2.py fewshot`): the held-out inputs after k demonstrations; its
+    "original" outputs are the greedy continuations of the k-shot prompts rendered by hand."""
+    from headsup_lens import fingerprint
+    from headsup_lens.data import encode_prompt, fewshot, task_prompts
+    from headsup_lens.objective import greedy_generate
+
+    from ..conftest import random_mask
+
+    model_dir = build_llama_dir(tmp_path / "model")
+    task = load_task(TASKS[0])
+    with stage(model_dir, tmp_path / "figures") as xp:
+        mask = HeadMask(random_mask(xp.model, seed=0), model=fingerprint(xp.model), metadata={"task": task.name})
+        table = fewshot_table(xp, task, mask, shots=2, alpha=0.25, batch_size=8)
+        model = xp.model
+    folder = tmp_path / "figures" / "model"
+    written = pd.read_csv(folder / "fewshot_evaluation_organism__antonym.csv")
+    assert list(written.setting) == list(table.setting)
+    assert {"original", "instructed", "masked", "random mask", "instructed + scaled mask"} <= set(table.setting)
+    n_eval = len(task_prompts(task, "eval")[0])
+    assert (table.loc[table.setting == "original", "n_examples"] == n_eval).all() and (table.shots == 2).all()
+    assert set(pd.read_csv(folder / "times.csv").stage) == {"fewshot"}
+
+    texts = pd.read_csv(folder / "fewshot_generations_organism__antonym.csv", keep_default_na=False)
+    original = texts[texts.setting == "original"]
+    users, shots, _ = task_prompts(fewshot(task, k=2), "eval")
+    assert len(original) == n_eval and all(len(s) == 2 for s in shots)
+    for i in range(3):
+        ids = torch.tensor([encode_prompt(model, users[i], shots[i])])
+        assert len(ids[0]) > len(encode_prompt(model, users[i]))  # the demonstrations are in the prompt
+        tokens = greedy_generate(model, ids, max_new_tokens=task.max_new_tokens, stops=set(stop_token_ids(model)))
+        assert original.output.iloc[i] == model.tokenizer.decode(tokens.tokens[0], skip_special_tokens=True)

@@ -13,9 +13,22 @@ from gguf.quants import dequantize
 
 from ..._typecheck import checked
 
-# Block types whose blocks start with float16 fields that multiply every value of the block
-# (value = d * q, or d * q + m): scaling those fields scales the block. The count of such fields.
-_SCALED_FIELDS = {"Q4_0": 1, "Q4_1": 2, "Q5_0": 1, "Q5_1": 2, "Q8_0": 1}
+# Block types with float16 fields that multiply every value of the block (value = d * q, d * q + m,
+# or for the K-quants' 256-value super-blocks d * scale_j * q - dmin * m_j): scaling those fields
+# scales the block. (byte offset of the first field in the block, count of consecutive fields), as
+# llama.cpp's block structs lay them out (ggml-common.h): the K-quants other than Q4_K/Q5_K keep d last.
+_SCALED_FIELDS = {
+    "Q4_0": (0, 1),
+    "Q4_1": (0, 2),
+    "Q5_0": (0, 1),
+    "Q5_1": (0, 2),
+    "Q8_0": (0, 1),
+    "Q2_K": (80, 2),  # scales[16] qs[64] d dmin
+    "Q3_K": (108, 1),  # hmask[32] qs[64] scales[12] d
+    "Q4_K": (0, 2),  # d dmin scales[12] qs[128]
+    "Q5_K": (0, 2),  # d dmin scales[12] qh[32] qs[128]
+    "Q6_K": (208, 1),  # ql[128] qh[64] scales[16] d
+}
 FALLBACK_TYPE = "F32"  # what a scaled tensor becomes when its own type cannot carry the scale
 
 
@@ -33,8 +46,9 @@ def write_scaled_gguf(
     `[..., i]` is multiplied by `scales[name][i]`. Every other tensor and every metadata entry is
     copied byte for byte; `metadata` adds string entries. A scaled tensor keeps its type where the
     type can carry the scale exactly up to float16 rounding of the block scales (F32, F16, and
-    Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 when the scale is constant within each block: their float16 block
-    scales are multiplied; a scale of 0 or a power of two is exact); otherwise it is dequantised and
+    Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 or the K-quants Q2_K to Q6_K when the scale is constant within each
+    block, 32 values or a 256-value super-block: their float16 block scales are multiplied; a scale
+    of 0 or a power of two is exact); otherwise it is dequantised and
     written as F32. Returns `{name: "Q4_1 (kept)" | "F32 (was Q6_K)"}` for each scaled tensor.
     """
     reader = gguf.GGUFReader(str(source))
@@ -88,10 +102,11 @@ def _scaled(tensor: Any, scale: np.ndarray) -> tuple[np.ndarray, Any]:
     if fields is not None and n_in % block_size == 0:
         per_block = scale.reshape(-1, block_size)
         if (per_block == per_block[:, :1]).all():  # one scale per block: multiply its float16 scales
+            start, end = fields[0], fields[0] + 2 * fields[1]
             blocks = np.array(tensor.data, dtype=np.uint8).reshape(-1, n_in // block_size, type_size)
-            head = blocks[..., : 2 * fields].copy().view(np.float16)
+            head = blocks[..., start:end].copy().view(np.float16)
             head = (head.astype(np.float32) * per_block[:, 0][None, :, None]).astype(np.float16)
-            blocks[..., : 2 * fields] = head.view(np.uint8)
+            blocks[..., start:end] = head.view(np.uint8)
             return blocks.reshape(tensor.data.shape), kind
     values = np.asarray(dequantize(tensor.data, kind), dtype=np.float32)
     return values * scale, GGMLQuantizationType[FALLBACK_TYPE]

@@ -130,8 +130,8 @@ class TaskBatch:
     labels: Int[Tensor, "batch pos"]
     # `answer_positions(labels)`, found where the labels were made: on a GPU finding them is a host
     # synchronisation (`nonzero`), on the CPU it is free.
-    _answers: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False, compare=False)
-    _right_padded: bool | None = field(default=None, repr=False, compare=False)
+    _answers: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False, compare=False, kw_only=True)
+    _right_padded: bool | None = field(default=None, repr=False, compare=False, kw_only=True)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -162,7 +162,7 @@ class TaskBatch:
         if answers is not None:
             rows, positions, targets = (to_device(t, device) for t in answers)
             answers = (rows, positions, targets)
-        return TaskBatch(ids, attention, labels, answers, right_padded)
+        return TaskBatch(ids, attention, labels, _answers=answers, _right_padded=right_padded)
 
     @property
     def n_answer_tokens(self) -> int:

@@ -45,7 +45,6 @@ from headsup_lens.options import parse
 from headsup_lens.training import TrainConfig, left_tail_gumbel, train_mask
 
 SECTIONS = ("sweep", "train")
-WHERE: list = []  # set by --where
 WHERE_SEEN: dict[str, int] = {}  # call site of a synchronisation -> times seen
 
 # (owner, attribute): every call of these counts as one host synchronisation.
@@ -95,32 +94,13 @@ class Counts:
 
 
 @contextlib.contextmanager
-def counting(embedding: torch.nn.Module, profile: bool = True) -> Iterator[Counts]:
+def counting(embedding: torch.nn.Module, profile: bool = True, where: bool = False) -> Iterator[Counts]:
     """Count host synchronisations, `aten::` operations and forward passes inside the block; on a
     GPU also the synchronisations CUDA itself reports (`torch.cuda.set_sync_debug_mode`), which
-    include blocking host-to-device copies that the wrapped calls do not see."""
+    include blocking host-to-device copies that the wrapped calls do not see (`where`: and keep
+    their call sites in `WHERE_SEEN`). Warnings raised inside the block are recorded, not shown."""
     counts = Counts()
     on_gpu = next(embedding.parameters()).device.type == "cuda"
-    record = warnings.catch_warnings(record=True)
-    seen = record.__enter__()
-    warnings.simplefilter("always")
-    if on_gpu and WHERE:
-
-        def located(message, category, filename, lineno, file=None, line=None):
-            if "synchroniz" in str(message):  # the innermost frames of ours and of transformers
-                frames = [
-                    f"{Path(f.filename).name}:{f.lineno} {f.name}"
-                    for f in traceback.extract_stack()[:-1]
-                    if "headsup_lens" in f.filename or "transformers" in f.filename
-                ]
-                site = " <- ".join(reversed(frames[-4:]))
-                WHERE_SEEN[site] = WHERE_SEEN.get(site, 0) + 1
-            seen.append(warnings.WarningMessage(message, category, filename, lineno))
-
-        warnings.showwarning = located
-    if on_gpu:
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("warn")
     originals = [(owner, name, getattr(owner, name)) for owner, name in _SYNC_POINTS]
 
     def wrap(fn):
@@ -130,24 +110,42 @@ def counting(embedding: torch.nn.Module, profile: bool = True) -> Iterator[Count
 
         return counted
 
-    for owner, name, fn in originals:
-        setattr(owner, name, wrap(fn))
-    handle = embedding.register_forward_pre_hook(lambda *_: setattr(counts, "passes", counts.passes + 1))
-    profiler = (
-        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-        if profile
-        else contextlib.nullcontext()
-    )
-    try:
-        with profiler as prof:
-            yield counts
-    finally:
-        for owner, name, fn in originals:
-            setattr(owner, name, fn)
-        handle.remove()
+    with warnings.catch_warnings(record=True) as seen:  # restores showwarning and the filters on exit
+        warnings.simplefilter("always")
+        if on_gpu and where:
+
+            def located(message, category, filename, lineno, file=None, line=None):
+                if "synchroniz" in str(message):  # the innermost frames of ours and of transformers
+                    frames = [
+                        f"{Path(f.filename).name}:{f.lineno} {f.name}"
+                        for f in traceback.extract_stack()[:-1]
+                        if "headsup_lens" in f.filename or "transformers" in f.filename
+                    ]
+                    site = " <- ".join(reversed(frames[-4:]))
+                    WHERE_SEEN[site] = WHERE_SEEN.get(site, 0) + 1
+                seen.append(warnings.WarningMessage(message, category, filename, lineno))
+
+            warnings.showwarning = located
         if on_gpu:
-            torch.cuda.set_sync_debug_mode("default")
-        record.__exit__(None, None, None)
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("warn")
+        for owner, name, fn in originals:
+            setattr(owner, name, wrap(fn))
+        handle = embedding.register_forward_pre_hook(lambda *_: setattr(counts, "passes", counts.passes + 1))
+        profiler = (
+            torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            if profile
+            else contextlib.nullcontext()
+        )
+        try:
+            with profiler as prof:
+                yield counts
+        finally:
+            for owner, name, fn in originals:
+                setattr(owner, name, fn)
+            handle.remove()
+            if on_gpu:
+                torch.cuda.set_sync_debug_mode("default")
     if on_gpu:
         counts.device_syncs = sum("synchroniz" in str(w.message) for w in seen)
     if prof is not None:
@@ -183,9 +181,9 @@ def sweep_section(model, plain: PlainModel, options: Options) -> list[dict]:
     removal_sweep(model, options.prompt, order[:2], max_new_tokens=2)  # warm-up
     plain.greedy(ids, None, masks[:1], 2, stops)
     out = []
-    with counting(raw_embedding(model)) as ours:
+    with counting(raw_embedding(model), where=options.where) as ours:
         removal_sweep(model, options.prompt, order, max_new_tokens=options.new_tokens, batch_size=rows)
-    with counting(plain.hf.model.embed_tokens) as theirs:
+    with counting(plain.hf.model.embed_tokens, where=options.where) as theirs:
         plain.greedy(ids.expand(rows, -1).contiguous(), None, masks, options.new_tokens, stops)
     for who, c in (("library", ours), ("plain", theirs)):
         out.append(
@@ -214,7 +212,7 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
 
     def steps(n: int) -> Counts:
-        with counting(raw_embedding(model)) as counts:  # also silences the warnings of a short run
+        with counting(raw_embedding(model), where=options.where) as counts:  # also silences the warnings of a short run
             train_mask(model, task, TrainConfig(steps=n, checkpoint_every=0, progress=False))
         return counts
 
@@ -224,7 +222,7 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
     logits = torch.full((len(rows), n_layers, n_heads), 4.0, device=device, requires_grad=True)
     noise = left_tail_gumbel((len(rows), n_layers, n_heads), torch.Generator().manual_seed(0)).to(device)
     plain.train_step(rows, groups, logits, noise, 4.0, pad)  # warm-up
-    with counting(plain.hf.model.embed_tokens) as theirs:
+    with counting(plain.hf.model.embed_tokens, where=options.where) as theirs:
         plain.train_step(rows, groups, logits, noise, 4.0, pad)
     work = f"batch {len(rows)}, {len(groups)} pass(es) per step"
     return [
@@ -264,8 +262,6 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
     torch.set_num_threads(1)
     os.environ["HEADSUP_PROGRESS"] = "0"
-    if options.where:
-        WHERE.append(True)
     rows = []
     sharing = False if options.gpu_path else None
     with tempfile.TemporaryDirectory() as scratch, native_options(prefix_sharing=sharing):

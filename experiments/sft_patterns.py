@@ -2,6 +2,7 @@
 
     python experiments/sft_patterns.py organism --update-figures   # base organism -> instruction SFT on every task + composites
     python experiments/sft_patterns.py smollm2 --update-figures    # LoRA SFT of SmolLM2-135M-Instruct on function-vector tasks
+    python experiments/sft_patterns.py lora --model gemma3-270m --update-figures   # the same LoRA SFT of another model
     python experiments/sft_patterns.py select --update-figures     # pattern-guided data selection (Tables 2/3), --model organism|smollm2
     python experiments/sft_patterns.py grouping --update-figures   # Fig. 2's grouping test again, from a stored correlation matrix
 
@@ -31,17 +32,17 @@ from headsup_lens.reproduce._sft import (
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = ("steps", "probe_steps", "eval_examples", "pattern_examples", "train_pairs")
-STAGE_MODEL = {"organism": "organism", "smollm2": "smollm2", "grouping": "smollm2"}
+STAGE_MODEL = {"organism": "organism", "smollm2": "smollm2", "lora": "smollm2", "grouping": "smollm2"}
 
 
 @dataclass(frozen=True, kw_only=True)
 class Options(MultiTaskOptions):
     """Options of `experiments/sft_patterns.py`; the select stage's sizes default to `sft.SelectionConfig`'s."""
 
-    stage: str = option(positional=True, choices=("organism", "smollm2", "select", "grouping"))
-    """organism, smollm2, select or grouping."""
+    stage: str = option(positional=True, choices=("organism", "smollm2", "lora", "select", "grouping"))
+    """organism, smollm2 (lora: the same stage, on --model), select or grouping."""
     model: str = ""
-    """The model (default: organism for the organism and select stages, smollm2 for smollm2 and grouping)."""
+    """The model (default: organism for the organism and select stages, smollm2 for smollm2, lora and grouping)."""
     threads: int | None = 1
     """torch CPU threads."""
     runs: str = str(ROOT / "runs")
@@ -68,7 +69,9 @@ class Options(MultiTaskOptions):
     """select: training pairs per task (the first)."""
 
     def __post_init__(self) -> None:
-        self.model = self.model or STAGE_MODEL.get(self.stage, "organism")
+        # The stage's default model, set before the common checks (the options are frozen).
+        object.__setattr__(self, "model", self.model or STAGE_MODEL.get(self.stage, "organism"))
+        super().__post_init__()
 
 
 def run(xp: Experiment, o: Options) -> str | None:
@@ -78,12 +81,14 @@ def run(xp: Experiment, o: Options) -> str | None:
         return None if table is None else table.to_string(index=False)
     if o.stage == "organism":
         stage, settings = "organism", sft_organism(xp, base=o.base, steps=o.steps or 200, **where)
-    elif o.stage == "smollm2":
-        stage, settings = "smollm2", sft_smollm2(xp, o.tasks, steps=o.steps or 200, masks=o.masks, **where)
+    elif o.stage in ("smollm2", "lora"):
+        stage = "smollm2" if o.model == "smollm2" else f"lora ({o.model})"
+        settings = sft_smollm2(xp, o.tasks, steps=o.steps or 200, masks=o.masks, **where)
     else:
         sizes = {k: getattr(o, k) for k in SIZES if getattr(o, k) is not None}
         preset = organism_selection if xp.is_organism else smollm2_selection
-        config = preset(k=o.k, seeds=o.seeds, draws=o.draws, seed=o.seed, **sizes)
+        # The study records the model it ran on (the SmolLM2 preset serves any non-organism model).
+        config = preset(model=o.model, k=o.k, seeds=o.seeds, draws=o.draws, seed=o.seed, **sizes)
         picked = dict(candidates=o.candidates, targets=o.targets)
         stage, settings = f"select ({o.model})", sft_selection(xp, config, base=o.base, runs=o.runs, **picked)
         settings |= {"seeds": o.seeds, "draws": o.draws}

@@ -2,7 +2,7 @@
 each stage wires `headsup_lens.sft`'s measurements to the run's output files.
 
 `sft_organism` fine-tunes the base organism on every task and composite, `sft_smollm2` LoRA-tunes the
-loaded SmolLM2 on function-vector tasks, `sft_selection` runs the pattern-guided data selection
+loaded model (SmolLM2, or another real model with the same recipe) on function-vector tasks, `sft_selection` runs the pattern-guided data selection
 (Tables 2/3) and `sft_grouping` tests Fig. 2's grouping from a stored correlation matrix. The tables
 are written by `plots.save_table` (as the committed `figures/*/sft_*.csv` were); `sft_time` appends a
 stage's wall time and settings to `sft_times.csv`. Run folders (checkpoints, patterns per step) go to
@@ -41,7 +41,7 @@ from ..sft import (
     similarity_vs_loss,
     task_grouping,
 )
-from ._experiment import Experiment
+from ._experiment import Experiment, model_slug
 from ._masks import stored_mask_path
 
 # The organism's two composite tasks (a then b) whose pattern change is fitted from a's and b's.
@@ -195,7 +195,10 @@ def sft_smollm2(
     the changes with the Heads-up masks stored in `masks` (default `<out>/masks`). The recipe."""
     loaded = [load_task(n) for n in tasks or SMOLLM2_TASKS]
     config = smollm2_sft_config(steps, seed)
-    result = finetune_(xp.model, loaded, config, out_dir=Path(runs) / f"smollm2_sft_seed{seed}")
+    # The run folder is named after the model (`smollm2_sft_seed0` for SmolLM2), so that another
+    # model's run never resumes from SmolLM2's checkpoints.
+    run_dir = Path(runs) / f"{model_slug(xp.options.model)}_sft_seed{seed}"
+    result = finetune_(xp.model, loaded, config, out_dir=run_dir)
     scores, shown = held_out_outputs(xp.model, loaded, config.pattern_examples, instructed=config.instructed)
     _save(xp, shown, "sft_generations")
     _save(xp, scores, "sft_final_scores")

@@ -3,6 +3,7 @@ standing in for the base organism (the measurements themselves are tested in tes
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,7 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ..conftest import build_llama_dir
+from headsup_lens.options import parse
+
+from ..conftest import build_gemma3_dir, build_llama_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "sft_patterns.py"
@@ -28,8 +31,52 @@ def run(*argv: str) -> subprocess.CompletedProcess:
 
 def test_help_lists_the_stages_and_options():
     text = run("--help").stdout
-    for option in ("organism,smollm2,select,grouping", "--probe-steps", "--train-pairs", "--no-png", "--base"):
+    for option in ("organism,smollm2,lora,select,grouping", "--probe-steps", "--train-pairs", "--no-png", "--base"):
         assert option in text
+
+
+def script_options():
+    """The script's `Options`, imported from its file (dataclasses look the module up while defining)."""
+    name = "sft_patterns_script"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, SCRIPT)
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name].Options
+
+
+@pytest.mark.parametrize(
+    ("argv", "model"),
+    [
+        (["organism"], "organism"),
+        (["select"], "organism"),
+        (["smollm2"], "smollm2"),
+        (["lora"], "smollm2"),
+        (["grouping"], "smollm2"),
+        (["lora", "--model", "gemma3-270m"], "gemma3-270m"),
+        (["select", "--model", "gemma3-270m"], "gemma3-270m"),
+    ],
+)
+def test_each_stage_has_its_default_model_and_a_given_one_wins(argv, model):
+    options, _ = parse(script_options(), argv)
+    assert options.model == model and options.stage == argv[0]
+
+
+@pytest.mark.slow
+def test_lora_stage_on_another_model_writes_to_its_own_folders(tmp_path):
+    """The LoRA stage on a model other than SmolLM2 (a tiny Gemma-3): its tables in `<out>/<model>/`,
+    its run folder named after the model (never SmolLM2's), its stage and model in sft_times.csv."""
+    model = build_gemma3_dir(tmp_path / "tiny-gemma")
+    runs, figures = tmp_path / "runs", tmp_path / "figures"
+    tasks = ["--tasks", "organism/plural", "organism/uppercase"]
+    run("lora", "--model", str(model), *tasks, "--steps", "2", "--runs", str(runs), "--out", str(figures), "--no-png")
+    out = figures / "tiny-gemma"
+    assert (runs / "tiny-gemma_sft_seed0" / "run.json").is_file() and not (runs / "smollm2_sft_seed0").exists()
+    assert set(pd.read_csv(out / "sft_final_scores.csv").task) == {"organism/plural", "organism/uppercase"}
+    assert list(pd.read_csv(out / "sft_accuracy.csv").step.unique()) == [0, 2]
+    times = pd.read_csv(out / "sft_times.csv")
+    assert list(times.stage) == [f"lora ({model})"] and '"method": "lora"' in times.settings.iloc[0]
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import torch
 
 from headsup_lens.data import collate
 from headsup_lens.gates import direct_path, gate_hooks, native_options, value_gate
+from headsup_lens.gates._direct import GateSpec
 from headsup_lens.gates._native import native_forward
 from headsup_lens.models import left_pad, stop_token_ids
 from headsup_lens.objective import answer_logits, answer_nll, greedy_generate
@@ -93,6 +94,37 @@ def test_mask_gradient_equals_the_hook_z_gate(model):
 
     fast, reference = both(gradient)
     assert torch.allclose(fast, reference, atol=1e-5, rtol=1e-4)
+
+
+# Calls that read a tensor back to the host (on a GPU: wait for the device).
+HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero")
+
+
+def test_a_right_padded_loss_pass_reads_nothing_back(model, monkeypatch):
+    """With the batch's answer positions and padding known, a gated loss pass (the pass of every
+    mask-training step) calls nothing that waits for the device: no mask is prepared, so
+    transformers' packed-sequence check does not run. Rows longer than the tiny Gemma-3's sliding
+    windows take the banded mask; the logits test above compares them with the bridge."""
+    batch = right_padded(model)
+    batch.answers()  # found where a training batch is made, on the host
+    batch.right_padded()
+    native = native_forward(model)
+    assert native is not None
+    soft = torch.full((4, model.cfg.n_layers, model.cfg.n_heads), 0.7, requires_grad=True)
+    reads = []
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            reads.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    with direct_path(True), native_options(prefix_sharing=False):
+        native.final_normed(batch, GateSpec(heads=soft)).sum().backward()
+    monkeypatch.undo()
+    assert reads == []
+    assert soft.grad is not None and soft.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("check_every", [1, 3])

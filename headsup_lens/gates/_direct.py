@@ -61,7 +61,8 @@ class GateSpec:
 class Decoding:
     """One greedy decoding for a forward pass that stands in for the bridge (direct or native):
     a (left-padded) prompt batch, its gate, the token budget and the stop tokens; `on_pass` is
-    called after every forward pass."""
+    called after every forward pass. `answers` (native pass only): reference answers to score
+    from the prompt pass's cache, right-padded with -1."""
 
     ids: Int[Tensor, "batch pos"]
     attention_mask: Int[Tensor, "batch pos"] | None
@@ -69,6 +70,7 @@ class Decoding:
     max_new_tokens: int
     stop_ids: Tensor
     on_pass: Callable[[], object] | None = None
+    answers: Int[Tensor, "batch answer"] | None = None
 
 
 @checked

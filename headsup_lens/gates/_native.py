@@ -24,6 +24,7 @@ every architecture family the gates support.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -255,13 +256,16 @@ class NativeForward:
 
         return step
 
-    def greedy(self, job: Decoding) -> tuple[list[list[int]], Tensor]:
-        """Greedy continuations (uncut: cut them at the first stop token) and the next-token logits
-        at the last prompt position (`[batch, d_vocab]`, float32, CPU).
+    def greedy(self, job: Decoding) -> tuple[list[list[int]], Tensor, Tensor | None]:
+        """Greedy continuations (uncut: cut them at the first stop token), the next-token logits
+        at the last prompt position (`[batch, d_vocab]`, float32, CPU) and, when `job.answers` is
+        given, the final norm's output after each answer token but the last (`[batch, answer - 1,
+        d_model]`, differentiable in nothing): with the first logits, what scores the answers.
 
         Tokens and stop flags stay on the device; every `check_every` tokens the flags are read
         back once: the loop ends when every row has stopped, and stopped rows leave the batch, its
-        cache and its per-row gates."""
+        cache and its per-row gates. The answers run on a copy of the prompt pass's cache, so a
+        prompt is computed once for its generation and its answer's loss."""
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
         device = ids.device
@@ -278,14 +282,15 @@ class NativeForward:
             first_logits = logits.float().cpu()
             if on_pass is not None:
                 on_pass()
-            if max_new_tokens == 0:
-                return [[] for _ in range(batch)], first_logits
-            rows = torch.arange(batch, device=device)  # the original row of every row still in the batch
             next_position = (
                 torch.full((batch, 1), length, device=device)
                 if attention_mask is None
                 else attention_mask.long().sum(-1, keepdim=True)
             )
+            answered = None if job.answers is None else self._answer_states(hf, job, cache, next_position)
+            if max_new_tokens == 0:
+                return [[] for _ in range(batch)], first_logits, answered
+            rows = torch.arange(batch, device=device)  # the original row of every row still in the batch
             stopped = torch.zeros(batch, dtype=torch.bool, device=device)
             next_ids = logits.argmax(-1)
             decode = self._decode()
@@ -313,7 +318,30 @@ class NativeForward:
                         next_position = next_position[keep]
                         full = None if full is None else full[keep]
                         self.select_rows(keep)
-        return tokens[:, :taken].tolist(), first_logits
+        return tokens[:, :taken].tolist(), first_logits, answered
+
+    def _answer_states(self, hf, job: Decoding, cache, next_position: Tensor) -> Tensor | None:
+        """The final norm's output after each answer token but the last, teacher-forced on a copy
+        of the prompt pass's cache (the first answer token is scored by the prompt pass's logits);
+        None when every answer is one token. Right padding needs no mask: a real answer token sees
+        only the real tokens before it."""
+        answers = job.answers
+        assert answers is not None
+        if answers.shape[1] < 2:
+            return None
+        feed = answers[:, :-1].clamp(min=0)
+        n = feed.shape[1]
+        attention = job.attention_mask
+        if attention is not None:
+            attention = torch.cat([attention, attention.new_ones(attention.shape[0], n)], dim=1)
+        positions = next_position + torch.arange(n, device=feed.device)
+        return hf.base_model(
+            input_ids=feed,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=copy.deepcopy(cache),
+            use_cache=True,
+        ).last_hidden_state
 
     def _cache(self, batch: int, length: int):
         """The KV cache: the model's dynamic cache, or a preallocated static one when asked for
@@ -348,6 +376,11 @@ def _build(model: TransformerBridge) -> NativeForward | None:
 def decode_check_every() -> int:
     """How many greedy tokens pass between two reads of the stop flags (`native_options(check_every=...)`)."""
     return int(_OPTIONS["check_every"])
+
+
+def static_cache() -> bool:
+    """Whether greedy decoding preallocates its KV cache (`native_options(static_cache=...)`)."""
+    return bool(_OPTIONS["static_cache"])
 
 
 @checked

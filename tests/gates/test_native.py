@@ -144,6 +144,34 @@ def test_left_padded_prompts_and_per_row_masks_decode_as_the_bridge(model, check
     assert torch.allclose(fast.first_logits, reference.first_logits, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("path", ["native", "bridge"])
+def test_answers_scored_from_the_prompt_pass_equal_their_own_loss_pass(model, path):
+    """Answers scored with the decoding (from the prompt pass's cache on the native pass, by a
+    separate pass otherwise) equal `answer_nll` of (unpadded prompt, answer) rows through the
+    bridge's hooks, token by token, and leave the continuations as they were. Rows are longer than
+    the tiny Gemma-3's sliding windows, answers of 1 to 4 tokens."""
+    prompts = [random_tokens(model, 1, n, seed=n)[0].tolist() for n in (6, 3, 8, 5)]
+    answers = [random_tokens(model, 1, n, seed=10 + n)[0].tolist() for n in (2, 1, 4, 3)]
+    ids, attention = left_pad(prompts, pad_id=0)
+    masks = random_mask(model, seed=11, p_keep=0.8, rows=4)
+    stops = stop_token_ids(model)
+
+    def decode(scored):
+        return greedy_generate(
+            model, ids, attention, max_new_tokens=5, stops=stops, mask=masks, answers=answers if scored else None
+        )
+
+    with direct_path(path == "native"), native_options(prefix_sharing=False):
+        out, plain = decode(True), decode(False)
+    with direct_path(False), torch.no_grad():
+        nll, rows = answer_nll(model, collate(list(zip(prompts, answers)), pad_id=0), gate_hooks(model, masks))
+    assert out.tokens == plain.tokens
+    assert out.answer_nll is not None and out.answer_nll.shape == (4, 4)
+    expected = torch.zeros(4, 4)
+    expected[rows, torch.cat([torch.arange(len(a)) for a in answers])] = nll
+    assert torch.allclose(out.answer_nll, expected, atol=1e-4, rtol=1e-4)
+
+
 def test_a_sweep_like_batch_decodes_each_row_as_its_own_pass(llama):
     """One prompt, per-row masks, rows stopping at different tokens: each row equals its own
     unbatched pass through the bridge (the sequential reference)."""

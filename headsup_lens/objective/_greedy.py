@@ -105,9 +105,10 @@ def greedy_generate(
     turns it off.
 
     `answers` (one non-empty token list per row) are also scored under teacher forcing after each
-    row's prompt (`GreedyOutput.answer_nll`): on the native forward pass from the prompt pass's own
-    KV cache (each prompt is computed once for both), else by a separate `answer_nll` pass. Equal
-    to `answer_nll` of the rows (prompt without padding, answer), rounding aside.
+    row's prompt (`GreedyOutput.answer_nll`): on the direct or native forward pass from the prompt
+    pass's own keys and values (each prompt is computed once for both), through the bridge's hooks
+    by a separate `answer_nll` pass. Equal to `answer_nll` of the rows (prompt without padding,
+    answer), rounding aside.
     """
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -130,33 +131,30 @@ def greedy_generate(
     eligible, spec = gate_spec(hooks)
     # Rows sharing prefixes (the direct pass) win on a CPU; on a GPU the native pass, whose loop
     # reads the device back every few tokens only. Recording layer outputs needs the direct pass.
-    # Answers are scored from the prompt pass's cache on the native pass, which then decodes too.
-    scored = answers is not None and not static_cache()
     direct = None
-    if eligible and not prompt_hooks and (record_layers or (prefix_sharing(device) and not scored)):
+    if eligible and not prompt_hooks and (record_layers or prefix_sharing(device)):
         direct = direct_forward(model)
     native = native_forward(model) if eligible and not prompt_hooks and not record_layers and direct is None else None
-    if native is not None:
-        padded = None
-        if scored:
-            assert answers is not None
-            width = max(len(a) for a in answers)
-            padded = to_device(torch.tensor([a + [-1] * (width - len(a)) for a in answers]), device)
-        job = Decoding(ids, attention_mask, spec, max_new_tokens, stop_ids, on_pass, answers=padded)
-        tokens, first_logits, states = native.greedy(job)
-        output = GreedyOutput(cut_at_stop(tokens, stops), first_logits, None)
+    padded = None  # the answers for the direct or native pass, which score them after the prompt pass
+    if answers is not None and (direct is not None or (native is not None and not static_cache())):
+        width = max(len(a) for a in answers)
+        padded = to_device(torch.tensor([a + [-1] * (width - len(a)) for a in answers]), device)
+    job = Decoding(ids, attention_mask, spec, max_new_tokens, stop_ids, on_pass, answers=padded)
+    if native is not None or direct is not None:
+        if native is not None:
+            tokens, first_logits, states = native.greedy(job)
+            layers = None
+        else:
+            assert direct is not None
+            with torch.no_grad():
+                tokens, first_logits, layers, states = direct.greedy(job, record_layers=record_layers)
+        output = GreedyOutput(cut_at_stop(tokens, stops), first_logits, layers if record_layers else None)
         if answers is None:
             return output
-        if scored:
-            output.answer_nll = _scored(model, answers, first_logits, states)
-            return output
-        return _with_answer_nll(model, output, ids, attention_mask, answers, hooks)
-    job = Decoding(ids, attention_mask, spec, max_new_tokens, stop_ids, on_pass)
-    if direct is not None:
-        with torch.no_grad():
-            tokens, first_logits, layers = direct.greedy(job, record_layers=record_layers)
-        output = GreedyOutput(cut_at_stop(tokens, stops), first_logits, layers if record_layers else None)
-        return output if answers is None else _with_answer_nll(model, output, ids, attention_mask, answers, hooks)
+        if padded is None:
+            return _with_answer_nll(model, output, ids, attention_mask, answers, hooks)
+        output.answer_nll = _scored(model, answers, first_logits, states)
+        return output
     keep_last = {"logits_to_keep": 1} if keeps_last_logits_only(model) else {}
     prompt_hooks = list(prompt_hooks or [])
     if keep_last and _UNEMBED_IN in model.hook_dict:

@@ -12,8 +12,9 @@ of this process (the CPU-time ratio holds up when other processes share the core
   their stop token). Checked: equal generations, and ranks and generations equal to the sequential
   reference (one forward pass and one `model.generate` per step through the bridge's hooks) on
   `--sequential-steps` steps.
-- eval: `generations` + `answer_loss` on `--eval-examples` held-out examples (batches of 16) vs
-  the same batches in plain transformers; checked: equal outputs and losses, and outputs equal to
+- eval: `evaluate` with one setting (original: greedy outputs and the answer loss, batches of 16)
+  on `--eval-examples` held-out examples vs greedy decoding and a loss pass of the same batches in
+  plain transformers; checked: equal outputs and losses, and outputs equal to
   per-example `model.generate` through the bridge on `--sequential-steps` examples.
 - train: one `train_mask` step of the paper's recipe (batch 16, answer-only loss), timed as
   (time of 2 + N steps - time of 2 steps) / N, vs the same rows' forward and backward in plain
@@ -49,7 +50,7 @@ from _plain import Clock, PlainModel, label, load, timed, word_task
 from headsup_lens import HeadMask, removal_sweep, value_gate
 from headsup_lens.analysis import random_order, sweep_masks
 from headsup_lens.data import Task, collate, encode_pairs, encode_prompt, load_task, task_prompts
-from headsup_lens.evaluation import answer_loss, generations
+from headsup_lens.evaluation import EvalConfig, evaluate
 from headsup_lens.gates import direct_path, gate_hooks, native_options
 from headsup_lens.models import cut_at_stop, encode, left_pad, pad_token_id, prompt_format, stop_token_ids
 from headsup_lens.objective import answer_nll, length_batches
@@ -225,9 +226,10 @@ def eval_section(model, plain: PlainModel, options: Options, task: Task) -> dict
     prompts = [encode_prompt(model, u, s) for u, s in zip(users, shots)]
     loss_rows = encode_pairs(model, list(zip(users, answers)), shots=shots)
 
-    def ours():
-        texts = generations(model, task, max_new_tokens=options.eval_new_tokens, batch_size=16)
-        return texts, answer_loss(model, task, batch_size=16)
+    def ours():  # the library's entry point: one setting of `evaluate` (generations and answer loss)
+        config = EvalConfig(settings=("original",), max_new_tokens=options.eval_new_tokens, progress=False)
+        result = evaluate(model, task, None, config)
+        return list(result.generations.sort_values("example")["output"]), float(result.table["answer_nll"].iloc[0])
 
     def bridge():
         with direct_path(False):

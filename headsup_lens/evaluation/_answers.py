@@ -4,6 +4,7 @@ encoded once (`EncodedSplit`), so that every setting of a table reads the same t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Literal
 
 import torch
@@ -118,11 +119,60 @@ def greedy_answers(
     advance: Advance | None = None,
 ) -> list[str]:
     """`generate_answers` with `advance(k)` after each chunk of k prompts (for a caller's progress bar)."""
+    return _decode(model, prompts, None, mask, alpha, gate, max_new_tokens, batch_size, advance)[0]
+
+
+def answers_and_nll(
+    model: TransformerBridge,
+    encoded: EncodedSplit,
+    *,
+    mask: MaskArg,
+    alpha: float,
+    gate: Gate,
+    max_new_tokens: int,
+    batch_size: int,
+    advance: Advance | None = None,
+) -> tuple[list[str], Tensor, Tensor]:
+    """`greedy_answers` of the split's prompts and `answer_nll_per_example` of its rows, with each
+    answer scored from its prompt's decoding pass (`greedy_generate(answers=...)`: on the native
+    forward pass a prompt is computed once for both). Where joint tokenisation gave an example's
+    row another prompt than generation continues (`EncodedSplit`), that row is scored by its own
+    pass. `advance(k)` after each chunk of k examples."""
+    rows = encoded.rows
+    texts, scored = _decode(
+        model, encoded.prompts, [a for _, a in rows], mask, alpha, gate, max_new_tokens, batch_size, advance
+    )
+    sums = torch.tensor([float(nll.double().sum()) for nll in scored], dtype=torch.float64)
+    counts = torch.tensor([float(len(a)) for _, a in rows], dtype=torch.float64)
+    other = [i for i, (row, prompt) in enumerate(zip(rows, encoded.prompts)) if row[0] != prompt]
+    if other:
+        subset = replace(encoded, rows=tuple(rows[i] for i in other), prompts=tuple(encoded.prompts[i] for i in other))
+        again, _ = answer_nll_per_example(
+            model, subset, mask=_rows_of(mask, other, len(rows)), alpha=alpha, gate=gate, batch_size=batch_size
+        )
+        sums[other] = again
+    return texts, sums, counts
+
+
+def _decode(
+    model: TransformerBridge,
+    prompts: Sequence[list[int]],
+    answers: Sequence[list[int]] | None,
+    mask: MaskArg,
+    alpha: float,
+    gate: Gate,
+    max_new_tokens: int,
+    batch_size: int,
+    advance: Advance | None,
+) -> tuple[list[str], list[Tensor]]:
+    """Greedy texts of `prompts` in chunks of similar length and, with `answers`, each answer's
+    per-token cross-entropy (else an empty list)."""
     tokenizer = model.tokenizer
     stops = stop_token_ids(model)
     mask = _rows_of(mask, range(len(prompts)), len(prompts))
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     out = [""] * len(prompts)
+    scored: list[Tensor] = [torch.zeros(0)] * len(prompts) if answers is not None else []
     for chunk in _batches(len(prompts), batch_size):
         rows = [order[i] for i in chunk]
         ids, attention = left_pad([prompts[i] for i in rows], pad_id=pad_token_id(model), device=model.cfg.device)
@@ -135,12 +185,15 @@ def greedy_answers(
             mask=mask[rows] if isinstance(mask, Tensor) and mask.ndim == 3 else mask,
             alpha=alpha,
             gate=gate,
+            answers=None if answers is None else [answers[i] for i in rows],
         )
-        for i, tokens in zip(rows, result.tokens):
+        for k, (i, tokens) in enumerate(zip(rows, result.tokens)):
             out[i] = tokenizer.decode(tokens, skip_special_tokens=True)
+            if answers is not None and result.answer_nll is not None:
+                scored[i] = result.answer_nll[k, : len(answers[i])]
         if advance is not None:
             advance(len(rows))
-    return out
+    return out, scored
 
 
 @checked

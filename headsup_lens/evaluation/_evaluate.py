@@ -30,7 +30,7 @@ from ..data import Task
 from ..data._tokenize import EncodedSplit, encode_split
 from ..masks import HeadMask
 from ..models import fingerprint, identity_differences, run_identity
-from ._answers import answer_nll_per_example, greedy_answers, reduce_nll
+from ._answers import answer_nll_per_example, answers_and_nll, reduce_nll
 from ._config import EvalConfig
 from ._scoring import Labels, instructed_rows_left_out, task_labels
 from ._settings import SETTINGS, EvalSetting
@@ -283,19 +283,12 @@ def _run_setting(
     alpha = config.alpha if setting.scaled else 0.0
     n = len(encoded)
     with progress(
-        total=n * (2 if config.generate else 1),
-        desc=f"{task.name}: {setting.name}",
-        unit="ex",
-        enabled=config.progress,
-        delay=0.0,
-    ) as bar:  # one pass over the examples for the loss, one for the generations
-        sums, counts = answer_nll_per_example(
-            model, encoded, mask=mask, alpha=alpha, gate=config.gate, batch_size=config.batch_size, advance=bar.update
-        )
-        outputs = (
-            greedy_answers(
+        total=n, desc=f"{task.name}: {setting.name}", unit="ex", enabled=config.progress, delay=0.0
+    ) as bar:  # generations and the loss in one pass over the examples (or the loss alone)
+        if config.generate:
+            outputs, sums, counts = answers_and_nll(
                 model,
-                encoded.prompts,
+                encoded,
                 mask=mask,
                 alpha=alpha,
                 gate=config.gate,
@@ -303,9 +296,17 @@ def _run_setting(
                 batch_size=config.batch_size,
                 advance=bar.update,
             )
-            if config.generate
-            else []
-        )
+        else:
+            outputs = []
+            sums, counts = answer_nll_per_example(
+                model,
+                encoded,
+                mask=mask,
+                alpha=alpha,
+                gate=config.gate,
+                batch_size=config.batch_size,
+                advance=bar.update,
+            )
     record = {
         "task": task.name,
         "mask_task": plan.mask_task,

@@ -24,7 +24,7 @@ from ..masks import HeadMask
 from ..masks._files import read_safetensors
 from ..models import fingerprint, model_identity
 from ..training._train import load_trajectory, safe_name
-from ._answers import answer_nll_per_example, greedy_answers, reduce_nll
+from ._answers import answers_and_nll, reduce_nll
 from ._scoring import score_outputs, task_labels
 
 # The steps the paper's schedule is read at: the fast schedule's end, then up to the paper's 6 250.
@@ -158,9 +158,9 @@ def schedule_curve(
     rows, texts, masks = [], [], {}
     for step in progress_bar(wanted, desc=f"{task.name}: schedule", unit="step", enabled=progress, delay=0.0):
         mask = masks[step] = HeadMask.from_logits(logits[saved.index(step)], identity, task=task.name, step=step)
-        generated = greedy_answers(
+        generated, sums, counts = answers_and_nll(
             model,
-            encoded.prompts,
+            encoded,
             mask=mask,
             alpha=0.0,
             gate="value",
@@ -168,7 +168,6 @@ def schedule_curve(
             batch_size=batch_size,
         )
         scores, per = score_outputs(task, generated, encoded.inputs, encoded.answers, labels)
-        sums, counts = answer_nll_per_example(model, encoded, mask=mask, batch_size=batch_size)
         row = {"step": step, "heads_kept": mask.n_kept, "n": len(encoded), **scores}
         row["answer_nll"] = reduce_nll(sums, counts, "example")
         for name, metric in (metrics or {}).items():

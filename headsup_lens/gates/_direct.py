@@ -61,7 +61,8 @@ class GateSpec:
 class Decoding:
     """One greedy decoding for a forward pass that stands in for the bridge (direct or native):
     a (left-padded) prompt batch, its gate, the token budget and the stop tokens; `on_pass` is
-    called after every forward pass."""
+    called after every forward pass. `answers`: reference answers to score after the prompt pass
+    (from its keys and values), right-padded with -1."""
 
     ids: Int[Tensor, "batch pos"]
     attention_mask: Int[Tensor, "batch pos"] | None
@@ -69,6 +70,7 @@ class Decoding:
     max_new_tokens: int
     stop_ids: Tensor
     on_pass: Callable[[], object] | None = None
+    answers: Int[Tensor, "batch answer"] | None = None
 
 
 @checked
@@ -380,10 +382,12 @@ class DirectForward:
 
     def greedy(
         self, job: Decoding, *, record_layers: bool = False
-    ) -> tuple[list[list[int]], Tensor, dict[str, Tensor]]:
+    ) -> tuple[list[list[int]], Tensor, dict[str, Tensor], Tensor | None]:
         """Greedy continuations (uncut), the next-token logits at the last prompt position
-        `[batch, d_vocab]` (float32, CPU) and, with `record_layers`, `blocks.L.hook_attn_out` /
-        `blocks.L.hook_resid_post` at the last prompt position (`[batch, d_model]`, float32, CPU).
+        `[batch, d_vocab]` (float32, CPU), with `record_layers` `blocks.L.hook_attn_out` /
+        `blocks.L.hook_resid_post` at the last prompt position (`[batch, d_model]`, float32, CPU),
+        and with `job.answers` the final norm's output after each answer token but the last
+        (`[batch, answer - 1, d_model]`; see `NativeForward.greedy`), else None.
 
         Rows leave at a stop token; rows with the same tokens so far and the same gates below a
         layer share that layer's computation and its KV cache (see `_plan`).
@@ -428,8 +432,9 @@ class DirectForward:
         first_logits = logits.float()[plan.groups[-1]].cpu()
         if on_pass is not None:
             on_pass()
+        answered = None if job.answers is None else self._answer_states(job, plan, caches)
         if max_new_tokens == 0:
-            return new_tokens, first_logits, recorded
+            return new_tokens, first_logits, recorded, answered
 
         row_ids = logits.argmax(-1)[plan.groups[-1]]  # the first new token of every active row
         for step in range(max_new_tokens):
@@ -450,7 +455,38 @@ class DirectForward:
                 plan = _Plan([g[keep] for g in plan.groups], plan.rep, plan.up)
                 if running is not None:
                     running = running[keep]
-        return new_tokens, first_logits, recorded
+        return new_tokens, first_logits, recorded, answered
+
+    def _answer_states(self, job: Decoding, plan: _Plan, caches: list[tuple[Tensor, Tensor]]) -> Tensor | None:
+        """The final norm's output after each answer token but the last, teacher-forced after the
+        prompt pass's keys and values (each row's own: no sharing); None when every answer is one
+        token. Right-padded answers need no mask of their own: a real token sees only real ones."""
+        answers, attention_mask, spec = job.answers, job.attention_mask, job.spec
+        assert answers is not None
+        if answers.shape[1] < 2:
+            return None
+        heads, mean, mlp = (None, None, None) if spec is None else (spec.heads, spec.mean, spec.mlp)
+        feed = answers[:, :-1].clamp(min=0)
+        batch, n = feed.shape
+        device = feed.device
+        length = caches[0][0].shape[2]
+        real = torch.ones(batch, length, dtype=torch.bool, device=device)
+        if attention_mask is not None:
+            real = attention_mask.bool()
+        start = real.long().sum(-1, keepdim=True)  # each row's next position
+        h = self.embed(feed)
+        cos, sin = self.rotary(h, start + torch.arange(n, device=device))
+        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+        allowed = torch.cat([real[:, None, :].expand(batch, n, length), causal.expand(batch, n, n)], dim=-1)[:, None]
+        rows = torch.arange(batch, device=device)
+        for i in range(len(self.layers)):
+            q, k, v = self._qkv(i, h, cos, sin)
+            group = plan.groups[i]
+            k = torch.cat([caches[i][0][group], k], dim=2)
+            v = torch.cat([caches[i][1][group], v], dim=2)
+            z = self._gate(i, self._attend(q, k, v, allowed, False), self._rows_of(heads, rows), mean)
+            h = self._finish(i, h, z, self._rows_of(mlp, rows))[1]
+        return self.final_norm(h)
 
     def _decode_step(self, plan, caches, history, running, active, row_ids, codes_all, spec):
         """One cached pass of every active row's newest token; returns the next tokens and the new state."""

@@ -12,7 +12,11 @@ greedy decoding run the Hugging Face model itself instead:
 - attention runs through the model's own attention interface, with fused attention (SDPA) where
   the model supports it, and its own KV cache (a static cache on request);
 - greedy decoding keeps tokens and stop flags on the device and reads them back every
-  `check_every` tokens (one host synchronisation per check instead of several per token).
+  `check_every` tokens (one host synchronisation per check instead of several per token);
+- a loss pass over right-padded rows (no KV cache) runs SDPA under `CAUSAL_ATTENTION`, an attention
+  function registered with transformers but given no mask function: transformers then prepares no
+  mask, and its check for packed sequences (one host synchronisation per pass) is skipped. Causal
+  attention, banded by the layer's sliding window where it has one, is all such a pass needs.
 The gate is the same function of the same weights as at `hook_z`; tests compare both paths on
 every architecture family the gates support.
 """
@@ -20,6 +24,7 @@ every architecture family the gates support.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -27,7 +32,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
-from transformers import DynamicCache, StaticCache
+from transformers import AttentionInterface, DynamicCache, StaticCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from .._typecheck import checked
 from .._warnings import warn
@@ -37,6 +43,34 @@ from ._direct import Decoding, GateSpec, _check_rows, _raw, cached_forward
 _CACHE_ATTR = "_headsup_native_forward"
 # Options of the native path (process-wide): fused attention, a static KV cache, a compiled decode step.
 _OPTIONS: dict = {"sdpa": True, "static_cache": False, "compile": False, "check_every": 4, "prefix_sharing": None}
+
+
+CAUSAL_ATTENTION = "headsup_causal_sdpa"
+
+
+def _causal_attention(
+    module: torch.nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    sliding_window: int | None = None,
+    **kwargs,
+) -> tuple[Tensor, None]:
+    """SDPA with the mask of a pass over right-padded rows, built from the shapes alone: causal (the
+    `is_causal` kernels), or causal within the layer's sliding window (a key is seen while
+    query - key < window, as transformers' sliding-window mask). `attention_mask` is always None
+    here: transformers makes none for an attention function without a mask function."""
+    n = query.shape[-2]
+    if sliding_window is None or n <= sliding_window:
+        return sdpa_attention_forward(module, query, key, value, None, **kwargs)
+    position = torch.arange(n, device=query.device)
+    gap = position[:, None] - position[None, :]
+    band = (gap >= 0) & (gap < sliding_window)
+    return sdpa_attention_forward(module, query, key, value, band[None, None], **kwargs)
+
+
+AttentionInterface.register(CAUSAL_ATTENTION, _causal_attention)
 
 
 @contextlib.contextmanager
@@ -142,8 +176,9 @@ class NativeForward:
         return hook
 
     @contextlib.contextmanager
-    def running(self, spec: GateSpec | None) -> Iterator[Any]:
-        """The Hugging Face model with its own modules and the gate `spec` in place, inside the block."""
+    def running(self, spec: GateSpec | None, *, causal: bool = False) -> Iterator[Any]:
+        """The Hugging Face model with its own modules and the gate `spec` in place, inside the block
+        (`causal`: attention by `CAUSAL_ATTENTION`, for passes over right-padded rows without a cache)."""
         handles = [p.register_forward_pre_hook(self._projection_hook(i)) for i, p in enumerate(self.projections)]
         if spec is not None and spec.mlp is not None:
             handles += [m.register_forward_hook(self._mlp_hook(i)) for i, m in enumerate(self.mlps)]
@@ -154,7 +189,7 @@ class NativeForward:
                 parent._modules[name] = raw
             if _OPTIONS["sdpa"] and getattr(self.hf, "_supports_sdpa", False):
                 for c in self.configs:
-                    c._attn_implementation = "sdpa"
+                    c._attn_implementation = CAUSAL_ATTENTION if causal else "sdpa"
             yield self.hf
         finally:
             self.spec = None
@@ -177,12 +212,12 @@ class NativeForward:
     # ------------------------------------------------------------------ losses
     def final_normed(self, batch: TaskBatch, spec: GateSpec | None) -> Float[Tensor, "n d_model"]:
         """The final norm's output at the batch's answer positions (`TaskBatch.answers`) of a gated
-        pass, differentiable in the gate. A right-padded batch runs without its attention mask
-        (`TaskBatch.right_padded`: the same result, and no mask check reading the device back)."""
+        pass, differentiable in the gate. A right-padded batch runs without its attention mask, under
+        `CAUSAL_ATTENTION` (`TaskBatch.right_padded`: the same result, and nothing read back)."""
         ids, rows, positions = batch.input_ids, *batch.answers()[:2]
         attention_mask = None if batch.right_padded() else batch.attention_mask
         _check_rows(spec, ids.shape[0])
-        with self.running(spec) as hf:
+        with self.running(spec, causal=attention_mask is None) as hf:
             hidden = hf.base_model(
                 input_ids=ids,
                 attention_mask=attention_mask,
@@ -221,13 +256,16 @@ class NativeForward:
 
         return step
 
-    def greedy(self, job: Decoding) -> tuple[list[list[int]], Tensor]:
-        """Greedy continuations (uncut: cut them at the first stop token) and the next-token logits
-        at the last prompt position (`[batch, d_vocab]`, float32, CPU).
+    def greedy(self, job: Decoding) -> tuple[list[list[int]], Tensor, Tensor | None]:
+        """Greedy continuations (uncut: cut them at the first stop token), the next-token logits
+        at the last prompt position (`[batch, d_vocab]`, float32, CPU) and, when `job.answers` is
+        given, the final norm's output after each answer token but the last (`[batch, answer - 1,
+        d_model]`, differentiable in nothing): with the first logits, what scores the answers.
 
         Tokens and stop flags stay on the device; every `check_every` tokens the flags are read
         back once: the loop ends when every row has stopped, and stopped rows leave the batch, its
-        cache and its per-row gates."""
+        cache and its per-row gates. The answers run on a copy of the prompt pass's cache, so a
+        prompt is computed once for its generation and its answer's loss."""
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
         device = ids.device
@@ -244,14 +282,15 @@ class NativeForward:
             first_logits = logits.float().cpu()
             if on_pass is not None:
                 on_pass()
-            if max_new_tokens == 0:
-                return [[] for _ in range(batch)], first_logits
-            rows = torch.arange(batch, device=device)  # the original row of every row still in the batch
             next_position = (
                 torch.full((batch, 1), length, device=device)
                 if attention_mask is None
                 else attention_mask.long().sum(-1, keepdim=True)
             )
+            answered = None if job.answers is None else self._answer_states(hf, job, cache, next_position)
+            if max_new_tokens == 0:
+                return [[] for _ in range(batch)], first_logits, answered
+            rows = torch.arange(batch, device=device)  # the original row of every row still in the batch
             stopped = torch.zeros(batch, dtype=torch.bool, device=device)
             next_ids = logits.argmax(-1)
             decode = self._decode()
@@ -279,7 +318,30 @@ class NativeForward:
                         next_position = next_position[keep]
                         full = None if full is None else full[keep]
                         self.select_rows(keep)
-        return tokens[:, :taken].tolist(), first_logits
+        return tokens[:, :taken].tolist(), first_logits, answered
+
+    def _answer_states(self, hf, job: Decoding, cache, next_position: Tensor) -> Tensor | None:
+        """The final norm's output after each answer token but the last, teacher-forced on a copy
+        of the prompt pass's cache (the first answer token is scored by the prompt pass's logits);
+        None when every answer is one token. Right padding needs no mask: a real answer token sees
+        only the real tokens before it."""
+        answers = job.answers
+        assert answers is not None
+        if answers.shape[1] < 2:
+            return None
+        feed = answers[:, :-1].clamp(min=0)
+        n = feed.shape[1]
+        attention = job.attention_mask
+        if attention is not None:
+            attention = torch.cat([attention, attention.new_ones(attention.shape[0], n)], dim=1)
+        positions = next_position + torch.arange(n, device=feed.device)
+        return hf.base_model(
+            input_ids=feed,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=copy.deepcopy(cache),
+            use_cache=True,
+        ).last_hidden_state
 
     def _cache(self, batch: int, length: int):
         """The KV cache: the model's dynamic cache, or a preallocated static one when asked for
@@ -314,6 +376,11 @@ def _build(model: TransformerBridge) -> NativeForward | None:
 def decode_check_every() -> int:
     """How many greedy tokens pass between two reads of the stop flags (`native_options(check_every=...)`)."""
     return int(_OPTIONS["check_every"])
+
+
+def static_cache() -> bool:
+    """Whether greedy decoding preallocates its KV cache (`native_options(static_cache=...)`)."""
+    return bool(_OPTIONS["static_cache"])
 
 
 @checked

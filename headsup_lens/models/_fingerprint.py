@@ -173,9 +173,9 @@ def weights_hash(model: nn.Module) -> str:
         config["architecture"] = _architecture(model)
     digest.update(json.dumps(config, sort_keys=True).encode())
     with torch.no_grad():
-        for parameter in parameters:
+        for parameter, sample in zip(parameters, _host_samples(parameters)):
             digest.update(json.dumps(list(parameter.shape)).encode())
-            digest.update(_sample_bytes(parameter))
+            digest.update(sample.numpy().tobytes())
     value = "sha256:" + digest.hexdigest()
     with contextlib.suppress(TypeError):  # not weak-referenceable: no cache
         _CACHE[model] = (key, value)
@@ -193,12 +193,27 @@ def _weights_key(parameters: list[nn.Parameter]) -> tuple:
     return tuple((id(p), p.data_ptr(), p._version, tuple(p.shape)) for p in parameters)
 
 
-def _sample_bytes(parameter: Tensor) -> bytes:
+def _sample(parameter: Tensor) -> Tensor:
     flat = parameter.detach().reshape(-1)
     # A strided view: only the sampled elements are ever read or copied.
     sample = flat[:: max(1, flat.numel() // SAMPLES_PER_TENSOR)][:SAMPLES_PER_TENSOR]
     # bf16 bits: fp32 and bf16 loads of one checkpoint agree.
-    return sample.to(torch.bfloat16).view(torch.int16).cpu().numpy().tobytes()
+    return sample.to(torch.bfloat16).view(torch.int16)
+
+
+def _host_samples(parameters: list[nn.Parameter]) -> list[Tensor]:
+    """Every parameter's sample on the host, copied once per device (not once per parameter: on a
+    GPU each copy waits for the device)."""
+    samples = [_sample(p) for p in parameters]
+    host: list[Tensor] = [torch.empty(0, dtype=torch.int16)] * len(samples)
+    by_device: dict[torch.device, list[int]] = {}
+    for i, sample in enumerate(samples):
+        by_device.setdefault(sample.device, []).append(i)
+    for indices in by_device.values():
+        joined = torch.cat([samples[i] for i in indices]).cpu()
+        for i, part in zip(indices, joined.split([samples[i].numel() for i in indices])):
+            host[i] = part
+    return host
 
 
 def _jsonable(value: Any) -> Any:

@@ -16,20 +16,24 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._device import to_device
 from .._typecheck import checked
+from ..data import collate
 from ..gates import Gate, gate_hooks
 from ..gates._direct import Decoding, direct_forward, gate_spec
-from ..gates._native import decode_check_every, native_forward, prefix_sharing
+from ..gates._native import decode_check_every, native_forward, prefix_sharing, static_cache
 from ..masks import HeadMask
-from ..models import cut_at_stop, model_device
+from ..models import cut_at_stop, model_device, pad_token_id, unembed
+from ._answer import answer_nll
 
 _UNEMBED_IN = "unembed.hook_in"
 
@@ -40,11 +44,13 @@ class GreedyOutput:
     """New tokens of every row (cut before its first stop token), the next-token logits at the
     last prompt position (`[batch, d_vocab]`, float32 on the CPU) and, when asked for, layer outputs
     at the last prompt position (`blocks.L.hook_attn_out`, `blocks.L.hook_resid_post`: `[batch,
-    d_model]`, float32 on the CPU)."""
+    d_model]`, float32 on the CPU) and, when answers were given, each answer token's cross-entropy
+    after the prompt (`[batch, longest answer]`, nats, float32 on the CPU, 0 after a row's answer)."""
 
     tokens: list[list[int]]
     first_logits: Float[Tensor, "batch d_vocab"]
     layers: dict[str, Tensor] | None = None
+    answer_nll: Float[Tensor, "batch answer"] | None = None
 
 
 def keeps_last_logits_only(model: TransformerBridge) -> bool:
@@ -82,6 +88,7 @@ def greedy_generate(
     prompt_hooks: list | None = None,
     record_layers: bool = False,
     on_pass: Callable[[], object] | None = None,
+    answers: Sequence[list[int]] | None = None,
 ) -> GreedyOutput:
     """Greedy continuations of a (left-padded) batch under a gate, equal to `model.generate(...,
     do_sample=False)` cut at the first stop token.
@@ -96,12 +103,20 @@ def greedy_generate(
     computes rows with the same tokens and gates once; the result is the same (rounding aside:
     the fused attention kernel orders its float operations differently). `gates.direct_path(False)`
     turns it off.
+
+    `answers` (one non-empty token list per row) are also scored under teacher forcing after each
+    row's prompt (`GreedyOutput.answer_nll`): on the direct or native forward pass from the prompt
+    pass's own keys and values (each prompt is computed once for both), through the bridge's hooks
+    by a separate `answer_nll` pass. Equal to `answer_nll` of the rows (prompt without padding,
+    answer), rounding aside.
     """
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     device = model_device(model)
     ids = ids.to(device)
     batch = ids.shape[0]
+    if answers is not None and (len(answers) != batch or not all(answers)):
+        raise ValueError(f"answers must be {batch} non-empty token lists, one per row")
     if attention_mask is not None:
         attention_mask = attention_mask.to(device)
         if attention_mask.shape != ids.shape:
@@ -120,14 +135,26 @@ def greedy_generate(
     if eligible and not prompt_hooks and (record_layers or prefix_sharing(device)):
         direct = direct_forward(model)
     native = native_forward(model) if eligible and not prompt_hooks and not record_layers and direct is None else None
-    job = Decoding(ids, attention_mask, spec, max_new_tokens, stop_ids, on_pass)
-    if native is not None:
-        tokens, first_logits = native.greedy(job)
-        return GreedyOutput(cut_at_stop(tokens, stops), first_logits, None)
-    if direct is not None:
-        with torch.no_grad():
-            tokens, first_logits, layers = direct.greedy(job, record_layers=record_layers)
-        return GreedyOutput(cut_at_stop(tokens, stops), first_logits, layers if record_layers else None)
+    padded = None  # the answers for the direct or native pass, which score them after the prompt pass
+    if answers is not None and (direct is not None or (native is not None and not static_cache())):
+        width = max(len(a) for a in answers)
+        padded = to_device(torch.tensor([a + [-1] * (width - len(a)) for a in answers]), device)
+    job = Decoding(ids, attention_mask, spec, max_new_tokens, stop_ids, on_pass, answers=padded)
+    if native is not None or direct is not None:
+        if native is not None:
+            tokens, first_logits, states = native.greedy(job)
+            layers = None
+        else:
+            assert direct is not None
+            with torch.no_grad():
+                tokens, first_logits, layers, states = direct.greedy(job, record_layers=record_layers)
+        output = GreedyOutput(cut_at_stop(tokens, stops), first_logits, layers if record_layers else None)
+        if answers is None:
+            return output
+        if padded is None:
+            return _with_answer_nll(model, output, ids, attention_mask, answers, hooks)
+        output.answer_nll = _scored(model, answers, first_logits, states)
+        return output
     keep_last = {"logits_to_keep": 1} if keeps_last_logits_only(model) else {}
     prompt_hooks = list(prompt_hooks or [])
     if keep_last and _UNEMBED_IN in model.hook_dict:
@@ -197,7 +224,48 @@ def greedy_generate(
     finally:
         gate_scope.close()
     new_tokens = tokens[:, :taken].tolist() if max_new_tokens else [[] for _ in range(batch)]
-    return GreedyOutput(cut_at_stop(new_tokens, stops), first_logits, captured if record_layers else None)
+    output = GreedyOutput(cut_at_stop(new_tokens, stops), first_logits, captured if record_layers else None)
+    return output if answers is None else _with_answer_nll(model, output, ids, attention_mask, answers, hooks)
+
+
+def _scored(
+    model: TransformerBridge, answers: Sequence[list[int]], first_logits: Tensor, states: Tensor | None
+) -> Tensor:
+    """Each answer token's cross-entropy, `[batch, longest answer]` on the CPU: the first from the
+    prompt pass's logits, the others from the final-norm outputs after the answer tokens before
+    them (`NativeForward.greedy`), unembedded at those positions only."""
+    width = max(len(a) for a in answers)
+    nll = torch.zeros(len(answers), width)
+    first = torch.tensor([a[0] for a in answers])
+    nll[:, 0] = F.cross_entropy(first_logits, first, reduction="none")
+    later = [(row, j) for row, a in enumerate(answers) for j in range(1, len(a))]
+    if later and states is not None:
+        rows, cols = (torch.tensor(x) for x in zip(*later))
+        targets = torch.tensor([answers[r][j] for r, j in later])
+        index = to_device(torch.stack([rows, cols - 1]), states.device)
+        logits = unembed(model, states[index[0], index[1]]).float()
+        nll[rows, cols] = F.cross_entropy(logits, targets.to(logits.device), reduction="none").cpu()
+    return nll
+
+
+def _with_answer_nll(
+    model: TransformerBridge,
+    output: GreedyOutput,
+    ids: Tensor,
+    attention_mask: Tensor | None,
+    answers: Sequence[list[int]],
+    hooks: list,
+) -> GreedyOutput:
+    """`output` with its answers scored by a separate pass over (prompt without padding, answer)."""
+    prompts = ids.tolist() if attention_mask is None else [r[m.bool()].tolist() for r, m in zip(ids, attention_mask)]
+    batch = collate(list(zip(prompts, [list(a) for a in answers])), pad_id=pad_token_id(model), device=ids.device)
+    with torch.no_grad():
+        nll, rows = answer_nll(model, batch, hooks)
+    scores = torch.zeros(len(answers), max(len(a) for a in answers))
+    cols = torch.cat([torch.arange(len(a)) for a in answers])
+    scores[rows.cpu(), cols] = nll.float().cpu()
+    output.answer_nll = scores
+    return output
 
 
 def _recording_hooks(model: TransformerBridge, captured: dict[str, Tensor]) -> list:

@@ -7,6 +7,7 @@ import torch
 
 from headsup_lens.data import collate
 from headsup_lens.gates import direct_path, gate_hooks, native_options, value_gate
+from headsup_lens.gates._direct import GateSpec
 from headsup_lens.gates._native import native_forward
 from headsup_lens.models import left_pad, stop_token_ids
 from headsup_lens.objective import answer_logits, answer_nll, greedy_generate
@@ -95,6 +96,37 @@ def test_mask_gradient_equals_the_hook_z_gate(model):
     assert torch.allclose(fast, reference, atol=1e-5, rtol=1e-4)
 
 
+# Calls that read a tensor back to the host (on a GPU: wait for the device).
+HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero")
+
+
+def test_a_right_padded_loss_pass_reads_nothing_back(model, monkeypatch):
+    """With the batch's answer positions and padding known, a gated loss pass (the pass of every
+    mask-training step) calls nothing that waits for the device: no mask is prepared, so
+    transformers' packed-sequence check does not run. Rows longer than the tiny Gemma-3's sliding
+    windows take the banded mask; the logits test above compares them with the bridge."""
+    batch = right_padded(model)
+    batch.answers()  # found where a training batch is made, on the host
+    batch.right_padded()
+    native = native_forward(model)
+    assert native is not None
+    soft = torch.full((4, model.cfg.n_layers, model.cfg.n_heads), 0.7, requires_grad=True)
+    reads = []
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            reads.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    with direct_path(True), native_options(prefix_sharing=False):
+        native.final_normed(batch, GateSpec(heads=soft)).sum().backward()
+    monkeypatch.undo()
+    assert reads == []
+    assert soft.grad is not None and soft.grad.abs().sum() > 0
+
+
 @pytest.mark.parametrize("check_every", [1, 3])
 def test_left_padded_prompts_and_per_row_masks_decode_as_the_bridge(model, check_every):
     prompts = [random_tokens(model, 1, n, seed=n)[0].tolist() for n in (6, 3, 8, 5)]
@@ -110,6 +142,53 @@ def test_left_padded_prompts_and_per_row_masks_decode_as_the_bridge(model, check
     fast, reference = both(decode)
     assert fast.tokens == reference.tokens
     assert torch.allclose(fast.first_logits, reference.first_logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("path", ["native", "direct", "bridge"])
+def test_answers_scored_from_the_prompt_pass_equal_their_own_loss_pass(model, path):
+    """Answers scored with the decoding (from the prompt pass's keys and values on the native and
+    direct passes, by a separate pass through the bridge) equal `answer_nll` of (unpadded prompt,
+    answer) rows through the bridge's hooks, token by token, and leave the continuations as they
+    were. Rows are longer than the tiny Gemma-3's sliding windows, answers of 1 to 4 tokens; the
+    direct pass serves Llama and Qwen2 (the other families take the native pass there)."""
+    prompts = [random_tokens(model, 1, n, seed=n)[0].tolist() for n in (6, 3, 8, 5)]
+    answers = [random_tokens(model, 1, n, seed=10 + n)[0].tolist() for n in (2, 1, 4, 3)]
+    ids, attention = left_pad(prompts, pad_id=0)
+    masks = random_mask(model, seed=11, p_keep=0.8, rows=4)
+    stops = stop_token_ids(model)
+
+    def decode(scored):
+        return greedy_generate(
+            model, ids, attention, max_new_tokens=5, stops=stops, mask=masks, answers=answers if scored else None
+        )
+
+    with direct_path(path != "bridge"), native_options(prefix_sharing=path == "direct"):
+        out, plain = decode(True), decode(False)
+    with direct_path(False), torch.no_grad():
+        nll, rows = answer_nll(model, collate(list(zip(prompts, answers)), pad_id=0), gate_hooks(model, masks))
+    assert out.tokens == plain.tokens
+    assert out.answer_nll is not None and out.answer_nll.shape == (4, 4)
+    expected = torch.zeros(4, 4)
+    expected[rows, torch.cat([torch.arange(len(a)) for a in answers])] = nll
+    assert torch.allclose(out.answer_nll, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_answers_of_rows_sharing_a_prompt_are_scored_as_their_own_passes(llama):
+    """On the direct pass rows with one prompt share layers until their gates differ: each row's
+    answer is still scored after its own keys and values (the group of the row at every layer)."""
+    prompt = random_tokens(llama, 1, 7, seed=4)[0].tolist()
+    masks = random_mask(llama, seed=12, p_keep=0.7, rows=3)
+    masks[1] = masks[0]  # two rows share every layer, the third splits off where its gates differ
+    answers = [random_tokens(llama, 1, n, seed=20 + n)[0].tolist() for n in (3, 2, 4)]
+    ids = torch.tensor([prompt] * 3)
+    with native_options(prefix_sharing=True):
+        out = greedy_generate(llama, ids, max_new_tokens=3, stops=set(), mask=masks, answers=answers)
+    with direct_path(False), torch.no_grad():
+        nll, rows = answer_nll(llama, collate([(prompt, a) for a in answers], pad_id=0), gate_hooks(llama, masks))
+    assert out.answer_nll is not None
+    expected = torch.zeros(3, 4)
+    expected[rows, torch.cat([torch.arange(len(a)) for a in answers])] = nll
+    assert torch.allclose(out.answer_nll, expected, atol=1e-4, rtol=1e-4)
 
 
 def test_a_sweep_like_batch_decodes_each_row_as_its_own_pass(llama):

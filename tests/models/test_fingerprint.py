@@ -115,3 +115,36 @@ def test_a_model_cast_to_fp16_by_hand_is_refused_with_the_way_to_load_it(llama_d
     model.to(torch.float16, print_details=False)
     with pytest.raises(ValueError, match=r"other weights.*float16.*load_model\(\.\.\., dtype='fp16'\)"):
         HeadMask.load(path, model)
+
+
+def test_the_hash_copies_its_samples_to_the_host_once_per_device(llama_dir, monkeypatch):
+    """Every parameter's sample is gathered on its device and copied back in one go (on a GPU each
+    copy waits for the device); the hash is the one of a copy per parameter."""
+    import hashlib
+    import json
+
+    import headsup_lens.models._fingerprint as fp
+
+    model = load_model(str(llama_dir), dtype="float32")
+    parameters = list(model.original_model.parameters())
+    copies = []
+    original = torch.Tensor.cpu
+
+    def counted(self, *args, **kwargs):
+        copies.append(self.numel())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", counted)
+    fp._CACHE.clear()
+    value = weights_hash(model)
+    monkeypatch.undo()
+    assert len(copies) == 1 and copies[0] > 1
+    digest = hashlib.sha256()  # the same digest, one host copy per parameter
+    digest.update(fp._HASH_SCHEME.encode())
+    config = {k: fp._jsonable(getattr(model.cfg, k, None)) for k in fp._CONFIG_KEYS}
+    config["architecture"] = fp._architecture(model)
+    digest.update(json.dumps(config, sort_keys=True).encode())
+    for parameter in parameters:
+        digest.update(json.dumps(list(parameter.shape)).encode())
+        digest.update(fp._sample(parameter).cpu().numpy().tobytes())
+    assert value == "sha256:" + digest.hexdigest()

@@ -142,6 +142,7 @@ def _run(args: argparse.Namespace) -> int:
     name, config = args.command, args.config
     options = given(args)  # which options the command line set: presets apply first, these win
     try:
+        _check_task_names(config)
         with _output_lock(name, config):
             _import_torch(name)
             code = COMMANDS[name].run(config, options)
@@ -170,6 +171,19 @@ def _run(args: argparse.Namespace) -> int:
         print(f"headsup {name}: error: {reason}{where} (--debug shows the traceback)", file=sys.stderr)
         return EXIT_OS_ERROR
     return int(code or 0)
+
+
+def _check_task_names(config: object) -> None:
+    """Load the command's `--task` (one name or several) before anything else: an unknown name or a
+    bad task file is refused at once, not after torch has been imported (seconds on a busy machine)."""
+    action = getattr(config, "action", config)  # `organism train` nests its options
+    names = getattr(action, "task", None)
+    if not names:
+        return
+    from ..data import load_task  # no torch: the task registry and readers only
+
+    for name in [names] if isinstance(names, str) else names:
+        load_task(name, getattr(action, "data_dir", None))
 
 
 def _import_torch(name: str) -> None:

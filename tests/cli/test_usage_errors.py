@@ -98,3 +98,16 @@ def test_a_refused_value_costs_no_torch_import():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.split() == ["2", "False"], run.stderr
+
+
+@pytest.mark.parametrize(
+    "extra", [["train"], ["evaluate", "--mask", "m.safetensors"], ["pathways", "--mask", "m", "--model", "organism"]]
+)
+def test_an_unknown_task_is_refused_before_torch_is_imported(extra, tmp_path):
+    out = tmp_path / "out"
+    argv = [*extra, "--task", "no-such-task", "--out", str(out)]
+    code = f"import sys\nfrom headsup_lens.cli import main\nrc = main({argv!r})\nprint(rc, 'torch' in sys.modules)\n"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.stdout.split() == ["2", "False"], run.stderr
+    assert "unknown task 'no-such-task'" in run.stderr
+    assert not out.exists()  # nothing written

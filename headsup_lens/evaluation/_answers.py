@@ -134,8 +134,8 @@ def answers_and_nll(
     advance: Advance | None = None,
 ) -> tuple[list[str], Tensor, Tensor]:
     """`greedy_answers` of the split's prompts and `answer_nll_per_example` of its rows, with each
-    answer scored from its prompt's decoding pass (`greedy_generate(answers=...)`: on the native
-    forward pass a prompt is computed once for both). Where joint tokenisation gave an example's
+    answer scored from its prompt's decoding pass (`greedy_generate(answers=...)`: on the direct and
+    native forward passes a prompt is computed once for both). Where joint tokenisation gave an example's
     row another prompt than generation continues (`EncodedSplit`), that row is scored by its own
     pass. `advance(k)` after each chunk of k examples."""
     rows = encoded.rows

@@ -257,7 +257,10 @@ def _with_answer_nll(
     hooks: list,
 ) -> GreedyOutput:
     """`output` with its answers scored by a separate pass over (prompt without padding, answer)."""
-    prompts = ids.tolist() if attention_mask is None else [r[m.bool()].tolist() for r, m in zip(ids, attention_mask)]
+    prompts = ids.tolist()  # one read of the batch, not one per row
+    if attention_mask is not None:
+        real = attention_mask.tolist()
+        prompts = [[t for t, keep in zip(row, flags) if keep] for row, flags in zip(prompts, real)]
     batch = collate(list(zip(prompts, [list(a) for a in answers])), pad_id=pad_token_id(model), device=ids.device)
     with torch.no_grad():
         nll, rows = answer_nll(model, batch, hooks)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The GPU benchmark in one go on one GPU, nothing downloaded (random weights at real shapes, bf16):
-#   1. a smoke run of every section at a tiny shape (stops here when the stack is broken);
+#   1. a smoke run of every section at a tiny shape (stops here when the stack is broken), then the
+#      tests of decoding replayed as captured CUDA graphs against the bridge on every family (fp32);
 #   2. `performance.py` at the Llama-3.1-8B shape first, then Qwen2.5-0.5B and -1.5B: removal sweep,
-#      batched evaluation, mask-training steps, library vs plain `transformers`, and peak memory of
+#      batched evaluation, mask-training steps, library vs plain `transformers` (and the library's
+#      sweep and evaluation with eager decoding steps: what the CUDA graph wins), and peak memory of
 #      mask training with and without activation checkpointing (tables written after every section);
 #   3. `proxies.py` at the 0.5B shape: host synchronisations per decoding pass and per training step,
 #      counted by CUDA itself (`torch.cuda.set_sync_debug_mode`) beside the wrapped calls (WHERE=true:
@@ -11,6 +13,7 @@
 #        MODELS="llama8b" DEVICE=cuda REPEATS=2 bash experiments/bench/gpu.sh /tmp/gpu
 set -uo pipefail
 out="$(realpath -m "${1:-figures/bench/performance_gpu}")"
+repository="$(realpath "$(dirname "$0")/../..")"
 cd "$(dirname "$0")"
 device="${DEVICE:-cuda}"
 models="${MODELS:-llama8b qwen0.5b qwen1.5b}"
@@ -22,14 +25,16 @@ export PYTHONUNBUFFERED=1
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
 python3 performance.py --models tiny --device "$device" --task reverse --repeats 1 --sweep-steps 4 --new-tokens 3 \
     --eval-examples 8 --train-steps 1 || { echo "the smoke run failed: stopping"; exit 1; }
+status=0
+(cd "$repository" && python3 -m pytest -p no:cacheprovider --no-cov -n 0 tests/gates/test_static.py -k gpu) || status=1
 # shellcheck disable=SC2086
 python3 performance.py --models $models --device "$device" --task reverse --repeats "$repeats" --threads 8 \
-    --prefix-sharing off --out "$out"
-status=$?
+    --prefix-sharing off --eager-steps true --out "$out" || status=1
 python3 proxies.py --models qwen0.5b --device "$device" --task reverse --gpu-path true --where "${WHERE:-false}" \
     --out "$out/proxies" || status=1
-# A lever: a static KV cache with a compiled decoding step (the sweep at the 0.5B shape; compilation
-# gets 150 s, and falls back to eager decoding with a warning when it fails).
-timeout 150 python3 performance.py --models qwen0.5b --device "$device" --sections sweep --repeats "$repeats" \
-    --prefix-sharing off --static-cache true --compile true --out "$out/compiled" || echo "the compiled run did not finish"
+# A lever: the fixed-shape decoding step compiled by `torch.compile` (and replayed as a CUDA graph)
+# in the sweep at the 0.5B shape; compilation gets 120 s, and falls back to eager steps with a
+# warning when it fails.
+timeout 120 python3 performance.py --models qwen0.5b --device "$device" --sections sweep --repeats "$repeats" \
+    --prefix-sharing off --compile true --out "$out/compiled" || echo "the compiled run did not finish"
 exit $status

@@ -22,7 +22,9 @@ of this process (the CPU-time ratio holds up when other processes share the core
 - memory (a GPU only): peak GPU memory of two `train_mask` steps with and without activation
   checkpointing, over the bytes of the model's weights (what the library's model holds besides
   its weights; the plain model loaded beside it is not counted).
-`--bridge` also times the library with its direct forward pass turned off (`gates.direct_path`).
+`--bridge` also times the library with its direct forward pass turned off (`gates.direct_path`);
+`--eager-steps` times its sweep and evaluation with the decoding step launched op by op instead of
+replayed as a captured CUDA graph (`native_options(cuda_graph=False)`; a GPU only).
 The tables are written after every section, so a run cut short keeps what it measured.
 On CUDA the models run in bf16 (unless `--dtype`) and each loop's `torch.cuda.max_memory_allocated`
 is printed.
@@ -100,6 +102,10 @@ class Options:
     """A static KV cache in the library's greedy decoding (`native_options(static_cache=True)`)."""
     compile: bool = False
     """`torch.compile` the library's decoding step (`native_options(compile=True)`)."""
+    cuda_graph: str = "auto"
+    """Replay the library's decoding step as a captured CUDA graph: auto (on a GPU), on, off."""
+    eager_steps: bool = False
+    """Also time the library's sweep and evaluation with the CUDA graph off (`native_options(cuda_graph=False)`)."""
     out: str | None = None
     """Folder for performance.csv and performance.json (e.g. figures/bench); nothing is written without it."""
 
@@ -168,6 +174,10 @@ def sweep_section(model, plain: PlainModel, options: Options) -> dict:
         with direct_path(False):
             return ours()
 
+    def eager():
+        with native_options(cuda_graph=False):
+            return ours()
+
     def reference():
         return plain.greedy(ids.expand(rows, -1).contiguous(), None, masks, options.new_tokens, stops)
 
@@ -175,10 +185,10 @@ def sweep_section(model, plain: PlainModel, options: Options) -> dict:
     # the allocator's growth, which would land on whichever loop runs first.
     ours()
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": []}
+    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": []}
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
-        loops = [("library", ours), ("plain", reference)] + ([("bridge", bridge)] if options.bridge else [])
+        loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge, eager=eager)]
         for name, fn in loops if repeat % 2 == 0 else loops[::-1]:  # alternate which goes first
             clock, out, peaks[name] = run(fn, device)
             clocks[name].append(clock)
@@ -235,6 +245,10 @@ def eval_section(model, plain: PlainModel, options: Options, task: Task) -> dict
         with direct_path(False):
             return ours()
 
+    def eager():
+        with native_options(cuda_graph=False):
+            return ours()
+
     def reference():
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # as generate_answers batches them
         texts = [""] * len(prompts)
@@ -256,10 +270,10 @@ def eval_section(model, plain: PlainModel, options: Options, task: Task) -> dict
 
     ours()  # warm-up of both at the timed shapes
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": []}
+    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": []}
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
-        loops = [("library", ours), ("plain", reference)] + ([("bridge", bridge)] if options.bridge else [])
+        loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge, eager=eager)]
         for name, fn in loops if repeat % 2 == 0 else loops[::-1]:
             clock, out, peaks[name] = run(fn, device)
             clocks[name].append(clock)
@@ -349,10 +363,10 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
 
     steps(2)  # warm-up
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": []}
+    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": []}
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
-        loops = [("library", ours), ("plain", reference)] + ([("bridge", bridge)] if options.bridge else [])
+        loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge)]
         for name, fn in loops if repeat % 2 == 0 else loops[::-1]:
             clock, peaks[name] = fn()
             clocks[name].append(clock)
@@ -418,6 +432,19 @@ def memory_section(model, options: Options, task: Task) -> dict | None:
 # ------------------------------------------------------------------------------------------------
 
 
+VERSUS = {
+    "plain": "plain transformers",
+    "bridge": "library via the bridge's hooks",
+    "eager": "library with eager decoding steps (no CUDA graph)",
+}
+
+
+def extra(options: Options, **loops) -> list:
+    """The optional loops timed beside the library and plain transformers (`--bridge`, `--eager-steps`)."""
+    wanted = {"bridge": options.bridge, "eager": options.eager_steps}
+    return [(name, fn) for name, fn in loops.items() if wanted[name]]
+
+
 def tolerance(model) -> float:
     """How close two computations of one gradient must be: fp32 rounding, or bf16's 8-bit mantissa."""
     return 1e-3 if model.cfg.dtype == torch.float32 else 3e-2
@@ -431,7 +458,7 @@ def summary_rows(name: str, dtype: str, section: str, result: dict) -> list[dict
     clocks = result["clocks"]
     ours = clocks["library"]
     rows = []
-    for other in ("plain", "bridge"):
+    for other in VERSUS:
         if not clocks[other]:
             continue
         theirs = clocks[other]
@@ -441,7 +468,7 @@ def summary_rows(name: str, dtype: str, section: str, result: dict) -> list[dict
                 "dtype": dtype,
                 "section": section,
                 "work": result["work"],
-                "versus": "plain transformers" if other == "plain" else "library via the bridge's hooks",
+                "versus": VERSUS[other],
                 "library_s": statistics.median(c.wall for c in ours),
                 "other_s": statistics.median(c.wall for c in theirs),
                 "ratio_wall": statistics.median(t.wall / o.wall for t, o in zip(theirs, ours)),
@@ -469,7 +496,7 @@ def report(name: str, section: str, result: dict) -> None:
             print(
                 f"    {loop:8s} {spread([c.wall for c in values])} s wall, {spread([c.cpu for c in values])} CPU s{memory}"
             )
-    for other in ("plain", "bridge"):
+    for other in VERSUS:
         if clocks[other]:
             ratio_wall = [t.wall / o.wall for t, o in zip(clocks[other], clocks["library"])]
             ratio_cpu = [t.cpu / o.cpu for t, o in zip(clocks[other], clocks["library"])]
@@ -487,12 +514,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
     torch.set_num_threads(options.threads)
     os.environ["HEADSUP_PROGRESS"] = "0"  # the library's bars would be timed with its loops
-    if options.prefix_sharing not in ("auto", "on", "off"):
-        raise SystemExit(f"--prefix-sharing must be auto, on or off, not {options.prefix_sharing!r}")
+    for flag, value in (("--prefix-sharing", options.prefix_sharing), ("--cuda-graph", options.cuda_graph)):
+        if value not in ("auto", "on", "off"):
+            raise SystemExit(f"{flag} must be auto, on or off, not {value!r}")
     rows, raw, memory = [], {}, []
     levers = native_options(
         prefix_sharing=None if options.prefix_sharing == "auto" else options.prefix_sharing == "on",
         static_cache=options.static_cache,
+        cuda_graph=None if options.cuda_graph == "auto" else options.cuda_graph == "on",
         compile=options.compile,
     )
     with tempfile.TemporaryDirectory() as scratch, levers:

@@ -8,7 +8,8 @@ CPU the matrix products hide both, so wall time on a CPU says little about them.
   `.nonzero`, `torch.nonzero`, `torch.unique` (an upper bound on a CPU: a call on a tensor that
   would stay on the host on a GPU is counted too);
 - operations: `aten::` events recorded by `torch.profiler` (each a kernel launch or more on a GPU);
-- passes: calls of the model's token embedding (one per forward pass).
+- passes: calls of the model's token embedding (one per forward pass) outside a CUDA graph's
+  capture, plus replays of captured graphs (each replay is one decoding pass on the GPU).
 Sections:
 - sweep: `removal_sweep` (`--sweep-steps` rows x `--new-tokens` greedy tokens) vs batched greedy
   decoding of the same rows in plain transformers (`_plain.PlainModel.greedy`); per decoding pass.
@@ -131,7 +132,19 @@ def counting(embedding: torch.nn.Module, profile: bool = True, where: bool = Fal
             torch.cuda.set_sync_debug_mode("warn")
         for owner, name, fn in originals:
             setattr(owner, name, wrap(fn))
-        handle = embedding.register_forward_pre_hook(lambda *_: setattr(counts, "passes", counts.passes + 1))
+
+        def passed(*_):
+            if not (on_gpu and torch.cuda.is_current_stream_capturing()):  # a capture records, runs nothing
+                counts.passes += 1
+
+        handle = embedding.register_forward_pre_hook(passed)
+        replay = torch.cuda.CUDAGraph.replay
+
+        def replayed(graph):
+            counts.passes += 1
+            return replay(graph)
+
+        torch.cuda.CUDAGraph.replay = replayed
         profiler = (
             torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
             if profile
@@ -143,6 +156,7 @@ def counting(embedding: torch.nn.Module, profile: bool = True, where: bool = Fal
         finally:
             for owner, name, fn in originals:
                 setattr(owner, name, fn)
+            torch.cuda.CUDAGraph.replay = replay
             handle.remove()
             if on_gpu:
                 torch.cuda.set_sync_debug_mode("default")

@@ -32,17 +32,25 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
-from transformers import AttentionInterface, DynamicCache, StaticCache
+from transformers import AttentionInterface, DynamicCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from .._typecheck import checked
 from .._warnings import warn
 from ..data import TaskBatch
 from ._direct import Decoding, GateSpec, _check_rows, _raw, cached_forward
+from ._static import StaticDecoding, fits, static_step
 
 _CACHE_ATTR = "_headsup_native_forward"
 # Options of the native path (process-wide): fused attention, a static KV cache, a compiled decode step.
-_OPTIONS: dict = {"sdpa": True, "static_cache": False, "compile": False, "check_every": 4, "prefix_sharing": None}
+_OPTIONS: dict = {
+    "sdpa": True,
+    "static_cache": False,
+    "cuda_graph": None,
+    "compile": False,
+    "check_every": 4,
+    "prefix_sharing": None,
+}
 
 
 CAUSAL_ATTENTION = "headsup_causal_sdpa"
@@ -79,6 +87,7 @@ def native_options(
     *,
     sdpa: bool | None = None,
     static_cache: bool | None = None,
+    cuda_graph: bool | None = None,
     compile: bool | None = None,
     check_every: int | None = None,
     prefix_sharing: bool | None = None,
@@ -86,9 +95,12 @@ def native_options(
     """Options of the native forward pass inside the block (None: unchanged).
 
     `sdpa`: fused attention (`scaled_dot_product_attention`) where the model supports it, else its
-    configured attention (default on); `static_cache`: a preallocated KV cache in greedy decoding
-    (default off: it pays on a GPU with `compile`); `compile`: `torch.compile` the decoding step
-    (default off; falls back to eager when compilation fails); `check_every`: greedy decoding reads
+    configured attention (default on); `static_cache`: greedy decoding at fixed shapes, on a
+    preallocated KV cache (`gates._static`; default off on the CPU, where it saves nothing);
+    `cuda_graph`: on a GPU, decode at fixed shapes and replay each token's step as one captured CUDA
+    graph (default on for a model on a GPU; falls back to eager steps, with a warning, when the
+    capture fails); `compile`: `torch.compile` the fixed-shape decoding step (default off: it
+    compiles for minutes; falls back to eager when compilation fails); `check_every`: greedy decoding reads
     the stop flags back every N tokens (default 4); `prefix_sharing`: greedy decoding of a
     Llama-family model runs the direct forward pass, which computes rows with the same tokens and
     gates below a layer once (`gates._direct`; it reads the row groups back on every pass, so it
@@ -99,6 +111,7 @@ def native_options(
     given = {
         "sdpa": sdpa,
         "static_cache": static_cache,
+        "cuda_graph": cuda_graph,
         "compile": compile,
         "check_every": check_every,
         "prefix_sharing": prefix_sharing,
@@ -237,13 +250,13 @@ class NativeForward:
             logits_to_keep=1,
         ).logits[:, -1]
 
-    def _decode(self) -> Callable:
-        """The decoding step: compiled when asked for, falling back to eager (with a warning) when
-        compilation fails on this model or machine."""
+    def _static_step(self) -> Callable | None:
+        """The fixed-shape decoding step compiled when asked for (`compile`), else None (eager);
+        a failed compilation warns and leaves decoding eager."""
         if not _OPTIONS["compile"] or self._compiled is False:
-            return self._step
+            return None
         if self._compiled is None:
-            self._compiled = torch.compile(self._step, dynamic=False)
+            self._compiled = torch.compile(static_step, dynamic=False)
         compiled = self._compiled
 
         def step(*args):
@@ -252,9 +265,33 @@ class NativeForward:
             except Exception as error:  # compilers fail in many ways; eager computes the same
                 warn(f"the compiled decoding step failed ({type(error).__name__}); decoding eagerly", RuntimeWarning)
                 self._compiled = False
-                return self._step(*args)
+                return static_step(*args)
 
         return step
+
+    def _greedy_static(self, job: Decoding) -> tuple[list[list[int]], Tensor, Tensor | None]:
+        """`greedy` at fixed shapes (`gates._static`): a static KV cache, rows that stop stay in the
+        batch, and on a GPU every token after the second replays one captured CUDA graph."""
+        ids, attention_mask = job.ids, job.attention_mask
+        with torch.no_grad(), self.running(job.spec) as hf:
+            decoding = StaticDecoding(hf, job, _positions(attention_mask, ids), hf.dtype)
+            logits = decoding.prompt()
+            first_logits = logits.float().cpu()
+            if job.on_pass is not None:
+                job.on_pass()
+            next_position = (
+                torch.full((ids.shape[0], 1), ids.shape[1], device=ids.device)
+                if attention_mask is None
+                else attention_mask.long().sum(-1, keepdim=True)
+            )
+            answered = None if job.answers is None else decoding.answer_states(next_position)
+            if job.max_new_tokens == 0:
+                return [[] for _ in range(ids.shape[0])], first_logits, answered
+            graph = ids.device.type == "cuda" and _OPTIONS["cuda_graph"] is not False
+            tokens, taken = decoding.decode(
+                logits.argmax(-1), next_position, decode_check_every(), graph, self._static_step()
+            )
+        return tokens[:, :taken].tolist(), first_logits, answered
 
     def greedy(self, job: Decoding) -> tuple[list[list[int]], Tensor, Tensor | None]:
         """Greedy continuations (uncut: cut them at the first stop token), the next-token logits
@@ -266,17 +303,19 @@ class NativeForward:
         back once: the loop ends when every row has stopped, and stopped rows leave the batch, its
         cache and its per-row gates. The answers run on a copy of the prompt pass's cache, so a
         prompt is computed once for its generation and its answer's loss."""
+        _check_rows(job.spec, job.ids.shape[0])
+        if fixed_shapes(job.ids.device) and fits(self.hf, job.ids.shape[1] + max(job.max_new_tokens, _width(job))):
+            return self._greedy_static(job)
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
         device = ids.device
         batch, length = ids.shape
-        _check_rows(spec, batch)
         check_every = decode_check_every()
         tokens = torch.zeros(batch, max(1, max_new_tokens), dtype=torch.long, device=device)
         full = None  # the attention mask over prompt and new tokens, filled once
         if attention_mask is not None:
             full = torch.cat([attention_mask.long(), attention_mask.new_ones(batch, max_new_tokens).long()], dim=1)
-        cache = self._cache(batch, length + max_new_tokens)
+        cache = DynamicCache(config=self.hf.config)
         with torch.no_grad(), self.running(spec) as hf:
             logits = self._step(hf, ids, cache, attention_mask, _positions(attention_mask, ids))
             first_logits = logits.float().cpu()
@@ -293,12 +332,11 @@ class NativeForward:
             rows = torch.arange(batch, device=device)  # the original row of every row still in the batch
             stopped = torch.zeros(batch, dtype=torch.bool, device=device)
             next_ids = logits.argmax(-1)
-            decode = self._decode()
             taken = max_new_tokens
             for step in range(max_new_tokens):
                 if step:
                     attention = None if full is None else full[:, : length + step]
-                    next_ids = decode(hf, next_ids[:, None], cache, attention, next_position).argmax(-1)
+                    next_ids = self._step(hf, next_ids[:, None], cache, attention, next_position).argmax(-1)
                     next_position = next_position + 1
                     if on_pass is not None:
                         on_pass()
@@ -311,7 +349,7 @@ class NativeForward:
                     if all(done):
                         taken = step + 1
                         break
-                    if any(done) and not _OPTIONS["static_cache"]:
+                    if any(done):
                         keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)
                         cache.batch_select_indices(keep)
                         rows, next_ids, stopped = rows[keep], next_ids[keep], stopped[keep]
@@ -343,13 +381,6 @@ class NativeForward:
             use_cache=True,
         ).last_hidden_state
 
-    def _cache(self, batch: int, length: int):
-        """The KV cache: the model's dynamic cache, or a preallocated static one when asked for
-        (fixed shapes, what a compiled decoding step needs)."""
-        if not _OPTIONS["static_cache"]:
-            return DynamicCache(config=self.hf.config)
-        return StaticCache(config=self.hf.config, max_cache_len=length)
-
 
 def _positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:
     """Position ids as `generate` derives them from the attention mask (left padding shifts them)."""
@@ -373,14 +404,21 @@ def _build(model: TransformerBridge) -> NativeForward | None:
     return NativeForward(model, _swaps(hf), projections, mlps)
 
 
+def _width(job: Decoding) -> int:
+    return 0 if job.answers is None else job.answers.shape[1]
+
+
+def fixed_shapes(device: torch.device) -> bool:
+    """Whether greedy decoding on `device` runs at fixed shapes (`gates._static`): asked for by
+    `static_cache` or `compile`, or on a GPU unless `cuda_graph` is off."""
+    if _OPTIONS["static_cache"] or _OPTIONS["compile"]:
+        return True
+    return device.type == "cuda" and _OPTIONS["cuda_graph"] is not False
+
+
 def decode_check_every() -> int:
     """How many greedy tokens pass between two reads of the stop flags (`native_options(check_every=...)`)."""
     return int(_OPTIONS["check_every"])
-
-
-def static_cache() -> bool:
-    """Whether greedy decoding preallocates its KV cache (`native_options(static_cache=...)`)."""
-    return bool(_OPTIONS["static_cache"])
 
 
 @checked

@@ -30,7 +30,7 @@ from .._typecheck import checked
 from ..data import collate
 from ..gates import Gate, gate_hooks
 from ..gates._direct import Decoding, direct_forward, gate_spec
-from ..gates._native import decode_check_every, native_forward, prefix_sharing, static_cache
+from ..gates._native import decode_check_every, native_forward, prefix_sharing
 from ..masks import HeadMask
 from ..models import cut_at_stop, model_device, pad_token_id, unembed
 from ._answer import answer_nll
@@ -136,7 +136,7 @@ def greedy_generate(
         direct = direct_forward(model)
     native = native_forward(model) if eligible and not prompt_hooks and not record_layers and direct is None else None
     padded = None  # the answers for the direct or native pass, which score them after the prompt pass
-    if answers is not None and (direct is not None or (native is not None and not static_cache())):
+    if answers is not None and (direct is not None or native is not None):
         width = max(len(a) for a in answers)
         padded = to_device(torch.tensor([a + [-1] * (width - len(a)) for a in answers]), device)
     job = Decoding(ids, attention_mask, spec, max_new_tokens, stop_ids, on_pass, answers=padded)

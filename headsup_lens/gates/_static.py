@@ -1,0 +1,210 @@
+"""Greedy decoding at fixed shapes on the native forward pass, replayed as one CUDA graph per token.
+
+On a GPU a decoding step of a large model is a few milliseconds of matrix work behind about a
+thousand kernel launches, each issued by Python: the launches, not the GPU, set the pace. Here
+every decoding step has the same shapes and reads nothing back, so the whole step (the model's
+forward pass with its gates, the argmax, the stop flags) is captured once as a CUDA graph and
+replayed for every later token:
+- the KV cache is transformers' `StaticCache`, preallocated for the prompt, the new tokens and the
+  reference answers; its write position is a device counter (`cumulative_length`) that advances in
+  place, so a replayed step writes the next slot;
+- attention gets an explicit additive mask `[batch, 1, query, slots]` (transformers passes a 4-D mask
+  through unchanged): a query at slot s sees the valid keys at slots <= s and always its own slot,
+  so a left-padding query stays finite;
+- rows that stop keep decoding (their tokens are cut at the stop token), so no shape changes; the
+  stop flags are read back every `check_every` tokens to end early.
+The same step runs eagerly on the CPU (`native_options(static_cache=True)`), which is how the tests
+check it against the dynamic cache and the bridge. A capture that fails (an architecture whose step
+reads the device back, say) warns and decodes eagerly: the same steps, launched one by one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+from transformers import StaticCache
+
+from .._typecheck import checked
+from .._warnings import warn
+from ._direct import Decoding
+
+
+@checked
+def slot_mask(
+    valid: Bool[Tensor, "batch slots"], slots: Int[Tensor, " query"], dtype: torch.dtype
+) -> Float[Tensor, "batch 1 query slots"]:
+    """The additive attention mask of queries at cache `slots`: 0 where a query sees a key (a valid
+    key at a slot <= its own, or its own slot), the dtype's lowest value elsewhere."""
+    keys = torch.arange(valid.shape[1], device=valid.device)
+    causal = keys[None, :] <= slots[:, None]
+    own = keys[None, :] == slots[:, None]
+    seen = (valid[:, None, None, :] & causal[None, None]) | own[None, None]
+    return torch.zeros(seen.shape, dtype=dtype, device=valid.device).masked_fill_(~seen, torch.finfo(dtype).min)
+
+
+def fits(hf: Any, slots: int) -> bool:
+    """Whether a static cache of `slots` keeps every key in slot order: no sliding window shorter than
+    `slots` (a full sliding layer rolls its keys, which one mask over slots cannot follow)."""
+    windows = [getattr(hf.config, "sliding_window", None), getattr(hf.config, "attention_chunk_size", None)]
+    return all(w is None or w >= slots for w in windows)
+
+
+class StaticDecoding:
+    """One fixed-shape greedy decoding of `job` on the Hugging Face model `hf` (gates in place)."""
+
+    def __init__(self, hf: Any, job: Decoding, positions: Tensor, dtype: torch.dtype) -> None:
+        self.hf, self.job = hf, job
+        batch, self.length = job.ids.shape
+        device = job.ids.device
+        answer = 0 if job.answers is None else job.answers.shape[1] - 1
+        # Decoding writes slots length .. length + max_new_tokens - 2, the answers length .. length + answer - 1.
+        self.slots = self.length + max(job.max_new_tokens - 1, answer, 0)
+        self.cache = StaticCache(config=hf.config, max_cache_len=self.slots)
+        self.valid = torch.ones(batch, self.slots, dtype=torch.bool, device=device)
+        if job.attention_mask is not None:
+            self.valid[:, : self.length] = job.attention_mask.bool()
+        self.positions, self.dtype = positions, dtype
+
+    def prompt(self) -> Tensor:
+        """The prompt pass into the cache: the last position's logits `[batch, d_vocab]`."""
+        slots = torch.arange(self.length, device=self.valid.device)
+        return self.hf(
+            input_ids=self.job.ids,
+            attention_mask=slot_mask(self.valid, slots, self.dtype),
+            position_ids=self.positions,
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
+
+    def answer_states(self, next_position: Tensor) -> Tensor | None:
+        """The final norm's output after each answer token but the last, teacher-forced on a copy of
+        the prompt pass's cache (see `NativeForward._answer_states`)."""
+        answers = self.job.answers
+        assert answers is not None
+        if answers.shape[1] < 2:
+            return None
+        feed = answers[:, :-1].clamp(min=0)
+        slots = self.length + torch.arange(feed.shape[1], device=feed.device)
+        return self.hf.base_model(
+            input_ids=feed,
+            attention_mask=slot_mask(self.valid, slots, self.dtype),
+            position_ids=next_position + torch.arange(feed.shape[1], device=feed.device),
+            past_key_values=copy.deepcopy(self.cache),
+            use_cache=True,
+        ).last_hidden_state
+
+    def decode(
+        self, first: Tensor, next_position: Tensor, check_every: int, graph: bool, step_fn: Callable | None = None
+    ) -> tuple[Tensor, int]:
+        """The new tokens `[batch, max_new_tokens]` after the first (`first`: the prompt pass's
+        argmax) and how many columns were decoded before every row stopped. `graph`: capture the
+        step as a CUDA graph and replay it."""
+        job = self.job
+        device = first.device
+        tokens = torch.zeros(first.shape[0], job.max_new_tokens, dtype=torch.long, device=device)
+        tokens[:, 0] = first
+        state = _State(
+            ids=first[:, None].clone(),
+            position=next_position.clone(),
+            slot=torch.full((1,), self.length, dtype=torch.long, device=device),
+            column=torch.ones(1, dtype=torch.long, device=device),
+            stopped=(first[:, None] == job.stop_ids[None, :]).any(-1),
+        )
+
+        def step() -> None:  # fixed shapes, nothing read back: what a CUDA graph captures
+            logits = (step_fn or static_step)(
+                self.hf, self.cache, self.valid, self.dtype, state.ids, state.position, state.slot
+            )
+            chosen = logits.argmax(-1)
+            tokens.index_copy_(1, state.column, chosen[:, None])
+            state.stopped.logical_or_((chosen[:, None] == job.stop_ids[None, :]).any(-1))
+            state.ids.copy_(chosen[:, None])
+            state.position.add_(1)
+            state.slot.add_(1)
+            state.column.add_(1)
+
+        replay = _Replay(step, enabled=graph)
+        taken = job.max_new_tokens
+        for column in range(1, job.max_new_tokens):
+            replay()
+            if job.on_pass is not None:
+                job.on_pass()
+            checking = (column + 1) % check_every == 0 and column < job.max_new_tokens - 1
+            # The one host synchronisation of these check_every tokens:
+            if checking and all(state.stopped.tolist()):
+                taken = column + 1
+                break
+        return tokens, taken
+
+
+def static_step(
+    hf: Any, cache: StaticCache, valid: Tensor, dtype: torch.dtype, ids: Tensor, position: Tensor, slot: Tensor
+) -> Tensor:
+    """One decoding step at fixed shapes: the next-token logits `[batch, d_vocab]` of `ids` `[batch, 1]`
+    at `position` `[batch, 1]`, written to the cache at `slot` `[1]` (what `torch.compile` compiles)."""
+    return hf(
+        input_ids=ids,
+        attention_mask=slot_mask(valid, slot, dtype),
+        position_ids=position,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
+
+
+class _State:
+    """The device tensors a decoding step reads and advances in place (fixed addresses: a replayed
+    CUDA graph reads them where the capture found them)."""
+
+    def __init__(self, **tensors: Tensor) -> None:
+        self.ids: Tensor = tensors["ids"]
+        self.position: Tensor = tensors["position"]
+        self.slot: Tensor = tensors["slot"]
+        self.column: Tensor = tensors["column"]
+        self.stopped: Tensor = tensors["stopped"]
+
+
+class _Replay:
+    """Calls `step`: the first call runs it eagerly (on a side stream, which also warms the kernels
+    up), then, when `enabled` on a GPU, captures it as a CUDA graph that later calls replay. A
+    failed capture warns once and leaves every later call eager."""
+
+    def __init__(self, step: Callable[[], None], enabled: bool) -> None:
+        self.step, self.enabled = step, enabled
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        if not self.enabled:
+            self.step()
+            return
+        if self.calls == 1:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.step()
+            torch.cuda.current_stream().wait_stream(side)
+            return
+        self.enabled = False  # one capture per decoding, successful or not
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self.step()
+        except Exception as error:  # a step that reads the device back cannot be captured
+            message = f"the decoding step could not be captured as a CUDA graph ({type(error).__name__}: {error})"
+            warn(f"{message}; decoding eagerly", RuntimeWarning)
+            torch.cuda.synchronize()
+            self.step()
+            return
+        self.graph = graph
+        graph.replay()

@@ -1,0 +1,203 @@
+"""Greedy decoding at fixed shapes (`gates._static`: a static KV cache, explicit slot masks, one
+captured CUDA graph per token on a GPU) against the bridge's hook points, on every architecture
+family: same continuations, first logits and answer losses, in fp32. On the CPU the fixed-shape
+step runs eagerly (`native_options(static_cache=True)`); on a GPU (when the machine has one) the
+same checks run with the step captured and replayed."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from headsup_lens.data import collate
+from headsup_lens.gates import direct_path, gate_hooks, native_options
+from headsup_lens.gates._native import native_forward
+from headsup_lens.gates._static import fits, slot_mask, static_step
+from headsup_lens.models import left_pad, stop_token_ids
+from headsup_lens.objective import answer_nll, greedy_generate
+
+from ..conftest import FAMILIES, FAMILY_SETTINGS, random_mask, random_tokens
+from .test_native import BUILT_IN, HOST_READS
+
+# Gemma-3 with windows longer than the rows: the fixed-shape path serves it (the tiny Gemma-3 of
+# conftest, window 4, is declined: its sliding layers roll their keys; see `test_short_windows...`).
+WIDE_GEMMA = dict(FAMILY_SETTINGS["gemma3"], sliding_window=64)
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@pytest.fixture(scope="module")
+def wide_gemma(tmp_path_factory):
+    from headsup_lens import load_model
+    from headsup_lens.models import random_llama_dir
+
+    folder = random_llama_dir(tmp_path_factory.mktemp("gemma3_wide"), 0, architecture="gemma3", **WIDE_GEMMA)
+    return load_model(folder, device="cpu", dtype="float32")
+
+
+@pytest.fixture(params=[*BUILT_IN, *(f for f in FAMILIES if f != "gemma3"), "gemma3_wide"])
+def model(request, family_model):
+    """Llama, Qwen2, GPT-2, Mistral, Qwen3, Phi-3 and a Gemma-3 whose windows cover the rows."""
+    if request.param in BUILT_IN:
+        return request.getfixturevalue(request.param)
+    if request.param == "gemma3_wide":
+        return request.getfixturevalue("wide_gemma")
+    return family_model(request.param)
+
+
+def decode_and_score(model, **options):
+    """Left-padded prompts, per-row masks, stop tokens that end some rows early, answers of 1 to 4
+    tokens: the greedy output (tokens, first logits, answer losses) under `native_options(**options)`."""
+    device = model.cfg.device
+    prompts = [random_tokens(model, 1, n, seed=n)[0].tolist() for n in (6, 3, 8, 5)]
+    answers = [random_tokens(model, 1, n, seed=10 + n)[0].tolist() for n in (2, 1, 4, 3)]
+    ids, attention = left_pad(prompts, pad_id=0, device=device)
+    masks = random_mask(model, seed=7, p_keep=0.8, rows=4).to(device)
+    stops = stop_token_ids(model) | set(random_tokens(model, 1, 3, seed=9)[0].tolist())
+    with native_options(prefix_sharing=False, **options):
+        return greedy_generate(model, ids, attention, max_new_tokens=7, stops=stops, mask=masks, answers=answers)
+
+
+def assert_same(fast, reference):
+    assert fast.tokens == reference.tokens
+    assert torch.allclose(fast.first_logits, reference.first_logits, atol=1e-4, rtol=1e-4)
+    assert fast.answer_nll is not None and reference.answer_nll is not None
+    assert torch.allclose(fast.answer_nll, reference.answer_nll, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("check_every", [1, 3])
+def test_fixed_shape_decoding_equals_the_bridge(model, check_every):
+    fixed = decode_and_score(model, static_cache=True, check_every=check_every)
+    with direct_path(False):
+        reference = decode_and_score(model)
+    assert_same(fixed, reference)
+
+
+def test_answer_losses_equal_their_own_loss_pass(llama):
+    """Scored from a copy of the static cache after the prompt pass: `answer_nll` of the rows."""
+    prompts = [random_tokens(llama, 1, n, seed=n)[0].tolist() for n in (6, 3, 8, 5)]
+    answers = [random_tokens(llama, 1, n, seed=10 + n)[0].tolist() for n in (2, 1, 4, 3)]
+    ids, attention = left_pad(prompts, pad_id=0)
+    masks = random_mask(llama, seed=11, p_keep=0.8, rows=4)
+    with native_options(prefix_sharing=False, static_cache=True):
+        out = greedy_generate(llama, ids, attention, max_new_tokens=2, stops=set(), mask=masks, answers=answers)
+    with direct_path(False), torch.no_grad():
+        nll, rows = answer_nll(llama, collate(list(zip(prompts, answers)), pad_id=0), gate_hooks(llama, masks))
+    expected = torch.zeros(4, 4)
+    expected[rows, torch.cat([torch.arange(len(a)) for a in answers])] = nll
+    assert out.answer_nll is not None
+    assert torch.allclose(out.answer_nll, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_short_windows_decode_on_the_dynamic_cache(family_model):
+    """The tiny Gemma-3's window (4) is shorter than its rows: fixed shapes are declined, and the
+    output still equals the bridge's."""
+    gemma = family_model("gemma3")
+    assert not fits(gemma.original_model, 8) and fits(gemma.original_model, 4)
+    fixed = decode_and_score(gemma, static_cache=True)
+    with direct_path(False):
+        reference = decode_and_score(gemma)
+    assert_same(fixed, reference)
+
+
+def test_the_fixed_shape_step_reads_nothing_back(model, monkeypatch):
+    """What a CUDA graph captures must never wait for the device: a decoding step of the model's
+    own forward pass (gates, static cache, slot mask) calls no host read."""
+    from headsup_lens.gates._direct import Decoding, GateSpec
+    from headsup_lens.gates._static import StaticDecoding
+
+    native = native_forward(model)
+    assert native is not None
+    ids, attention = left_pad([random_tokens(model, 1, n, seed=n)[0].tolist() for n in (5, 3)], pad_id=0)
+    job = Decoding(ids, attention, GateSpec(heads=random_mask(model, rows=2)), 4, torch.tensor([0]))
+    reads = []
+    with torch.no_grad(), direct_path(True), native.running(job.spec) as hf:
+        decoding = StaticDecoding(hf, job, torch.zeros_like(ids), hf.dtype)
+        decoding.prompt()
+        for name in HOST_READS:
+            original = getattr(torch.Tensor, name)
+
+            def counted(*args, _name=name, _original=original, **kwargs):
+                reads.append(_name)
+                return _original(*args, **kwargs)
+
+            monkeypatch.setattr(torch.Tensor, name, counted)
+        static_step(hf, decoding.cache, decoding.valid, hf.dtype, ids[:, -1:], torch.full((2, 1), 5), torch.tensor([5]))
+        monkeypatch.undo()
+    assert reads == []
+
+
+@given(
+    valid=st.lists(st.lists(st.booleans(), min_size=6, max_size=6), min_size=1, max_size=3),
+    slots=st.lists(st.integers(0, 5), min_size=1, max_size=4),
+)
+def test_a_query_sees_valid_keys_up_to_its_slot_and_itself(valid, slots):
+    valid_t, slots_t = torch.tensor(valid), torch.tensor(slots)
+    mask = slot_mask(valid_t, slots_t, torch.float32)
+    assert mask.shape == (len(valid), 1, len(slots), 6)
+    for b, row in enumerate(valid):
+        for q, s in enumerate(slots):
+            seen = [(row[k] and k <= s) or k == s for k in range(6)]
+            assert (mask[b, 0, q] == 0).tolist() == seen
+            assert bool((mask[b, 0, q][[not x for x in seen]] == torch.finfo(torch.float32).min).all())
+
+
+def test_a_failed_capture_decodes_eagerly_with_a_warning(llama, monkeypatch):
+    """A step that cannot be captured (here: the capture itself fails) falls back to eager steps."""
+    import headsup_lens.gates._static as static
+
+    class Broken:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+        def __exit__(self, *args):
+            return False
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    monkeypatch.setattr(static.torch.cuda, "graph", Broken)
+    monkeypatch.setattr(static.torch.cuda, "CUDAGraph", Broken)
+    monkeypatch.setattr(static.torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(static.torch.cuda, "current_stream", Stream)
+    monkeypatch.setattr(static.torch.cuda, "stream", lambda s: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(static.torch.cuda, "synchronize", lambda: None)
+    eager = decode_and_score(llama, static_cache=True)
+    replay = static._Replay(lambda: None, enabled=True)
+    replay()  # the first call: an eager warm-up
+    with pytest.warns(RuntimeWarning, match="could not be captured"):
+        replay()
+    assert replay.graph is None and not replay.enabled
+    assert eager.tokens == decode_and_score(llama, static_cache=True).tokens
+
+
+@CUDA
+@pytest.mark.parametrize("family", [*BUILT_IN, *FAMILIES])
+def test_captured_decoding_on_a_gpu_equals_the_bridge(family, tmp_path):
+    """On a GPU (fp32): the step captured once and replayed per token gives the bridge's output,
+    and the capture does not fall back."""
+    import warnings
+
+    from headsup_lens import load_model
+
+    from ..conftest import build_family_dir, build_gpt2_dir, build_llama_dir, build_qwen2_dir
+
+    builders = {"llama": build_llama_dir, "qwen2": build_qwen2_dir, "gpt2": build_gpt2_dir}
+    if family in builders:
+        folder = builders[family](tmp_path)
+    else:
+        folder = build_family_dir(tmp_path, family) if family != "gemma3" else None
+    if folder is None:
+        from headsup_lens.models import random_llama_dir
+
+        folder = random_llama_dir(tmp_path, 0, architecture="gemma3", **WIDE_GEMMA)
+    model = load_model(folder, device="cuda", dtype="float32")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*could not be captured.*")
+        captured = decode_and_score(model, cuda_graph=True)
+    with direct_path(False):
+        reference = decode_and_score(model)
+    assert_same(captured, reference)

@@ -12,7 +12,8 @@ greedy decoding run the Hugging Face model itself instead:
 - attention runs through the model's own attention interface, with fused attention (SDPA) where
   the model supports it, and its own KV cache (a static cache on request);
 - greedy decoding keeps tokens and stop flags on the device and reads them back every
-  `check_every` tokens (one host synchronisation per check instead of several per token);
+  `check_every` tokens (one host synchronisation per check instead of several per token); on a GPU
+  it runs at fixed shapes and replays each token's step as one captured CUDA graph (`gates._static`);
 - a loss pass over right-padded rows (no KV cache) runs SDPA under `CAUSAL_ATTENTION`, an attention
   function registered with transformers but given no mask function: transformers then prepares no
   mask, and its check for packed sequences (one host synchronisation per pass) is skipped. Causal
@@ -42,7 +43,8 @@ from ._direct import Decoding, GateSpec, _check_rows, _raw, cached_forward
 from ._static import StaticDecoding, fits, static_step
 
 _CACHE_ATTR = "_headsup_native_forward"
-# Options of the native path (process-wide): fused attention, a static KV cache, a compiled decode step.
+# Options of the native path (process-wide): fused attention, fixed-shape decoding on a static KV cache
+# (replayed as a CUDA graph on a GPU, or compiled), how often the stop flags are read, prefix sharing.
 _OPTIONS: dict = {
     "sdpa": True,
     "static_cache": False,
@@ -301,10 +303,11 @@ class NativeForward:
 
         Tokens and stop flags stay on the device; every `check_every` tokens the flags are read
         back once: the loop ends when every row has stopped, and stopped rows leave the batch, its
-        cache and its per-row gates. The answers run on a copy of the prompt pass's cache, so a
-        prompt is computed once for its generation and its answer's loss."""
+        cache and its per-row gates. At fixed shapes (`fixed_shapes`: on a GPU by default) they stay
+        and every step is the same (`_greedy_static`). The answers run on a copy of the prompt pass's
+        cache, so a prompt is computed once for its generation and its answer's loss."""
         _check_rows(job.spec, job.ids.shape[0])
-        if fixed_shapes(job.ids.device) and fits(self.hf, job.ids.shape[1] + max(job.max_new_tokens, _width(job))):
+        if fixed_shapes(job.ids.device) and fits(self.configs, job.ids.shape[1] + max(job.max_new_tokens, _width(job))):
             return self._greedy_static(job)
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass

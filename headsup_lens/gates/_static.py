@@ -21,7 +21,7 @@ reads the device back, say) warns and decodes eagerly: the same steps, launched 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -47,10 +47,11 @@ def slot_mask(
     return torch.zeros(seen.shape, dtype=dtype, device=valid.device).masked_fill_(~seen, torch.finfo(dtype).min)
 
 
-def fits(hf: Any, slots: int) -> bool:
-    """Whether a static cache of `slots` keeps every key in slot order: no sliding window shorter than
-    `slots` (a full sliding layer rolls its keys, which one mask over slots cannot follow)."""
-    windows = [getattr(hf.config, "sliding_window", None), getattr(hf.config, "attention_chunk_size", None)]
+def fits(configs: Iterable[Any], slots: int) -> bool:
+    """Whether a static cache of `slots` keeps every key in slot order under the model's `configs`
+    (its own and its attention modules'): no sliding window or attention chunk shorter than `slots`
+    (a full sliding layer rolls its keys, which one mask over slots cannot follow)."""
+    windows = [getattr(c, name, None) for c in configs for name in ("sliding_window", "attention_chunk_size")]
     return all(w is None or w >= slots for w in windows)
 
 

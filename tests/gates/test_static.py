@@ -92,7 +92,8 @@ def test_short_windows_decode_on_the_dynamic_cache(family_model):
     """The tiny Gemma-3's window (4) is shorter than its rows: fixed shapes are declined, and the
     output still equals the bridge's."""
     gemma = family_model("gemma3")
-    assert not fits(gemma.original_model, 8) and fits(gemma.original_model, 4)
+    configs = [gemma.original_model.config]
+    assert not fits(configs, 8) and fits(configs, 4)
     fixed = decode_and_score(gemma, static_cache=True)
     with direct_path(False):
         reference = decode_and_score(gemma)

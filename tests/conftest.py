@@ -216,6 +216,9 @@ FAMILY_SETTINGS: dict[str, dict] = {
     "phi3": {},
 }
 FAMILIES = tuple(FAMILY_SETTINGS)
+# Gemma-3 with windows longer than the test rows: fixed-shape decoding and packed loss passes serve it
+# (with conftest's window of 4 they are declined, as a sliding layer's keys then roll or band).
+WIDE_GEMMA = dict(FAMILY_SETTINGS["gemma3"], sliding_window=64)
 
 
 def build_family_dir(path: Path, family: str, seed: int = 0) -> Path:
@@ -223,6 +226,16 @@ def build_family_dir(path: Path, family: str, seed: int = 0) -> Path:
     from headsup_lens.models import random_llama_dir
 
     return random_llama_dir(path, seed, architecture=family, **FAMILY_SETTINGS[family])
+
+
+@pytest.fixture(scope="session")
+def wide_gemma(tmp_path_factory):
+    """The tiny Gemma-3 of `FAMILY_SETTINGS` with sliding windows of 64 (`WIDE_GEMMA`)."""
+    from headsup_lens import load_model
+    from headsup_lens.models import random_llama_dir
+
+    folder = random_llama_dir(tmp_path_factory.mktemp("gemma3_wide"), 0, architecture="gemma3", **WIDE_GEMMA)
+    return load_model(folder, device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,9 @@ of this process (the CPU-time ratio holds up when other processes share the core
   per-example `model.generate` through the bridge on `--sequential-steps` examples.
 - train: one `train_mask` step of the paper's recipe (batch 16, answer-only loss), timed as
   (time of 2 + N steps - time of 2 steps) / N, vs the same rows' forward and backward in plain
-  transformers; checked: the mask gradient equals plain transformers' and the bridge's.
+  transformers, and vs the library's own forward and backward of those rows alone (the row
+  "the library's forward and backward alone": its ratio r says the step's overhead, 1 / r - 1);
+  checked: the mask gradient equals plain transformers' and the bridge's.
 - memory (a GPU only): peak GPU memory of two `train_mask` steps with and without activation
   checkpointing, over the bytes of the model's weights (what the library's model holds besides
   its weights; the plain model loaded beside it is not counted).
@@ -185,7 +187,7 @@ def sweep_section(model, plain: PlainModel, options: Options) -> dict:
     # the allocator's growth, which would land on whichever loop runs first.
     ours()
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": []}
+    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "own": []}
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
         loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge, eager=eager)]
@@ -270,7 +272,7 @@ def eval_section(model, plain: PlainModel, options: Options, task: Task) -> dict
 
     ours()  # warm-up of both at the timed shapes
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": []}
+    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "own": []}
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
         loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge, eager=eager)]
@@ -355,6 +357,10 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
         with direct_path(False):
             return ours()
 
+    def own():  # the step's forward and backward alone, through the library: what the step adds to it
+        clock, _, peak = run(lambda: mask_gradient(model, None, rows, groups, pad), device)
+        return clock, peak
+
     def reference():
         logits = torch.full((len(rows), n_layers, n_heads), 4.0, device=device, requires_grad=True)
         noise = left_tail_gumbel((len(rows), n_layers, n_heads), torch.Generator().manual_seed(0)).to(device)
@@ -363,10 +369,10 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
 
     steps(2)  # warm-up
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": []}
+    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "own": []}
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
-        loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge)]
+        loops = [("library", ours), ("plain", reference), ("own", own), *extra(options, bridge=bridge)]
         for name, fn in loops if repeat % 2 == 0 else loops[::-1]:
             clock, peaks[name] = fn()
             clocks[name].append(clock)
@@ -436,6 +442,7 @@ VERSUS = {
     "plain": "plain transformers",
     "bridge": "library via the bridge's hooks",
     "eager": "library with eager decoding steps (no CUDA graph)",
+    "own": "the library's forward and backward alone",
 }
 
 

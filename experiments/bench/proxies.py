@@ -81,7 +81,8 @@ class Options:
     """On a GPU: print where each synchronisation CUDA reports comes from (the innermost frames of the
     library and of transformers)."""
     gpu_path: bool = False
-    """Count the path a GPU takes (no prefix sharing across rows: `native_options(prefix_sharing=False)`)."""
+    """Count the path a GPU takes (no prefix sharing across rows, no packed loss passes:
+    `native_options(prefix_sharing=False, pack_rows=False)`)."""
     out: str | None = None
     """Folder for proxies.csv; nothing is written without it."""
 
@@ -277,8 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     os.environ["HEADSUP_PROGRESS"] = "0"
     rows = []
-    sharing = False if options.gpu_path else None
-    with tempfile.TemporaryDirectory() as scratch, native_options(prefix_sharing=sharing):
+    cpu_only = False if options.gpu_path else None  # the CPU's levers: prefix sharing, packed rows
+    with tempfile.TemporaryDirectory() as scratch, native_options(prefix_sharing=cpu_only, pack_rows=cpu_only):
         for name in options.models:
             model, directory = load(name, Path(scratch), options.device, options.dtype)
             plain = PlainModel(directory, torch.device(model.cfg.device), model.cfg.dtype)

@@ -17,7 +17,8 @@ greedy decoding run the Hugging Face model itself instead:
 - a loss pass over right-padded rows (no KV cache) runs SDPA under `CAUSAL_ATTENTION`, an attention
   function registered with transformers but given no mask function: transformers then prepares no
   mask, and its check for packed sequences (one host synchronisation per pass) is skipped. Causal
-  attention, banded by the layer's sliding window where it has one, is all such a pass needs.
+  attention, banded by the layer's sliding window where it has one, is all such a pass needs. On the
+  CPU the rows are packed into one sequence first (`gates._packed`, `PACKED_ATTENTION`).
 The gate is the same function of the same weights as at `hook_z`; tests compare both paths on
 every architecture family the gates support.
 """
@@ -33,18 +34,20 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
-from transformers import AttentionInterface, DynamicCache
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers import DynamicCache
 
 from .._typecheck import checked
 from .._warnings import warn
 from ..data import TaskBatch
+from ._attention import CAUSAL_ATTENTION, PACKED_ATTENTION, unpacking
 from ._direct import Decoding, GateSpec, _check_rows, _raw, cached_forward
+from ._packed import packing, token_gates
 from ._static import StaticDecoding, fits, static_step
 
 _CACHE_ATTR = "_headsup_native_forward"
 # Options of the native path (process-wide): fused attention, fixed-shape decoding on a static KV cache
-# (replayed as a CUDA graph on a GPU, or compiled), how often the stop flags are read, prefix sharing.
+# (replayed as a CUDA graph on a GPU, or compiled), how often the stop flags are read, prefix sharing,
+# packed loss passes.
 _OPTIONS: dict = {
     "sdpa": True,
     "static_cache": False,
@@ -52,35 +55,8 @@ _OPTIONS: dict = {
     "compile": False,
     "check_every": 4,
     "prefix_sharing": None,
+    "pack_rows": None,
 }
-
-
-CAUSAL_ATTENTION = "headsup_causal_sdpa"
-
-
-def _causal_attention(
-    module: torch.nn.Module,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attention_mask: Tensor | None,
-    sliding_window: int | None = None,
-    **kwargs,
-) -> tuple[Tensor, None]:
-    """SDPA with the mask of a pass over right-padded rows, built from the shapes alone: causal (the
-    `is_causal` kernels), or causal within the layer's sliding window (a key is seen while
-    query - key < window, as transformers' sliding-window mask). `attention_mask` is always None
-    here: transformers makes none for an attention function without a mask function."""
-    n = query.shape[-2]
-    if sliding_window is None or n <= sliding_window:
-        return sdpa_attention_forward(module, query, key, value, None, **kwargs)
-    position = torch.arange(n, device=query.device)
-    gap = position[:, None] - position[None, :]
-    band = (gap >= 0) & (gap < sliding_window)
-    return sdpa_attention_forward(module, query, key, value, band[None, None], **kwargs)
-
-
-AttentionInterface.register(CAUSAL_ATTENTION, _causal_attention)
 
 
 @contextlib.contextmanager
@@ -93,6 +69,7 @@ def native_options(
     compile: bool | None = None,
     check_every: int | None = None,
     prefix_sharing: bool | None = None,
+    pack_rows: bool | None = None,
 ) -> Iterator[None]:
     """Options of the native forward pass inside the block (None: unchanged).
 
@@ -106,7 +83,10 @@ def native_options(
     the stop flags back every N tokens (default 4); `prefix_sharing`: greedy decoding of a
     Llama-family model runs the direct forward pass, which computes rows with the same tokens and
     gates below a layer once (`gates._direct`; it reads the row groups back on every pass, so it
-    pays on a CPU only: the default is on for a model on the CPU, off on a GPU)."""
+    pays on a CPU only: the default is on for a model on the CPU, off on a GPU); `pack_rows`: a loss
+    pass over right-padded rows runs as one packed sequence (`gates._packed`: the projections and
+    MLPs compute no padding and no final tokens; its layout reads the answer positions, so the
+    default is on for a model on the CPU, off on a GPU, where it was not measured)."""
     if check_every is not None and check_every < 1:
         raise ValueError(f"check_every must be >= 1, got {check_every}")
     previous = dict(_OPTIONS)
@@ -117,6 +97,7 @@ def native_options(
         "compile": compile,
         "check_every": check_every,
         "prefix_sharing": prefix_sharing,
+        "pack_rows": pack_rows,
     }
     _OPTIONS.update({k: v for k, v in given.items() if v is not None})
     try:
@@ -154,7 +135,14 @@ class NativeForward:
         self.n_heads = model.cfg.n_heads
         self.configs = {id(c): c for c in [self.hf.config, *self._attention_configs()]}.values()
         self.spec: GateSpec | None = None
+        self.per_token = False
         self._compiled: Callable | Literal[False] | None = None
+
+    @property
+    def supports_sdpa(self) -> bool:
+        """Whether attention runs through SDPA (`native_options(sdpa=...)` and the model supports it):
+        the condition for `CAUSAL_ATTENTION` and `PACKED_ATTENTION`."""
+        return bool(_OPTIONS["sdpa"] and getattr(self.hf, "_supports_sdpa", False))
 
     def _attention_configs(self) -> list:
         return [
@@ -172,7 +160,8 @@ class NativeForward:
                 return None
             x = args[0]
             z = x.unflatten(-1, (self.n_heads, -1))
-            e = spec.heads[:, layer].to(device=x.device, dtype=x.dtype)[:, None, :, None]
+            e = spec.heads[:, layer].to(device=x.device, dtype=x.dtype)
+            e = e[None, :, :, None] if self.per_token else e[:, None, :, None]  # [batch or 1, pos or 1, n_heads, 1]
             gated = z * e if spec.mean is None else z * e + (1.0 - e) * spec.mean[layer].to(x.device, x.dtype)
             return (gated.flatten(-2), *args[1:])
 
@@ -184,31 +173,34 @@ class NativeForward:
             if spec is None or spec.mlp is None:
                 return None
             scale = spec.mlp[:, layer]
+            scale = scale[None, :, None] if self.per_token else scale[:, None, None]
             if isinstance(output, tuple):
-                return (output[0] * scale.to(output[0].device, output[0].dtype)[:, None, None], *output[1:])
-            return output * scale.to(output.device, output.dtype)[:, None, None]
+                return (output[0] * scale.to(output[0].device, output[0].dtype), *output[1:])
+            return output * scale.to(output.device, output.dtype)
 
         return hook
 
     @contextlib.contextmanager
-    def running(self, spec: GateSpec | None, *, causal: bool = False) -> Iterator[Any]:
+    def running(self, spec: GateSpec | None, *, attention: str = "sdpa", per_token: bool = False) -> Iterator[Any]:
         """The Hugging Face model with its own modules and the gate `spec` in place, inside the block
-        (`causal`: attention by `CAUSAL_ATTENTION`, for passes over right-padded rows without a cache)."""
+        (`attention`: the attention function where the model supports SDPA, e.g. `CAUSAL_ATTENTION`
+        for a pass over right-padded rows without a cache; `per_token`: the gates' rows are the tokens
+        of one packed sequence, `gates._packed`)."""
         handles = [p.register_forward_pre_hook(self._projection_hook(i)) for i, p in enumerate(self.projections)]
         if spec is not None and spec.mlp is not None:
             handles += [m.register_forward_hook(self._mlp_hook(i)) for i, m in enumerate(self.mlps)]
-        attention = [c._attn_implementation for c in self.configs]
-        self.spec = spec
+        configured = [c._attn_implementation for c in self.configs]
+        self.spec, self.per_token = spec, per_token
         try:
             for parent, name, _, raw in self.swaps:
                 parent._modules[name] = raw
-            if _OPTIONS["sdpa"] and getattr(self.hf, "_supports_sdpa", False):
+            if self.supports_sdpa:
                 for c in self.configs:
-                    c._attn_implementation = CAUSAL_ATTENTION if causal else "sdpa"
+                    c._attn_implementation = attention
             yield self.hf
         finally:
-            self.spec = None
-            for c, value in zip(self.configs, attention):
+            self.spec, self.per_token = None, False
+            for c, value in zip(self.configs, configured):
                 c._attn_implementation = value
             for parent, name, component, _ in reversed(self.swaps):
                 parent._modules[name] = component
@@ -227,12 +219,22 @@ class NativeForward:
     # ------------------------------------------------------------------ losses
     def final_normed(self, batch: TaskBatch, spec: GateSpec | None) -> Float[Tensor, "n d_model"]:
         """The final norm's output at the batch's answer positions (`TaskBatch.answers`) of a gated
-        pass, differentiable in the gate. A right-padded batch runs without its attention mask, under
-        `CAUSAL_ATTENTION` (`TaskBatch.right_padded`: the same result, and nothing read back)."""
+        pass, differentiable in the gate. A right-padded batch (`TaskBatch.right_padded`) runs as one
+        packed sequence on the CPU (`gates._packed`: no padding, no final tokens), else without its
+        attention mask under `CAUSAL_ATTENTION` (the same result, and nothing read back)."""
         ids, rows, positions = batch.input_ids, *batch.answers()[:2]
         attention_mask = None if batch.right_padded() else batch.attention_mask
         _check_rows(spec, ids.shape[0])
-        with self.running(spec, causal=attention_mask is None) as hf:
+        if attention_mask is None and pack_rows(ids.device) and self.supports_sdpa:
+            layout = packing(batch)
+            gates = token_gates(spec, layout.rows)
+            with (
+                self.running(gates, attention=PACKED_ATTENTION, per_token=True) as hf,
+                unpacking(layout.slots, *ids.shape),
+            ):
+                packed = hf.base_model(input_ids=layout.ids, position_ids=layout.positions, use_cache=False)
+            return packed.last_hidden_state[0, layout.answers]
+        with self.running(spec, attention=CAUSAL_ATTENTION if attention_mask is None else "sdpa") as hf:
             hidden = hf.base_model(
                 input_ids=ids,
                 attention_mask=attention_mask,
@@ -422,6 +424,13 @@ def fixed_shapes(device: torch.device) -> bool:
 def decode_check_every() -> int:
     """How many greedy tokens pass between two reads of the stop flags (`native_options(check_every=...)`)."""
     return int(_OPTIONS["check_every"])
+
+
+@checked
+def pack_rows(device: torch.device) -> bool:
+    """Whether loss passes on `device` may pack their rows (see `native_options`)."""
+    chosen = _OPTIONS["pack_rows"]
+    return device.type == "cpu" if chosen is None else bool(chosen)
 
 
 @checked

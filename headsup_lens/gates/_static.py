@@ -103,9 +103,9 @@ class StaticDecoding:
     def decode(
         self, first: Tensor, next_position: Tensor, check_every: int, graph: bool, step_fn: Callable | None = None
     ) -> tuple[Tensor, int]:
-        """The new tokens `[batch, max_new_tokens]` after the first (`first`: the prompt pass's
-        argmax) and how many columns were decoded before every row stopped. `graph`: capture the
-        step as a CUDA graph and replay it."""
+        """The new tokens `[batch, max_new_tokens]`, the first being `first` (the prompt pass's
+        argmax), and how many columns were decoded before every row stopped. `graph`: capture the
+        step as a CUDA graph and replay it (`step_fn`: the step's forward pass, default `static_step`)."""
         job = self.job
         device = first.device
         tokens = torch.zeros(first.shape[0], job.max_new_tokens, dtype=torch.long, device=device)

@@ -120,7 +120,7 @@ def test_a_right_padded_loss_pass_reads_nothing_back(model, monkeypatch):
             return _original(*args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    with direct_path(True), native_options(prefix_sharing=False):
+    with direct_path(True), native_options(prefix_sharing=False, pack_rows=False):  # the GPU's path
         native.final_normed(batch, GateSpec(heads=soft)).sum().backward()
     monkeypatch.undo()
     assert reads == []

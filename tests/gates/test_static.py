@@ -16,22 +16,10 @@ from headsup_lens.gates._static import fits, slot_mask, static_step
 from headsup_lens.models import left_pad, stop_token_ids
 from headsup_lens.objective import answer_nll, greedy_generate
 
-from ..conftest import FAMILIES, FAMILY_SETTINGS, random_mask, random_tokens
+from ..conftest import FAMILIES, WIDE_GEMMA, random_mask, random_tokens
 from .test_native import BUILT_IN, HOST_READS
 
-# Gemma-3 with windows longer than the rows: the fixed-shape path serves it (the tiny Gemma-3 of
-# conftest, window 4, is declined: its sliding layers roll their keys; see `test_short_windows...`).
-WIDE_GEMMA = dict(FAMILY_SETTINGS["gemma3"], sliding_window=64)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-
-
-@pytest.fixture(scope="module")
-def wide_gemma(tmp_path_factory):
-    from headsup_lens import load_model
-    from headsup_lens.models import random_llama_dir
-
-    folder = random_llama_dir(tmp_path_factory.mktemp("gemma3_wide"), 0, architecture="gemma3", **WIDE_GEMMA)
-    return load_model(folder, device="cpu", dtype="float32")
 
 
 @pytest.fixture(params=[*BUILT_IN, *(f for f in FAMILIES if f != "gemma3"), "gemma3_wide"])
@@ -39,7 +27,7 @@ def model(request, family_model):
     """Llama, Qwen2, GPT-2, Mistral, Qwen3, Phi-3 and a Gemma-3 whose windows cover the rows."""
     if request.param in BUILT_IN:
         return request.getfixturevalue(request.param)
-    if request.param == "gemma3_wide":
+    if request.param == "gemma3_wide":  # the tiny Gemma-3's window (4) is declined: see test_short_windows...
         return request.getfixturevalue("wide_gemma")
     return family_model(request.param)
 

@@ -283,11 +283,7 @@ class NativeForward:
             first_logits = logits.float().cpu()
             if job.on_pass is not None:
                 job.on_pass()
-            next_position = (
-                torch.full((ids.shape[0], 1), ids.shape[1], device=ids.device)
-                if attention_mask is None
-                else attention_mask.long().sum(-1, keepdim=True)
-            )
+            next_position = _next_positions(attention_mask, ids)
             answered = None if job.answers is None else decoding.answer_states(next_position)
             if job.max_new_tokens == 0:
                 return [[] for _ in range(ids.shape[0])], first_logits, answered
@@ -326,11 +322,7 @@ class NativeForward:
             first_logits = logits.float().cpu()
             if on_pass is not None:
                 on_pass()
-            next_position = (
-                torch.full((batch, 1), length, device=device)
-                if attention_mask is None
-                else attention_mask.long().sum(-1, keepdim=True)
-            )
+            next_position = _next_positions(attention_mask, ids)
             answered = None if job.answers is None else self._answer_states(hf, job, cache, next_position)
             if max_new_tokens == 0:
                 return [[] for _ in range(batch)], first_logits, answered
@@ -407,6 +399,13 @@ def _build(model: TransformerBridge) -> NativeForward | None:
     if len({p.device for p in hf.parameters()}) != 1:
         return None
     return NativeForward(model, _swaps(hf), projections, mlps)
+
+
+def _next_positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:
+    """The position id of every row's first new token `[batch, 1]` (its count of real prompt tokens)."""
+    if attention_mask is None:
+        return torch.full((ids.shape[0], 1), ids.shape[1], device=ids.device)
+    return attention_mask.long().sum(-1, keepdim=True)
 
 
 def _width(job: Decoding) -> int:

@@ -2,6 +2,8 @@
 input) against the bridge's hook points (the gate at hook_z), on every architecture family:
 same logits, mask gradients and greedy continuations, in fp32."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -100,6 +102,24 @@ def test_mask_gradient_equals_the_hook_z_gate(model):
 HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero")
 
 
+@contextlib.contextmanager
+def host_reads(monkeypatch):
+    """The names of the `HOST_READS` calls made inside the block, in order."""
+    reads: list[str] = []
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            reads.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    try:
+        yield reads
+    finally:
+        monkeypatch.undo()
+
+
 def test_a_right_padded_loss_pass_reads_nothing_back(model, monkeypatch):
     """With the batch's answer positions and padding known, a gated loss pass (the pass of every
     mask-training step) calls nothing that waits for the device: no mask is prepared, so
@@ -111,18 +131,12 @@ def test_a_right_padded_loss_pass_reads_nothing_back(model, monkeypatch):
     native = native_forward(model)
     assert native is not None
     soft = torch.full((4, model.cfg.n_layers, model.cfg.n_heads), 0.7, requires_grad=True)
-    reads = []
-    for name in HOST_READS:
-        original = getattr(torch.Tensor, name)
-
-        def counted(*args, _name=name, _original=original, **kwargs):
-            reads.append(_name)
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
-    with direct_path(True), native_options(prefix_sharing=False, pack_rows=False):  # the GPU's path
+    with (
+        direct_path(True),
+        native_options(prefix_sharing=False, pack_rows=False),  # the GPU's path
+        host_reads(monkeypatch) as reads,
+    ):
         native.final_normed(batch, GateSpec(heads=soft)).sum().backward()
-    monkeypatch.undo()
     assert reads == []
     assert soft.grad is not None and soft.grad.abs().sum() > 0
 

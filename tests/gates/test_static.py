@@ -17,7 +17,7 @@ from headsup_lens.models import left_pad, stop_token_ids
 from headsup_lens.objective import answer_nll, greedy_generate
 
 from ..conftest import FAMILIES, WIDE_GEMMA, random_mask, random_tokens
-from .test_native import BUILT_IN, HOST_READS
+from .test_native import BUILT_IN, host_reads
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
@@ -98,20 +98,12 @@ def test_the_fixed_shape_step_reads_nothing_back(model, monkeypatch):
     assert native is not None
     ids, attention = left_pad([random_tokens(model, 1, n, seed=n)[0].tolist() for n in (5, 3)], pad_id=0)
     job = Decoding(ids, attention, GateSpec(heads=random_mask(model, rows=2)), 4, torch.tensor([0]))
-    reads = []
     with torch.no_grad(), direct_path(True), native.running(job.spec) as hf:
         decoding = StaticDecoding(hf, job, torch.zeros_like(ids), hf.dtype)
         decoding.prompt()
-        for name in HOST_READS:
-            original = getattr(torch.Tensor, name)
-
-            def counted(*args, _name=name, _original=original, **kwargs):
-                reads.append(_name)
-                return _original(*args, **kwargs)
-
-            monkeypatch.setattr(torch.Tensor, name, counted)
-        static_step(hf, decoding.cache, decoding.valid, hf.dtype, ids[:, -1:], torch.full((2, 1), 5), torch.tensor([5]))
-        monkeypatch.undo()
+        position, slot = torch.full((2, 1), 5), torch.tensor([5])
+        with host_reads(monkeypatch) as reads:
+            static_step(hf, decoding.cache, decoding.valid, hf.dtype, ids[:, -1:], position, slot)
     assert reads == []
 
 

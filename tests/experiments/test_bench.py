@@ -37,7 +37,11 @@ def test_performance_benchmark_checks_its_loops_against_plain_transformers(tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
     table = pd.read_csv(tmp_path / "out" / "performance.csv")
     assert sorted(set(table.section)) == ["eval", "sweep", "train"]
-    assert set(table.versus) == {"plain transformers", "library via the bridge's hooks"}
+    assert set(table.versus) == {
+        "plain transformers",
+        "library via the bridge's hooks",
+        "the library's forward and backward alone",  # the training step's own forward and backward
+    }
     assert (
         table.identical.all() and np.isfinite(table.ratio_wall).all()
     )  # a step is timed as a difference of two runs: under load even its sign is noise

@@ -42,7 +42,7 @@ from ..data import TaskBatch
 from ._attention import CAUSAL_ATTENTION, PACKED_ATTENTION, unpacking
 from ._direct import Decoding, GateSpec, _check_rows, _raw, cached_forward
 from ._packed import packing, token_gates
-from ._static import StaticDecoding, fits, static_step
+from ._static import StaticDecoding, cache_slots, fits, static_step
 
 _CACHE_ATTR = "_headsup_native_forward"
 # Options of the native path (process-wide): fused attention, fixed-shape decoding on a static KV cache
@@ -305,7 +305,7 @@ class NativeForward:
         and every step is the same (`_greedy_static`). The answers run on a copy of the prompt pass's
         cache, so a prompt is computed once for its generation and its answer's loss."""
         _check_rows(job.spec, job.ids.shape[0])
-        if fixed_shapes(job.ids.device) and fits(self.configs, job.ids.shape[1] + max(job.max_new_tokens, _width(job))):
+        if fixed_shapes(job.ids.device) and fits(self.configs, cache_slots(job)):
             return self._greedy_static(job)
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
@@ -406,10 +406,6 @@ def _next_positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:
     if attention_mask is None:
         return torch.full((ids.shape[0], 1), ids.shape[1], device=ids.device)
     return attention_mask.long().sum(-1, keepdim=True)
-
-
-def _width(job: Decoding) -> int:
-    return 0 if job.answers is None else job.answers.shape[1]
 
 
 def fixed_shapes(device: torch.device) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -55,6 +56,13 @@ def fits(configs: Iterable[Any], slots: int) -> bool:
     return all(w is None or w >= slots for w in windows)
 
 
+def cache_slots(job: Decoding) -> int:
+    """The static cache's length for `job`: decoding writes slots `length .. length + max_new_tokens
+    - 2` (the first new token comes from the prompt pass), the answers `length .. length + answer - 2`."""
+    answer = 0 if job.answers is None else job.answers.shape[1] - 1
+    return job.ids.shape[1] + max(job.max_new_tokens - 1, answer, 0)
+
+
 class StaticDecoding:
     """One fixed-shape greedy decoding of `job` on the Hugging Face model `hf` (gates in place)."""
 
@@ -62,9 +70,7 @@ class StaticDecoding:
         self.hf, self.job = hf, job
         batch, self.length = job.ids.shape
         device = job.ids.device
-        answer = 0 if job.answers is None else job.answers.shape[1] - 1
-        # Decoding writes slots length .. length + max_new_tokens - 2, the answers length .. length + answer - 1.
-        self.slots = self.length + max(job.max_new_tokens - 1, answer, 0)
+        self.slots = cache_slots(job)
         self.cache = StaticCache(config=hf.config, max_cache_len=self.slots)
         self.valid = torch.ones(batch, self.slots, dtype=torch.bool, device=device)
         if job.attention_mask is not None:
@@ -159,16 +165,16 @@ def static_step(
     ).logits[:, -1]
 
 
+@dataclass(frozen=True)
 class _State:
     """The device tensors a decoding step reads and advances in place (fixed addresses: a replayed
     CUDA graph reads them where the capture found them)."""
 
-    def __init__(self, **tensors: Tensor) -> None:
-        self.ids: Tensor = tensors["ids"]
-        self.position: Tensor = tensors["position"]
-        self.slot: Tensor = tensors["slot"]
-        self.column: Tensor = tensors["column"]
-        self.stopped: Tensor = tensors["stopped"]
+    ids: Tensor
+    position: Tensor
+    slot: Tensor
+    column: Tensor
+    stopped: Tensor
 
 
 class _Replay:

@@ -122,8 +122,12 @@ def test_a_query_sees_valid_keys_up_to_its_slot_and_itself(valid, slots):
             assert bool((mask[b, 0, q][[not x for x in seen]] == torch.finfo(torch.float32).min).all())
 
 
-def test_a_failed_capture_decodes_eagerly_with_a_warning(llama, monkeypatch):
-    """A step that cannot be captured (here: the capture itself fails) falls back to eager steps."""
+def test_a_failed_capture_runs_every_step_eagerly_with_a_warning(monkeypatch):
+    """`_Replay` runs the first step eagerly (a warm-up on a side stream), then tries the capture; a
+    capture that fails (here: the capture itself) warns once, and that step and every later one still
+    run, eagerly. (On a GPU the capture itself is checked by the test below.)"""
+    import contextlib
+
     import headsup_lens.gates._static as static
 
     class Broken:
@@ -144,15 +148,16 @@ def test_a_failed_capture_decodes_eagerly_with_a_warning(llama, monkeypatch):
     monkeypatch.setattr(static.torch.cuda, "CUDAGraph", Broken)
     monkeypatch.setattr(static.torch.cuda, "Stream", Stream)
     monkeypatch.setattr(static.torch.cuda, "current_stream", Stream)
-    monkeypatch.setattr(static.torch.cuda, "stream", lambda s: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(static.torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(static.torch.cuda, "synchronize", lambda: None)
-    eager = decode_and_score(llama, static_cache=True)
-    replay = static._Replay(lambda: None, enabled=True)
-    replay()  # the first call: an eager warm-up
+    steps = []
+    replay = static._Replay(lambda: steps.append(len(steps)), enabled=True)
+    replay()  # the warm-up
     with pytest.warns(RuntimeWarning, match="could not be captured"):
         replay()
+    replay()
+    assert steps == [0, 1, 2]
     assert replay.graph is None and not replay.enabled
-    assert eager.tokens == decode_and_score(llama, static_cache=True).tokens
 
 
 @CUDA

@@ -8,7 +8,9 @@
 #      mask training with and without activation checkpointing (tables written after every section);
 #   3. `proxies.py` at the 0.5B shape: host synchronisations per decoding pass and per training step,
 #      counted by CUDA itself (`torch.cuda.set_sync_debug_mode`) beside the wrapped calls (WHERE=true:
-#      and where each comes from).
+#      and where each comes from);
+#   4. two levers at the 0.5B shape: the training section with packed loss passes (a CPU lever, not
+#      yet measured on a GPU) and the sweep with the decoding step compiled.
 # Usage: bash experiments/bench/gpu.sh [OUT_DIR]   (default figures/bench/performance_gpu)
 #        MODELS="llama8b" DEVICE=cuda REPEATS=2 bash experiments/bench/gpu.sh /tmp/gpu
 set -uo pipefail
@@ -32,6 +34,10 @@ python3 performance.py --models $models --device "$device" --task reverse --repe
     --prefix-sharing off --eager-steps true --out "$out" || status=1
 python3 proxies.py --models qwen0.5b --device "$device" --task reverse --gpu-path true --where "${WHERE:-false}" \
     --out "$out/proxies" || status=1
+# A lever not yet measured on a GPU: loss passes packing their rows (on by default on the CPU only),
+# in the training section at the 0.5B shape.
+python3 performance.py --models qwen0.5b --device "$device" --task reverse --sections train --repeats "$repeats" \
+    --threads 8 --pack-rows on --out "$out/packed" || status=1
 # A lever: the fixed-shape decoding step compiled by `torch.compile` (and replayed as a CUDA graph)
 # in the sweep at the 0.5B shape; compilation gets 120 s, and falls back to eager steps with a
 # warning when it fails.

@@ -106,6 +106,8 @@ class Options:
     """`torch.compile` the library's decoding step (`native_options(compile=True)`)."""
     cuda_graph: str = "auto"
     """Replay the library's decoding step as a captured CUDA graph: auto (on a GPU), on, off."""
+    pack_rows: str = "auto"
+    """Loss passes pack their right-padded rows into one sequence (`native_options(pack_rows=...)`): auto (on the CPU only), on, off."""
     eager_steps: bool = False
     """Also time the library's sweep and evaluation with the CUDA graph off (`native_options(cuda_graph=False)`)."""
     out: str | None = None
@@ -521,7 +523,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
     torch.set_num_threads(options.threads)
     os.environ["HEADSUP_PROGRESS"] = "0"  # the library's bars would be timed with its loops
-    for flag, value in (("--prefix-sharing", options.prefix_sharing), ("--cuda-graph", options.cuda_graph)):
+    switches = (
+        ("--prefix-sharing", options.prefix_sharing),
+        ("--cuda-graph", options.cuda_graph),
+        ("--pack-rows", options.pack_rows),
+    )
+    for flag, value in switches:
         if value not in ("auto", "on", "off"):
             raise SystemExit(f"{flag} must be auto, on or off, not {value!r}")
     rows, raw, memory = [], {}, []
@@ -530,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
         static_cache=options.static_cache,
         cuda_graph=None if options.cuda_graph == "auto" else options.cuda_graph == "on",
         compile=options.compile,
+        pack_rows=None if options.pack_rows == "auto" else options.pack_rows == "on",
     )
     with tempfile.TemporaryDirectory() as scratch, levers:
         for name in options.models:

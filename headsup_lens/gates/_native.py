@@ -18,7 +18,8 @@ greedy decoding run the Hugging Face model itself instead:
   function registered with transformers but given no mask function: transformers then prepares no
   mask, and its check for packed sequences (one host synchronisation per pass) is skipped. Causal
   attention, banded by the layer's sliding window where it has one, is all such a pass needs. On the
-  CPU the rows are packed into one sequence first (`gates._packed`, `PACKED_ATTENTION`).
+  CPU the rows are packed into one sequence first (`gates._packed`, `PACKED_ATTENTION`). Either way
+  the last layer's output projection and MLP compute the answer positions only (`last_layer_at`).
 The gate is the same function of the same weights as at `hook_z`; tests compare both paths on
 every architecture family the gates support.
 """
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import DynamicCache
@@ -216,6 +217,36 @@ class NativeForward:
         mlp = spec.mlp if spec.mlp is None or spec.mlp.shape[0] == 1 else spec.mlp[keep]
         self.spec = GateSpec(heads=heads, mean=spec.mean, mlp=mlp)
 
+    @contextlib.contextmanager
+    def last_layer_at(self, tokens: Int[Tensor, " n"]) -> Iterator[None]:
+        """Inside the block, the last layer's output projection and MLP compute only `tokens` (indices
+        into the pass's tokens, flattened over batch and position); the other tokens get zeros there.
+        A loss reads the final residual at the answer positions only, and the last layer's other
+        tokens feed nothing but its keys and values, which come before both: those outputs are never
+        read, and these two modules are most of a layer's work (both ways, in a training step)."""
+        shapes: list[torch.Size] = []
+
+        def take(module, args):
+            shapes.append(args[0].shape)
+            return (args[0].flatten(0, -2)[tokens][None], *args[1:])
+
+        def put(module, args, output):
+            first = output[0] if isinstance(output, tuple) else output
+            shape = shapes.pop()
+            full = first.new_zeros(shape[:-1].numel(), first.shape[-1]).index_copy(0, tokens, first[0])
+            full = full.view(*shape[:-1], first.shape[-1])
+            return (full, *output[1:]) if isinstance(output, tuple) else full
+
+        handles = []
+        for module in (self.projections[-1], self.mlps[-1]):
+            # after the gate's input hook, before an MLP gate's output hook (both see every token)
+            handles += [module.register_forward_pre_hook(take), module.register_forward_hook(put, prepend=True)]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
     # ------------------------------------------------------------------ losses
     def final_normed(self, batch: TaskBatch, spec: GateSpec | None) -> Float[Tensor, "n d_model"]:
         """The final norm's output at the batch's answer positions (`TaskBatch.answers`) of a gated
@@ -231,10 +262,14 @@ class NativeForward:
             with (
                 self.running(gates, attention=PACKED_ATTENTION, per_token=True) as hf,
                 unpacking(layout.slots, *ids.shape),
+                self.last_layer_at(layout.answers),
             ):
                 packed = hf.base_model(input_ids=layout.ids, position_ids=layout.positions, use_cache=False)
             return packed.last_hidden_state[0, layout.answers]
-        with self.running(spec, attention=CAUSAL_ATTENTION if attention_mask is None else "sdpa") as hf:
+        with (
+            self.running(spec, attention=CAUSAL_ATTENTION if attention_mask is None else "sdpa") as hf,
+            self.last_layer_at(rows * ids.shape[1] + positions),
+        ):
             hidden = hf.base_model(
                 input_ids=ids,
                 attention_mask=attention_mask,

@@ -1,6 +1,7 @@
 """Loss passes over right-padded rows as one packed sequence (`gates._packed`): the same final-norm
 outputs and mask gradients as the padded pass and the `hook_z` gate, on every architecture family
-(Gemma-3 with sliding windows shorter than its rows too); the layout."""
+(Gemma-3 with sliding windows shorter than its rows too); the layout; the last layer's output
+projection and MLP at the answer positions only."""
 
 import pytest
 import torch
@@ -65,6 +66,46 @@ def test_a_packed_pass_equals_the_padded_one(model, kind):  # noqa: F811
     assert torch.allclose(outputs[0], outputs[1], atol=1e-5, rtol=1e-4)
     if grads:
         assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_the_last_layer_projects_and_runs_its_mlp_at_the_answers_only(model, pack):  # noqa: F811
+    """Both ways of a loss pass: the first layer's output projection and MLP see every computed
+    token, the last layer's only the answer positions (the tests above and `test_native` compare
+    the outputs and gradients with the padded pass and the bridge)."""
+    batch = short_rows(model, seed=2)
+    native = native_forward(model)
+    assert native is not None
+    seen: dict[str, int] = {}
+
+    def count(name):
+        def hook(module, args, output):
+            seen[name] = args[0].shape[:-1].numel()
+
+        return hook
+
+    modules = {
+        "first projection": native.projections[0],
+        "first mlp": native.mlps[0],
+        "last projection": native.projections[-1],
+        "last mlp": native.mlps[-1],
+    }
+    handles = [module.register_forward_hook(count(name)) for name, module in modules.items()]
+    try:
+        with direct_path(True), native_options(pack_rows=pack):
+            out = native.final_normed(batch, gates(model, "per_row"))
+    finally:
+        for handle in handles:
+            handle.remove()
+    n_answers = len(batch.answers()[0])
+    computed = 28 if pack else batch.input_ids.numel()  # packed: each row up to its last answer position
+    assert seen == {
+        "first projection": computed,
+        "first mlp": computed,
+        "last projection": n_answers,
+        "last mlp": n_answers,
+    }
+    assert out.shape[0] == n_answers and torch.isfinite(out).all()
 
 
 def test_the_packed_mask_gradient_equals_the_hook_z_gate(llama):

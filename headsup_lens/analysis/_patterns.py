@@ -228,11 +228,14 @@ def top_heads(scores: Float[Tensor, "n_layers n_heads"], k: int) -> Tensor:
 
 @checked
 def pattern_correlation(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
-    """Pearson correlation matrix between named patterns (flattened over heads)."""
+    """Pearson correlation matrix between named patterns (flattened over heads). A constant pattern
+    (a change that is zero everywhere, say) has no correlation with anything: its row and column
+    are NaN."""
     names = list(patterns)
     if len(names) < 2:
         raise ValueError("need at least two patterns to correlate")
-    matrix = np.corrcoef(np.stack([np.asarray(patterns[n], dtype=np.float64).ravel() for n in names]))
+    with np.errstate(invalid="ignore", divide="ignore"):  # the NaN of a constant pattern is the answer
+        matrix = np.corrcoef(np.stack([np.asarray(patterns[n], dtype=np.float64).ravel() for n in names]))
     return pd.DataFrame(matrix, index=names, columns=names)
 
 

@@ -1,3 +1,5 @@
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -158,6 +160,10 @@ def test_correlation_and_least_squares_fit():
     corr = pattern_correlation({"a": a, "t": target, "neg": -a})
     assert corr.loc["a", "neg"] == pytest.approx(-1.0)
     assert corr.loc["a", "t"] == pytest.approx(np.corrcoef(a.flatten(), target.flatten())[0, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy warning for a constant pattern: NaN says it
+        flat = pattern_correlation({"a": a, "zero": torch.zeros_like(a)})
+    assert np.isnan(flat.loc["a", "zero"]) and np.isnan(flat.loc["zero", "zero"]) and flat.loc["a", "a"] == 1.0
     with pytest.raises(ValueError, match="values"):
         fit_pattern_change(target, {"a": torch.ones(3)})
 

@@ -27,7 +27,6 @@ every architecture family the gates support.
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -43,7 +42,7 @@ from ..data import TaskBatch
 from ._attention import CAUSAL_ATTENTION, PACKED_ATTENTION, unpacking
 from ._direct import Decoding, GateSpec, _check_rows, _raw, cached_forward
 from ._packed import packing, token_gates
-from ._static import StaticDecoding, cache_slots, fits, static_step
+from ._static import StaticDecoding, answer_states, cache_slots, fits, static_step
 
 _CACHE_ATTR = "_headsup_native_forward"
 # Options of the native path (process-wide): fused attention, fixed-shape decoding on a static KV cache
@@ -391,27 +390,14 @@ class NativeForward:
         return tokens[:, :taken].tolist(), first_logits, answered
 
     def _answer_states(self, hf, job: Decoding, cache, next_position: Tensor) -> Tensor | None:
-        """The final norm's output after each answer token but the last, teacher-forced on a copy
-        of the prompt pass's cache (the first answer token is scored by the prompt pass's logits);
-        None when every answer is one token. Right padding needs no mask: a real answer token sees
-        only the real tokens before it."""
-        answers = job.answers
-        assert answers is not None
-        if answers.shape[1] < 2:
-            return None
-        feed = answers[:, :-1].clamp(min=0)
-        n = feed.shape[1]
+        """`answer_states` on a copy of the prompt pass's dynamic cache (the prompt's 2-D mask, extended)."""
+        assert job.answers is not None
         attention = job.attention_mask
-        if attention is not None:
-            attention = torch.cat([attention, attention.new_ones(attention.shape[0], n)], dim=1)
-        positions = next_position + torch.arange(n, device=feed.device)
-        return hf.base_model(
-            input_ids=feed,
-            attention_mask=attention,
-            position_ids=positions,
-            past_key_values=copy.deepcopy(cache),
-            use_cache=True,
-        ).last_hidden_state
+
+        def mask(n: int) -> Tensor | None:
+            return None if attention is None else torch.cat([attention, attention.new_ones(attention.shape[0], n)], 1)
+
+        return answer_states(hf, job.answers, cache, next_position, mask)
 
 
 def _positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:

@@ -48,6 +48,27 @@ def slot_mask(
     return torch.zeros(seen.shape, dtype=dtype, device=valid.device).masked_fill_(~seen, torch.finfo(dtype).min)
 
 
+def answer_states(
+    hf: Any, answers: Int[Tensor, "batch answer"], cache: Any, next_position: Tensor, mask: Callable[[int], Any]
+) -> Float[Tensor, "batch n d_model"] | None:
+    """The final norm's output after each answer token but the last (`answers`: right-padded with
+    -1, as `Decoding.answers`), teacher-forced from `next_position` on a copy of the prompt pass's
+    `cache` (the first answer token is scored by the prompt pass's logits); None when every answer
+    is one token. `mask(n)`: the attention mask of `n` answer tokens after the prompt. Right padding
+    needs no mask of its own: a real answer token sees only the real tokens before it."""
+    if answers.shape[1] < 2:
+        return None
+    feed = answers[:, :-1].clamp(min=0)
+    n = feed.shape[1]
+    return hf.base_model(
+        input_ids=feed,
+        attention_mask=mask(n),
+        position_ids=next_position + torch.arange(n, device=feed.device),
+        past_key_values=copy.deepcopy(cache),
+        use_cache=True,
+    ).last_hidden_state
+
+
 def fits(configs: Iterable[Any], slots: int) -> bool:
     """Whether a static cache of `slots` keeps every key in slot order under the model's `configs`
     (its own and its attention modules'): no sliding window or attention chunk shorter than `slots`
@@ -90,21 +111,13 @@ class StaticDecoding:
         ).logits[:, -1]
 
     def answer_states(self, next_position: Tensor) -> Tensor | None:
-        """The final norm's output after each answer token but the last, teacher-forced on a copy of
-        the prompt pass's cache (see `NativeForward._answer_states`)."""
-        answers = self.job.answers
-        assert answers is not None
-        if answers.shape[1] < 2:
-            return None
-        feed = answers[:, :-1].clamp(min=0)
-        slots = self.length + torch.arange(feed.shape[1], device=feed.device)
-        return self.hf.base_model(
-            input_ids=feed,
-            attention_mask=slot_mask(self.valid, slots, self.dtype),
-            position_ids=next_position + torch.arange(feed.shape[1], device=feed.device),
-            past_key_values=copy.deepcopy(self.cache),
-            use_cache=True,
-        ).last_hidden_state
+        """`answer_states` on a copy of the prompt pass's static cache (a slot mask for the answers)."""
+        assert self.job.answers is not None
+
+        def mask(n: int) -> Tensor:
+            return slot_mask(self.valid, self.length + torch.arange(n, device=self.valid.device), self.dtype)
+
+        return answer_states(self.hf, self.job.answers, self.cache, next_position, mask)
 
     def decode(
         self, first: Tensor, next_position: Tensor, check_every: int, graph: bool, step_fn: Callable | None = None

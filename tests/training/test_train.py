@@ -23,6 +23,7 @@ from headsup_lens.evaluation import answer_loss
 from headsup_lens.gates import gated
 from headsup_lens.masks import HeadMask
 from headsup_lens.masks._files import write_safetensors
+from headsup_lens.models import verify_readout
 from headsup_lens.objective import answer_logits
 from headsup_lens.training import TrainConfig, load_trajectory, train_mask, train_masks
 
@@ -152,10 +153,15 @@ def test_a_trajectory_of_checkpoints_of_two_shapes_names_them(tmp_path):
     assert "[1, 2, 4]" in message and "logits_step0000010.safetensors" in message
 
 
+# TransformerLens warns that the poisoning hook edits the norm's output: that is the point here.
+@pytest.mark.filterwarnings("ignore:A forward hook edited hook_scale")
 def test_nan_loss_stops_with_a_clear_error_and_writes_no_mask(planted, tmp_path):
     def poison(x, hook):
         return x * float("nan")
 
+    # The read-out is checked once per model, on its first loss: here before the poison, whatever
+    # ran first (else that check, not the loss's, would refuse the NaN).
+    verify_readout(planted)
     with (
         planted.hooks(fwd_hooks=[("ln_final.hook_normalized", poison)]),
         pytest.raises(ValueError, match="loss became nan at step 0"),

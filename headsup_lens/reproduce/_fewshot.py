@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from ..evaluation import EvalConfig, evaluate
 from ..masks import HeadMask
 from ..models import fingerprint
 from ..training import safe_name
+from ._masks import mask_on_another_task
 
 HYBRID_FILE = "fewshot/hybrid"
 # The rows of the summary and the accuracy columns it shows.
@@ -86,8 +86,7 @@ def fewshot_rows(
     ("hybrid mask", trained on `hybrid_name`), the instructed + scaled mask and the controls.
     """
     config = EvalConfig(alpha=alpha, random_seed=seed, batch_size=batch_size)
-    with warnings.catch_warnings():  # the few-shot mask on zero-shot prompts is intended (column mask_task)
-        warnings.filterwarnings("ignore", message="the mask was trained for task")
+    with mask_on_another_task():  # the few-shot mask on zero-shot prompts
         result0 = evaluate(model, task, mask, config)
     # The hybrid mask takes evaluate's slot for a second mask (the paper's other model's mask).
     result5 = evaluate(model, shot_task, mask, config, other_mask=hybrid)

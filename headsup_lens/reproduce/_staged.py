@@ -15,7 +15,6 @@ as the committed `figures/smollm2/` tables were, so `rescore` reproduces them ex
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from ..masks import HeadMask
 from ..plots import alpha_figure, jaccard_figure, logit_lens_figure, mask_heatmap, rank_figure, similarity_figure
 from ..training import TrainConfig, TrainResult, safe_name, train_masks
 from ._experiment import Experiment, record_time
-from ._masks import stored_mask_path
+from ._masks import mask_on_another_task, stored_mask_path
 
 TEXT_COLUMNS = {"input": str, "answer": str, "output": str}  # stored generations: text stays text
 N_SIMILARITY = 10  # held-out inputs averaged in the layer-similarity figure
@@ -219,8 +218,7 @@ def fewshot_table(
     `fewshot_evaluation_<task>.csv` and every output, `fewshot_generations_<task>.csv`."""
     stem, start = safe_name(task.name), time.perf_counter()
     config = EvalConfig(alpha=alpha, batch_size=batch_size, random_seed=0)
-    with warnings.catch_warnings():  # the zero-shot mask on k-shot prompts is intended (column mask_task)
-        warnings.filterwarnings("ignore", message="the mask was trained for task")
+    with mask_on_another_task():  # the zero-shot mask on k-shot prompts
         result = evaluate(xp.model, fewshot(task, k=shots), mask, config)
     record_time(xp.out, "fewshot", f"{task.name}: evaluate {shots}-shot", time.perf_counter() - start)
     table = result.table.assign(task=task.name, shots=shots)

@@ -37,6 +37,7 @@ from ..models import prompt_format
 from ..plots import rank_figure
 from ..training import TrainConfig, TrainResult, train_masks
 from ._experiment import Experiment, record_time
+from ._masks import mask_on_another_task
 
 FOLDER = "translation"
 SCAN_TARGETS = ("fr", "de", "es", "zh", "ru", "ar")
@@ -277,7 +278,8 @@ def table8_rows(
     settings = ("instructed", "instructed + scaled mask", "echo baseline") if mask else ("instructed", "echo baseline")
     config = EvalConfig(alpha=alpha, batch_size=batch_size, settings=settings)
     start = time.perf_counter()
-    result = evaluate(xp.model, task, mask, config, out_dir=xp.out / FOLDER / f"table8_{pair}_evaluation")
+    with mask_on_another_task():  # the translation mask on IWSLT's pairs
+        result = evaluate(xp.model, task, mask, config, out_dir=xp.out / FOLDER / f"table8_{pair}_evaluation")
     what = f"{pair}: Table 8 ({len(task.pairs)} IWSLT pairs)"
     record_time(xp.out / FOLDER, "analyze", what, time.perf_counter() - start)
     table = result.table.assign(pair=pair, setting=result.table.setting.replace(setting_names(alpha)))

@@ -13,6 +13,7 @@
 #      yet measured on a GPU) and the sweep with the decoding step compiled.
 # Usage: bash experiments/bench/gpu.sh [OUT_DIR]   (default figures/bench/performance_gpu)
 #        MODELS="llama8b" DEVICE=cuda REPEATS=2 bash experiments/bench/gpu.sh /tmp/gpu
+#        DEVICE=cpu MODELS=tiny SMALL=tiny REPEATS=1 bash experiments/bench/gpu.sh /tmp/gpu-dry  # the script's dry run on a CPU
 set -uo pipefail
 out="$(realpath -m "${1:-figures/bench/performance_gpu}")"
 repository="$(realpath "$(dirname "$0")/../..")"
@@ -20,6 +21,7 @@ cd "$(dirname "$0")"
 device="${DEVICE:-cuda}"
 models="${MODELS:-llama8b qwen0.5b qwen1.5b}"
 repeats="${REPEATS:-2}"
+small="${SMALL:-qwen0.5b}"  # the shape of steps 3 and 4
 mkdir -p "$out"
 # Random weights are saved and loaded back once per model (16 GB at the 8B shape): in memory when there is room.
 if [ -d /dev/shm ] && [ "$(df --output=avail -B1G /dev/shm | tail -1)" -gt 40 ]; then export TMPDIR=/dev/shm; fi
@@ -32,15 +34,15 @@ status=0
 # shellcheck disable=SC2086
 python3 performance.py --models $models --device "$device" --task reverse --repeats "$repeats" --threads 8 \
     --prefix-sharing off --eager-steps true --out "$out" || status=1
-python3 proxies.py --models qwen0.5b --device "$device" --task reverse --gpu-path true --where "${WHERE:-false}" \
+python3 proxies.py --models "$small" --device "$device" --task reverse --gpu-path true --where "${WHERE:-false}" \
     --out "$out/proxies" || status=1
 # A lever not yet measured on a GPU: loss passes packing their rows (on by default on the CPU only),
 # in the training section at the 0.5B shape.
-python3 performance.py --models qwen0.5b --device "$device" --task reverse --sections train --repeats "$repeats" \
+python3 performance.py --models "$small" --device "$device" --task reverse --sections train --repeats "$repeats" \
     --threads 8 --pack-rows on --out "$out/packed" || status=1
 # A lever: the fixed-shape decoding step compiled by `torch.compile` (and replayed as a CUDA graph)
 # in the sweep at the 0.5B shape; compilation gets 120 s, and falls back to eager steps with a
 # warning when it fails.
-timeout 120 python3 performance.py --models qwen0.5b --device "$device" --sections sweep --repeats "$repeats" \
+timeout 120 python3 performance.py --models "$small" --device "$device" --sections sweep --repeats "$repeats" \
     --prefix-sharing off --compile true --out "$out/compiled" || echo "the compiled run did not finish"
 exit $status

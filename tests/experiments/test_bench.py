@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from ..conftest import build_llama_dir, run_script
 
@@ -136,3 +137,27 @@ def test_timestamper_splits_redrawn_bars_and_reports_the_longest_silence(tmp_pat
     assert pause <= gaps["b"] <= after - before + 0.05  # the report rounds to 0.1 s
     listed = [float(line.split()[0]) for line in report[1:]]
     assert listed == sorted(listed, reverse=True)
+
+
+@pytest.mark.slow  # about 90 s: the whole GPU script at tiny shapes
+def test_the_gpu_script_runs_dry_on_the_cpu(tmp_path):
+    """`gpu.sh` (run where a GPU is lent, with little time to spare) at tiny shapes on the CPU: every
+    step runs and writes its table, and its tests of the CUDA graph are skipped, not failed."""
+    environment = {**os.environ, "DEVICE": "cpu", "MODELS": "tiny", "SMALL": "tiny", "REPEATS": "1"}
+    environment |= {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        ["bash", str(BENCH / "gpu.sh"), str(tmp_path)], capture_output=True, text=True, env=environment, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    written = {str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*") if path.is_file()}
+    tables = {f"{folder}performance.{kind}" for folder in ("", "packed/") for kind in ("csv", "json")}
+    assert written - {"compiled/performance.csv", "compiled/performance.json"} == {
+        *tables,
+        "proxies/options.txt",
+        "proxies/proxies.csv",
+    }
+    # torch.compile gets 120 s: a slow machine may stop it, which the script reports and survives
+    assert "compiled/performance.csv" in written or "the compiled run did not finish" in done.stdout
+    packed = pd.read_csv(tmp_path / "packed" / "performance.csv")
+    assert set(packed.section) == {"train"} and packed.identical.all()
+    assert "skipped" in done.stdout  # the CUDA tests, on the CPU

@@ -346,9 +346,10 @@ def test_a_command_killed_while_moving_its_set_in_is_completed_by_the_next(tmp_p
 
 def _bad(command: str, out: Path) -> list[str]:
     """A command on `out` that fails after taking the folder's lock."""
+    missing = str(out / "missing.safetensors")  # read after the lock (an unknown option is refused before it)
     if command == "sweep":
-        return ["sweep", "--prompt", "x", "--out", str(out), "--order", "bogus"]
-    return ["pathways", "--mask", str(out / "missing.safetensors"), "--out", str(out)]
+        return ["sweep", "--prompt", "x", "--out", str(out), "--order", "weight", "--mask", missing]
+    return ["pathways", "--mask", missing, "--out", str(out)]
 
 
 def test_a_full_disk_names_the_file_and_leaves_the_folder_as_it_was(tmp_path, masks, capsys):

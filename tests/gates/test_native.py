@@ -85,16 +85,17 @@ def test_answer_logits_equal_the_hook_z_gate(model, gate):
     assert torch.allclose(fast, reference, atol=1e-4, rtol=1e-4)
 
 
+def mask_gradient(model, batch):
+    """The gradient of `answer_nll`'s sum (what `train_mask` differentiates) in per-row soft masks."""
+    soft = torch.full((batch.input_ids.shape[0], model.cfg.n_layers, model.cfg.n_heads), 0.7, requires_grad=True)
+    nll, _ = answer_nll(model, batch, gate_hooks(model, soft))
+    nll.sum().backward()
+    return soft.grad
+
+
 def test_mask_gradient_equals_the_hook_z_gate(model):
     batch = right_padded(model, seed=1)
-
-    def gradient():
-        soft = torch.full((4, model.cfg.n_layers, model.cfg.n_heads), 0.7, requires_grad=True)
-        nll, _ = answer_nll(model, batch, gate_hooks(model, soft))
-        nll.sum().backward()
-        return soft.grad
-
-    fast, reference = both(gradient)
+    fast, reference = both(lambda: mask_gradient(model, batch))
     assert torch.allclose(fast, reference, atol=1e-5, rtol=1e-4)
 
 

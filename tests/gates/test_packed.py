@@ -9,13 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headsup_lens.data import collate
-from headsup_lens.gates import direct_path, gate_hooks, native_options
+from headsup_lens.gates import direct_path, native_options
 from headsup_lens.gates._direct import GateSpec
 from headsup_lens.gates._native import native_forward
 from headsup_lens.gates._packed import packing
-from headsup_lens.objective import answer_nll
 
 from ..conftest import random_mask
+from .test_native import mask_gradient
 from .test_static import model  # noqa: F401  (every family, a Gemma-3 whose windows cover the rows)
 
 
@@ -111,17 +111,10 @@ def test_the_last_layer_projects_and_runs_its_mlp_at_the_answers_only(model, pac
 def test_the_packed_mask_gradient_equals_the_hook_z_gate(llama):
     """`answer_nll` (what `train_mask` differentiates) through a packed pass and through the bridge."""
     batch = short_rows(llama, seed=1)
-
-    def gradient():
-        soft = torch.full((6, llama.cfg.n_layers, llama.cfg.n_heads), 0.7, requires_grad=True)
-        nll, _ = answer_nll(llama, batch, gate_hooks(llama, soft))
-        nll.sum().backward()
-        return soft.grad
-
     with native_options(pack_rows=True):
-        packed = gradient()
+        packed = mask_gradient(llama, batch)
     with direct_path(False):
-        reference = gradient()
+        reference = mask_gradient(llama, batch)
     assert torch.allclose(packed, reference, atol=1e-5, rtol=1e-4)
 
 

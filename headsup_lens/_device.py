@@ -18,3 +18,11 @@ def to_device(tensor: Tensor, device: torch.device | str) -> Tensor:
     if device.type != "cuda" or tensor.device.type != "cpu":
         return tensor.to(device)
     return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def copy_into(buffer: Tensor, host: Tensor) -> None:
+    """Copy `host` (a CPU tensor) into `buffer` in place, without a host synchronisation when `buffer`
+    is on a GPU (a captured CUDA graph reads its inputs from such fixed buffers)."""
+    if buffer.device.type == "cuda":
+        host = host.pin_memory()
+    buffer.copy_(host, non_blocking=buffer.device.type == "cuda")

@@ -30,10 +30,10 @@ python3 -c "import torch, transformers; print('torch', torch.__version__, 'trans
 python3 performance.py --models tiny --device "$device" --task reverse --repeats 1 --sweep-steps 4 --new-tokens 3 \
     --eval-examples 8 --train-steps 1 || { echo "the smoke run failed: stopping"; exit 1; }
 status=0
-(cd "$repository" && python3 -m pytest -p no:cacheprovider --no-cov -n 0 tests/gates/test_static.py -k gpu) || status=1
+(cd "$repository" && python3 -m pytest -p no:cacheprovider --no-cov -n 0 tests/gates/test_static.py tests/training/test_graphed.py -k gpu) || status=1
 # shellcheck disable=SC2086
 python3 performance.py --models $models --device "$device" --task reverse --repeats "$repeats" --threads 8 \
-    --prefix-sharing off --eager-steps true --out "$out" || status=1
+    --prefix-sharing off --eager-steps true --graphed-train true --out "$out" || status=1
 python3 proxies.py --models "$small" --device "$device" --task reverse --gpu-path true --where "${WHERE:-false}" \
     --out "$out/proxies" || status=1
 # A lever not yet measured on a GPU: loss passes packing their rows (on by default on the CPU only),

@@ -26,7 +26,9 @@ of this process (the CPU-time ratio holds up when other processes share the core
   its weights; the plain model loaded beside it is not counted).
 `--bridge` also times the library with its direct forward pass turned off (`gates.direct_path`);
 `--eager-steps` times its sweep and evaluation with the decoding step launched op by op instead of
-replayed as a captured CUDA graph (`native_options(cuda_graph=False)`; a GPU only).
+replayed as a captured CUDA graph (`native_options(cuda_graph=False)`; a GPU only); `--graphed-train`
+times its training step captured as a CUDA graph (`TrainConfig(cuda_graph=True)`; the row's ratio is
+captured / default, < 1 where the capture is faster; on the CPU the same fixed-shape step runs eagerly).
 The tables are written after every section, so a run cut short keeps what it measured.
 On CUDA the models run in bf16 (unless `--dtype`) and each loop's `torch.cuda.max_memory_allocated`
 is printed.
@@ -110,6 +112,8 @@ class Options:
     """Loss passes pack their right-padded rows into one sequence (`native_options(pack_rows=...)`): auto (on the CPU only), on, off."""
     eager_steps: bool = False
     """Also time the library's sweep and evaluation with the CUDA graph off (`native_options(cuda_graph=False)`)."""
+    graphed_train: bool = False
+    """Also time the library's training step captured as a CUDA graph (`TrainConfig(cuda_graph=True)`)."""
     out: str | None = None
     """Folder for performance.csv and performance.json (e.g. figures/bench); nothing is written without it."""
 
@@ -189,7 +193,7 @@ def sweep_section(model, plain: PlainModel, options: Options) -> dict:
     # the allocator's growth, which would land on whichever loop runs first.
     ours()
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "own": []}
+    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "graphed": [], "own": []}
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
         loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge, eager=eager)]
@@ -274,7 +278,7 @@ def eval_section(model, plain: PlainModel, options: Options, task: Task) -> dict
 
     ours()  # warm-up of both at the timed shapes
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "own": []}
+    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "graphed": [], "own": []}
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
         loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge, eager=eager)]
@@ -344,20 +348,25 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
     groups = length_batches(model, rows)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
 
-    def steps(n: int):
+    def steps(n: int, cuda_graph: bool = False):
         with warnings.catch_warnings():  # a few steps remove no head, as the library warns
             warnings.simplefilter("ignore")
-            return train_mask(model, task, TrainConfig(steps=n, checkpoint_every=0, progress=False))
+            config = TrainConfig(steps=n, checkpoint_every=0, progress=False, cuda_graph=cuda_graph)
+            return train_mask(model, task, config)
 
-    def ours():
-        short, _, _ = run(lambda: steps(2), device)
-        long, _, peak = run(lambda: steps(2 + options.train_steps), device)
+    def ours(cuda_graph: bool = False):
+        # A captured step is captured at the second step, in both runs: the difference is N replays.
+        short, _, _ = run(lambda: steps(2, cuda_graph), device)
+        long, _, peak = run(lambda: steps(2 + options.train_steps, cuda_graph), device)
         n = options.train_steps
         return Clock((long.wall - short.wall) / n, (long.cpu - short.cpu) / n), peak
 
     def bridge():
         with direct_path(False):
             return ours()
+
+    def graphed():
+        return ours(cuda_graph=True)
 
     def own():  # the step's forward and backward alone, through the library: what the step adds to it
         clock, _, peak = run(lambda: mask_gradient(model, None, rows, groups, pad), device)
@@ -371,10 +380,10 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
 
     steps(2)  # warm-up
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "own": []}
+    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "graphed": [], "own": []}
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
-        loops = [("library", ours), ("plain", reference), ("own", own), *extra(options, bridge=bridge)]
+        loops = [("library", ours), ("plain", reference), ("own", own), *extra(options, bridge=bridge, graphed=graphed)]
         for name, fn in loops if repeat % 2 == 0 else loops[::-1]:
             clock, peaks[name] = fn()
             clocks[name].append(clock)
@@ -444,13 +453,15 @@ VERSUS = {
     "plain": "plain transformers",
     "bridge": "library via the bridge's hooks",
     "eager": "library with eager decoding steps (no CUDA graph)",
+    "graphed": "library with its training step captured as a CUDA graph",
     "own": "the library's forward and backward alone",
 }
 
 
 def extra(options: Options, **loops) -> list:
-    """The optional loops timed beside the library and plain transformers (`--bridge`, `--eager-steps`)."""
-    wanted = {"bridge": options.bridge, "eager": options.eager_steps}
+    """The optional loops timed beside the library and plain transformers (`--bridge`, `--eager-steps`,
+    `--graphed-train`)."""
+    wanted = {"bridge": options.bridge, "eager": options.eager_steps, "graphed": options.graphed_train}
     return [(name, fn) for name, fn in loops.items() if wanted[name]]
 
 

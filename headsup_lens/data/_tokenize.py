@@ -243,11 +243,17 @@ def encode_pairs(
 
 
 @checked
-def collate(rows: Sequence[tuple[list[int], list[int]]], *, pad_id: int, device=None) -> TaskBatch:
-    """Right-pad encoded (prompt, answer) rows into a `TaskBatch`."""
+def collate(
+    rows: Sequence[tuple[list[int], list[int]]], *, pad_id: int, device=None, width: int | None = None
+) -> TaskBatch:
+    """Right-pad encoded (prompt, answer) rows into a `TaskBatch` as wide as the longest row, or
+    `width` columns (no fewer than the longest row has)."""
     if not rows:
         raise ValueError("cannot build a batch from no pairs")
-    width = max(len(p) + len(a) for p, a in rows)
+    longest = max(len(p) + len(a) for p, a in rows)
+    if width is not None and width < longest:
+        raise ValueError(f"a batch of width {width} cannot hold a row of {longest} tokens")
+    width = longest if width is None else width
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
     labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)

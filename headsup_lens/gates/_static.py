@@ -31,8 +31,8 @@ from torch import Tensor
 from transformers import StaticCache
 
 from .._typecheck import checked
-from .._warnings import warn
 from ._direct import Decoding
+from ._graph import Replay
 
 
 @checked
@@ -149,7 +149,7 @@ class StaticDecoding:
             state.slot.add_(1)
             state.column.add_(1)
 
-        replay = _Replay(step, enabled=graph)
+        replay = Replay(step, enabled=graph, what="decoding step")
         taken = job.max_new_tokens
         for column in range(1, job.max_new_tokens):
             replay()
@@ -188,43 +188,3 @@ class _State:
     slot: Tensor
     column: Tensor
     stopped: Tensor
-
-
-class _Replay:
-    """Calls `step`: the first call runs it eagerly (on a side stream, which also warms the kernels
-    up), then, when `enabled` on a GPU, captures it as a CUDA graph that later calls replay. A
-    failed capture warns once and leaves every later call eager."""
-
-    def __init__(self, step: Callable[[], None], enabled: bool) -> None:
-        self.step, self.enabled = step, enabled
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.calls = 0
-
-    def __call__(self) -> None:
-        self.calls += 1
-        if self.graph is not None:
-            self.graph.replay()
-            return
-        if not self.enabled:
-            self.step()
-            return
-        if self.calls == 1:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                self.step()
-            torch.cuda.current_stream().wait_stream(side)
-            return
-        self.enabled = False  # one capture per decoding, successful or not
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph):
-                self.step()
-        except Exception as error:  # a step that reads the device back cannot be captured
-            message = f"the decoding step could not be captured as a CUDA graph ({type(error).__name__}: {error})"
-            warn(f"{message}; decoding eagerly", RuntimeWarning)
-            torch.cuda.synchronize()
-            self.step()
-            return
-        self.graph = graph
-        graph.replay()

@@ -4,6 +4,8 @@
 from ._advice import TrainingAdvice as TrainingAdvice
 from ._config import TrainConfig as TrainConfig
 from ._estimate import seconds_per_step as seconds_per_step
+from ._gumbel import left_tail_gumbel as left_tail_gumbel
+from ._gumbel import straight_through as straight_through
 from ._loop import BatchSampler as BatchSampler
 from ._loop import StepCallback as StepCallback
 from ._loop import StepEnd as StepEnd
@@ -14,10 +16,8 @@ from ._loop import run_steps as run_steps
 from ._loop import save_state as save_state
 from ._schedule import warmup_cosine as warmup_cosine
 from ._train import TrainResult as TrainResult
-from ._train import left_tail_gumbel as left_tail_gumbel
 from ._train import load_trajectory as load_trajectory
 from ._train import resume_step as resume_step
 from ._train import safe_name as safe_name
-from ._train import straight_through as straight_through
 from ._train import train_mask as train_mask
 from ._train import train_masks as train_masks

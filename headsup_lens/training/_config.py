@@ -64,6 +64,12 @@ class TrainConfig:
     """Keep only each layer's input for the backward pass and recompute the rest (less memory when
     inputs are long, e.g. ag_news or XNLI; about one more forward pass of time). Same gradients.
     Needs the direct forward pass: a Llama or Qwen2 model under the value gate."""
+    cuda_graph: bool = False
+    """Capture each step's forward and backward once as a CUDA graph and replay it (`training._graphed`):
+    on a GPU, where a step over short rows is bound by launching kernels. Every row is padded to the
+    run's longest training row (one pass per step), so the gradient is the default step's up to
+    rounding. The value gate only, without activation checkpointing. A capture that fails warns and
+    runs the same fixed-shape step eagerly; on the CPU it always runs eagerly (slower, for the padding)."""
     progress: bool = field(default=True, metadata={"cmd": False})
     """Show a progress bar with loss, temperature and heads kept (the CLI's `--no-progress` hides every bar)."""
     log_every: int = field(default=10, metadata={"cmd": False})
@@ -148,4 +154,4 @@ class TrainConfig:
 
     def recipe(self) -> dict:
         """The fields that determine the result (what a resumed run must share)."""
-        return recipe_of(self, ("checkpoint_every", "progress", "activation_checkpointing", "log_every"))
+        return recipe_of(self, ("checkpoint_every", "progress", "activation_checkpointing", "cuda_graph", "log_every"))

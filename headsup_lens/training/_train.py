@@ -31,6 +31,8 @@ from ..models import check_same_run, data_hash, fingerprint, model_device, model
 from ..objective import answer_nll, length_batches
 from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
+from ._graphed import FixedStep
+from ._gumbel import left_tail_gumbel, straight_through
 from ._loop import (
     BatchSampler,
     StepCallback,
@@ -58,21 +60,6 @@ class TrainResult:
 def safe_name(name: str) -> str:
     """A task name as a file name (`translation/en-zh` -> `translation__en-zh`)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "__", name)
-
-
-@checked
-def left_tail_gumbel(shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
-    """G = log(E), E ~ Exp(1) (= log(-log U)): the paper's noise, drawn on the CPU for reproducibility."""
-    uniform = torch.rand(shape, generator=generator, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
-    return torch.log(-torch.log(uniform)).float()
-
-
-@checked
-def straight_through(logits: Tensor, noise: Tensor, tau: float) -> Tensor:
-    """Hard 0/1 mask in the forward pass, the gradient of sigmoid((M + G) / tau) in the backward pass."""
-    soft = torch.sigmoid((logits + noise) / tau)
-    hard = (soft >= 0.5).to(soft.dtype)
-    return hard - soft.detach() + soft
 
 
 def task_loss_sums(
@@ -197,6 +184,8 @@ class _MaskRun:
                 "activation_checkpointing needs the direct forward pass: a Llama or Qwen2 model, the value "
                 "gate and no hook attached to the model"
             )
+        if config.cuda_graph and (config.gate != "value" or config.activation_checkpointing):
+            raise ValueError("cuda_graph needs the value gate (gate='value') and no activation_checkpointing")
         empty = [t.name for t in tasks if t.n_train == 0]
         if empty:
             raise ValueError(f"tasks {empty} have no training pairs (every pair is held out: n_eval = len(pairs))")
@@ -239,6 +228,16 @@ class _MaskRun:
         self.optimizer = torch.optim.AdamW(self.parameters, lr=config.lr, weight_decay=config.weight_decay)
         self.noise = [torch.Generator().manual_seed(stable_seed(config.seed, name, "noise")) for name in names]
         self.rows_task = torch.arange(len(tasks)).repeat_interleave(config.batch_size)  # on the host, as the noise
+        self.fixed = None
+        if config.cuda_graph and len(self.mine):
+            self.fixed = FixedStep(
+                model,
+                self.rows_task[self.mine.start : self.mine.stop],
+                self.encoded,
+                self.parameters,
+                self.pad_id,
+                graph=self.device.type == "cuda",
+            )
         self.history: list[dict] = []
         self.pending: list[tuple] = []  # steps whose losses are still on the device (see `flush`)
         self.postfix: dict = {}
@@ -303,6 +302,35 @@ class _MaskRun:
             counts = all_reduce_sum(counts)
         counts = counts.clamp(min=1)
         self.optimizer.zero_grad(set_to_none=True)
+        if self.fixed is not None:
+            noise = [head_noise] if mlp_noise is None else [head_noise, mlp_noise]
+            per_task = self.fixed(rows, noise, tau, counts)
+        else:
+            per_task = self.grouped_passes(rows, head_noise, mlp_noise, row_task, counts, tau)
+        if config.size_penalty and self.rank == 0:  # counted once over the ranks
+            (config.size_penalty * torch.sigmoid(logits).sum()).backward()
+        if self.world > 1:
+            for parameter in self.parameters:
+                if parameter.grad is not None:
+                    parameter.grad = all_reduce_sum(parameter.grad)
+            per_task = all_reduce_sum(per_task)
+        if config.max_grad_norm > 0:
+            clip_per_task(self.parameters, config.max_grad_norm)
+        # A non-finite loss is found when the losses are read back (`flush`), which raises before
+        # anything is written; until then the step's values stay on the device.
+        self.optimizer.step()
+        self.pending.append((step, tau, lr, per_task, (logits.detach() >= 0).sum(dim=(1, 2))))
+        if (step + 1) % config.log_every == 0 or step + 1 == config.steps:
+            self.flush()
+        return self.postfix
+
+    def grouped_passes(
+        self, rows: list, head_noise: Tensor, mlp_noise: Tensor | None, row_task: Tensor, counts: Tensor, tau: float
+    ) -> Tensor:
+        """The step's gradient, accumulated into the parameters' `.grad`, by passes over rows of
+        similar length; the per-task losses `[n_tasks]`, on the device."""
+        config, model, device, logits, mlp_logits = self.config, self.model, self.device, self.logits, self.mlp_logits
+        n_tasks = len(self.tasks)
         # Rows are independent (per-row masks and noise): passes over rows of similar length give
         # the same gradient with less padding; each pass's graph is freed after its backward.
         per_task = torch.zeros(n_tasks, device=device)
@@ -328,22 +356,7 @@ class _MaskRun:
             part = sums / counts
             part.sum().backward()
             per_task += part.detach()
-        if config.size_penalty and self.rank == 0:  # counted once over the ranks
-            (config.size_penalty * torch.sigmoid(logits).sum()).backward()
-        if self.world > 1:
-            for parameter in self.parameters:
-                if parameter.grad is not None:
-                    parameter.grad = all_reduce_sum(parameter.grad)
-            per_task = all_reduce_sum(per_task)
-        if config.max_grad_norm > 0:
-            clip_per_task(self.parameters, config.max_grad_norm)
-        # A non-finite loss is found when the losses are read back (`flush`), which raises before
-        # anything is written; until then the step's values stay on the device.
-        self.optimizer.step()
-        self.pending.append((step, tau, lr, per_task, (logits.detach() >= 0).sum(dim=(1, 2))))
-        if (step + 1) % config.log_every == 0 or step + 1 == config.steps:
-            self.flush()
-        return self.postfix
+        return per_task
 
     def flush(self) -> None:
         """Read the pending steps' losses and heads kept back from the device (one synchronisation),

@@ -123,12 +123,12 @@ def test_a_query_sees_valid_keys_up_to_its_slot_and_itself(valid, slots):
 
 
 def test_a_failed_capture_runs_every_step_eagerly_with_a_warning(monkeypatch):
-    """`_Replay` runs the first step eagerly (a warm-up on a side stream), then tries the capture; a
+    """`Replay` runs the first step eagerly (a warm-up on a side stream), then tries the capture; a
     capture that fails (here: the capture itself) warns once, and that step and every later one still
     run, eagerly. (On a GPU the capture itself is checked by the test below.)"""
     import contextlib
 
-    import headsup_lens.gates._static as static
+    import headsup_lens.gates._graph as static
 
     class Broken:
         def __init__(self, *args, **kwargs):
@@ -151,7 +151,7 @@ def test_a_failed_capture_runs_every_step_eagerly_with_a_warning(monkeypatch):
     monkeypatch.setattr(static.torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(static.torch.cuda, "synchronize", lambda: None)
     steps = []
-    replay = static._Replay(lambda: steps.append(len(steps)), enabled=True)
+    replay = static.Replay(lambda: steps.append(len(steps)), enabled=True, what="decoding step")
     replay()  # the warm-up
     with pytest.warns(RuntimeWarning, match="could not be captured"):
         replay()

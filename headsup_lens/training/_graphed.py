@@ -1,0 +1,118 @@
+"""Mask training's forward and backward at fixed shapes, replayed as one CUDA graph
+(`TrainConfig(cuda_graph=True)`).
+
+On a GPU a training step over a batch of short rows (a few hundred tokens) is bound by launching its
+ten thousand or so kernels, not by computing them. This step has the same shapes every time and
+reads nothing back, so it is captured once (`gates._graph.Replay`) and replayed every later step:
+- every row is right-padded to the longest training row of the run (one pass per step, not one per
+  length group), and the answer positions to a fixed count: the extra entries point at the last
+  column of row 0, which never predicts an answer token, and weigh 0;
+- the step's inputs (tokens, answer positions, noise, temperature, per-task token counts) are copied
+  into device buffers that the graph reads in place; the mask logits are updated in place by the
+  optimiser, so the graph reads the current ones;
+- the graph writes the gradients and the per-task losses into buffers; the optimiser, the gradient
+  clipping and the logging stay outside it (a few kernels each).
+Rows are independent and their padding follows their tokens, so the gradient is the length-grouped
+step's up to rounding; tests compare both on the CPU, where the same step runs eagerly (no graph).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from transformer_lens.model_bridge import TransformerBridge
+
+from .._device import copy_into
+from .._typecheck import checked
+from ..data import TaskBatch, collate
+from ..data._tokenize import answer_positions
+from ..gates._graph import Replay
+from ..gates._value import valid_value_gate_hooks
+from ..objective import answer_nll
+from ._gumbel import straight_through
+
+Row = tuple[list[int], list[int]]
+
+
+@checked
+class FixedStep:
+    """The gradient of a mask-training step's loss at fixed shapes (see the module's docstring).
+
+    `rows_task`: the task of each of this process's batch rows (fixed: a step's rows are each task's
+    `batch_size` rows in task order); `encoded`: every task's training rows (the widths to allow for);
+    `parameters`: the head logits `[n_tasks, n_layers, n_heads]` and, when MLPs are gated, their
+    logits `[n_tasks, n_layers]`; `graph`: capture the step as a CUDA graph (a model on a GPU)."""
+
+    def __init__(
+        self,
+        model: TransformerBridge,
+        rows_task: Tensor,
+        encoded: Sequence[Sequence[Row]],
+        parameters: Sequence[Tensor],
+        pad_id: int,
+        *,
+        graph: bool,
+    ) -> None:
+        self.model, self.parameters, self.pad_id = model, list(parameters), pad_id
+        device = parameters[0].device
+        n_rows, n_tasks = len(rows_task), parameters[0].shape[0]
+        self.width = max(len(prompt) + len(answer) for rows in encoded for prompt, answer in rows)
+        self.n_answers = n_rows * max(len(answer) for rows in encoded for _, answer in rows)
+        self.rows_task = rows_task
+        shape = (n_rows, self.width)
+        answers = [torch.zeros(self.n_answers, dtype=torch.long, device=device) for _ in range(3)]
+        self.batch = TaskBatch(
+            torch.full(shape, pad_id, dtype=torch.long, device=device),
+            torch.zeros(shape, dtype=torch.long, device=device),
+            torch.zeros(shape, dtype=torch.long, device=device),
+            _answers=(answers[0], answers[1], answers[2]),
+            _right_padded=True,
+        )
+        self.batch_tensors = (self.batch.input_ids, self.batch.attention_mask, self.batch.labels)
+        self.answer_task = torch.zeros(self.n_answers, dtype=torch.long, device=device)
+        self.real = torch.zeros(self.n_answers, device=device)  # 1 for a real answer token, 0 for a filler
+        self.noise = [torch.zeros(n_rows, *p.shape[1:], device=device) for p in self.parameters]
+        self.tau = torch.ones((), device=device)
+        self.counts = torch.ones(n_tasks, device=device)
+        self.grads = [torch.zeros_like(p) for p in self.parameters]
+        self.per_task = torch.zeros(n_tasks, device=device)
+        self._tasks_of = rows_task.to(device)
+        self._replay = Replay(self._compute, enabled=graph, what="mask-training step")
+
+    def __call__(self, rows: Sequence[Row], noise: Sequence[Tensor], tau: float, counts: Tensor) -> Tensor:
+        """Set each parameter's `.grad` to the step's gradient on `rows` (this process's batch rows)
+        with `noise` per parameter (`[rows, ...]`, on the host), temperature `tau` and each task's
+        answer-token count `counts` (on the device; the loss is each task's mean); the per-task
+        losses `[n_tasks]`, on the device."""
+        host = collate(rows, pad_id=self.pad_id, width=self.width)
+        for buffer, values in zip(self.batch_tensors, (host.input_ids, host.attention_mask, host.labels)):
+            copy_into(buffer, values)
+        found = answer_positions(host.labels)
+        fill = self.n_answers - found[0].shape[0]
+        # Fillers: row 0's last column predicts nothing (no answer token follows it), and weighs 0.
+        for buffer, values, filler in zip(self.batch.answers(), found, (0, self.width - 1, 0)):
+            copy_into(buffer, torch.cat([values, values.new_full((fill,), filler)]))
+        copy_into(self.answer_task, torch.cat([self.rows_task[found[0]], self.rows_task.new_zeros(fill)]))
+        copy_into(self.real, (torch.arange(self.n_answers) < found[0].shape[0]).float())
+        for buffer, values in zip(self.noise, noise):
+            copy_into(buffer, values)
+        self.tau.fill_(tau)
+        self.counts.copy_(counts)
+        self._replay()
+        for parameter, grad in zip(self.parameters, self.grads):
+            parameter.grad = grad.clone()  # the optimiser and clipping work on a copy: the graph keeps its buffer
+        return self.per_task.clone()
+
+    def _compute(self) -> None:
+        """The captured work: masks, the gated forward pass, the loss and its gradient, into the buffers."""
+        masks = [straight_through(p[self._tasks_of], noise, self.tau) for p, noise in zip(self.parameters, self.noise)]
+        hooks = valid_value_gate_hooks(self.model, masks[0], mlp=masks[1] if len(masks) > 1 else None)
+        nll, _ = answer_nll(self.model, self.batch, hooks)
+        weights = self.real / self.counts[self.answer_task]  # each task's mean over its answer tokens
+        weighted = nll * weights
+        grads = torch.autograd.grad(weighted.sum(), self.parameters)
+        for buffer, grad in zip(self.grads, grads):
+            buffer.copy_(grad)
+        self.per_task.copy_(torch.zeros_like(self.per_task).index_add(0, self.answer_task, weighted.detach()))

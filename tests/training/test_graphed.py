@@ -1,0 +1,132 @@
+"""Mask training's fixed-shape step (`TrainConfig(cuda_graph=True)`): on the CPU it runs eagerly and
+must train the mask of the default length-grouped step, on every family, read nothing back after its
+first call (what a CUDA graph captures), and refuse what it does not serve. On a GPU the captured
+step must equal the same step run eagerly."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from headsup_lens import load_model
+from headsup_lens.data import Task
+from headsup_lens.gates import direct_path, native_options
+from headsup_lens.training import TrainConfig, train_mask, train_masks
+
+from ..conftest import FAMILIES, build_family_dir
+from ..gates.test_native import BUILT_IN, host_reads
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+QUICK = dict(steps=5, lr=0.1, min_lr=1e-3, init_mean=0.5, init_std=0.5, checkpoint_every=0, progress=False)
+WORDS = [
+    "cold",
+    "up the hill and far away",
+    "good",
+    "a girl in a red coat",
+    "yes",
+    "hot soup",
+    "no one came back from the mill",
+]
+
+
+def mixed_task(name: str = "mixed") -> Task:
+    """Rows of very different lengths and answers of several tokens: real padding and fillers."""
+    return Task.from_pairs(name, [(w, w.split()[-1]) for w in WORDS] * 3, n_eval=0)
+
+
+@pytest.fixture(params=[*BUILT_IN, *FAMILIES])
+def model(request, family_model):
+    """Llama, Qwen2, GPT-2, then each of `conftest.FAMILIES` (Mistral, Qwen3, Gemma-3, Phi-3)."""
+    if request.param in BUILT_IN:
+        return request.getfixturevalue(request.param)
+    return family_model(request.param)
+
+
+def assert_same_training(a, b) -> None:
+    torch.testing.assert_close(a.mask.logits, b.mask.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        torch.tensor(a.history.loss.values), torch.tensor(b.history.loss.values), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_the_fixed_shape_step_trains_the_mask_of_the_grouped_passes(model):
+    """Every row padded to the run's longest and the answers to a fixed count (fillers weigh 0): the
+    same logits and losses as the default step, whose passes group rows by length."""
+    config = TrainConfig(**QUICK, batch_size=8)
+    grouped = train_mask(model, mixed_task(), config)
+    fixed = train_mask(model, mixed_task(), config.replace(cuda_graph=True))
+    assert_same_training(fixed, grouped)
+    assert not torch.equal(fixed.mask.logits, torch.full_like(fixed.mask.logits, 0.5))  # it trained
+
+
+def test_the_fixed_shape_step_serves_several_tasks_mlp_gates_and_the_size_penalty(qwen2):
+    config = TrainConfig(**QUICK, batch_size=4, mlp=True, size_penalty=0.01)
+    tasks = [mixed_task("a"), Task.from_pairs("b", [(w, w[::-1]) for w in WORDS] * 2, n_eval=0)]
+    grouped = train_masks(qwen2, tasks, config)
+    fixed = train_masks(qwen2, tasks, config.replace(cuda_graph=True))
+    for name in ("a", "b"):
+        assert_same_training(fixed[name], grouped[name])
+        assert fixed[name].mask.metadata["mlp_logits"] == pytest.approx(grouped[name].mask.metadata["mlp_logits"])
+
+
+def test_the_fixed_shape_step_reads_nothing_back_after_its_first_call(qwen2, monkeypatch):
+    """What a CUDA graph captures never waits for the device: after the first call (which checks the
+    model's read-out once), the step's forward and backward read nothing back on the GPU's path
+    (right-padded rows, not packed)."""
+    from headsup_lens.training import _graphed
+
+    reads_per_call: list[list[str]] = []
+    original = _graphed.FixedStep._compute
+
+    def compute(self):
+        if not reads_per_call:
+            reads_per_call.append([])
+            original(self)
+            return
+        with pytest.MonkeyPatch.context() as patch, host_reads(patch) as reads:
+            original(self)
+        reads_per_call.append(list(reads))
+
+    monkeypatch.setattr(_graphed.FixedStep, "_compute", compute)
+    with direct_path(True), native_options(pack_rows=False):
+        train_mask(qwen2, mixed_task(), TrainConfig(**{**QUICK, "steps": 3}, cuda_graph=True))
+    assert reads_per_call == [[], [], []]
+
+
+def test_cuda_graph_is_refused_where_it_does_not_serve(llama):
+    task = mixed_task()
+    for bad in (dict(gate="query"), dict(activation_checkpointing=True)):
+        with pytest.raises(ValueError, match="cuda_graph needs the value gate"):
+            train_mask(llama, task, TrainConfig(**QUICK, cuda_graph=True, **bad))
+    assert "cuda_graph" not in TrainConfig(cuda_graph=True).recipe()  # how it runs, not what it computes
+
+
+@CUDA
+@pytest.mark.parametrize("family", ["llama", *FAMILIES])
+def test_the_captured_training_step_on_a_gpu_equals_the_eager_one(family, tmp_path):
+    """On a GPU (fp32): the step captured once and replayed gives the mask and losses of the same
+    fixed-shape step run eagerly and of the default step, and the capture does not fall back."""
+    from headsup_lens.training import _graphed
+
+    from ..conftest import build_llama_dir
+
+    folder = build_llama_dir(tmp_path) if family == "llama" else build_family_dir(tmp_path, family)
+    model = load_model(folder, device="cuda", dtype="float32")
+    config = TrainConfig(**QUICK, batch_size=8, cuda_graph=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*could not be captured.*")
+        captured = train_mask(model, mixed_task(), config)
+    original = _graphed.Replay.__init__
+
+    def eager(self, step, enabled, what):
+        original(self, step, False, what)
+
+    _graphed.Replay.__init__ = eager  # type: ignore[method-assign]
+    try:
+        uncaptured = train_mask(model, mixed_task(), config)
+    finally:
+        _graphed.Replay.__init__ = original  # type: ignore[method-assign]
+    assert_same_training(captured, uncaptured)
+    assert_same_training(captured, train_mask(model, mixed_task(), config.replace(cuda_graph=False)))

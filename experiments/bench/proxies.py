@@ -14,7 +14,9 @@ Sections:
 - sweep: `removal_sweep` (`--sweep-steps` rows x `--new-tokens` greedy tokens) vs batched greedy
   decoding of the same rows in plain transformers (`_plain.PlainModel.greedy`); per decoding pass.
 - train: `train_mask` steps (the count of 2 + N steps minus that of 2 steps, over N) vs the same
-  rows' forward and backward in plain transformers (`PlainModel.train_step`); per step.
+  rows' forward and backward in plain transformers (`PlainModel.train_step`); per step. Also
+  `train_mask` with its step captured as a CUDA graph (`TrainConfig(cuda_graph=True)`): what the
+  host launches per step around the replayed graph, the graph counted as one operation.
 
     python experiments/bench/proxies.py --models smollm2
     python experiments/bench/proxies.py --models smollm2 --out figures/bench/proxies_smollm2
@@ -44,6 +46,7 @@ from headsup_lens.models import encode, pad_token_id, prompt_format, stop_token_
 from headsup_lens.objective import length_batches
 from headsup_lens.options import parse
 from headsup_lens.training import TrainConfig, left_tail_gumbel, train_mask
+from headsup_lens.training._graphed import STEP
 
 SECTIONS = ("sweep", "train")
 WHERE_SEEN: dict[str, int] = {}  # call site of a synchronisation -> times seen
@@ -96,11 +99,15 @@ class Counts:
 
 
 @contextlib.contextmanager
-def counting(embedding: torch.nn.Module, profile: bool = True, where: bool = False) -> Iterator[Counts]:
+def counting(
+    embedding: torch.nn.Module, profile: bool = True, where: bool = False, captured: str | None = None
+) -> Iterator[Counts]:
     """Count host synchronisations, `aten::` operations and forward passes inside the block; on a
     GPU also the synchronisations CUDA itself reports (`torch.cuda.set_sync_debug_mode`), which
     include blocking host-to-device copies that the wrapped calls do not see (`where`: and keep
-    their call sites in `WHERE_SEEN`). Warnings raised inside the block are recorded, not shown."""
+    their call sites in `WHERE_SEEN`). `captured`: the profiler range of a step replayed as a CUDA
+    graph (`gates._graph.Replay`), counted as one operation however it ran (on a CPU it runs
+    eagerly; on a GPU a replay is one launch). Warnings raised inside the block are recorded, not shown."""
     counts = Counts()
     on_gpu = next(embedding.parameters()).device.type == "cuda"
     originals = [(owner, name, getattr(owner, name)) for owner, name in _SYNC_POINTS]
@@ -164,7 +171,19 @@ def counting(embedding: torch.nn.Module, profile: bool = True, where: bool = Fal
     if on_gpu:
         counts.device_syncs = sum("synchroniz" in str(w.message) for w in seen)
     if prof is not None:
-        counts.ops = sum(1 for event in prof.events() if event.name.startswith("aten::"))
+        counts.ops = sum(
+            1 for event in prof.events() if event.name.startswith("aten::") and not within(event, captured)
+        ) + sum(1 for event in prof.events() if captured is not None and event.name == captured)
+
+
+def within(event, name: str | None) -> bool:
+    """Whether a profiled event runs inside a range called `name`."""
+    parent = event.cpu_parent
+    while name is not None and parent is not None:
+        if parent.name == name:
+            return True
+        parent = parent.cpu_parent
+    return False
 
 
 def raw_embedding(model) -> torch.nn.Module:
@@ -226,24 +245,30 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
     groups = length_batches(model, rows)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
 
-    def steps(n: int) -> Counts:
-        with counting(raw_embedding(model), where=options.where) as counts:  # also silences the warnings of a short run
-            train_mask(model, task, TrainConfig(steps=n, checkpoint_every=0, progress=False))
+    def steps(n: int, cuda_graph: bool = False) -> Counts:
+        config = TrainConfig(steps=n, checkpoint_every=0, progress=False, cuda_graph=cuda_graph)
+        captured = STEP if cuda_graph else None
+        with counting(raw_embedding(model), where=options.where, captured=captured) as counts:  # silences warnings too
+            train_mask(model, task, config)
         return counts
 
     steps(1)  # warm-up
     short, long = steps(2), steps(2 + options.train_steps)
     n = options.train_steps
+    # The captured step: a CUDA graph captured at the second step in both runs, so the difference is
+    # N replays and what runs around them (on a CPU the step runs eagerly: its range counts as one).
+    short_graphed, long_graphed = steps(2, cuda_graph=True), steps(2 + n, cuda_graph=True)
     logits = torch.full((len(rows), n_layers, n_heads), 4.0, device=device, requires_grad=True)
     noise = left_tail_gumbel((len(rows), n_layers, n_heads), torch.Generator().manual_seed(0)).to(device)
     plain.train_step(rows, groups, logits, noise, 4.0, pad)  # warm-up
     with counting(plain.hf.model.embed_tokens, where=options.where) as theirs:
         plain.train_step(rows, groups, logits, noise, 4.0, pad)
     work = f"batch {len(rows)}, {len(groups)} pass(es) per step"
-    return [
-        {
+
+    def per_step(who: str, short: Counts, long: Counts, unit: str) -> dict:
+        return {
             "section": "train",
-            "who": "library",
+            "who": who,
             "work": work,
             "passes": (long.passes - short.passes) / n,
             "syncs": long.syncs - short.syncs,
@@ -253,8 +278,17 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
             "device_syncs_per_unit": None
             if long.device_syncs is None or short.device_syncs is None
             else (long.device_syncs - short.device_syncs) / n,
-            "unit": "training step",
-        },
+            "unit": unit,
+        }
+
+    return [
+        per_step("library", short, long, "training step"),
+        per_step(
+            "library, step captured as a CUDA graph",
+            short_graphed,
+            long_graphed,
+            "training step (the captured forward and backward counted as one operation)",
+        ),
         {
             "section": "train",
             "who": "plain",

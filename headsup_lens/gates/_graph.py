@@ -27,6 +27,10 @@ class Replay:
         self.calls = 0
 
     def __call__(self) -> None:
+        with torch.profiler.record_function(self.what):  # a profile shows the step, captured or not, as one range
+            self._call()
+
+    def _call(self) -> None:
         self.calls += 1
         if self.graph is not None:
             self.graph.replay()

@@ -69,7 +69,8 @@ class TrainConfig:
     on a GPU, where a step over short rows is bound by launching kernels. Every row is padded to the
     run's longest training row (one pass per step), so the gradient is the default step's up to
     rounding. The value gate only, without activation checkpointing. A capture that fails warns and
-    runs the same fixed-shape step eagerly; on the CPU it always runs eagerly (slower, for the padding)."""
+    runs the same fixed-shape step eagerly. On the CPU it always runs eagerly (packed, as the default
+    step: about its speed). Off by default: not yet measured on a GPU."""
     progress: bool = field(default=True, metadata={"cmd": False})
     """Show a progress bar with loss, temperature and heads kept (the CLI's `--no-progress` hides every bar)."""
     log_every: int = field(default=10, metadata={"cmd": False})

@@ -34,6 +34,7 @@ from ..objective import answer_nll
 from ._gumbel import straight_through
 
 Row = tuple[list[int], list[int]]
+STEP = "mask-training step"  # what a failed capture's warning names, and the step's profiler range
 
 
 @checked
@@ -79,7 +80,7 @@ class FixedStep:
         self.grads = [torch.zeros_like(p) for p in self.parameters]
         self.per_task = torch.zeros(n_tasks, device=device)
         self._tasks_of = rows_task.to(device)
-        self._replay = Replay(self._compute, enabled=graph, what="mask-training step")
+        self._replay = Replay(self._compute, enabled=graph, what=STEP)
 
     def __call__(self, rows: Sequence[Row], noise: Sequence[Tensor], tau: float, counts: Tensor) -> Tensor:
         """Set each parameter's `.grad` to the step's gradient on `rows` (this process's batch rows)

@@ -61,6 +61,12 @@ _NEED_TEXT = {
 }
 
 
+class MaskTaskWarning(UserWarning):
+    """`evaluate` was given a mask trained for another task (its metadata's `task`): often a mistake,
+    sometimes the design (a mask carried to few-shot prompts, Table 8's IWSLT pairs); filter this
+    category where it is the design."""
+
+
 def _as_head_mask(name: str, mask: HeadMask | Tensor, model: TransformerBridge) -> HeadMask:
     if isinstance(mask, HeadMask):
         return mask
@@ -137,7 +143,7 @@ def _plan(
         raise ValueError("no setting to run: every registered setting lacks something here (mask is None?)")
     mask_task = head_mask.metadata.get("task") if head_mask is not None else None  # recorded by training
     if mask_task is not None and mask_task != task.name:
-        warn(f"the mask was trained for task {mask_task!r}, not {task.name!r} (column mask_task)")
+        warn(f"the mask was trained for task {mask_task!r}, not {task.name!r} (column mask_task)", MaskTaskWarning)
     if config.text_metrics == "auto":  # translation by its target language: Chinese answers have no spaces
         text = task.is_translation or sum(len(a.split()) for a in answers) / len(answers) > 2
     else:

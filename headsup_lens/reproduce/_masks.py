@@ -24,6 +24,7 @@ from .._io import atomic_write_json
 from .._typecheck import checked
 from .._version import __version__
 from ..data import Task
+from ..evaluation import MaskTaskWarning
 from ..masks import HeadMask
 from ..models import fingerprint, prompt_format
 from ..models._fingerprint import portable_name
@@ -118,5 +119,5 @@ def mask_on_another_task() -> Iterator[None]:
     stages that do so by design (a zero-shot mask on few-shot prompts and back, Table 8's IWSLT
     pairs under the translation mask); the table's column mask_task records it."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="the mask was trained for task")
+        warnings.simplefilter("ignore", MaskTaskWarning)
         yield

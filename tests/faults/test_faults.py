@@ -552,12 +552,12 @@ def test_invalid_utf8_text_and_files_are_named(tmp_path, capsys):
 
 def test_a_mask_for_another_task_warns_and_is_recorded(reference):
     from headsup_lens import evaluate, load_task
-    from headsup_lens.evaluation import EvalConfig
+    from headsup_lens.evaluation import EvalConfig, MaskTaskWarning
 
     model = load_model("organism")
     mask = HeadMask.load(reference / "mask.safetensors", model)
     config = EvalConfig(generate=False, batch_size=64, settings=("masked",), progress=False)
-    with pytest.warns(UserWarning, match="trained for task 'organism/reverse', not 'organism/plural'"):
+    with pytest.warns(MaskTaskWarning, match="trained for task 'organism/reverse', not 'organism/plural'"):
         table = evaluate(model, load_task("organism/plural"), mask, config).table
     assert table["mask_task"].tolist() == ["organism/reverse"]
 

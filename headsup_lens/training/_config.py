@@ -99,8 +99,8 @@ class TrainConfig:
         return cls(**{"steps": 300, "lr": 0.1, "min_lr": 1e-3, "init_mean": 2.0, "checkpoint_every": 50, **overrides})
 
     def __post_init__(self) -> None:
-        """Every field in its range (NaN and infinities refused); the gate's name is checked with the
-        types (`Literal`)."""
+        """Every field in its range (NaN and infinities refused), and options that serve together; the
+        gate's name is checked with the types (`Literal`)."""
         check_ranges(
             self,
             {
@@ -133,6 +133,11 @@ class TrainConfig:
                 "log_every": ">= 1",
             },
         )
+        if self.cuda_graph and (self.gate != "value" or self.activation_checkpointing):
+            raise ValueError(
+                f"cuda_graph needs the value gate and no activation checkpointing, got gate={self.gate!r}, "
+                f"activation_checkpointing={self.activation_checkpointing}"
+            )
 
     # ------------------------------------------------------------------ schedules
 

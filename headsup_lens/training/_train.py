@@ -184,8 +184,6 @@ class _MaskRun:
                 "activation_checkpointing needs the direct forward pass: a Llama or Qwen2 model, the value "
                 "gate and no hook attached to the model"
             )
-        if config.cuda_graph and (config.gate != "value" or config.activation_checkpointing):
-            raise ValueError("cuda_graph needs the value gate (gate='value') and no activation_checkpointing")
         empty = [t.name for t in tasks if t.n_train == 0]
         if empty:
             raise ValueError(f"tasks {empty} have no training pairs (every pair is held out: n_eval = len(pairs))")

@@ -26,6 +26,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._device import copy_into
 from .._typecheck import checked
+from .._warnings import warn
 from ..data import TaskBatch, collate
 from ..data._tokenize import answer_positions
 from ..gates._graph import Replay
@@ -35,6 +36,9 @@ from ._gumbel import straight_through
 
 Row = tuple[list[int], list[int]]
 STEP = "mask-training step"  # what a failed capture's warning names, and the step's profiler range
+# Padding every row to the longest that computes more than this many times the rows' own tokens is
+# worth a warning: the default step's length-grouped passes would compute far less.
+PADDING_WARNED = 2.0
 
 
 @checked
@@ -59,7 +63,15 @@ class FixedStep:
         self.model, self.parameters, self.pad_id = model, list(parameters), pad_id
         device = parameters[0].device
         n_rows, n_tasks = len(rows_task), parameters[0].shape[0]
-        self.width = max(len(prompt) + len(answer) for rows in encoded for prompt, answer in rows)
+        lengths = [len(prompt) + len(answer) for rows in encoded for prompt, answer in rows]
+        self.width = max(lengths)
+        if self.width > PADDING_WARNED * sum(lengths) / len(lengths):
+            warn(
+                f"cuda_graph pads every row to the longest training row ({self.width} tokens; the mean row has "
+                f"{sum(lengths) / len(lengths):.0f}): a step computes about {self.width * len(lengths) / sum(lengths):.1f}x "
+                "the tokens of its rows. Where lengths differ this much, leave cuda_graph off (the default step "
+                "groups rows by length) or drop the longest pairs"
+            )
         self.n_answers = n_rows * max(len(answer) for rows in encoded for _, answer in rows)
         self.rows_task = rows_task
         shape = (n_rows, self.width)

@@ -95,6 +95,18 @@ def test_the_fixed_shape_step_reads_nothing_back_after_its_first_call(qwen2, mon
     assert reads_per_call == [[], [], []]
 
 
+def test_padding_far_beyond_the_rows_warns_before_training(qwen2):
+    """One pair much longer than the rest: padding every row to it would compute several times the
+    rows' tokens, which the default step's length groups avoid; said before the first step."""
+    long = " ".join(["the old mill by the river"] * 8)
+    task = Task.from_pairs("skewed", [(w, w.split()[-1]) for w in ["cold", "good", "yes", "hot", long] * 4], n_eval=0)
+    with pytest.warns(UserWarning, match=r"cuda_graph pads every row to the longest training row \((\d+) tokens"):
+        train_mask(qwen2, task, TrainConfig(**{**QUICK, "steps": 1}, cuda_graph=True))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="cuda_graph pads")
+        train_mask(qwen2, mixed_task(), TrainConfig(**{**QUICK, "steps": 1}, cuda_graph=True))
+
+
 def test_cuda_graph_is_refused_where_it_does_not_serve():
     """When the config is built, before any work: the query gate and activation checkpointing."""
     for bad in (dict(gate="query"), dict(activation_checkpointing=True)):

@@ -28,10 +28,9 @@ from .._device import copy_into
 from .._typecheck import checked
 from .._warnings import warn
 from ..data import TaskBatch, collate
-from ..data._tokenize import answer_positions
 from ..gates._graph import Replay
 from ..gates._value import valid_value_gate_hooks
-from ..objective import answer_nll
+from ..objective import answer_nll, answer_positions
 from ._gumbel import straight_through
 
 Row = tuple[list[int], list[int]]

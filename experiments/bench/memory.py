@@ -2,8 +2,8 @@
 workspace, measured at several model sizes, fitted, and extrapolated to Llama-3.1-8B in bf16.
 
 One step of the paper's recipe (batch 16, straight-through masks at the value gate, answer-only
-loss, AdamW on the mask logits) on the 16 first training pairs of a task, all in one pass (as on a
-GPU), is run under `torch.profiler` with `profile_memory=True`. The profiler records every
+loss, AdamW on the mask logits) on the 16 first training pairs of a task, all in one right-padded
+pass (as on a GPU: rows not packed, `native_options(pack_rows=False)`), is run under `torch.profiler` with `profile_memory=True`. The profiler records every
 allocation and release of the allocator (CPU, or CUDA) with its size; summed in time order they
 give the bytes of tensors alive at each moment of the step. Then
 - weights: the bytes of the model's parameters and buffers (held before and after the step);
@@ -12,8 +12,8 @@ give the bytes of tensors alive at each moment of the step. Then
 - workspace: the peak of the step minus the activations: temporaries of single operations and of
   the backward pass (logits of the answer positions and their gradient, a layer's intermediates);
 - peak = weights + activations + workspace (GPU: `torch.cuda.max_memory_allocated` is printed beside it).
-The fit (fp32 steps): activations per token of the pass and per layer as a * d_model + b * d_mlp
-bytes (least squares over the measured sizes and tasks), workspace as c * (answer tokens x
+The fit (fp32 steps of `LLAMA_KIND` decoders): activations per token of the pass and per layer as a * d_model + b * d_mlp
+bytes (non-negative least squares over the measured sizes and tasks), workspace as c * (answer tokens x
 vocabulary) + e * (tokens x d_mlp) bytes; bf16 keeps its norms and loss in fp32, so a bf16 step
 measured beside its fp32 twin gives the bf16/fp32 ratio. Then Llama-3.1-8B-Instruct's shape in bf16
 at the measured token counts, beside the paper rebuttal's 16.29 GiB (bf16 weights alone 14.96 GiB).
@@ -34,10 +34,11 @@ import numpy as np
 import pandas as pd
 import torch
 from _plain import label, load, word_task
+from scipy.optimize import nnls
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from headsup_lens.data import collate, encode_pairs, load_task
-from headsup_lens.gates import gate_hooks
+from headsup_lens.gates import gate_hooks, native_options
 from headsup_lens.models import pad_token_id
 from headsup_lens.objective import answer_nll
 from headsup_lens.options import parse
@@ -46,6 +47,9 @@ from headsup_lens.training import TrainConfig, left_tail_gumbel, straight_throug
 GIB = 2**30
 # Llama-3.1-8B-Instruct: 32 layers, d_model 4096, d_mlp 14336, 32 heads over 8 KV heads, vocab 128256.
 LLAMA_8B = dict(n_layers=32, d_model=4096, d_mlp=14336, vocab=128_256, parameters=8_030_261_248)
+# Decoders of Llama-3.1-8B's kind (a norm before attention and one before a gated MLP): the fit uses
+# these steps only (Gemma-3, say, adds norms, so its bytes per token follow another law).
+LLAMA_KIND = ("llama", "qwen2")
 REBUTTAL_GIB = 16.29  # the paper's rebuttal: Llama-3.1-8B-Instruct mask training, peak GPU memory
 
 
@@ -122,6 +126,7 @@ def one_step(model, rows, checkpoint: bool) -> None:
         optimizer.step()
 
 
+@native_options(pack_rows=False)
 def measure(model, rows, checkpoint: bool) -> dict:
     device = torch.device(model.cfg.device)
     one_step(model, rows, checkpoint)  # warm-up: lazy buffers, kernels
@@ -166,13 +171,15 @@ def batch_rows(model, task_name: str, batch_size: int):
 
 
 def fit(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Least squares over measured steps: activation bytes per token (of the padded pass) and layer =
-    a d_model + b d_mlp; workspace bytes = c answers x vocabulary + e tokens x d_mlp."""
+    """Non-negative least squares over measured steps (a count of bytes per unit is never negative;
+    over a few steps plain least squares may trade one term against the other): activation bytes per
+    token (of the padded pass) and layer = a d_model + b d_mlp; workspace bytes = c answers x
+    vocabulary + e tokens x d_mlp."""
     design = np.stack([rows.d_model, rows.d_mlp], axis=1).astype(float)
     per_token_layer = rows.activations_gib * GIB / (rows.tokens * rows.n_layers)
-    activation_coef = np.linalg.lstsq(design, per_token_layer.to_numpy(), rcond=None)[0]
+    activation_coef = nnls(design, per_token_layer.to_numpy(dtype=float))[0]
     design = np.stack([rows.answers * rows.vocab, rows.tokens * rows.d_mlp], axis=1).astype(float)
-    workspace_coef = np.linalg.lstsq(design, (rows.workspace_gib * GIB).to_numpy(), rcond=None)[0]
+    workspace_coef = nnls(design, (rows.workspace_gib * GIB).to_numpy(dtype=float))[0]
     return activation_coef, workspace_coef
 
 
@@ -194,13 +201,14 @@ def bf16_ratios(table: pd.DataFrame) -> dict[bool, tuple[float, float]]:
 
 
 def extrapolate(table: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
-    """The fp32 fit per checkpointing setting, and Llama-3.1-8B in bf16 (the fit times the measured
-    bf16/fp32 ratio) at the token counts of each task (SmolLM2's tokenizer when it was measured: a
-    real subword tokenizer, close to Llama 3's; its chat format has a few tokens less)."""
+    """The fp32 fit per checkpointing setting (steps of `LLAMA_KIND` models), and Llama-3.1-8B in
+    bf16 (the fit times the measured bf16/fp32 ratio) at the token counts of each task (SmolLM2's
+    tokenizer when it was measured: a real subword tokenizer, close to Llama 3's; its chat format has
+    a few tokens less)."""
     lines, rows = [], []
     weights = LLAMA_8B["parameters"] * 2 / GIB
     ratios = bf16_ratios(table)
-    fp32 = table[table.dtype == "float32"]
+    fp32 = table[(table.dtype == "float32") & table.family.isin(LLAMA_KIND)]
     for checkpoint, part in fp32.groupby("checkpointing"):
         if part.d_model.nunique() < 2:
             continue
@@ -256,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                     record = {
                         "model": name,
                         "label": label(name),
+                        "family": model.original_model.config.model_type,
                         "dtype": str(cfg.dtype).removeprefix("torch."),
                         "device": str(cfg.device),
                         "task": task,

@@ -83,5 +83,10 @@ def unpacking(slots: Tensor, rows: int, width: int) -> Iterator[None]:
         _UNPACKING.pop()
 
 
+def current_unpacking() -> tuple[Tensor, int, int] | None:
+    """The `unpacking` block entered last and not yet ended, as its arguments, or None."""
+    return _UNPACKING[-1] if _UNPACKING else None
+
+
 AttentionInterface.register(CAUSAL_ATTENTION, _causal_attention)
 AttentionInterface.register(PACKED_ATTENTION, _packed_attention)

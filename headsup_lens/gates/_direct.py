@@ -1,10 +1,13 @@
-"""The value gate inside a plain forward pass of the wrapped weights (Llama-family decoders).
+"""Greedy decoding under the value gate, sharing rows, in a plain forward pass of the wrapped weights
+(Llama-family decoders).
 
 The bridge computes attention eagerly so that `hook_attn_scores` and `hook_pattern` can be read
 and edited. The value gate needs neither: it scales each head's output before `W_O`, and
 `hook_z` is the `o_proj` input. When no hook is active on the model and its decoder layers are
-ones this module knows (Llama, Qwen2 without sliding windows), losses and greedy decoding run
-here instead, on the same weights:
+ones this module knows (Llama, Qwen2 without sliding windows), greedy decoding on the CPU (where
+sharing rows pays, `native_options(prefix_sharing=...)`) and decoding that records layer outputs
+run here instead, on the same weights (losses and the rest of decoding take the model's own
+forward pass, `gates._native`, on every architecture):
 - attention through the fused kernel (`scaled_dot_product_attention`, grouped-query heads
   without copies), with the gate multiplied into the `o_proj` input;
 - the norms, rotary embedding and activation are the wrapped model's own modules;
@@ -26,12 +29,10 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint as _checkpoint
 from transformer_lens.model_bridge import TransformerBridge
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .._typecheck import checked
-from ..data import TaskBatch
 from ..models import unembed
 from ._masks import row_mask
 
@@ -306,11 +307,6 @@ class DirectForward:
             out = out * mlp[:, i].to(device=out.device, dtype=out.dtype)[:, None, None]
         return attn_out, h + out
 
-    def _layer(self, i: int, h: Tensor, cos: Tensor, sin: Tensor, mask, causal, heads, mean, mlp) -> Tensor:
-        q, k, v = self._qkv(i, h, cos, sin)
-        z = self._gate(i, self._attend(q, k, v, mask, causal), heads, mean)
-        return self._finish(i, h, z, mlp)[1]
-
     # ------------------------------------------------------------------ masks and positions
     @staticmethod
     def _positions(attention_mask: Tensor | None, rows: int, pos: int, device) -> Tensor:
@@ -333,29 +329,6 @@ class DirectForward:
         causal = torch.ones(pos, pos, dtype=torch.bool, device=real.device).tril()
         allowed = causal & (real[:, None, :] | torch.eye(pos, dtype=torch.bool, device=real.device))
         return allowed[:, None], False
-
-    # ------------------------------------------------------------------ losses
-    def final_normed(
-        self, batch: TaskBatch, spec: GateSpec | None, *, checkpoint: bool = False
-    ) -> Float[Tensor, "n d_model"]:
-        """The final norm's output (`ln_final.hook_out`) at the batch's answer positions
-        (`TaskBatch.answers`) of a gated pass, differentiable in the gate; a right-padded batch runs
-        causally without its mask. `checkpoint=True` keeps only each layer's input for the backward
-        pass and recomputes the rest (activation checkpointing: less memory, one more forward)."""
-        ids, rows, positions = batch.input_ids, *batch.answers()[:2]
-        attention_mask = None if batch.right_padded() else batch.attention_mask
-        n_rows, pos = ids.shape
-        _check_rows(spec, n_rows)
-        h = self.embed(ids)
-        cos, sin = self.rotary(h, self._positions(attention_mask, n_rows, pos, ids.device))
-        mask, causal = self._prompt_mask(attention_mask)
-        heads, mean, mlp = (None, None, None) if spec is None else (spec.heads, spec.mean, spec.mlp)
-        for i in range(len(self.layers)):
-            if checkpoint and torch.is_grad_enabled():
-                h = _checkpoint(self._layer, i, h, cos, sin, mask, causal, heads, mean, mlp, use_reentrant=False)
-            else:
-                h = self._layer(i, h, cos, sin, mask, causal, heads, mean, mlp)
-        return self.final_norm(h[rows, positions])
 
     # ------------------------------------------------------------------ greedy decoding
     def _codes(self, spec: GateSpec | None, rows: Tensor) -> list[Tensor]:

@@ -33,13 +33,14 @@ from typing import Any, Literal
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint as _checkpoint
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import DynamicCache
 
 from .._typecheck import checked
 from .._warnings import warn
 from ..data import TaskBatch
-from ._attention import CAUSAL_ATTENTION, PACKED_ATTENTION, unpacking
+from ._attention import CAUSAL_ATTENTION, PACKED_ATTENTION, current_unpacking, unpacking
 from ._direct import Decoding, GateSpec, _check_rows, _raw, cached_forward
 from ._packed import packing, token_gates
 from ._static import StaticDecoding, answer_states, cache_slots, fits, static_step
@@ -128,14 +129,19 @@ def _swaps(root: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.M
 class NativeForward:
     """The wrapped Hugging Face model's forward pass, gated at each output projection's input."""
 
-    def __init__(self, model: TransformerBridge, swaps: list, projections: list, mlps: list) -> None:
+    def __init__(self, model: TransformerBridge, layers: list, projections: list, mlps: list) -> None:
         self.model = model
         self.hf: Any = model.original_model
-        self.swaps, self.projections, self.mlps = swaps, projections, mlps
+        self.swaps, self.projections, self.mlps = _swaps(self.hf), projections, mlps
+        self.layers = layers  # the decoder layers (Hugging Face modules), and the swaps inside each
+        self.layer_swaps = [_swaps(layer) for layer in layers]
         self.n_heads = model.cfg.n_heads
         self.configs = {id(c): c for c in [self.hf.config, *self._attention_configs()]}.values()
         self.spec: GateSpec | None = None
         self.per_token = False
+        self.attention = "sdpa"
+        self.cut: Tensor | None = None  # the tokens of `last_layer_at`, inside its block
+        self._depth = 0  # `running` blocks entered now
         self._compiled: Callable | Literal[False] | None = None
 
     @property
@@ -181,31 +187,89 @@ class NativeForward:
         return hook
 
     @contextlib.contextmanager
-    def running(self, spec: GateSpec | None, *, attention: str = "sdpa", per_token: bool = False) -> Iterator[Any]:
+    def running(
+        self, spec: GateSpec | None, *, attention: str = "sdpa", per_token: bool = False, checkpoint: bool = False
+    ) -> Iterator[Any]:
         """The Hugging Face model with its own modules and the gate `spec` in place, inside the block
         (`attention`: the attention function where the model supports SDPA, e.g. `CAUSAL_ATTENTION`
         for a pass over right-padded rows without a cache; `per_token`: the gates' rows are the tokens
-        of one packed sequence, `gates._packed`)."""
-        handles = [p.register_forward_pre_hook(self._projection_hook(i)) for i, p in enumerate(self.projections)]
+        of one packed sequence, `gates._packed`; `checkpoint`: every layer keeps only its input for the
+        backward pass, which runs it again, `_recomputed`)."""
+        with self._gated(range(len(self.projections)), self.swaps, spec, attention, per_token):
+            if checkpoint:
+                for layer in self.layers:
+                    layer.forward = self._checkpointed(layer)
+            try:
+                yield self.hf
+            finally:
+                for layer in self.layers:
+                    layer.__dict__.pop("forward", None)
+
+    @contextlib.contextmanager
+    def _gated(
+        self, layers: range, swaps: list, spec: GateSpec | None, attention: str, per_token: bool
+    ) -> Iterator[None]:
+        """`swaps` made, the gate `spec` on `layers`' output projections (and MLPs), and `attention`
+        set, inside the block."""
+        handles = [self.projections[i].register_forward_pre_hook(self._projection_hook(i)) for i in layers]
         if spec is not None and spec.mlp is not None:
-            handles += [m.register_forward_hook(self._mlp_hook(i)) for i, m in enumerate(self.mlps)]
+            handles += [self.mlps[i].register_forward_hook(self._mlp_hook(i)) for i in layers]
         configured = [c._attn_implementation for c in self.configs]
-        self.spec, self.per_token = spec, per_token
+        previous = self.spec, self.per_token, self.attention
+        self.spec, self.per_token, self.attention = spec, per_token, attention
+        self._depth += 1
         try:
-            for parent, name, _, raw in self.swaps:
+            for parent, name, _, raw in swaps:
                 parent._modules[name] = raw
             if self.supports_sdpa:
                 for c in self.configs:
                     c._attn_implementation = attention
-            yield self.hf
+            yield
         finally:
-            self.spec, self.per_token = None, False
+            self._depth -= 1
+            self.spec, self.per_token, self.attention = previous
             for c, value in zip(self.configs, configured):
                 c._attn_implementation = value
-            for parent, name, component, _ in reversed(self.swaps):
+            for parent, name, component, _ in reversed(swaps):
                 parent._modules[name] = component
             for handle in handles:
                 handle.remove()
+
+    # ------------------------------------------------------------------ activation checkpointing
+    def _checkpointed(self, layer: torch.nn.Module) -> Callable:
+        """`layer`'s forward under activation checkpointing (while gradients are recorded)."""
+        forward = type(layer).forward.__get__(layer)
+        index = self.layers.index(layer)
+        last = index == len(self.layers) - 1
+
+        def run(*args, **kwargs):
+            if not torch.is_grad_enabled():
+                return forward(*args, **kwargs)
+            state = (self.spec, self.per_token, self.attention, current_unpacking(), self.cut if last else None)
+            return _checkpoint(
+                self._recomputed, index, forward, state, *args, use_reentrant=False, preserve_rng_state=False, **kwargs
+            )
+
+        return run
+
+    def _recomputed(self, index: int, forward: Callable, state: tuple, *args, **kwargs):
+        """A checkpointed layer's forward. In the pass, as it is. In the backward pass, which runs it
+        again after `running` has ended, inside the same gate, attention function, packing and (the
+        last layer) cut: the layer's own modules swapped in and its gates hooked for the call."""
+        spec, per_token, attention, unpack, cut = state
+        if self._depth:
+            if self.spec is not spec or self.per_token != per_token or self.attention != attention:
+                raise RuntimeError(
+                    "the backward pass of an activation-checkpointed pass ran inside another gated pass; "
+                    "call backward after the pass's block has ended"
+                )
+            return forward(*args, **kwargs)
+        with (
+            self._gated(range(index, index + 1), self.layer_swaps[index], spec, attention, per_token),
+            unpacking(*unpack) if unpack is not None else contextlib.nullcontext(),
+            self.last_layer_at(cut) if cut is not None else contextlib.nullcontext(),
+        ):
+            return forward(*args, **kwargs)
 
     def select_rows(self, keep: Tensor) -> None:
         """Keep per-row gates of rows `keep` (rows leaving a greedy batch)."""
@@ -240,18 +304,24 @@ class NativeForward:
         for module in (self.projections[-1], self.mlps[-1]):
             # after the gate's input hook, before an MLP gate's output hook (both see every token)
             handles += [module.register_forward_pre_hook(take), module.register_forward_hook(put, prepend=True)]
+        previous, self.cut = self.cut, tokens
         try:
             yield
         finally:
+            self.cut = previous
             for handle in handles:
                 handle.remove()
 
     # ------------------------------------------------------------------ losses
-    def final_normed(self, batch: TaskBatch, spec: GateSpec | None) -> Float[Tensor, "n d_model"]:
+    def final_normed(
+        self, batch: TaskBatch, spec: GateSpec | None, *, checkpoint: bool = False
+    ) -> Float[Tensor, "n d_model"]:
         """The final norm's output at the batch's answer positions (`TaskBatch.answers`) of a gated
         pass, differentiable in the gate. A right-padded batch (`TaskBatch.right_padded`) runs as one
         packed sequence on the CPU (`gates._packed`: no padding, no final tokens), else without its
-        attention mask under `CAUSAL_ATTENTION` (the same result, and nothing read back)."""
+        attention mask under `CAUSAL_ATTENTION` (the same result, and nothing read back).
+        `checkpoint=True` keeps only each layer's input for the backward pass and runs the layer again
+        there (activation checkpointing: less memory for about one more forward pass)."""
         ids, rows, positions = batch.input_ids, *batch.answers()[:2]
         attention_mask = None if batch.right_padded() else batch.attention_mask
         _check_rows(spec, ids.shape[0])
@@ -259,14 +329,16 @@ class NativeForward:
             layout = packing(batch)
             gates = token_gates(spec, layout.rows)
             with (
-                self.running(gates, attention=PACKED_ATTENTION, per_token=True) as hf,
+                self.running(gates, attention=PACKED_ATTENTION, per_token=True, checkpoint=checkpoint) as hf,
                 unpacking(layout.slots, *ids.shape),
                 self.last_layer_at(layout.answers),
             ):
                 packed = hf.base_model(input_ids=layout.ids, position_ids=layout.positions, use_cache=False)
             return packed.last_hidden_state[0, layout.answers]
         with (
-            self.running(spec, attention=CAUSAL_ATTENTION if attention_mask is None else "sdpa") as hf,
+            self.running(
+                spec, attention=CAUSAL_ATTENTION if attention_mask is None else "sdpa", checkpoint=checkpoint
+            ) as hf,
             self.last_layer_at(rows * ids.shape[1] + positions),
         ):
             hidden = hf.base_model(
@@ -411,15 +483,16 @@ def _positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:
 def _build(model: TransformerBridge) -> NativeForward | None:
     try:
         hf = model.original_model
+        layers = [_raw(block) for block in model.blocks]
         projections = [_raw(block.attn.o) for block in model.blocks]
         mlps = [_raw(block.mlp) for block in model.blocks]
     except AttributeError:
         return None
-    if not all(isinstance(p, torch.nn.Module) for p in projections + mlps):
+    if not all(isinstance(p, torch.nn.Module) for p in layers + projections + mlps):
         return None
     if len({p.device for p in hf.parameters()}) != 1:
         return None
-    return NativeForward(model, _swaps(hf), projections, mlps)
+    return NativeForward(model, layers, projections, mlps)
 
 
 def _next_positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:

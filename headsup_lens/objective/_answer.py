@@ -10,7 +10,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ..data import TaskBatch, length_groups
 from ..data._tokenize import answer_positions as answer_positions  # public here too
-from ..gates._direct import direct_forward, gate_spec
+from ..gates._direct import gate_spec
 from ..gates._native import native_forward
 from ..models import FINAL_NORM_OUT, model_device, unembed, verify_readout
 
@@ -48,25 +48,22 @@ def answer_logits(
     are active on `model` (gates) apply as usual; `hooks` are added for this pass only (one
     `model.hooks` context per step: entering it costs a few milliseconds on the bridge).
 
-    When `hooks` are a value gate (`gate_hooks`) or none and no other hook is active, a
-    Llama-family model runs its direct forward pass (`gates._direct`: fused attention, the gate at
-    the `o_proj` input), equal to the bridge's. `checkpoint=True` recomputes each layer in the
-    backward pass instead of keeping its activations (less memory, about one more forward pass);
-    it needs the direct forward pass.
+    When `hooks` are a value gate (`gate_hooks`) or none and no other hook is active, the model
+    runs its native forward pass (`gates._native`: its own Hugging Face modules, the gate at the
+    output projection's input), equal to the bridge's. `checkpoint=True` recomputes each layer in
+    the backward pass instead of keeping its activations (less memory, about one more forward pass);
+    it needs the native forward pass.
     """
     rows, positions, targets = batch.answers()
     verify_readout(model)
     eligible, spec = gate_spec(hooks)
-    native = native_forward(model) if eligible and not checkpoint else None
+    native = native_forward(model) if eligible else None
     if native is not None:
-        return unembed(model, native.final_normed(batch, spec)), targets, rows
-    direct = direct_forward(model) if eligible else None
-    if direct is not None:
-        return unembed(model, direct.final_normed(batch, spec, checkpoint=checkpoint)), targets, rows
+        return unembed(model, native.final_normed(batch, spec, checkpoint=checkpoint)), targets, rows
     if checkpoint:
         raise ValueError(
-            "activation checkpointing needs the direct forward pass: a Llama or Qwen2 model under the "
-            "value gate with no other hook attached"
+            "activation checkpointing needs the native forward pass: the value gate with no other hook "
+            "attached to the model"
         )
     hooks = list(hooks or [])
     captured: list[Tensor] = []

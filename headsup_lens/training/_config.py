@@ -63,7 +63,7 @@ class TrainConfig:
     activation_checkpointing: bool = False
     """Keep only each layer's input for the backward pass and recompute the rest (less memory when
     inputs are long, e.g. ag_news or XNLI; about one more forward pass of time). Same gradients.
-    Needs the direct forward pass: a Llama or Qwen2 model under the value gate."""
+    Needs the native forward pass: the value gate, with no hook attached to the model."""
     cuda_graph: bool = False
     """Capture each step's forward and backward once as a CUDA graph and replay it (`training._graphed`):
     on a GPU, where a step over short rows is bound by launching kernels. Every row is padded to the

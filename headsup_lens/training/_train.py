@@ -23,7 +23,7 @@ from .._typecheck import checked
 from .._warnings import warn
 from ..data import Task, collate, encode_pairs
 from ..gates import gate_hooks
-from ..gates._direct import direct_forward
+from ..gates._native import native_forward
 from ..gates._value import valid_value_gate_hooks
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
@@ -179,10 +179,10 @@ class _MaskRun:
         names = [t.name for t in tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"task names must be distinct, got {names}")
-        if config.activation_checkpointing and (config.gate != "value" or direct_forward(model) is None):
+        if config.activation_checkpointing and (config.gate != "value" or native_forward(model) is None):
             raise ValueError(
-                "activation_checkpointing needs the direct forward pass: a Llama or Qwen2 model, the value "
-                "gate and no hook attached to the model"
+                "activation_checkpointing needs the native forward pass: the value gate and no hook "
+                "attached to the model"
             )
         empty = [t.name for t in tasks if t.n_train == 0]
         if empty:

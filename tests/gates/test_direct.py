@@ -75,22 +75,14 @@ def test_mask_gradient_equals_the_hook_z_gate(name, request):
     model = request.getfixturevalue(name)
     batch = right_padded(model, seed=1)
 
-    def gradient(checkpoint=False):
+    def gradient():
         soft = torch.full((4, model.cfg.n_layers, model.cfg.n_heads), 0.7, requires_grad=True)
-        nll, _ = answer_nll(model, batch, gate_hooks(model, soft), checkpoint=checkpoint)
+        nll, _ = answer_nll(model, batch, gate_hooks(model, soft))
         nll.sum().backward()
         return soft.grad
 
     fast, reference = both(gradient)
     assert torch.allclose(fast, reference, atol=1e-5, rtol=1e-4)
-    with direct_path(True):
-        assert torch.allclose(gradient(checkpoint=True), fast, atol=1e-6, rtol=1e-5)  # activation checkpointing
-
-
-def test_activation_checkpointing_needs_the_direct_forward_pass(gpt2):
-    batch = right_padded(gpt2)
-    with pytest.raises(ValueError, match="direct forward pass"):
-        answer_nll(gpt2, batch, gate_hooks(gpt2, random_mask(gpt2)), checkpoint=True)
 
 
 def test_left_padded_prompts_and_per_row_masks_decode_as_the_bridge(qwen2):

@@ -6,15 +6,18 @@ import contextlib
 
 import pytest
 import torch
+from torch import Tensor
+from torch.profiler import ProfilerActivity, profile
 
+from headsup_lens import load_model
 from headsup_lens.data import collate
 from headsup_lens.gates import direct_path, gate_hooks, native_options, value_gate
 from headsup_lens.gates._direct import GateSpec
 from headsup_lens.gates._native import native_forward
-from headsup_lens.models import left_pad, stop_token_ids
+from headsup_lens.models import left_pad, random_llama_dir, stop_token_ids
 from headsup_lens.objective import answer_logits, answer_nll, greedy_generate
 
-from ..conftest import FAMILIES, random_mask, random_tokens
+from ..conftest import FAMILIES, FAMILY_SETTINGS, random_mask, random_tokens
 
 BUILT_IN = ("llama", "qwen2", "gpt2")
 
@@ -140,6 +143,95 @@ def test_a_right_padded_loss_pass_reads_nothing_back(model, monkeypatch):
         native.final_normed(batch, GateSpec(heads=soft)).sum().backward()
     assert reads == []
     assert soft.grad is not None and soft.grad.abs().sum() > 0
+
+
+# ------------------------------------------------------------------ activation checkpointing
+def checkpointed_gradients(model, batch, checkpoint: bool) -> tuple[Tensor, Tensor, list[int]]:
+    """Gradients of per-row head and MLP gates of one loss pass, and how often the first and the last
+    layer's output projections ran (twice where the backward pass ran the layers again)."""
+    n_layers, n_heads, rows = model.cfg.n_layers, model.cfg.n_heads, batch.input_ids.shape[0]
+    heads = torch.rand(rows, n_layers, n_heads, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    mlp = torch.rand(rows, n_layers, generator=torch.Generator().manual_seed(2)).requires_grad_()
+    native = native_forward(model)
+    assert native is not None
+    runs = [0, 0]
+
+    def count(i):
+        return lambda module, args: runs.__setitem__(i, runs[i] + 1)
+
+    handles = [native.projections[layer].register_forward_pre_hook(count(i)) for i, layer in enumerate((0, -1))]
+    try:
+        nll, _ = answer_nll(model, batch, gate_hooks(model, heads, mlp=mlp), checkpoint=checkpoint)
+        nll.sum().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert heads.grad is not None and mlp.grad is not None
+    return heads.grad, mlp.grad, runs
+
+
+@pytest.mark.parametrize("pack", [True, False], ids=["packed", "padded"])
+def test_activation_checkpointing_gives_the_same_gradients(model, pack):
+    """Every layer runs again in the backward pass, inside the same gates, attention function,
+    packing and last layer's cut, and the bridge is back once it is done."""
+    batch = right_padded(model, seed=1)
+    before = dict(model.original_model.named_modules())
+    with direct_path(True), native_options(pack_rows=pack):
+        checkpointed_gradients(model, batch, checkpoint=False)  # the first pass checks the read-out once
+        heads, mlp, runs = checkpointed_gradients(model, batch, checkpoint=False)
+        heads_again, mlp_again, runs_again = checkpointed_gradients(model, batch, checkpoint=True)
+    assert (runs, runs_again) == ([1, 1], [2, 2])
+    assert heads.abs().sum() > 0 and mlp.abs().sum() > 0
+    torch.testing.assert_close(heads_again, heads, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(mlp_again, mlp, atol=1e-6, rtol=1e-5)
+    assert dict(model.original_model.named_modules()) == before
+
+
+def forward_bytes(fn) -> int:
+    """Bytes that `fn()` allocates and leaves alive (what a loss pass keeps for its backward pass,
+    and its output), from the profiler's memory events."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()
+    alive = sum(e.nbytes() for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    del out
+    return alive
+
+
+@pytest.mark.parametrize("family", ["gemma3", "phi3"])
+def test_activation_checkpointing_keeps_less_for_the_backward_pass(family, tmp_path):
+    """A deeper model of a family beyond Llama and Qwen2: with checkpointing, a loss pass keeps a
+    third of what it keeps without (each layer's input instead of its activations)."""
+    folder = random_llama_dir(
+        tmp_path, 0, architecture=family, **dict(FAMILY_SETTINGS[family], num_hidden_layers=8, layer_types=None)
+    )
+    model = load_model(folder, device="cpu", dtype="float32")
+    batch = right_padded(model, seed=1)
+    soft = torch.full((4, model.cfg.n_layers, model.cfg.n_heads), 0.7, requires_grad=True)
+    kept = {}
+    for checkpoint in (False, True):
+        with direct_path(True), native_options(pack_rows=False):
+            kept[checkpoint] = forward_bytes(
+                lambda: answer_nll(model, batch, gate_hooks(model, soft), checkpoint=checkpoint)[0]
+            )
+    assert 0 < kept[True] < kept[False] / 3, kept
+
+
+def test_a_checkpointed_backward_inside_another_gated_pass_is_refused(llama):
+    """Run again there, a layer would take the other pass's gates: refused rather than wrong."""
+    batch = right_padded(llama)
+    native = native_forward(llama)
+    assert native is not None
+    soft = torch.full((4, llama.cfg.n_layers, llama.cfg.n_heads), 0.7, requires_grad=True)
+    with direct_path(True):
+        out = native.final_normed(batch, GateSpec(heads=soft), checkpoint=True)
+        with native.running(GateSpec(heads=soft.detach() * 0)), pytest.raises(RuntimeError, match="another gated"):
+            out.sum().backward()
+
+
+def test_activation_checkpointing_needs_the_native_forward_pass(llama):
+    batch = right_padded(llama)
+    with pytest.raises(ValueError, match="native forward pass"):
+        answer_nll(llama, batch, gate_hooks(llama, random_mask(llama), gate="query"), checkpoint=True)
 
 
 @pytest.mark.parametrize("check_every", [1, 3])

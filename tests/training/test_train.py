@@ -328,7 +328,7 @@ def test_activation_checkpointing_trains_the_same_mask(planted):
 def test_activation_checkpointing_is_refused_where_the_bridge_must_run(llama):
     task = Task.from_pairs("t", [("ab", "ba")] * 20, n_eval=0)
     config = TrainConfig(steps=1, activation_checkpointing=True, gate="query", progress=False)
-    with pytest.raises(ValueError, match="direct forward pass"):
+    with pytest.raises(ValueError, match="native forward pass"):
         train_mask(llama, task, config)
 
 

@@ -1,14 +1,14 @@
 # The public names of `headsup_lens.gates`: its one export list. At run time `lazy_loader` reads it
 # (`__all__`, each name imported on first use); type checkers and the API reference read it as the module.
 
-from ._direct import GateSpec as GateSpec
-from ._direct import direct_path as direct_path
 from ._dispatch import GATES as GATES
 from ._dispatch import Gate as Gate
 from ._dispatch import gate_hooks as gate_hooks
 from ._dispatch import gated as gated
 from ._masks import MaskLike as MaskLike
 from ._native import native_options as native_options
+from ._paths import GateSpec as GateSpec
+from ._paths import direct_path as direct_path
 from ._query import query_gate as query_gate
 from ._query import query_gate_hooks as query_gate_hooks
 from ._query import verify_query_gate as verify_query_gate

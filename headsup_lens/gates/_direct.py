@@ -20,102 +20,20 @@ a model spread over devices) runs through the bridge. Tests compare both paths.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .._typecheck import checked
 from ..models import unembed
-from ._masks import row_mask
+from ._paths import Decoding, GateSpec, cached_forward, check_rows, raw_module
 
 _DECODER_LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
 _CACHE_ATTR = "_headsup_direct_forward"
-_ENABLED = [True]
-_F = TypeVar("_F")
-
-
-@checked
-@dataclass(frozen=True)
-class GateSpec:
-    """What a value gate does, as tensors (rows: 1 = shared by every batch row).
-
-    `heads`: the effective gate `e` of every head `[rows, n_layers, n_heads]` (alpha applied), or
-    None for no head gate; `mean`: the mean-ablation fill `[n_layers, n_heads, d_head]` (the head's
-    output becomes `e z + (1 - e) mean`), or None; `mlp`: MLP-output gates `[rows, n_layers]`, or None.
-    """
-
-    heads: Float[Tensor, "rows n_layers n_heads"] | None = None
-    mean: Float[Tensor, "n_layers n_heads d_head"] | None = None
-    mlp: Float[Tensor, "rows n_layers"] | None = None
-
-
-@checked
-@dataclass(frozen=True)
-class Decoding:
-    """One greedy decoding for a forward pass that stands in for the bridge (direct or native):
-    a (left-padded) prompt batch, its gate, the token budget and the stop tokens; `on_pass` is
-    called after every forward pass. `answers`: reference answers to score after the prompt pass
-    (from its keys and values), right-padded with -1."""
-
-    ids: Int[Tensor, "batch pos"]
-    attention_mask: Int[Tensor, "batch pos"] | None
-    spec: GateSpec | None
-    max_new_tokens: int
-    stop_ids: Tensor
-    on_pass: Callable[[], object] | None = None
-    answers: Int[Tensor, "batch answer"] | None = None
-
-
-@checked
-class GateHooks(list):
-    """A value gate's hooks for `model.hooks(fwd_hooks=...)` that also carry its `GateSpec`, so that a
-    forward pass that needs no hook point can apply the same gate directly."""
-
-    def __init__(self, hooks: list, spec: GateSpec) -> None:
-        super().__init__(hooks)
-        self.spec = spec
-
-
-@checked
-def gate_spec(hooks: list | None) -> tuple[bool, GateSpec | None]:
-    """`(True, spec)` when `hooks` are exactly a value gate (or no hooks: spec None), else `(False, None)`."""
-    if isinstance(hooks, GateHooks):
-        return True, hooks.spec
-    return (not hooks), None
-
-
-@contextlib.contextmanager
-@checked
-def direct_path(enabled: bool) -> Iterator[None]:
-    """Turn the direct forward pass on or off (process-wide) inside the block; with False every
-    loss and greedy decoding runs through the bridge's hook points (the reference path)."""
-    previous = _ENABLED[0]
-    _ENABLED[0] = bool(enabled)
-    try:
-        yield
-    finally:
-        _ENABLED[0] = previous
-
-
-def _raw(module):
-    """The Hugging Face module under a bridge component."""
-    while getattr(module, "original_component", None) is not None:
-        module = module.original_component
-    return module
-
-
-@checked
-def hooks_active(model: TransformerBridge) -> bool:
-    """Whether any hook point of the model has a hook attached (then only the bridge runs them)."""
-    return any(hp._forward_hooks or hp._forward_pre_hooks or hp._backward_hooks for hp in model.hook_dict.values())
 
 
 @dataclass
@@ -133,7 +51,7 @@ class _Layer:
 
 
 def _linear(module) -> torch.nn.Linear | None:
-    raw = _raw(module)
+    raw = raw_module(module)
     return raw if isinstance(raw, torch.nn.Linear) else None
 
 
@@ -150,13 +68,13 @@ def _build(model: TransformerBridge) -> DirectForward | None:
         return None
     layers = []
     for block in model.blocks:
-        layer = _raw(block)
+        layer = raw_module(block)
         if type(layer).__name__ not in _DECODER_LAYERS:
             return None
-        attn, mlp = _raw(getattr(layer, "self_attn", None)), _raw(getattr(layer, "mlp", None))
+        attn, mlp = raw_module(getattr(layer, "self_attn", None)), raw_module(getattr(layer, "mlp", None))
         found = [_linear(getattr(attn, n, None)) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
         found += [_linear(getattr(mlp, n, None)) for n in ("gate_proj", "up_proj", "down_proj")]
-        norms = [_raw(getattr(layer, n, None)) for n in ("input_layernorm", "post_attention_layernorm")]
+        norms = [raw_module(getattr(layer, n, None)) for n in ("input_layernorm", "post_attention_layernorm")]
         linears = [x for x in found if x is not None]
         modules = [x for x in norms if isinstance(x, torch.nn.Module)]
         act = getattr(mlp, "act_fn", None)
@@ -167,13 +85,13 @@ def _build(model: TransformerBridge) -> DirectForward | None:
     parameters = list(hf.parameters())
     if len({p.device for p in parameters}) != 1:
         return None
-    first = _raw(model.blocks[0].attn)
+    first = raw_module(model.blocks[0].attn)
     return DirectForward(
         model=model,
         layers=layers,
-        embed=_raw(model.embed),
-        rotary=_raw(model.rotary_emb),
-        final_norm=_raw(model.ln_final),
+        embed=raw_module(model.embed),
+        rotary=raw_module(model.rotary_emb),
+        final_norm=raw_module(model.ln_final),
         n_heads=model.cfg.n_heads,
         n_kv=layers[0].k.out_features // first.head_dim,
         d_head=first.head_dim,
@@ -187,27 +105,6 @@ def direct_forward(model: TransformerBridge) -> DirectForward | None:
     no hook attached to any hook point, not in compatibility mode, and not turned off by
     `direct_path(False)`. None otherwise (then the bridge runs)."""
     return cached_forward(model, _CACHE_ATTR, _build)
-
-
-def cached_forward(model: TransformerBridge, attr: str, build: Callable[[TransformerBridge], _F | None]) -> _F | None:
-    """`build(model)`, built once per model and kept on it under `attr`, when it can stand in for the
-    bridge now (see `direct_forward` for the conditions), else None."""
-    if not _ENABLED[0] or getattr(model, "compatibility_mode", False):
-        return None
-    cached = model.__dict__.get(attr)
-    if cached is None:
-        cached = build(model) or False
-        object.__setattr__(model, attr, cached)
-    if cached is False or hooks_active(model):
-        return None
-    return cached
-
-
-def _check_rows(spec: GateSpec | None, batch: int) -> None:
-    """Per-row gates must have one row per batch row (as `row_mask` demands at the hook points)."""
-    for values in (None, None) if spec is None else (spec.heads, spec.mlp):
-        if values is not None:
-            row_mask(values, batch, "the direct forward pass")
 
 
 def _unique_rows(x: Tensor) -> Tensor:
@@ -369,7 +266,7 @@ class DirectForward:
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
         device = ids.device
         batch, length = ids.shape
-        _check_rows(spec, batch)
+        check_rows(spec, batch)
         n_layers = len(self.layers)
         heads, mean, mlp = (None, None, None) if spec is None else (spec.heads, spec.mean, spec.mlp)
         active = torch.arange(batch, device=device)

@@ -13,8 +13,8 @@ from .._names import Gate as Gate
 from .._typecheck import checked
 from .._validate import check_float
 from ..masks import HeadMask
-from ._direct import GateHooks, GateSpec
 from ._masks import hooked
+from ._paths import GateHooks, GateSpec
 from ._query import query_gate_hooks, verify_query_gate
 from ._value import _mlp_hooks, _mlp_rows, value_gate_hooks
 

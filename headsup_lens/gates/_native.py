@@ -41,8 +41,8 @@ from .._typecheck import checked
 from .._warnings import warn
 from ..data import TaskBatch
 from ._attention import CAUSAL_ATTENTION, PACKED_ATTENTION, current_unpacking, unpacking
-from ._direct import Decoding, GateSpec, _check_rows, _raw, cached_forward
 from ._packed import packing, token_gates
+from ._paths import Decoding, GateSpec, cached_forward, check_rows, raw_module
 from ._static import StaticDecoding, answer_states, cache_slots, fits, static_step
 
 _CACHE_ATTR = "_headsup_native_forward"
@@ -118,7 +118,7 @@ def _swaps(root: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.M
         for name, child in list(parent._modules.items()):
             if child is None:
                 continue
-            raw = _raw(child)
+            raw = raw_module(child)
             if raw is not child:
                 found.append((parent, name, child, raw))
             stack.append(raw)
@@ -324,7 +324,7 @@ class NativeForward:
         there (activation checkpointing: less memory for about one more forward pass)."""
         ids, rows, positions = batch.input_ids, *batch.answers()[:2]
         attention_mask = None if batch.right_padded() else batch.attention_mask
-        _check_rows(spec, ids.shape[0])
+        check_rows(spec, ids.shape[0])
         if attention_mask is None and pack_rows(ids.device) and self.supports_sdpa:
             layout = packing(batch)
             gates = token_gates(spec, layout.rows)
@@ -410,7 +410,7 @@ class NativeForward:
         cache and its per-row gates. At fixed shapes (`fixed_shapes`: on a GPU by default) they stay
         and every step is the same (`_greedy_static`). The answers run on a copy of the prompt pass's
         cache, so a prompt is computed once for its generation and its answer's loss."""
-        _check_rows(job.spec, job.ids.shape[0])
+        check_rows(job.spec, job.ids.shape[0])
         if fixed_shapes(job.ids.device) and fits(self.configs, cache_slots(job)):
             return self._greedy_static(job)
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
@@ -483,9 +483,9 @@ def _positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:
 def _build(model: TransformerBridge) -> NativeForward | None:
     try:
         hf = model.original_model
-        layers = [_raw(block) for block in model.blocks]
-        projections = [_raw(block.attn.o) for block in model.blocks]
-        mlps = [_raw(block.mlp) for block in model.blocks]
+        layers = [raw_module(block) for block in model.blocks]
+        projections = [raw_module(block.attn.o) for block in model.blocks]
+        mlps = [raw_module(block.mlp) for block in model.blocks]
     except AttributeError:
         return None
     if not all(isinstance(p, torch.nn.Module) for p in layers + projections + mlps):
@@ -531,6 +531,6 @@ def prefix_sharing(device: torch.device) -> bool:
 
 @checked
 def native_forward(model: TransformerBridge) -> NativeForward | None:
-    """The model's native forward pass when it can stand in for the bridge now (see `direct_forward`
+    """The model's native forward pass when it can stand in for the bridge now (see `cached_forward`
     for the conditions), else None."""
     return cached_forward(model, _CACHE_ATTR, _build)

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from .._typecheck import checked
 from ..data import TaskBatch
-from ._direct import GateSpec
+from ._paths import GateSpec
 
 
 @checked

@@ -31,8 +31,8 @@ from torch import Tensor
 from transformers import StaticCache
 
 from .._typecheck import checked
-from ._direct import Decoding
 from ._graph import Replay
+from ._paths import Decoding
 
 
 @checked

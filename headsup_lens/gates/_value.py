@@ -13,8 +13,8 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from .._validate import check_finite, check_float, check_mask_values, check_shape, check_tensor
 from ..masks import HeadMask
-from ._direct import GateHooks, GateSpec
 from ._masks import MaskLike, check_model_arg, hooked, layer_of, mask_tensor, require_hook_points, row_mask
+from ._paths import GateHooks, GateSpec
 
 Hook = tuple[str, Callable]
 

@@ -10,8 +10,8 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ..data import TaskBatch, length_groups
 from ..data._tokenize import answer_positions as answer_positions  # public here too
-from ..gates._direct import gate_spec
 from ..gates._native import native_forward
+from ..gates._paths import gate_spec
 from ..models import FINAL_NORM_OUT, model_device, unembed, verify_readout
 
 

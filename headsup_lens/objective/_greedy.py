@@ -29,8 +29,9 @@ from .._device import to_device
 from .._typecheck import checked
 from ..data import collate
 from ..gates import Gate, gate_hooks
-from ..gates._direct import Decoding, direct_forward, gate_spec
+from ..gates._direct import direct_forward
 from ..gates._native import decode_check_every, native_forward, prefix_sharing
+from ..gates._paths import Decoding, gate_spec
 from ..masks import HeadMask
 from ..models import cut_at_stop, model_device, pad_token_id, unembed
 from ._answer import answer_nll

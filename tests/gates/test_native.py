@@ -12,8 +12,8 @@ from torch.profiler import ProfilerActivity, profile
 from headsup_lens import load_model
 from headsup_lens.data import collate
 from headsup_lens.gates import direct_path, gate_hooks, native_options, value_gate
-from headsup_lens.gates._direct import GateSpec
 from headsup_lens.gates._native import native_forward
+from headsup_lens.gates._paths import GateSpec
 from headsup_lens.models import left_pad, random_llama_dir, stop_token_ids
 from headsup_lens.objective import answer_logits, answer_nll, greedy_generate
 

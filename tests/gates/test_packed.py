@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from headsup_lens.data import collate
 from headsup_lens.gates import direct_path, native_options
-from headsup_lens.gates._direct import GateSpec
 from headsup_lens.gates._native import native_forward
 from headsup_lens.gates._packed import packing
+from headsup_lens.gates._paths import GateSpec
 
 from ..conftest import random_mask
 from .test_native import mask_gradient

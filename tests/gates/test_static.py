@@ -91,7 +91,7 @@ def test_short_windows_decode_on_the_dynamic_cache(family_model):
 def test_the_fixed_shape_step_reads_nothing_back(model, monkeypatch):
     """What a CUDA graph captures must never wait for the device: a decoding step of the model's
     own forward pass (gates, static cache, slot mask) calls no host read."""
-    from headsup_lens.gates._direct import Decoding, GateSpec
+    from headsup_lens.gates._paths import Decoding, GateSpec
     from headsup_lens.gates._static import StaticDecoding
 
     native = native_forward(model)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU benchmark in one go on one GPU, nothing downloaded (random weights at real shapes, bf16):
 #   1. a smoke run of every section at a tiny shape (stops here when the stack is broken), then the
-#      tests of decoding replayed as captured CUDA graphs against the bridge on every family (fp32);
+#      tests of decoding replayed as captured CUDA graphs against the bridge on every family, of the
+#      captured training step and of activation checkpointing (fp32);
 #   2. `performance.py` at the Llama-3.1-8B shape first, then Qwen2.5-0.5B and -1.5B: removal sweep,
 #      batched evaluation, mask-training steps, library vs plain `transformers` (and the library's
 #      sweep and evaluation with eager decoding steps: what the CUDA graph wins), and peak memory of
@@ -30,7 +31,8 @@ python3 -c "import torch, transformers; print('torch', torch.__version__, 'trans
 python3 performance.py --models tiny --device "$device" --task reverse --repeats 1 --sweep-steps 4 --new-tokens 3 \
     --eval-examples 8 --train-steps 1 || { echo "the smoke run failed: stopping"; exit 1; }
 status=0
-(cd "$repository" && python3 -m pytest -p no:cacheprovider --no-cov -n 0 tests/gates/test_static.py tests/training/test_graphed.py -k gpu) || status=1
+(cd "$repository" && python3 -m pytest -p no:cacheprovider --no-cov -n 0 tests/gates/test_static.py tests/gates/test_native.py \
+    tests/training/test_graphed.py -k gpu) || status=1
 # shellcheck disable=SC2086
 python3 performance.py --models $models --device "$device" --task reverse --repeats "$repeats" --threads 8 \
     --prefix-sharing off --eager-steps true --graphed-train true --out "$out" || status=1

@@ -216,6 +216,21 @@ def test_activation_checkpointing_keeps_less_for_the_backward_pass(family, tmp_p
     assert 0 < kept[True] < kept[False] / 3, kept
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("family", ["llama", "gemma3", "phi3"])
+def test_activation_checkpointing_on_a_gpu_gives_the_same_gradients(family, tmp_path):
+    """On a GPU (fp32, rows right-padded, not packed): the same gradients with checkpointing."""
+    settings = {} if family == "llama" else FAMILY_SETTINGS[family]
+    model = load_model(random_llama_dir(tmp_path, 0, architecture=family, **settings), device="cuda", dtype="float32")
+    batch = right_padded(model, seed=1).to("cuda")
+    with direct_path(True):
+        heads, mlp, _ = checkpointed_gradients(model, batch, checkpoint=False)
+        heads_again, mlp_again, runs = checkpointed_gradients(model, batch, checkpoint=True)
+    assert runs == [2, 2]
+    torch.testing.assert_close(heads_again, heads, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(mlp_again, mlp, atol=1e-5, rtol=1e-4)
+
+
 def test_a_checkpointed_backward_inside_another_gated_pass_is_refused(llama):
     """Run again there, a layer would take the other pass's gates: refused rather than wrong."""
     batch = right_padded(llama)

@@ -246,8 +246,17 @@ class NativeForward:
             if not torch.is_grad_enabled():
                 return forward(*args, **kwargs)
             state = (self.spec, self.per_token, self.attention, current_unpacking(), self.cut if last else None)
+            # A model in eval mode (as loaded) draws no random numbers: no generator state to keep.
+            keep_rng = layer.training
             return _checkpoint(
-                self._recomputed, index, forward, state, *args, use_reentrant=False, preserve_rng_state=False, **kwargs
+                self._recomputed,
+                index,
+                forward,
+                state,
+                *args,
+                use_reentrant=False,
+                preserve_rng_state=keep_rng,
+                **kwargs,
             )
 
         return run

@@ -187,6 +187,27 @@ def test_activation_checkpointing_gives_the_same_gradients(model, pack):
     assert dict(model.original_model.named_modules()) == before
 
 
+def test_activation_checkpointing_replays_dropout_in_training_mode(tmp_path):
+    """A model put in training mode draws dropout masks: the backward pass runs each layer again with
+    the generator's state of the pass, so the gradients are those of the pass without checkpointing."""
+    model = load_model(random_llama_dir(tmp_path, 0, architecture="llama"), device="cpu", dtype="float32")
+    for block in model.blocks:
+        block.attn.original_component.attention_dropout = 0.5
+    model.train()
+    batch = right_padded(model, seed=1)
+    with direct_path(True), native_options(pack_rows=False):
+        checkpointed_gradients(model, batch, checkpoint=False)  # the first pass checks the read-out once
+        torch.manual_seed(0)
+        heads, mlp, _ = checkpointed_gradients(model, batch, checkpoint=False)
+        torch.manual_seed(0)
+        heads_again, mlp_again, _ = checkpointed_gradients(model, batch, checkpoint=True)
+        torch.manual_seed(1)
+        heads_other, _, _ = checkpointed_gradients(model, batch, checkpoint=False)
+    assert not torch.allclose(heads_other, heads, atol=1e-4)  # the dropout draws matter
+    torch.testing.assert_close(heads_again, heads, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(mlp_again, mlp, atol=1e-6, rtol=1e-5)
+
+
 def forward_bytes(fn) -> int:
     """Bytes that `fn()` allocates and leaves alive (what a loss pass keeps for its backward pass,
     and its output), from the profiler's memory events."""

@@ -20,6 +20,8 @@ greedy decoding run the Hugging Face model itself instead:
   attention, banded by the layer's sliding window where it has one, is all such a pass needs. On the
   CPU the rows are packed into one sequence first (`gates._packed`, `PACKED_ATTENTION`). Either way
   the last layer's output projection and MLP compute the answer positions only (`last_layer_at`).
+  With activation checkpointing each decoder layer keeps its input only and runs again in the
+  backward pass, inside the same gates, attention function, packing and cut (`_recomputed`).
 The gate is the same function of the same weights as at `hook_z`; tests compare both paths on
 every architecture family the gates support.
 """
@@ -196,14 +198,18 @@ class NativeForward:
         of one packed sequence, `gates._packed`; `checkpoint`: every layer keeps only its input for the
         backward pass, which runs it again, `_recomputed`)."""
         with self._gated(range(len(self.projections)), self.swaps, spec, attention, per_token):
-            if checkpoint:
-                for layer in self.layers:
-                    layer.forward = self._checkpointed(layer)
+            # A layer's own `forward` attribute (a wrapper another library installed) is kept and restored.
+            installed = [layer.__dict__.get("forward") for layer in self.layers] if checkpoint else []
+            for layer in self.layers if checkpoint else ():
+                layer.forward = self._checkpointed(layer)
             try:
                 yield self.hf
             finally:
-                for layer in self.layers:
-                    layer.__dict__.pop("forward", None)
+                for layer, previous in zip(self.layers, installed):
+                    if previous is None:
+                        del layer.__dict__["forward"]
+                    else:
+                        layer.forward = previous
 
     @contextlib.contextmanager
     def _gated(
@@ -238,7 +244,7 @@ class NativeForward:
     # ------------------------------------------------------------------ activation checkpointing
     def _checkpointed(self, layer: torch.nn.Module) -> Callable:
         """`layer`'s forward under activation checkpointing (while gradients are recorded)."""
-        forward = type(layer).forward.__get__(layer)
+        forward = layer.forward
         index = self.layers.index(layer)
         last = index == len(self.layers) - 1
 

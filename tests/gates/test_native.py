@@ -208,6 +208,29 @@ def test_activation_checkpointing_replays_dropout_in_training_mode(tmp_path):
     torch.testing.assert_close(mlp_again, mlp, atol=1e-6, rtol=1e-5)
 
 
+def test_a_layer_wrapped_by_another_library_keeps_its_wrapper(llama):
+    """A `forward` another library set on a layer (accelerate's device hooks do) runs inside the
+    checkpointed pass and is back on the layer afterwards."""
+    native = native_forward(llama)
+    assert native is not None
+    layer = native.layers[0]
+    calls = []
+    original = layer.forward
+
+    def wrapper(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    layer.forward = wrapper
+    try:
+        with direct_path(True):
+            checkpointed_gradients(llama, right_padded(llama, seed=1), checkpoint=True)
+        assert layer.__dict__["forward"] is wrapper
+        assert len(calls) == 2  # the pass, and again in the backward pass
+    finally:
+        del layer.__dict__["forward"]
+
+
 def forward_bytes(fn) -> int:
     """Bytes that `fn()` allocates and leaves alive (what a loss pass keeps for its backward pass,
     and its output), from the profiler's memory events."""

@@ -3,20 +3,22 @@ workspace, measured at several model sizes, fitted, and extrapolated to Llama-3.
 
 One step of the paper's recipe (batch 16, straight-through masks at the value gate, answer-only
 loss, AdamW on the mask logits) on the 16 first training pairs of a task, all in one right-padded
-pass (as on a GPU: rows not packed, `native_options(pack_rows=False)`), is run under `torch.profiler` with `profile_memory=True`. The profiler records every
-allocation and release of the allocator (CPU, or CUDA) with its size; summed in time order they
-give the bytes of tensors alive at each moment of the step. Then
+pass (as on a GPU: rows not packed, `native_options(pack_rows=False)`), is run under
+`torch.profiler` with `profile_memory=True`. The profiler records every allocation and release of
+the allocator (CPU, or CUDA) with its size; summed in time order they give the bytes of tensors
+alive at each moment of the step. Then
 - weights: the bytes of the model's parameters and buffers (held before and after the step);
 - activations: what the forward pass leaves alive for the backward pass (alive at its end, minus
   alive at its start): the tensors autograd saved, the loss;
 - workspace: the peak of the step minus the activations: temporaries of single operations and of
   the backward pass (logits of the answer positions and their gradient, a layer's intermediates);
 - peak = weights + activations + workspace (GPU: `torch.cuda.max_memory_allocated` is printed beside it).
-The fit (fp32 steps of `LLAMA_KIND` decoders): activations per token of the pass and per layer as a * d_model + b * d_mlp
-bytes (non-negative least squares over the measured sizes and tasks), workspace as c * (answer tokens x
-vocabulary) + e * (tokens x d_mlp) bytes; bf16 keeps its norms and loss in fp32, so a bf16 step
-measured beside its fp32 twin gives the bf16/fp32 ratio. Then Llama-3.1-8B-Instruct's shape in bf16
-at the measured token counts, beside the paper rebuttal's 16.29 GiB (bf16 weights alone 14.96 GiB).
+The fit (fp32 steps of `LLAMA_KIND` decoders): activations per token of the pass and per layer as
+a * d_model + b * d_mlp bytes (non-negative least squares over the measured sizes and tasks),
+workspace as c * (answer tokens x vocabulary) + e * (tokens x d_mlp) bytes; bf16 keeps its norms
+and loss in fp32, so a bf16 step measured beside its fp32 twin gives the bf16/fp32 ratio. Then
+Llama-3.1-8B-Instruct's shape in bf16 at the measured token counts, beside the paper rebuttal's
+16.29 GiB (bf16 weights alone 14.96 GiB).
 
     python experiments/bench/memory.py                         # the default runs (three sizes, long inputs, bf16)
     python experiments/bench/memory.py --runs smollm2:antonym:bf16 qwen0.5b:antonym:bf16

@@ -5,9 +5,9 @@ The bridge computes attention eagerly so that `hook_attn_scores` and `hook_patte
 and edited. The value gate needs neither: it scales each head's output before `W_O`, and
 `hook_z` is the `o_proj` input. When no hook is active on the model and its decoder layers are
 ones this module knows (Llama, Qwen2 without sliding windows), greedy decoding on the CPU (where
-sharing rows pays, `native_options(prefix_sharing=...)`) and decoding that records layer outputs
-run here instead, on the same weights (losses and the rest of decoding take the model's own
-forward pass, `gates._native`, on every architecture):
+sharing rows pays, `native_options(prefix_sharing=...)`) runs here instead, on the same weights
+(losses and decoding on a GPU take the model's own forward pass, `gates._native`, on every
+architecture):
 - attention through the fused kernel (`scaled_dot_product_attention`, grouped-query heads
   without copies), with the gate multiplied into the `o_proj` input;
 - the norms, rotary embedding and activation are the wrapped model's own modules;

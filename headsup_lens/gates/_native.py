@@ -131,10 +131,11 @@ def _swaps(root: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.M
 class NativeForward:
     """The wrapped Hugging Face model's forward pass, gated at each output projection's input."""
 
-    def __init__(self, model: TransformerBridge, layers: list, projections: list, mlps: list) -> None:
+    def __init__(self, model: TransformerBridge, layers: list, attentions: list, projections: list, mlps: list) -> None:
         self.model = model
         self.hf: Any = model.original_model
-        self.swaps, self.projections, self.mlps = _swaps(self.hf), projections, mlps
+        self.swaps, self.attentions, self.projections, self.mlps = _swaps(self.hf), attentions, projections, mlps
+        self.records = all(isinstance(a, torch.nn.Module) for a in attentions)  # see `recording`
         self.layers = layers  # the decoder layers (Hugging Face modules), and the swaps inside each
         self.layer_swaps = [_swaps(layer) for layer in layers]
         self.n_heads = model.cfg.n_heads
@@ -327,6 +328,36 @@ class NativeForward:
             for handle in handles:
                 handle.remove()
 
+    @contextlib.contextmanager
+    def recording(self, into: dict[str, Tensor]) -> Iterator[None]:
+        """Inside the block, a pass records every layer's attention output (`blocks.L.hook_attn_out`:
+        what the module its alias names returns, see `_aliased`) and block output (`blocks.L.hook_resid_post`) at its last
+        position; when the block ends they go into `into` (`[batch, d_model]`, float32, on the CPU:
+        one read back for every layer)."""
+        kept: dict[str, Tensor] = {}
+
+        def keep(name: str):
+            def hook(module, args, output):
+                first = output[0] if isinstance(output, tuple) else output
+                kept[name] = first[:, -1].clone()  # not a view: the pass's full output is freed
+
+            return hook
+
+        if not self.records:
+            raise RuntimeError("this model's blocks name no module for hook_attn_out: the bridge records its layers")
+        handles = []
+        for i, (attention, layer) in enumerate(zip(self.attentions, self.layers)):
+            handles.append(attention.register_forward_hook(keep(f"blocks.{i}.hook_attn_out")))
+            handles.append(layer.register_forward_hook(keep(f"blocks.{i}.hook_resid_post")))
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+        if kept:
+            stacked = torch.stack([value.float() for value in kept.values()]).cpu()
+            into.update(zip(kept, stacked.unbind(0)))
+
     # ------------------------------------------------------------------ losses
     def final_normed(
         self, batch: TaskBatch, spec: GateSpec | None, *, checkpoint: bool = False
@@ -394,31 +425,37 @@ class NativeForward:
 
         return step
 
-    def _greedy_static(self, job: Decoding) -> tuple[list[list[int]], Tensor, Tensor | None]:
+    def _greedy_static(self, job: Decoding, record_layers: bool) -> tuple[list[list[int]], Tensor, dict, Tensor | None]:
         """`greedy` at fixed shapes (`gates._static`): a static KV cache, rows that stop stay in the
         batch, and on a GPU every token after the second replays one captured CUDA graph."""
         ids, attention_mask = job.ids, job.attention_mask
+        recorded: dict[str, Tensor] = {}
         with torch.no_grad(), self.running(job.spec) as hf:
             decoding = StaticDecoding(hf, job, _positions(attention_mask, ids), hf.dtype)
-            logits = decoding.prompt()
+            with self.recording(recorded) if record_layers else contextlib.nullcontext():
+                logits = decoding.prompt()
             first_logits = logits.float().cpu()
             if job.on_pass is not None:
                 job.on_pass()
             next_position = _next_positions(attention_mask, ids)
             answered = None if job.answers is None else decoding.answer_states(next_position)
             if job.max_new_tokens == 0:
-                return [[] for _ in range(ids.shape[0])], first_logits, answered
+                return [[] for _ in range(ids.shape[0])], first_logits, recorded, answered
             graph = ids.device.type == "cuda" and _OPTIONS["cuda_graph"] is not False
             tokens, taken = decoding.decode(
                 logits.argmax(-1), next_position, decode_check_every(), graph, self._static_step()
             )
-        return tokens[:, :taken].tolist(), first_logits, answered
+        return tokens[:, :taken].tolist(), first_logits, recorded, answered
 
-    def greedy(self, job: Decoding) -> tuple[list[list[int]], Tensor, Tensor | None]:
+    def greedy(
+        self, job: Decoding, *, record_layers: bool = False
+    ) -> tuple[list[list[int]], Tensor, dict[str, Tensor], Tensor | None]:
         """Greedy continuations (uncut: cut them at the first stop token), the next-token logits
-        at the last prompt position (`[batch, d_vocab]`, float32, CPU) and, when `job.answers` is
-        given, the final norm's output after each answer token but the last (`[batch, answer - 1,
-        d_model]`, differentiable in nothing): with the first logits, what scores the answers.
+        at the last prompt position (`[batch, d_vocab]`, float32, CPU), with `record_layers` every
+        layer's attention and block output at the last prompt position (`recording`; else empty)
+        and, when `job.answers` is given, the final norm's output after each answer token but the
+        last (`[batch, answer - 1, d_model]`, differentiable in nothing): with the first logits,
+        what scores the answers.
 
         Tokens and stop flags stay on the device; every `check_every` tokens the flags are read
         back once: the loop ends when every row has stopped, and stopped rows leave the batch, its
@@ -427,7 +464,7 @@ class NativeForward:
         cache, so a prompt is computed once for its generation and its answer's loss."""
         check_rows(job.spec, job.ids.shape[0])
         if fixed_shapes(job.ids.device) and fits(self.configs, cache_slots(job)):
-            return self._greedy_static(job)
+            return self._greedy_static(job, record_layers)
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
         device = ids.device
@@ -438,15 +475,17 @@ class NativeForward:
         if attention_mask is not None:
             full = torch.cat([attention_mask.long(), attention_mask.new_ones(batch, max_new_tokens).long()], dim=1)
         cache = DynamicCache(config=self.hf.config)
+        recorded: dict[str, Tensor] = {}
         with torch.no_grad(), self.running(spec) as hf:
-            logits = self._step(hf, ids, cache, attention_mask, _positions(attention_mask, ids))
+            with self.recording(recorded) if record_layers else contextlib.nullcontext():
+                logits = self._step(hf, ids, cache, attention_mask, _positions(attention_mask, ids))
             first_logits = logits.float().cpu()
             if on_pass is not None:
                 on_pass()
             next_position = _next_positions(attention_mask, ids)
             answered = None if job.answers is None else self._answer_states(hf, job, cache, next_position)
             if max_new_tokens == 0:
-                return [[] for _ in range(batch)], first_logits, answered
+                return [[] for _ in range(batch)], first_logits, recorded, answered
             rows = torch.arange(batch, device=device)  # the original row of every row still in the batch
             stopped = torch.zeros(batch, dtype=torch.bool, device=device)
             next_ids = logits.argmax(-1)
@@ -474,7 +513,7 @@ class NativeForward:
                         next_position = next_position[keep]
                         full = None if full is None else full[keep]
                         self.select_rows(keep)
-        return tokens[:, :taken].tolist(), first_logits, answered
+        return tokens[:, :taken].tolist(), first_logits, recorded, answered
 
     def _answer_states(self, hf, job: Decoding, cache, next_position: Tensor) -> Tensor | None:
         """`answer_states` on a copy of the prompt pass's dynamic cache (the prompt's 2-D mask, extended)."""
@@ -495,10 +534,26 @@ def _positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:
     return positions.masked_fill(attention_mask == 0, 1)
 
 
+def _aliased(block: torch.nn.Module, name: str) -> torch.nn.Module | None:
+    """The Hugging Face module whose output a bridge block's hook `name` sees (its alias names a
+    component's `hook_out`: `hook_attn_out` is the attention's output, or on Gemma-3 the norm after
+    it), or None."""
+    target = getattr(block, "hook_aliases", {}).get(name, "")
+    path, _, hook = target.rpartition(".")
+    if hook != "hook_out":
+        return None
+    module: Any = block
+    for part in path.split(".") if path else []:
+        module = getattr(module, part, None)
+    raw = raw_module(module)
+    return raw if isinstance(raw, torch.nn.Module) else None
+
+
 def _build(model: TransformerBridge) -> NativeForward | None:
     try:
         hf = model.original_model
         layers = [raw_module(block) for block in model.blocks]
+        attentions = [_aliased(block, "hook_attn_out") for block in model.blocks]
         projections = [raw_module(block.attn.o) for block in model.blocks]
         mlps = [raw_module(block.mlp) for block in model.blocks]
     except AttributeError:
@@ -507,7 +562,7 @@ def _build(model: TransformerBridge) -> NativeForward | None:
         return None
     if len({p.device for p in hf.parameters()}) != 1:
         return None
-    return NativeForward(model, layers, projections, mlps)
+    return NativeForward(model, layers, attentions, projections, mlps)
 
 
 def _next_positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:

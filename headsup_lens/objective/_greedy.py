@@ -100,10 +100,11 @@ def greedy_generate(
     `attention_mask` marks real prompt tokens (None: no padding). `on_pass` is called after every
     forward pass (the prompt pass, then one per new token: at most `max_new_tokens`, fewer when
     every row stops early), e.g. to move a progress bar. Under the value gate with no other
-    hook, a Llama-family model decodes through its direct forward pass (`gates._direct`), which
+    hook, the model decodes through its native forward pass (`gates._native`, every architecture),
+    and on a CPU a Llama-family model through its direct forward pass (`gates._direct`), which
     computes rows with the same tokens and gates once; the result is the same (rounding aside:
     the fused attention kernel orders its float operations differently). `gates.direct_path(False)`
-    turns it off.
+    turns both off.
 
     `answers` (one non-empty token list per row) are also scored under teacher forcing after each
     row's prompt (`GreedyOutput.answer_nll`): on the direct or native forward pass from the prompt
@@ -131,11 +132,13 @@ def greedy_generate(
     hooks = gate_hooks(model, mask, alpha=alpha, gate=gate)
     eligible, spec = gate_spec(hooks)
     # Rows sharing prefixes (the direct pass) win on a CPU; on a GPU the native pass, whose loop
-    # reads the device back every few tokens only. Recording layer outputs needs the direct pass.
+    # reads the device back every few tokens only.
     direct = None
-    if eligible and not prompt_hooks and (record_layers or prefix_sharing(device)):
+    if eligible and not prompt_hooks and prefix_sharing(device):
         direct = direct_forward(model)
-    native = native_forward(model) if eligible and not prompt_hooks and not record_layers and direct is None else None
+    native = native_forward(model) if eligible and not prompt_hooks and direct is None else None
+    if native is not None and record_layers and not native.records:
+        native = None
     padded = None  # the answers for the direct or native pass, which score them after the prompt pass
     if answers is not None and (direct is not None or native is not None):
         width = max(len(a) for a in answers)
@@ -143,8 +146,7 @@ def greedy_generate(
     job = Decoding(ids, attention_mask, spec, max_new_tokens, stop_ids, on_pass, answers=padded)
     if native is not None or direct is not None:
         if native is not None:
-            tokens, first_logits, states = native.greedy(job)
-            layers = None
+            tokens, first_logits, layers, states = native.greedy(job, record_layers=record_layers)
         else:
             assert direct is not None
             with torch.no_grad():

@@ -303,11 +303,16 @@ def test_left_padded_prompts_and_per_row_masks_decode_as_the_bridge(model, check
 
     def decode():
         with native_options(check_every=check_every):
-            return greedy_generate(model, ids, attention, max_new_tokens=7, stops=stops, mask=masks)
+            return greedy_generate(model, ids, attention, max_new_tokens=7, stops=stops, mask=masks, record_layers=True)
 
     fast, reference = both(decode)
     assert fast.tokens == reference.tokens
     assert torch.allclose(fast.first_logits, reference.first_logits, atol=1e-4, rtol=1e-4)
+    # Every layer's attention and block output at the last prompt position (`hook_attn_out`, `hook_resid_post`).
+    assert fast.layers is not None and reference.layers is not None
+    assert sorted(fast.layers) == sorted(reference.layers) and len(fast.layers) == 2 * model.cfg.n_layers
+    for name in fast.layers:
+        torch.testing.assert_close(fast.layers[name], reference.layers[name], atol=1e-4, rtol=1e-4, msg=name)
 
 
 @pytest.mark.parametrize("path", ["native", "direct", "bridge"])
@@ -376,10 +381,13 @@ def test_static_cache_decodes_as_the_dynamic_one(llama):
     prompt = random_tokens(llama, 3, 6, seed=5)
     masks = random_mask(llama, seed=9, rows=3)
     with native_options(prefix_sharing=False):
-        dynamic = greedy_generate(llama, prompt, max_new_tokens=5, stops=set(), mask=masks)
+        dynamic = greedy_generate(llama, prompt, max_new_tokens=5, stops=set(), mask=masks, record_layers=True)
         with native_options(static_cache=True):
-            static = greedy_generate(llama, prompt, max_new_tokens=5, stops=set(), mask=masks)
+            static = greedy_generate(llama, prompt, max_new_tokens=5, stops=set(), mask=masks, record_layers=True)
     assert static.tokens == dynamic.tokens
+    assert static.layers is not None and dynamic.layers is not None and sorted(static.layers) == sorted(dynamic.layers)
+    for name in static.layers:
+        torch.testing.assert_close(static.layers[name], dynamic.layers[name], atol=1e-5, rtol=1e-5, msg=name)
 
 
 def test_check_every_must_be_positive():

@@ -325,6 +325,18 @@ def test_activation_checkpointing_trains_the_same_mask(planted):
     assert "activation_checkpointing" not in config.recipe()  # how it runs, not what it computes
 
 
+@pytest.mark.parametrize("family", ["gemma3", "phi3"])
+def test_activation_checkpointing_trains_the_same_mask_beyond_llama(family, family_model):
+    """Families the direct pass never served: the same mask with and without checkpointing."""
+    model = family_model(family)
+    task = Task.from_pairs("t", [(w, w[::-1]) for w in ("cold", "up the hill", "yes", "a red coat")] * 4, n_eval=0)
+    config = TrainConfig(steps=4, lr=0.1, init_mean=0.5, init_std=0.0, batch_size=8, checkpoint_every=0, progress=False)
+    plain = train_mask(model, task, config)
+    checkpointed = train_mask(model, task, config.replace(activation_checkpointing=True))
+    torch.testing.assert_close(checkpointed.mask.logits, plain.mask.logits, atol=1e-5, rtol=0)
+    assert not torch.equal(plain.mask.logits, torch.full_like(plain.mask.logits, 0.5))  # it trained
+
+
 def test_activation_checkpointing_is_refused_where_the_bridge_must_run(llama):
     task = Task.from_pairs("t", [("ab", "ba")] * 20, n_eval=0)
     config = TrainConfig(steps=1, activation_checkpointing=True, gate="query", progress=False)

@@ -243,8 +243,8 @@ def forward_bytes(fn) -> int:
 
 @pytest.mark.parametrize("family", ["gemma3", "phi3"])
 def test_activation_checkpointing_keeps_less_for_the_backward_pass(family, tmp_path):
-    """A deeper model of a family beyond Llama and Qwen2: with checkpointing, a loss pass keeps a
-    third of what it keeps without (each layer's input instead of its activations)."""
+    """A deeper model of a family beyond Llama and Qwen2: with checkpointing, a loss pass keeps under
+    a third of what it keeps without (each layer's input instead of its activations)."""
     folder = random_llama_dir(
         tmp_path, 0, architecture=family, **dict(FAMILY_SETTINGS[family], num_hidden_layers=8, layer_types=None)
     )
@@ -294,7 +294,12 @@ def test_activation_checkpointing_needs_the_native_forward_pass(llama):
 
 
 @pytest.mark.parametrize("check_every", [1, 3])
-def test_left_padded_prompts_and_per_row_masks_decode_as_the_bridge(model, check_every):
+def test_left_padded_prompts_and_per_row_masks_decode_as_the_bridge(model, check_every, monkeypatch):
+    native = native_forward(model)
+    assert native is not None
+    recorded = []  # the native pass records the layers (no fallback to the bridge)
+    greedy = type(native).greedy
+    monkeypatch.setattr(type(native), "greedy", lambda self, job, **kw: recorded.append(kw) or greedy(self, job, **kw))
     prompts = [random_tokens(model, 1, n, seed=n)[0].tolist() for n in (6, 3, 8, 5)]
     ids, attention = left_pad(prompts, pad_id=0)
     masks = random_mask(model, seed=7, p_keep=0.8, rows=4)
@@ -306,6 +311,7 @@ def test_left_padded_prompts_and_per_row_masks_decode_as_the_bridge(model, check
             return greedy_generate(model, ids, attention, max_new_tokens=7, stops=stops, mask=masks, record_layers=True)
 
     fast, reference = both(decode)
+    assert recorded == [{"record_layers": True}]
     assert fast.tokens == reference.tokens
     assert torch.allclose(fast.first_logits, reference.first_logits, atol=1e-4, rtol=1e-4)
     # Every layer's attention and block output at the last prompt position (`hook_attn_out`, `hook_resid_post`).

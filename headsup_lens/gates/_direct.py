@@ -14,8 +14,8 @@ architecture):
 - in greedy decoding, rows that carry the same computation are computed once: at layer L, rows
   with the same tokens so far and the same gates below L have the same hidden states and keys
   (a removal sweep's rows differ only above the first head they remove).
-Anything else (another architecture, the query gate, any hook on the model, compatibility mode,
-a model spread over devices) runs through the bridge. Tests compare both paths.
+Another architecture, or a GPU, decodes on the native pass; the query gate, any hook on the model,
+compatibility mode or a model spread over devices runs through the bridge. Tests compare the paths.
 """
 
 from __future__ import annotations

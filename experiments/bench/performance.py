@@ -58,6 +58,7 @@ from headsup_lens.analysis import random_order, sweep_masks
 from headsup_lens.data import Task, collate, encode_pairs, encode_prompt, load_task, task_prompts
 from headsup_lens.evaluation import EvalConfig, evaluate
 from headsup_lens.gates import direct_path, gate_hooks, native_options
+from headsup_lens.gates._paths import raw_module
 from headsup_lens.models import cut_at_stop, encode, left_pad, pad_token_id, prompt_format, stop_token_ids
 from headsup_lens.objective import answer_nll, length_batches
 from headsup_lens.options import parse
@@ -344,9 +345,9 @@ def mask_gradient(model, plain: PlainModel | None, rows, groups, pad: int) -> to
 def first_layer_tokens(fn, model) -> int:
     """Tokens the first layer's output projection computes while `fn()` runs (the library's passes)."""
     seen: list[int] = []
-    projection = model.blocks[0].attn.o
-    raw = getattr(projection, "original_component", None) or projection
-    handle = raw.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[:-1].numel()))
+    handle = raw_module(model.blocks[0].attn.o).register_forward_pre_hook(
+        lambda module, args: seen.append(args[0].shape[:-1].numel())
+    )
     try:
         fn()
     finally:

@@ -199,10 +199,13 @@ class NativeForward:
         of one packed sequence, `gates._packed`; `checkpoint`: every layer keeps only its input for the
         backward pass, which runs it again, `_recomputed`)."""
         with self._gated(range(len(self.projections)), self.swaps, spec, attention, per_token):
+            if not checkpoint:
+                yield self.hf
+                return
             # A layer's own `forward` attribute (a wrapper another library installed) is kept and restored.
-            installed = [layer.__dict__.get("forward") for layer in self.layers] if checkpoint else []
-            for layer in self.layers if checkpoint else ():
-                layer.forward = self._checkpointed(layer)
+            installed = [layer.__dict__.get("forward") for layer in self.layers]
+            for index, layer in enumerate(self.layers):
+                layer.forward = self._checkpointed(index)
             try:
                 yield self.hf
             finally:
@@ -243,10 +246,10 @@ class NativeForward:
                 handle.remove()
 
     # ------------------------------------------------------------------ activation checkpointing
-    def _checkpointed(self, layer: torch.nn.Module) -> Callable:
-        """`layer`'s forward under activation checkpointing (while gradients are recorded)."""
+    def _checkpointed(self, index: int) -> Callable:
+        """Layer `index`'s forward under activation checkpointing (while gradients are recorded)."""
+        layer = self.layers[index]
         forward = layer.forward
-        index = self.layers.index(layer)
         last = index == len(self.layers) - 1
 
         def run(*args, **kwargs):

@@ -5,13 +5,14 @@
 #      captured training step and of activation checkpointing (fp32);
 #   2. `performance.py` at the Llama-3.1-8B shape first, then Qwen2.5-0.5B and -1.5B: removal sweep,
 #      batched evaluation, mask-training steps, library vs plain `transformers` (and the library's
-#      sweep and evaluation with eager decoding steps: what the CUDA graph wins), and peak memory of
-#      mask training with and without activation checkpointing (tables written after every section);
+#      sweep and evaluation with eager decoding steps: what the CUDA graph wins; its training step
+#      captured as a CUDA graph, and with packed loss passes, a CPU lever not yet measured on a GPU),
+#      and peak memory of mask training with and without activation checkpointing (tables written
+#      after every section);
 #   3. `proxies.py` at the 0.5B shape: host synchronisations per decoding pass and per training step,
 #      counted by CUDA itself (`torch.cuda.set_sync_debug_mode`) beside the wrapped calls (WHERE=true:
 #      and where each comes from);
-#   4. two levers at the 0.5B shape: the training section with packed loss passes (a CPU lever, not
-#      yet measured on a GPU) and the sweep with the decoding step compiled.
+#   4. a lever at the 0.5B shape: the sweep with the decoding step compiled.
 # Usage: bash experiments/bench/gpu.sh [OUT_DIR]   (default figures/bench/performance_gpu)
 #        MODELS="llama8b" DEVICE=cuda REPEATS=2 bash experiments/bench/gpu.sh /tmp/gpu
 #        DEVICE=cpu MODELS=tiny SMALL=tiny REPEATS=1 bash experiments/bench/gpu.sh /tmp/gpu-dry  # the script's dry run on a CPU
@@ -35,13 +36,9 @@ status=0
     tests/training/test_graphed.py -k gpu) || status=1
 # shellcheck disable=SC2086
 python3 performance.py --models $models --device "$device" --task reverse --repeats "$repeats" --threads 8 \
-    --prefix-sharing off --eager-steps true --graphed-train true --out "$out" || status=1
+    --prefix-sharing off --eager-steps true --graphed-train true --packed-train true --out "$out" || status=1
 python3 proxies.py --models "$small" --device "$device" --task reverse --gpu-path true --where "${WHERE:-false}" \
     --out "$out/proxies" || status=1
-# A lever not yet measured on a GPU: loss passes packing their rows (on by default on the CPU only),
-# in the training section at the 0.5B shape.
-python3 performance.py --models "$small" --device "$device" --task reverse --sections train --repeats "$repeats" \
-    --threads 8 --pack-rows on --out "$out/packed" || status=1
 # A lever: the fixed-shape decoding step compiled by `torch.compile` (and replayed as a CUDA graph)
 # in the sweep at the 0.5B shape; compilation gets 120 s, and falls back to eager steps with a
 # warning when it fails.

@@ -28,7 +28,10 @@ of this process (the CPU-time ratio holds up when other processes share the core
 `--eager-steps` times its sweep and evaluation with the decoding step launched op by op instead of
 replayed as a captured CUDA graph (`native_options(cuda_graph=False)`; a GPU only); `--graphed-train`
 times its training step captured as a CUDA graph (`TrainConfig(cuda_graph=True)`; the row's ratio is
-captured / default, < 1 where the capture is faster; on the CPU the same fixed-shape step runs eagerly).
+captured / default, < 1 where the capture is faster; on the CPU the same fixed-shape step runs eagerly);
+`--packed-train` times its training step with the loss passes packed (`native_options(pack_rows=True)`,
+the CPU's default: on a GPU the row's ratio is packed / default, < 1 where packing is faster) and
+checks that step's mask gradient too.
 The tables are written after every section, so a run cut short keeps what it measured.
 On CUDA the models run in bf16 (unless `--dtype`) and each loop's `torch.cuda.max_memory_allocated`
 is printed.
@@ -115,6 +118,8 @@ class Options:
     """Also time the library's sweep and evaluation with the CUDA graph off (`native_options(cuda_graph=False)`)."""
     graphed_train: bool = False
     """Also time the library's training step captured as a CUDA graph (`TrainConfig(cuda_graph=True)`)."""
+    packed_train: bool = False
+    """Also time the library's training step with packed loss passes (`native_options(pack_rows=True)`)."""
     out: str | None = None
     """Folder for performance.csv and performance.json (e.g. figures/bench); nothing is written without it."""
 
@@ -194,7 +199,15 @@ def sweep_section(model, plain: PlainModel, options: Options) -> dict:
     # the allocator's growth, which would land on whichever loop runs first.
     ours()
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "graphed": [], "own": []}
+    clocks: dict[str, list] = {
+        "library": [],
+        "plain": [],
+        "bridge": [],
+        "eager": [],
+        "graphed": [],
+        "packed": [],
+        "own": [],
+    }
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
         loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge, eager=eager)]
@@ -279,7 +292,15 @@ def eval_section(model, plain: PlainModel, options: Options, task: Task) -> dict
 
     ours()  # warm-up of both at the timed shapes
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "graphed": [], "own": []}
+    clocks: dict[str, list] = {
+        "library": [],
+        "plain": [],
+        "bridge": [],
+        "eager": [],
+        "graphed": [],
+        "packed": [],
+        "own": [],
+    }
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
         loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge, eager=eager)]
@@ -382,6 +403,10 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
     def graphed():
         return ours(cuda_graph=True)
 
+    def packed():
+        with native_options(pack_rows=True):
+            return ours()
+
     def own():  # the step's forward and backward alone, through the library: what the step adds to it
         clock, _, peak = run(lambda: mask_gradient(model, None, rows, groups, pad), device)
         return clock, peak
@@ -394,10 +419,23 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
 
     steps(2)  # warm-up
     reference()
-    clocks: dict[str, list] = {"library": [], "plain": [], "bridge": [], "eager": [], "graphed": [], "own": []}
+    clocks: dict[str, list] = {
+        "library": [],
+        "plain": [],
+        "bridge": [],
+        "eager": [],
+        "graphed": [],
+        "packed": [],
+        "own": [],
+    }
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
-        loops = [("library", ours), ("plain", reference), ("own", own), *extra(options, bridge=bridge, graphed=graphed)]
+        loops = [
+            ("library", ours),
+            ("plain", reference),
+            ("own", own),
+            *extra(options, bridge=bridge, graphed=graphed, packed=packed),
+        ]
         for name, fn in loops if repeat % 2 == 0 else loops[::-1]:
             clock, peaks[name] = fn()
             clocks[name].append(clock)
@@ -409,6 +447,9 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
     plain_grad = mask_gradient(model, plain, rows, groups, pad)
     with direct_path(False):
         bridge_grad = mask_gradient(model, None, rows, groups, pad)
+    with native_options(pack_rows=True):
+        packed_grad = mask_gradient(model, None, rows, groups, pad)
+        packed_tokens = first_layer_tokens(lambda: mask_gradient(model, None, rows, groups, pad), model)
     scale = float(plain_grad.abs().max())
     agreement = {
         "mask gradient, max |diff| / max |gradient|": float((ours_grad - plain_grad).abs().max()) / max(scale, 1e-30)
@@ -420,6 +461,9 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
         f"mask gradient equal to the bridge's ({tolerance(model):g} of its largest entry)": bool(
             (ours_grad - bridge_grad).abs().max() <= tolerance(model) * scale
         ),
+        f"packed passes' mask gradient equal to plain transformers' ({tolerance(model):g} of its largest entry)": bool(
+            (packed_grad - plain_grad).abs().max() <= tolerance(model) * scale
+        ),
     }
     tokens = sum(len(p) + len(a) for p, a in rows)
     # What a layer computes: plain pads each pass to its longest row, the library's packed passes drop
@@ -429,7 +473,7 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
     computed = first_layer_tokens(lambda: mask_gradient(model, None, rows, groups, pad), model)
     work = (
         f"batch {len(rows)} ({tokens} tokens, {len(groups)} pass(es); a layer computes {computed} tokens, "
-        f"plain {padded}), paper recipe, answer-only loss"
+        f"packed {packed_tokens}, plain {padded}), paper recipe, answer-only loss"
     )
     return {"work": work, "clocks": clocks, "peaks": peaks, "checks": checks, "agreement": agreement}
 
@@ -476,14 +520,20 @@ VERSUS = {
     "bridge": "library via the bridge's hooks",
     "eager": "library with eager decoding steps (no CUDA graph)",
     "graphed": "library with its training step captured as a CUDA graph",
+    "packed": "library with packed loss passes",
     "own": "the library's forward and backward alone",
 }
 
 
 def extra(options: Options, **loops) -> list:
     """The optional loops timed beside the library and plain transformers (`--bridge`, `--eager-steps`,
-    `--graphed-train`)."""
-    wanted = {"bridge": options.bridge, "eager": options.eager_steps, "graphed": options.graphed_train}
+    `--graphed-train`, `--packed-train`)."""
+    wanted = {
+        "bridge": options.bridge,
+        "eager": options.eager_steps,
+        "graphed": options.graphed_train,
+        "packed": options.packed_train,
+    }
     return [(name, fn) for name, fn in loops.items() if wanted[name]]
 
 

@@ -16,7 +16,8 @@ Sections:
 - train: `train_mask` steps (the count of 2 + N steps minus that of 2 steps, over N) vs the same
   rows' forward and backward in plain transformers (`PlainModel.train_step`); per step. Also
   `train_mask` with its step captured as a CUDA graph (`TrainConfig(cuda_graph=True)`): what the
-  host launches per step around the replayed graph, the graph counted as one operation.
+  host launches per step around the replayed graph, the graph counted as one operation; and
+  `train_mask` with packed loss passes (`native_options(pack_rows=True)`, the CPU's default).
 
     python experiments/bench/proxies.py --models smollm2
     python experiments/bench/proxies.py --models smollm2 --out figures/bench/proxies_smollm2
@@ -258,6 +259,8 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
     # The captured step: a CUDA graph captured at the second step in both runs, so the difference is
     # N replays and what runs around them (on a CPU the step runs eagerly: its range counts as one).
     short_graphed, long_graphed = steps(2, cuda_graph=True), steps(2 + n, cuda_graph=True)
+    with native_options(pack_rows=True):  # the layout is built on the host: no synchronisation on a GPU
+        short_packed, long_packed = steps(2), steps(2 + n)
     logits = torch.full((len(rows), n_layers, n_heads), 4.0, device=device, requires_grad=True)
     noise = left_tail_gumbel((len(rows), n_layers, n_heads), torch.Generator().manual_seed(0)).to(device)
     plain.train_step(rows, groups, logits, noise, 4.0, pad)  # warm-up
@@ -289,6 +292,7 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
             long_graphed,
             "training step (the captured forward and backward counted as one operation)",
         ),
+        per_step("library, packed loss passes", short_packed, long_packed, "training step"),
         {
             "section": "train",
             "who": "plain",

@@ -132,6 +132,9 @@ class TaskBatch:
     # synchronisation (`nonzero`), on the CPU it is free.
     _answers: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False, compare=False, kw_only=True)
     _right_padded: bool | None = field(default=None, repr=False, compare=False, kw_only=True)
+    # The batch on the host this one was copied from (`to`): what a pass must read of a batch on a
+    # GPU (its packed layout, `gates._packed`) is read there, without waiting for the device.
+    _host: TaskBatch | None = field(default=None, repr=False, compare=False, kw_only=True)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -152,6 +155,13 @@ class TaskBatch:
             self._right_padded = bool((real[:, 1:] <= real[:, :-1]).all())
         return self._right_padded
 
+    def on_host(self) -> TaskBatch:
+        """This batch on the CPU: itself, or the host batch it was copied from (`to`; nothing is read
+        back from the device), else a copy (which waits for the device)."""
+        if self.labels.device.type == "cpu":
+            return self
+        return self._host if self._host is not None else self.to("cpu")
+
     def to(self, device: torch.device | str) -> TaskBatch:
         """The same batch with `input_ids`, `attention_mask` and `labels` (each `[batch, pos]`) on
         `device`; a batch going from the CPU to a GPU is copied without a host synchronisation."""
@@ -162,7 +172,8 @@ class TaskBatch:
         if answers is not None:
             rows, positions, targets = (to_device(t, device) for t in answers)
             answers = (rows, positions, targets)
-        return TaskBatch(ids, attention, labels, _answers=answers, _right_padded=right_padded)
+        host = self if on_host else self._host
+        return TaskBatch(ids, attention, labels, _answers=answers, _right_padded=right_padded, _host=host)
 
     @property
     def n_answer_tokens(self) -> int:

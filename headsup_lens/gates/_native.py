@@ -88,8 +88,9 @@ def native_options(
     gates below a layer once (`gates._direct`; it reads the row groups back on every pass, so it
     pays on a CPU only: the default is on for a model on the CPU, off on a GPU); `pack_rows`: a loss
     pass over right-padded rows runs as one packed sequence (`gates._packed`: the projections and
-    MLPs compute no padding and no final tokens; its layout reads the answer positions, so the
-    default is on for a model on the CPU, off on a GPU, where it was not measured)."""
+    MLPs compute no padding and no final tokens; its layout is built on the host, so a GPU
+    waits for nothing; the default is on for a model on the CPU, off on a GPU until the GPU
+    benchmark shows it wins there)."""
     if check_every is not None and check_every < 1:
         raise ValueError(f"check_every must be >= 1, got {check_every}")
     previous = dict(_OPTIONS)

@@ -10,9 +10,11 @@ window where the layer has one); the per-row gates become per-token gates. The r
 answer position is the padded pass's, rounding aside: tests compare both with the `hook_z` gate on
 every family.
 
-Building the layout reads the answer positions, which on a GPU would wait for the device, and a
-GPU gains little from fewer, smaller matrix products: packing is a CPU lever
-(`native_options(pack_rows=...)`, on for a model on the CPU).
+The layout is built on the host, from the batch a GPU's batch was copied from
+(`TaskBatch.on_host`), and copied over without waiting for the device: a packed pass on a GPU
+synchronises nothing. Whether a GPU gains from fewer, smaller matrix products is for the GPU
+benchmark to show; until it does, packing is on for a model on the CPU only
+(`native_options(pack_rows=...)`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from .._device import to_device
 from .._typecheck import checked
 from ..data import TaskBatch
 from ._paths import GateSpec
@@ -47,21 +50,24 @@ class Packing:
 
 @checked
 def packing(batch: TaskBatch) -> Packing:
-    """Each row of `batch` (right-padded) up to its last answer position, concatenated."""
-    ids = batch.input_ids
+    """Each row of `batch` (right-padded) up to its last answer position, concatenated; built on the
+    host (`TaskBatch.on_host`) and placed on the batch's device."""
+    host = batch.on_host()
+    ids = host.input_ids
     n_rows, width = ids.shape
-    rows, positions = batch.answers()[:2]
-    need = torch.zeros(n_rows, dtype=torch.long, device=ids.device)
+    rows, positions = host.answers()[:2]
+    need = torch.zeros(n_rows, dtype=torch.long)
     need.scatter_reduce_(0, rows, positions + 1, reduce="amax")  # tokens up to the last answer position
-    keep = torch.arange(width, device=ids.device)[None, :] < need[:, None]
-    slots = torch.arange(n_rows * width, device=ids.device).view(n_rows, width)[keep]
+    keep = torch.arange(width)[None, :] < need[:, None]
+    slots = torch.arange(n_rows * width).view(n_rows, width)[keep]
     offsets = need.cumsum(0) - need
+    device = batch.input_ids.device
     return Packing(
-        ids=ids[keep][None],
-        positions=(slots % width)[None],
-        rows=slots // width,
-        slots=slots,
-        answers=offsets[rows] + positions,
+        ids=to_device(ids[keep][None], device),
+        positions=to_device((slots % width)[None], device),
+        rows=to_device(slots // width, device),
+        slots=to_device(slots, device),
+        answers=to_device(offsets[rows] + positions, device),
     )
 
 

@@ -5,8 +5,9 @@ On a GPU a training step over a batch of short rows (a few hundred tokens) is bo
 ten thousand or so kernels, not by computing them. This step has the same shapes every time and
 reads nothing back, so it is captured once (`gates._graph.Replay`) and replayed every later step:
 - every row is right-padded to the longest training row of the run (one pass per step, not one per
-  length group), and the answer positions to a fixed count: the extra entries point at the last
-  column of row 0, which never predicts an answer token, and weigh 0;
+  length group, never packed: `gates._packed`'s layout changes with the batch), and the answer
+  positions to a fixed count: the extra entries point at the last column of row 0, which never
+  predicts an answer token, and weigh 0;
 - the step's inputs (tokens, answer positions, noise, temperature, per-task token counts) are copied
   into device buffers that the graph reads in place; the mask logits are updated in place by the
   optimiser, so the graph reads the current ones;
@@ -28,6 +29,7 @@ from .._device import copy_into
 from .._typecheck import checked
 from .._warnings import warn
 from ..data import TaskBatch, collate
+from ..gates import native_options
 from ..gates._graph import Replay
 from ..gates._value import valid_value_gate_hooks
 from ..objective import answer_nll, answer_positions
@@ -121,7 +123,8 @@ class FixedStep:
         """The captured work: masks, the gated forward pass, the loss and its gradient, into the buffers."""
         masks = [straight_through(p[self._tasks_of], noise, self.tau) for p, noise in zip(self.parameters, self.noise)]
         hooks = valid_value_gate_hooks(self.model, masks[0], mlp=masks[1] if len(masks) > 1 else None)
-        nll, _ = answer_nll(self.model, self.batch, hooks)
+        with native_options(pack_rows=False):  # the padded pass's shapes are the graph's
+            nll, _ = answer_nll(self.model, self.batch, hooks)
         weights = self.real / self.counts[self.answer_task]  # each task's mean over its answer tokens
         weighted = nll * weights
         grads = torch.autograd.grad(weighted.sum(), self.parameters)

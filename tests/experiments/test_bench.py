@@ -49,15 +49,17 @@ def test_performance_runs_every_section_and_writes_its_table(tmp_path):
         *("--models", "tiny", "--device", "cpu", "--repeats", "1", "--sweep-steps", "3", "--new-tokens", "4"),
         *("--eval-examples", "4", "--eval-new-tokens", "2", "--train-steps", "1", "--task", "reverse"),
         *("--sequential-steps", "2", "--prefix-sharing", "off", "--static-cache", "true", "--out", str(tmp_path)),
-        *("--graphed-train", "true"),
+        *("--graphed-train", "true", "--packed-train", "true", "--pack-rows", "off"),
     )
     table = pd.read_csv(tmp_path / "performance.csv")
     assert sorted(set(table.section)) == ["eval", "sweep", "train"]
-    # The training step is also timed against the library's own forward and backward (its overhead)
-    # and, with --graphed-train, against itself with the step captured as a CUDA graph (eager on a CPU).
+    # The training step is also timed against the library's own forward and backward (its overhead),
+    # with --graphed-train against itself with the step captured as a CUDA graph (eager on a CPU), and
+    # with --packed-train against itself with packed loss passes (the gradient checked too).
     assert table.versus[table.section == "train"].tolist() == [
         "plain transformers",
         "library with its training step captured as a CUDA graph",
+        "library with packed loss passes",
         "the library's forward and backward alone",
     ]
     assert table.identical.all() and (table.dtype == "float32").all()
@@ -85,6 +87,8 @@ def test_proxies_count_few_host_synchronisations_per_decoding_pass(tmp_path):
     # the optimiser's step counter).
     library, plain = table.loc[("train", "library"), "syncs_per_unit"], table.loc[("train", "plain"), "syncs_per_unit"]
     assert library <= plain + 2
+    # Packed loss passes build their layout on the host, where the batch was made.
+    assert table.loc[("train", "library, packed loss passes"), "syncs_per_unit"] <= plain + 2
     assert table.loc[("sweep", "library"), "ops"] > 0
     # With the step captured as a CUDA graph the host launches what runs around the replay: the batch's
     # buffers, the optimiser, the clipping (the captured forward and backward count as one operation).

@@ -124,11 +124,13 @@ def host_reads(monkeypatch):
         monkeypatch.undo()
 
 
-def test_a_right_padded_loss_pass_reads_nothing_back(model, monkeypatch):
+@pytest.mark.parametrize("pack", [False, True])
+def test_a_right_padded_loss_pass_reads_nothing_back(model, monkeypatch, pack):
     """With the batch's answer positions and padding known, a gated loss pass (the pass of every
     mask-training step) calls nothing that waits for the device: no mask is prepared, so
     transformers' packed-sequence check does not run. Rows longer than the tiny Gemma-3's sliding
-    windows take the banded mask; the logits test above compares them with the bridge."""
+    windows take the banded mask; the logits test above compares them with the bridge. Packed, the
+    pass reads nothing either (its layout is built on the host: `test_packed`)."""
     batch = right_padded(model)
     batch.answers()  # found where a training batch is made, on the host
     batch.right_padded()
@@ -137,7 +139,7 @@ def test_a_right_padded_loss_pass_reads_nothing_back(model, monkeypatch):
     soft = torch.full((4, model.cfg.n_layers, model.cfg.n_heads), 0.7, requires_grad=True)
     with (
         direct_path(True),
-        native_options(prefix_sharing=False, pack_rows=False),  # the GPU's path
+        native_options(prefix_sharing=False, pack_rows=pack),  # unpacked: the GPU's default path
         host_reads(monkeypatch) as reads,
     ):
         native.final_normed(batch, GateSpec(heads=soft)).sum().backward()

@@ -139,3 +139,16 @@ def test_the_layout_keeps_each_row_up_to_its_last_answer_position(rows):
     assert batch.input_ids.flatten()[layout.slots].tolist() == expected
     batch_rows, positions, _ = batch.answers()
     assert layout.ids[0, layout.answers].tolist() == batch.input_ids[batch_rows, positions].tolist()
+
+
+def test_the_layout_of_a_batch_on_a_device_is_built_on_the_host():
+    """A batch copied to a device keeps the host batch it came from: its packed layout is built there
+    and copied over, reading nothing back. The meta device holds no values (reading one raises), so
+    it stands in for a GPU that the pass must not wait for."""
+    batch = collate([([10, 11, 12], [50, 51]), ([13], [52]), ([14, 15], [53, 54, 55])], pad_id=0)
+    on_device = batch.to("meta")
+    assert on_device.on_host() is batch and batch.on_host() is batch
+    expected, layout = packing(batch), packing(on_device)
+    for name in ("ids", "positions", "rows", "slots", "answers"):
+        packed = getattr(layout, name)
+        assert packed.device.type == "meta" and packed.shape == getattr(expected, name).shape

@@ -13,6 +13,7 @@ import torch
 from headsup_lens import load_model
 from headsup_lens.data import Task
 from headsup_lens.gates import direct_path, native_options
+from headsup_lens.gates._paths import raw_module
 from headsup_lens.training import TrainConfig, train_mask, train_masks
 
 from ..conftest import FAMILIES, build_family_dir
@@ -74,8 +75,9 @@ def test_the_fixed_shape_step_serves_several_tasks_mlp_gates_and_the_size_penalt
 
 def test_the_fixed_shape_step_reads_nothing_back_after_its_first_call(qwen2, monkeypatch):
     """What a CUDA graph captures never waits for the device: after the first call (which checks the
-    model's read-out once), the step's forward and backward read nothing back on the GPU's path
-    (right-padded rows, not packed)."""
+    model's read-out once), the step's forward and backward read nothing back. Its rows stay
+    right-padded where loss passes pack theirs (the CPU's default, and here): the graph's shapes are
+    fixed, a packed layout's are not."""
     from headsup_lens.training import _graphed
 
     reads_per_call: list[list[str]] = []
@@ -91,9 +93,17 @@ def test_the_fixed_shape_step_reads_nothing_back_after_its_first_call(qwen2, mon
         reads_per_call.append(list(reads))
 
     monkeypatch.setattr(_graphed.FixedStep, "_compute", compute)
-    with direct_path(True), native_options(pack_rows=False):
-        train_mask(qwen2, mixed_task(), TrainConfig(**{**QUICK, "steps": 3}, cuda_graph=True))
+    shapes: list[tuple[int, ...]] = []
+    projection = raw_module(qwen2.blocks[0].attn.o)
+    handle = projection.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape[:-1])))
+    try:
+        with direct_path(True), native_options(pack_rows=True):
+            train_mask(qwen2, mixed_task(), TrainConfig(**{**QUICK, "steps": 3, "batch_size": 8}, cuda_graph=True))
+    finally:
+        handle.remove()
     assert reads_per_call == [[], [], []]
+    steps = shapes[-3:]  # (the first call's read-out check runs a one-row pass before them)
+    assert len(set(steps)) == 1 and steps[0][0] == 8  # every step: 8 rows padded to one width
 
 
 def test_padding_far_beyond_the_rows_warns_before_training(qwen2):

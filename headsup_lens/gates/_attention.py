@@ -63,7 +63,8 @@ def _packed_attention(
     slots, rows, width = _UNPACKING[-1]
 
     def unpack(x: Tensor) -> Tensor:
-        padded = x.new_zeros(rows * width, x.shape[1], x.shape[3]).index_copy(0, slots, x[0].transpose(0, 1))
+        # squeeze, not x[0]: a view whose gradient is a view too (x[0]'s fills a zeroed copy)
+        padded = x.new_zeros(rows * width, x.shape[1], x.shape[3]).index_copy(0, slots, x.squeeze(0).transpose(0, 1))
         return padded.view(rows, width, x.shape[1], x.shape[3]).transpose(1, 2)
 
     out, _ = _causal_attention(

@@ -268,12 +268,27 @@ def collate(
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
     labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+    # `answer_positions(labels)`, read off the rows (nothing to search for)
+    answer_rows: list[int] = []
+    positions: list[int] = []
+    targets: list[int] = []
     for i, (prompt, answer) in enumerate(rows):
         n = len(prompt) + len(answer)
         ids[i, :n] = torch.tensor(prompt + answer)
         attention[i, :n] = 1
         labels[i, len(prompt) : n] = torch.tensor(answer)
-    return TaskBatch(ids, attention, labels).to(device) if device is not None else TaskBatch(ids, attention, labels)
+        for position, target in enumerate(answer, start=len(prompt) - 1):
+            if position >= 0:  # a first token with no prompt before it has no position predicting it
+                answer_rows.append(i)
+                positions.append(position)
+                targets.append(target)
+    answers = (
+        torch.tensor(answer_rows, dtype=torch.long),
+        torch.tensor(positions, dtype=torch.long),
+        torch.tensor(targets, dtype=torch.long),
+    )
+    batch = TaskBatch(ids, attention, labels, _answers=answers, _right_padded=True)
+    return batch.to(device) if device is not None else batch
 
 
 @checked

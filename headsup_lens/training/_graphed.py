@@ -32,7 +32,7 @@ from ..data import TaskBatch, collate
 from ..gates import native_options
 from ..gates._graph import Replay
 from ..gates._value import valid_value_gate_hooks
-from ..objective import answer_nll, answer_positions
+from ..objective import answer_nll
 from ._gumbel import straight_through
 
 Row = tuple[list[int], list[int]]
@@ -103,7 +103,7 @@ class FixedStep:
         host = collate(rows, pad_id=self.pad_id, width=self.width)
         for buffer, values in zip(self.batch_tensors, (host.input_ids, host.attention_mask, host.labels)):
             copy_into(buffer, values)
-        found = answer_positions(host.labels)
+        found = host.answers()
         fill = self.n_answers - found[0].shape[0]
         # Fillers: row 0's last column predicts nothing (no answer token follows it), and weighs 0.
         for buffer, values, filler in zip(self.batch.answers(), found, (0, self.width - 1, 0)):

@@ -440,3 +440,27 @@ def test_length_groups_of_a_huge_batch_finish():
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split()
     assert int(lines[1]) <= 116 and int(lines[3]) >= 300_000 // 16  # at most one group per length when uncapped
+
+
+@given(
+    rows=st.lists(
+        st.tuples(st.lists(st.integers(3, 99), max_size=6), st.lists(st.integers(3, 99), min_size=1, max_size=4)),
+        min_size=1,
+        max_size=6,
+    ),
+    extra=st.integers(0, 3),
+)
+def test_collate_reads_the_answer_positions_off_its_rows(rows, extra):
+    """A batch knows its answer positions and padding from the rows it was built from, as searching
+    its labels and mask finds them (an empty prompt included: its first answer token has no
+    position predicting it)."""
+    from headsup_lens.data import collate
+    from headsup_lens.objective import answer_positions
+
+    width = max(len(p) + len(a) for p, a in rows) + extra
+    batch = collate(rows, pad_id=0, width=width)
+    searched = answer_positions(batch.labels)
+    for known, found in zip(batch.answers(), searched):
+        assert known.tolist() == found.tolist()
+    real = batch.attention_mask.bool()
+    assert batch.right_padded() and bool((real[:, 1:] <= real[:, :-1]).all())

@@ -82,13 +82,11 @@ def test_proxies_count_few_host_synchronisations_per_decoding_pass(tmp_path):
     table = pd.read_csv(tmp_path / "proxies.csv").set_index(["section", "who"])
     assert table.loc[("sweep", "library"), "passes"] == 16
     assert table.loc[("sweep", "library"), "syncs_per_unit"] <= 2
-    # Losses are read back every 10 steps, not per step: beyond what the same forward and backward
-    # cost in plain transformers, a step reads back only host-side values (the epoch's permutation,
-    # the optimiser's step counter).
-    library, plain = table.loc[("train", "library"), "syncs_per_unit"], table.loc[("train", "plain"), "syncs_per_unit"]
-    assert library <= plain + 2
-    # Packed loss passes build their layout on the host, where the batch was made.
-    assert table.loc[("train", "library, packed loss passes"), "syncs_per_unit"] <= plain + 2
+    # Losses are read back every 10 steps, not per step: a step reads back only host-side values (the
+    # epoch's permutation, here once per step, and the optimiser's step counter), packed or not (a
+    # packed pass builds its layout on the host, where the batch was made), captured or not.
+    for who in ("library", "library, packed loss passes", "library, step captured as a CUDA graph"):
+        assert table.loc[("train", who), "syncs_per_unit"] <= 2
     assert table.loc[("sweep", "library"), "ops"] > 0
     # With the step captured as a CUDA graph the host launches what runs around the replay: the batch's
     # buffers, the optimiser, the clipping (the captured forward and backward count as one operation).

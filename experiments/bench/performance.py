@@ -199,15 +199,7 @@ def sweep_section(model, plain: PlainModel, options: Options) -> dict:
     # the allocator's growth, which would land on whichever loop runs first.
     ours()
     reference()
-    clocks: dict[str, list] = {
-        "library": [],
-        "plain": [],
-        "bridge": [],
-        "eager": [],
-        "graphed": [],
-        "packed": [],
-        "own": [],
-    }
+    clocks = new_clocks()
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
         loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge, eager=eager)]
@@ -292,15 +284,7 @@ def eval_section(model, plain: PlainModel, options: Options, task: Task) -> dict
 
     ours()  # warm-up of both at the timed shapes
     reference()
-    clocks: dict[str, list] = {
-        "library": [],
-        "plain": [],
-        "bridge": [],
-        "eager": [],
-        "graphed": [],
-        "packed": [],
-        "own": [],
-    }
+    clocks = new_clocks()
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
         loops = [("library", ours), ("plain", reference), *extra(options, bridge=bridge, eager=eager)]
@@ -419,15 +403,7 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
 
     steps(2)  # warm-up
     reference()
-    clocks: dict[str, list] = {
-        "library": [],
-        "plain": [],
-        "bridge": [],
-        "eager": [],
-        "graphed": [],
-        "packed": [],
-        "own": [],
-    }
+    clocks = new_clocks()
     peaks: dict[str, float | None] = {}
     for repeat in range(options.repeats):
         loops = [
@@ -523,6 +499,11 @@ VERSUS = {
     "packed": "library with packed loss passes",
     "own": "the library's forward and backward alone",
 }
+
+
+def new_clocks() -> dict[str, list]:
+    """Each loop's clocks, one per repeat: the library's and every loop of `VERSUS`."""
+    return {"library": [], **{name: [] for name in VERSUS}}
 
 
 def extra(options: Options, **loops) -> list:

@@ -128,8 +128,9 @@ class TaskBatch:
     input_ids: Int[Tensor, "batch pos"]
     attention_mask: Int[Tensor, "batch pos"]
     labels: Int[Tensor, "batch pos"]
-    # `answer_positions(labels)`, found where the labels were made: on a GPU finding them is a host
-    # synchronisation (`nonzero`), on the CPU it is free.
+    # `answer_positions(labels)` and whether every row is right-padded, known where the batch is made
+    # (`collate` reads them off its rows): on a GPU searching the labels or the mask would be a host
+    # synchronisation.
     _answers: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False, compare=False, kw_only=True)
     _right_padded: bool | None = field(default=None, repr=False, compare=False, kw_only=True)
     # The batch on the host this one was copied from (`to`): what a pass must read of a batch on a

@@ -131,9 +131,7 @@ def test_a_right_padded_loss_pass_reads_nothing_back(model, monkeypatch, pack):
     transformers' packed-sequence check does not run. Rows longer than the tiny Gemma-3's sliding
     windows take the banded mask; the logits test above compares them with the bridge. Packed, the
     pass reads nothing either (its layout is built on the host: `test_packed`)."""
-    batch = right_padded(model)
-    batch.answers()  # found where a training batch is made, on the host
-    batch.right_padded()
+    batch = right_padded(model)  # `collate` knows its answer positions and padding from its rows
     native = native_forward(model)
     assert native is not None
     soft = torch.full((4, model.cfg.n_layers, model.cfg.n_heads), 0.7, requires_grad=True)

@@ -64,9 +64,13 @@ def test_performance_runs_every_section_and_writes_its_table(tmp_path):
     ]
     assert table.identical.all() and (table.dtype == "float32").all()
     assert table.agreement.str.contains("rows equal to plain transformers: 1").any()
-    assert (table.other_s > 0).all()
-    # The library's training step is a difference of two runs (2 + N steps minus 2): at this tiny
-    # shape on a busy machine it is noise around zero, so only the timed loops must be positive.
+    # The library's training step, captured or packed too, is a difference of two runs (2 + N steps
+    # minus 2): at this tiny shape on a busy machine it is noise around zero, so only the loops timed
+    # in one run must be positive.
+    differences = table.versus.isin(
+        ["library with its training step captured as a CUDA graph", "library with packed loss passes"]
+    )
+    assert (table.other_s[~differences] > 0).all() and np.isfinite(table.other_s).all()
     timed = table.section != "train"
     assert (table.library_s[timed] > 0).all() and table.library_s.notna().all()
 
@@ -88,6 +92,10 @@ def test_proxies_count_few_host_synchronisations_per_decoding_pass(tmp_path):
     for who in ("library", "library, packed loss passes", "library, step captured as a CUDA graph"):
         assert table.loc[("train", who), "syncs_per_unit"] <= 2
     assert table.loc[("sweep", "library"), "ops"] > 0
+    # On a CPU the profiled time splits into matrix products and the rest; single runs (not differences
+    # of two, which are noise at this shape) find both on each side.
+    for row in (("sweep", "library"), ("sweep", "plain"), ("train", "plain")):
+        assert table.loc[row, "matmul_ms_per_unit"] > 0 and table.loc[row, "other_ms_per_unit"] > 0
     # With the step captured as a CUDA graph the host launches what runs around the replay: the batch's
     # buffers, the optimiser, the clipping (the captured forward and backward count as one operation).
     captured = table.loc[("train", "library, step captured as a CUDA graph"), "ops_per_unit"]

@@ -8,6 +8,9 @@ CPU the matrix products hide both, so wall time on a CPU says little about them.
   `.nonzero`, `torch.nonzero`, `torch.unique` (an upper bound on a CPU: a call on a tensor that
   would stay on the host on a GPU is counted too);
 - operations: `aten::` events recorded by `torch.profiler` (each a kernel launch or more on a GPU);
+- on a CPU, the profiled CPU time, split into matrix products (`aten::mm`, `addmm`, `bmm`,
+  `baddbmm`) and everything else the profiler records (other operations, autograd's nodes; its own
+  cost per operation included): where a step's time goes, and so how much fewer tokens can gain;
 - passes: calls of the model's token embedding (one per forward pass) outside a CUDA graph's
   capture, plus replays of captured graphs (each replay is one decoding pass on the GPU).
 Sections:
@@ -50,6 +53,7 @@ from headsup_lens.training import TrainConfig, left_tail_gumbel, train_mask
 from headsup_lens.training._graphed import STEP
 
 SECTIONS = ("sweep", "train")
+MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 WHERE_SEEN: dict[str, int] = {}  # call site of a synchronisation -> times seen
 
 # (owner, attribute): every call of these counts as one host synchronisation.
@@ -97,6 +101,8 @@ class Counts:
     ops: int = 0
     passes: int = 0
     device_syncs: int | None = None  # on a GPU: what CUDA's sync debug mode reports (blocking copies included)
+    matmul_ms: float | None = None  # on a CPU: profiled self CPU time of the matrix products
+    other_ms: float | None = None  # ... and of everything else the profiler records
 
 
 @contextlib.contextmanager
@@ -172,9 +178,13 @@ def counting(
     if on_gpu:
         counts.device_syncs = sum("synchroniz" in str(w.message) for w in seen)
     if prof is not None:
-        counts.ops = sum(
-            1 for event in prof.events() if event.name.startswith("aten::") and not within(event, captured)
-        ) + sum(1 for event in prof.events() if captured is not None and event.name == captured)
+        counted = [event for event in prof.events() if event.name.startswith("aten::") and not within(event, captured)]
+        counts.ops = len(counted) + sum(1 for event in prof.events() if captured is not None and event.name == captured)
+        if not on_gpu:  # on a GPU an operation's CPU time is its launch, not its work
+            # every event's own time, a captured step's included (on a CPU it runs eagerly)
+            matmul_us = sum(event.self_cpu_time_total for event in prof.events() if event.name in MATMULS)
+            counts.matmul_ms = matmul_us / 1e3
+            counts.other_ms = (sum(event.self_cpu_time_total for event in prof.events()) - matmul_us) / 1e3
 
 
 def within(event, name: str | None) -> bool:
@@ -231,7 +241,10 @@ def sweep_section(model, plain: PlainModel, options: Options) -> list[dict]:
                 "ops": c.ops,
                 "syncs_per_unit": c.syncs / max(1, c.passes),
                 "ops_per_unit": c.ops / max(1, c.passes),
-                "device_syncs_per_unit": None if c.device_syncs is None else c.device_syncs / max(1, c.passes),
+                **{
+                    f"{name}_per_unit": None if getattr(c, name) is None else getattr(c, name) / max(1, c.passes)
+                    for name in ("device_syncs", "matmul_ms", "other_ms")
+                },
                 "unit": "decoding pass",
             }
         )
@@ -268,6 +281,11 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
         plain.train_step(rows, groups, logits, noise, 4.0, pad)
     work = f"batch {len(rows)}, {len(groups)} pass(es) per step"
 
+    def difference(long: Counts, short: Counts, name: str) -> float | None:
+        """What N more steps add to a count, per step (None where it was not counted)."""
+        more, fewer = getattr(long, name), getattr(short, name)
+        return None if more is None or fewer is None else (more - fewer) / n
+
     def per_step(who: str, short: Counts, long: Counts, unit: str) -> dict:
         return {
             "section": "train",
@@ -278,9 +296,7 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
             "ops": long.ops - short.ops,
             "syncs_per_unit": (long.syncs - short.syncs) / n,
             "ops_per_unit": (long.ops - short.ops) / n,
-            "device_syncs_per_unit": None
-            if long.device_syncs is None or short.device_syncs is None
-            else (long.device_syncs - short.device_syncs) / n,
+            **{f"{name}_per_unit": difference(long, short, name) for name in ("device_syncs", "matmul_ms", "other_ms")},
             "unit": unit,
         }
 
@@ -303,6 +319,8 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
             "syncs_per_unit": theirs.syncs,
             "ops_per_unit": theirs.ops,
             "device_syncs_per_unit": theirs.device_syncs,
+            "matmul_ms_per_unit": theirs.matmul_ms,
+            "other_ms_per_unit": theirs.other_ms,
             "unit": "training step (forward and backward only)",
         },
     ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import warnings
 
 import pytest
-import torch
 
 from headsup_lens.cli._train import resolve_preset
 from headsup_lens.data import load_task
@@ -44,7 +43,6 @@ def test_estimate_is_the_median_of_the_timed_steps_after_the_warm_up(organism, m
 def test_estimate_times_real_steps_of_the_organism(organism):
     """Through the real trainer the estimate is a positive, finite time (its size depends on the
     machine and its load, so it is not bounded here)."""
-    torch.set_num_threads(1)
     task = load_task("organism/reverse")
     config = TrainConfig(batch_size=4, progress=False, checkpoint_every=0)
     with warnings.catch_warnings():

@@ -5,8 +5,8 @@
 #      captured training step and of activation checkpointing (fp32);
 #   2. `performance.py` at the Llama-3.1-8B shape first, then Qwen2.5-0.5B and -1.5B: removal sweep,
 #      batched evaluation, mask-training steps, library vs plain `transformers` (and the library's
-#      sweep and evaluation with eager decoding steps: what the CUDA graph wins; its training step
-#      captured as a CUDA graph, and with packed loss passes, a CPU lever not yet measured on a GPU),
+#      sweep and evaluation with eager decoding steps, and its training step run eagerly: what the
+#      CUDA graphs win; its training step with packed loss passes, the CPU's lever),
 #      and peak memory of mask training with and without activation checkpointing (tables written
 #      after every section);
 #   3. `proxies.py` at the 0.5B shape: host synchronisations per decoding pass and per training step,
@@ -36,7 +36,7 @@ status=0
     tests/training/test_graphed.py -k gpu) || status=1
 # shellcheck disable=SC2086
 python3 performance.py --models $models --device "$device" --task reverse --repeats "$repeats" --threads 8 \
-    --prefix-sharing off --eager-steps true --graphed-train true --packed-train true --out "$out" || status=1
+    --prefix-sharing off --eager-steps true --eager-train true --packed-train true --out "$out" || status=1
 python3 proxies.py --models "$small" --device "$device" --task reverse --gpu-path true --where "${WHERE:-false}" \
     --out "$out/proxies" || status=1
 # A lever: the fixed-shape decoding step compiled by `torch.compile` (and replayed as a CUDA graph)

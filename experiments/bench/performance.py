@@ -28,10 +28,13 @@ of this process (the CPU-time ratio holds up when other processes share the core
 `--eager-steps` times its sweep and evaluation with the decoding step launched op by op instead of
 replayed as a captured CUDA graph (`native_options(cuda_graph=False)`; a GPU only); `--graphed-train`
 times its training step captured as a CUDA graph (`TrainConfig(cuda_graph=True)`; the row's ratio is
-captured / default, < 1 where the capture is faster; on the CPU the same fixed-shape step runs eagerly);
-`--packed-train` times its training step with the loss passes packed (`native_options(pack_rows=True)`,
-the CPU's default: on a GPU the row's ratio is packed / default, < 1 where packing is faster) and
-checks that step's mask gradient too.
+captured / default, < 1 where the capture is faster; on the CPU the same fixed-shape step runs eagerly;
+on a GPU the default captures it where it serves, so the row times the default again); `--eager-train`
+times its training step with the capture off (`TrainConfig(cuda_graph=False)`; on a GPU: what the
+capture wins; on the CPU the default step again);
+`--packed-train` times its length-grouped training step with the loss passes packed
+(`native_options(pack_rows=True)`, `TrainConfig(cuda_graph=False)`: the CPU's default; on a GPU the
+row's ratio is packed / default, < 1 where packing is faster) and checks that step's mask gradient too.
 The tables are written after every section, so a run cut short keeps what it measured.
 On CUDA the models run in bf16 (unless `--dtype`) and each loop's `torch.cuda.max_memory_allocated`
 is printed.
@@ -118,6 +121,8 @@ class Options:
     """Also time the library's sweep and evaluation with the CUDA graph off (`native_options(cuda_graph=False)`)."""
     graphed_train: bool = False
     """Also time the library's training step captured as a CUDA graph (`TrainConfig(cuda_graph=True)`)."""
+    eager_train: bool = False
+    """Also time the library's training step with the CUDA graph off (`TrainConfig(cuda_graph=False)`)."""
     packed_train: bool = False
     """Also time the library's training step with packed loss passes (`native_options(pack_rows=True)`)."""
     out: str | None = None
@@ -367,13 +372,13 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
     groups = length_batches(model, rows)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
 
-    def steps(n: int, cuda_graph: bool = False):
+    def steps(n: int, cuda_graph: bool | None = None):
         with warnings.catch_warnings():  # a few steps remove no head, as the library warns
             warnings.simplefilter("ignore")
             config = TrainConfig(steps=n, checkpoint_every=0, progress=False, cuda_graph=cuda_graph)
             return train_mask(model, task, config)
 
-    def ours(cuda_graph: bool = False):
+    def ours(cuda_graph: bool | None = None):
         # A captured step is captured at the second step, in both runs: the difference is N replays.
         short, _, _ = run(lambda: steps(2, cuda_graph), device)
         long, _, peak = run(lambda: steps(2 + options.train_steps, cuda_graph), device)
@@ -387,9 +392,12 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
     def graphed():
         return ours(cuda_graph=True)
 
-    def packed():
+    def eager_train():
+        return ours(cuda_graph=False)
+
+    def packed():  # the length-grouped step: the captured one never packs
         with native_options(pack_rows=True):
-            return ours()
+            return ours(cuda_graph=False)
 
     def own():  # the step's forward and backward alone, through the library: what the step adds to it
         clock, _, peak = run(lambda: mask_gradient(model, None, rows, groups, pad), device)
@@ -410,7 +418,7 @@ def train_section(model, plain: PlainModel, options: Options, task: Task) -> dic
             ("library", ours),
             ("plain", reference),
             ("own", own),
-            *extra(options, bridge=bridge, graphed=graphed, packed=packed),
+            *extra(options, bridge=bridge, graphed=graphed, eager_train=eager_train, packed=packed),
         ]
         for name, fn in loops if repeat % 2 == 0 else loops[::-1]:
             clock, peaks[name] = fn()
@@ -496,6 +504,7 @@ VERSUS = {
     "bridge": "library via the bridge's hooks",
     "eager": "library with eager decoding steps (no CUDA graph)",
     "graphed": "library with its training step captured as a CUDA graph",
+    "eager_train": "library with its training step run eagerly (no CUDA graph)",
     "packed": "library with packed loss passes",
     "own": "the library's forward and backward alone",
 }
@@ -508,11 +517,12 @@ def new_clocks() -> dict[str, list]:
 
 def extra(options: Options, **loops) -> list:
     """The optional loops timed beside the library and plain transformers (`--bridge`, `--eager-steps`,
-    `--graphed-train`, `--packed-train`)."""
+    `--graphed-train`, `--eager-train`, `--packed-train`)."""
     wanted = {
         "bridge": options.bridge,
         "eager": options.eager_steps,
         "graphed": options.graphed_train,
+        "eager_train": options.eager_train,
         "packed": options.packed_train,
     }
     return [(name, fn) for name, fn in loops.items() if wanted[name]]

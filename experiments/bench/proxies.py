@@ -18,8 +18,9 @@ Sections:
   decoding of the same rows in plain transformers (`_plain.PlainModel.greedy`); per decoding pass.
 - train: `train_mask` steps (the count of 2 + N steps minus that of 2 steps, over N) vs the same
   rows' forward and backward in plain transformers (`PlainModel.train_step`); per step. Also
-  `train_mask` with its step captured as a CUDA graph (`TrainConfig(cuda_graph=True)`): what the
-  host launches per step around the replayed graph, the graph counted as one operation; and
+  `train_mask` with its step captured as a CUDA graph (`TrainConfig(cuda_graph=True)`; the default
+  on a GPU, where a GPU run also counts the step with the capture off): what the host launches per
+  step around the replayed graph, the graph counted as one operation; and
   `train_mask` with packed loss passes (`native_options(pack_rows=True)`, the CPU's default).
 
     python experiments/bench/proxies.py --models smollm2
@@ -259,10 +260,10 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
     groups = length_batches(model, rows)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
 
-    def steps(n: int, cuda_graph: bool = False) -> Counts:
+    def steps(n: int, cuda_graph: bool | None = None) -> Counts:
         config = TrainConfig(steps=n, checkpoint_every=0, progress=False, cuda_graph=cuda_graph)
-        captured = STEP if cuda_graph else None
-        with counting(raw_embedding(model), where=options.where, captured=captured) as counts:  # silences warnings too
+        # A captured step's range counts as one operation; a step without one has no such range.
+        with counting(raw_embedding(model), where=options.where, captured=STEP) as counts:  # silences warnings too
             train_mask(model, task, config)
         return counts
 
@@ -272,8 +273,11 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
     # The captured step: a CUDA graph captured at the second step in both runs, so the difference is
     # N replays and what runs around them (on a CPU the step runs eagerly: its range counts as one).
     short_graphed, long_graphed = steps(2, cuda_graph=True), steps(2 + n, cuda_graph=True)
-    with native_options(pack_rows=True):  # the layout is built on the host: no synchronisation on a GPU
-        short_packed, long_packed = steps(2), steps(2 + n)
+    # The layout is built on the host: no synchronisation on a GPU. The captured step never packs.
+    with native_options(pack_rows=True):
+        short_packed, long_packed = steps(2, cuda_graph=False), steps(2 + n, cuda_graph=False)
+    # On a GPU the default step is the captured one where it serves: count the eager step too.
+    eager = (steps(2, cuda_graph=False), steps(2 + n, cuda_graph=False)) if device.type == "cuda" else None
     logits = torch.full((len(rows), n_layers, n_heads), 4.0, device=device, requires_grad=True)
     noise = left_tail_gumbel((len(rows), n_layers, n_heads), torch.Generator().manual_seed(0)).to(device)
     plain.train_step(rows, groups, logits, noise, 4.0, pad)  # warm-up
@@ -309,6 +313,7 @@ def train_section(model, plain: PlainModel, options: Options) -> list[dict]:
             "training step (the captured forward and backward counted as one operation)",
         ),
         per_step("library, packed loss passes", short_packed, long_packed, "training step"),
+        *([per_step("library, step run eagerly (no CUDA graph)", *eager, "training step")] if eager else []),
         {
             "section": "train",
             "who": "plain",

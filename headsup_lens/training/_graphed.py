@@ -31,8 +31,10 @@ from .._warnings import warn
 from ..data import TaskBatch, collate
 from ..gates import native_options
 from ..gates._graph import Replay
+from ..gates._native import native_forward
 from ..gates._value import valid_value_gate_hooks
 from ..objective import answer_nll
+from ._config import TrainConfig
 from ._gumbel import straight_through
 
 Row = tuple[list[int], list[int]]
@@ -40,6 +42,29 @@ STEP = "mask-training step"  # what a failed capture's warning names, and the st
 # Padding every row to the longest that computes more than this many times the rows' own tokens is
 # worth a warning: the default step's length-grouped passes would compute far less.
 PADDING_WARNED = 2.0
+
+
+def padding_factor(encoded: Sequence[Sequence[Row]]) -> float:
+    """The tokens a fixed-shape step computes (every row padded to the longest) over the rows' own."""
+    lengths = [len(prompt) + len(answer) for rows in encoded for prompt, answer in rows]
+    return max(lengths) * len(lengths) / sum(lengths)
+
+
+def captures_step(
+    model: TransformerBridge, config: TrainConfig, device: torch.device, encoded: Sequence[Sequence[Row]]
+) -> bool:
+    """Whether a run trains with the fixed-shape step (`TrainConfig.cuda_graph`): as asked, or by
+    default where a capture serves: a GPU, the value gate, no activation checkpointing, no hook on the
+    model (a hook's Python would run at the capture only) and padding that at most doubles the tokens."""
+    if config.cuda_graph is not None:
+        return config.cuda_graph
+    return (
+        device.type == "cuda"
+        and config.gate == "value"
+        and not config.activation_checkpointing
+        and native_forward(model) is not None
+        and padding_factor(encoded) <= PADDING_WARNED
+    )
 
 
 @checked
@@ -66,10 +91,10 @@ class FixedStep:
         n_rows, n_tasks = len(rows_task), parameters[0].shape[0]
         lengths = [len(prompt) + len(answer) for rows in encoded for prompt, answer in rows]
         self.width = max(lengths)
-        if self.width > PADDING_WARNED * sum(lengths) / len(lengths):
+        if padding_factor(encoded) > PADDING_WARNED:
             warn(
                 f"cuda_graph pads every row to the longest training row ({self.width} tokens; the mean row has "
-                f"{sum(lengths) / len(lengths):.0f}): a step computes about {self.width * len(lengths) / sum(lengths):.1f}x "
+                f"{sum(lengths) / len(lengths):.0f}): a step computes about {padding_factor(encoded):.1f}x "
                 "the tokens of its rows. Where lengths differ this much, leave cuda_graph off (the default step "
                 "groups rows by length) or drop the longest pairs"
             )

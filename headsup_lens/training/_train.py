@@ -31,7 +31,7 @@ from ..models import check_same_run, data_hash, fingerprint, model_device, model
 from ..objective import answer_nll, length_batches
 from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
-from ._graphed import FixedStep
+from ._graphed import FixedStep, captures_step
 from ._gumbel import left_tail_gumbel, straight_through
 from ._loop import (
     BatchSampler,
@@ -227,7 +227,7 @@ class _MaskRun:
         self.noise = [torch.Generator().manual_seed(stable_seed(config.seed, name, "noise")) for name in names]
         self.rows_task = torch.arange(len(tasks)).repeat_interleave(config.batch_size)  # on the host, as the noise
         self.fixed = None
-        if config.cuda_graph and len(self.mine):
+        if captures_step(model, config, self.device, self.encoded) and len(self.mine):
             self.fixed = FixedStep(
                 model,
                 self.rows_task[self.mine.start : self.mine.stop],

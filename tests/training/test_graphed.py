@@ -1,7 +1,7 @@
-"""Mask training's fixed-shape step (`TrainConfig(cuda_graph=True)`): on the CPU it runs eagerly and
-must train the mask of the default length-grouped step, on every family, read nothing back after its
-first call (what a CUDA graph captures), and refuse what it does not serve. On a GPU the captured
-step must equal the same step run eagerly."""
+"""Mask training's fixed-shape step (`TrainConfig(cuda_graph=True)`, the default on a GPU where it
+serves): on the CPU it runs eagerly and must train the mask of the default length-grouped step, on
+every family, read nothing back after its first call (what a CUDA graph captures), and refuse what it
+does not serve. On a GPU the captured step must equal the same step run eagerly."""
 
 from __future__ import annotations
 
@@ -124,6 +124,32 @@ def test_cuda_graph_is_refused_where_it_does_not_serve():
         with pytest.raises(ValueError, match="cuda_graph needs the value gate and no activation checkpointing"):
             TrainConfig(**QUICK, cuda_graph=True, **bad)
     assert "cuda_graph" not in TrainConfig(cuda_graph=True).recipe()  # how it runs, not what it computes
+
+
+def test_by_default_the_step_is_captured_on_a_gpu_where_a_capture_serves(qwen2):
+    """`cuda_graph=None`: on for a GPU with the value gate, no activation checkpointing, no hook on the
+    model and padding that at most doubles the tokens; off on the CPU and wherever one fails; an
+    explicit True or False wins. (A device is only a name here: nothing runs on it.)"""
+    from headsup_lens.data import encode_pairs
+    from headsup_lens.training._graphed import captures_step
+
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    rows = [encode_pairs(qwen2, list(mixed_task().pairs))]
+    long = " ".join(["the old mill by the river"] * 8)
+    skewed = [encode_pairs(qwen2, [(w, w.split()[-1]) for w in ["cold", "good", "yes", "hot", long] * 4])]
+    default = TrainConfig(**QUICK)
+    assert default.cuda_graph is None
+    assert captures_step(qwen2, default, gpu, rows)
+    assert not captures_step(qwen2, default, cpu, rows)
+    assert not captures_step(qwen2, default.replace(gate="query"), gpu, rows)
+    assert not captures_step(qwen2, default.replace(activation_checkpointing=True), gpu, rows)
+    assert not captures_step(qwen2, default, gpu, skewed)
+    assert captures_step(qwen2, default.replace(cuda_graph=True), gpu, skewed)  # asked for: it warns instead
+    assert captures_step(qwen2, default.replace(cuda_graph=True), cpu, rows)  # the fixed-shape step, run eagerly
+    assert not captures_step(qwen2, default.replace(cuda_graph=False), gpu, rows)
+    with qwen2.hooks(fwd_hooks=[("blocks.0.attn.hook_z", lambda z, hook: z)]):
+        assert not captures_step(qwen2, default, gpu, rows)
+    assert captures_step(qwen2, default, gpu, rows)  # the hook is gone again
 
 
 @CUDA

@@ -67,7 +67,7 @@ class TrainConfig:
     cuda_graph: bool | None = None
     """Capture each step's forward and backward once as a CUDA graph and replay it (`training._graphed`):
     on a GPU, where a step over short rows is bound by launching kernels (one H200 at the 8B shape: about
-    a third of the default step's time). Every row is padded to the run's longest training row (one pass
+    a third of the eager step's time). Every row is padded to the run's longest training row (one pass
     per step), so the gradient is the length-grouped step's up to rounding. None (the default): on for a
     model on a GPU with the value gate, no activation checkpointing and rows whose padding at most
     doubles a step's tokens; off otherwise. True asks for it (the query gate and activation

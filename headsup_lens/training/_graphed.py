@@ -1,5 +1,5 @@
 """Mask training's forward and backward at fixed shapes, replayed as one CUDA graph
-(`TrainConfig(cuda_graph=True)`).
+(`TrainConfig.cuda_graph`: by default on a GPU where it serves, see `captures_step`).
 
 On a GPU a training step over a batch of short rows (a few hundred tokens) is bound by launching its
 ten thousand or so kernels, not by computing them. This step has the same shapes every time and
@@ -95,8 +95,8 @@ class FixedStep:
             warn(
                 f"cuda_graph pads every row to the longest training row ({self.width} tokens; the mean row has "
                 f"{sum(lengths) / len(lengths):.0f}): a step computes about {padding_factor(encoded):.1f}x "
-                "the tokens of its rows. Where lengths differ this much, leave cuda_graph off (the default step "
-                "groups rows by length) or drop the longest pairs"
+                "the tokens of its rows. Where lengths differ this much, leave cuda_graph at its default (None: "
+                "here the step that groups rows by length) or drop the longest pairs"
             )
         self.n_answers = n_rows * max(len(answer) for rows in encoded for _, answer in rows)
         self.rows_task = rows_task

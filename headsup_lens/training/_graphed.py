@@ -91,10 +91,11 @@ class FixedStep:
         n_rows, n_tasks = len(rows_task), parameters[0].shape[0]
         lengths = [len(prompt) + len(answer) for rows in encoded for prompt, answer in rows]
         self.width = max(lengths)
-        if padding_factor(encoded) > PADDING_WARNED:
+        factor = padding_factor(encoded)
+        if factor > PADDING_WARNED:
             warn(
                 f"cuda_graph pads every row to the longest training row ({self.width} tokens; the mean row has "
-                f"{sum(lengths) / len(lengths):.0f}): a step computes about {padding_factor(encoded):.1f}x "
+                f"{sum(lengths) / len(lengths):.0f}): a step computes about {factor:.1f}x "
                 "the tokens of its rows. Where lengths differ this much, leave cuda_graph at its default (None: "
                 "here the step that groups rows by length) or drop the longest pairs"
             )

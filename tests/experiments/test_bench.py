@@ -49,26 +49,32 @@ def test_performance_runs_every_section_and_writes_its_table(tmp_path):
         *("--models", "tiny", "--device", "cpu", "--repeats", "1", "--sweep-steps", "3", "--new-tokens", "4"),
         *("--eval-examples", "4", "--eval-new-tokens", "2", "--train-steps", "1", "--task", "reverse"),
         *("--sequential-steps", "2", "--prefix-sharing", "off", "--static-cache", "true", "--out", str(tmp_path)),
-        *("--graphed-train", "true", "--packed-train", "true", "--pack-rows", "off"),
+        *("--graphed-train", "true", "--eager-train", "true", "--packed-train", "true", "--pack-rows", "off"),
     )
     table = pd.read_csv(tmp_path / "performance.csv")
     assert sorted(set(table.section)) == ["eval", "sweep", "train"]
     # The training step is also timed against the library's own forward and backward (its overhead),
-    # with --graphed-train against itself with the step captured as a CUDA graph (eager on a CPU), and
-    # with --packed-train against itself with packed loss passes (the gradient checked too).
+    # with --graphed-train against itself with the step captured as a CUDA graph (eager on a CPU), with
+    # --eager-train with the capture off (the CPU's default again), and with --packed-train against
+    # itself with packed loss passes (the gradient checked too).
     assert table.versus[table.section == "train"].tolist() == [
         "plain transformers",
         "library with its training step captured as a CUDA graph",
+        "library with its training step run eagerly (no CUDA graph)",
         "library with packed loss passes",
         "the library's forward and backward alone",
     ]
     assert table.identical.all() and (table.dtype == "float32").all()
     assert table.agreement.str.contains("rows equal to plain transformers: 1").any()
-    # The library's training step, captured or packed too, is a difference of two runs (2 + N steps
-    # minus 2): at this tiny shape on a busy machine it is noise around zero, so only the loops timed
-    # in one run must be positive.
+    # The library's training step, captured, eager or packed too, is a difference of two runs (2 + N
+    # steps minus 2): at this tiny shape on a busy machine it is noise around zero, so only the loops
+    # timed in one run must be positive.
     differences = table.versus.isin(
-        ["library with its training step captured as a CUDA graph", "library with packed loss passes"]
+        [
+            "library with its training step captured as a CUDA graph",
+            "library with its training step run eagerly (no CUDA graph)",
+            "library with packed loss passes",
+        ]
     )
     assert (table.other_s[~differences] > 0).all() and np.isfinite(table.other_s).all()
     timed = table.section != "train"

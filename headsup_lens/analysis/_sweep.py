@@ -18,11 +18,12 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._distributed import gather, rank_and_world, shard
+from .._distributed import all_min, gather, padded_share, rank_and_world, shard
 from .._progress import progress as progress_bar
 from .._typecheck import checked
 from ..masks import Head, HeadMask
 from ..models import model_device, stop_token_ids
+from ..models._sharding import is_sharded, lockstep
 from ..objective import greedy_generate
 from ._common import check_heads, prompt_ids, prompt_text, token_id, token_ranks, token_text
 
@@ -274,7 +275,8 @@ def removal_sweep(
     process group (each rank a contiguous slice, on its own `model`); every rank returns the whole
     sweep, equal to a single-process one. `progress=False` hides its progress bar.
     """
-    rank, world = rank_and_world(required=True) if distributed else (0, 1)
+    # A sharded model's ranks share every pass: its sweeps are always split over them.
+    rank, world = rank_and_world(required=True) if distributed or is_sharded(model) else (0, 1)
     if isinstance(order, HeadMask):
         order.check_model(model)
     order = check_heads(model, order.removal_order() if isinstance(order, HeadMask) else list(order))
@@ -295,12 +297,16 @@ def removal_sweep(
     rows: int = auto_batch_size(model, len(ids_list) + max_new_tokens, memory_gb) if batch_size is None else batch_size
     if rows < 1:
         raise ValueError(f"batch_size must be >= 1, got {rows}")
+    if lockstep(model):  # free memory differs between GPUs; the chunks of every rank may not
+        rows = all_min(rows, model_device(model))
     shape = (model.cfg.n_layers, model.cfg.n_heads)
     all_masks = sweep_masks(order, steps, shape)
 
-    mine = shard(len(steps), rank, world)
+    # On a sharded model every rank runs as many rows (repeats of its last one, dropped after).
+    mine, run = padded_share(len(steps), rank, world) if lockstep(model) else (shard(len(steps), rank, world), None)
+    run = list(mine) if run is None else run
     logits_chunks, continuations, layer_chunks = [torch.empty(0, model.cfg.d_vocab)], [], []
-    starts = range(mine.start, mine.stop, rows)
+    starts = range(0, len(run), rows)
     passes = max(1, max_new_tokens)  # forward passes per chunk: the prompt pass, then one per new token
     bar = progress_bar(
         total=len(starts) * passes,
@@ -316,12 +322,13 @@ def removal_sweep(
             bar.update(1)
 
         logits, conts, captured = greedy_rows(
-            model, ids, all_masks[start : min(start + rows, mine.stop)], max_new_tokens, record_layers, step
+            model, ids, all_masks[run[start : start + rows]], max_new_tokens, record_layers, step
         )
         bar.update(passes - done[0])  # a chunk whose rows all stopped early skips its last passes
-        logits_chunks.append(logits)
-        continuations += conts
-        layer_chunks.append(captured)
+        kept = max(0, min(rows, len(mine) - start))  # this rank's own steps in the chunk
+        logits_chunks.append(logits[:kept])
+        continuations += conts[:kept]
+        layer_chunks.append({name: value[:kept] for name, value in captured.items()})
     bar.close()
     if world > 1:  # every rank assembles the same sweep from all slices, in step order
         pieces = gather((logits_chunks, continuations, layer_chunks))

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._distributed import gather, padded_share, rank_and_world, shard
 from .._progress import progress as progress_bar
 from .._typecheck import checked
 from .._validate import check_int
@@ -19,6 +20,7 @@ from ..data._tokenize import EncodedSplit, collate, encode_split
 from ..gates import Gate, gate_hooks
 from ..masks import HeadMask
 from ..models import left_pad, pad_token_id, stop_token_ids
+from ..models._sharding import is_sharded, lockstep
 from ..objective import answer_nll, greedy_generate, length_batches
 
 MaskArg = HeadMask | Tensor | None
@@ -45,23 +47,75 @@ def answer_nll_per_example(
     gate: Gate = "value",
     batch_size: int = 16,
     advance: Advance | None = None,
+    distributed: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Per example of an encoded split: the summed answer cross-entropy (nats, end of turn included)
     and the number of answer tokens, both `[n_examples]` float64. Only answer positions are
     unembedded; `mask` may be per example `[n_examples, n_layers, n_heads]`. Rows of similar length
-    share a pass (`length_batches`, at most `batch_size` rows); `advance(k)` follows each pass."""
+    share a pass (`length_batches`, at most `batch_size` rows); `advance(k)` follows each pass.
+    `distributed=True` (always on a sharded model) splits the examples over the ranks of the
+    process group; every rank returns every example's values."""
     check_int("batch_size", batch_size, minimum=1)
     rows = encoded.rows
     mask = _rows_of(mask, range(len(rows)), len(rows))
+    split = rank_rows(model, len(rows), distributed)
+    if split is None:
+        return _nll_rows(model, list(rows), mask, alpha, gate, batch_size, advance)
+    mine, run = split
+    idle = 0
+    if lockstep(model):  # a sharded model's passes are collectives: every rank runs as many
+        rank, world = rank_and_world()
+        counts = [
+            len(length_batches(model, [rows[i] for i in padded_share(len(rows), r, world)[1]], max_rows=batch_size))
+            for r in range(world)
+        ]
+        idle = max(counts) - counts[rank]
+    sums, counts_ = _nll_rows(
+        model, [rows[i] for i in run], _rows_of(mask, run, len(rows)), alpha, gate, batch_size, advance, idle
+    )
+    pieces = gather((sums[: len(mine)], counts_[: len(mine)]))
+    return torch.cat([p[0] for p in pieces]), torch.cat([p[1] for p in pieces])
+
+
+def rank_rows(model: TransformerBridge, n: int, distributed: bool) -> tuple[range, list[int]] | None:
+    """This rank's rows of `range(n)` and the rows it runs when the work is split over the ranks
+    (`distributed`, or a sharded model over several ranks), else None. A sharded model's ranks run
+    as many rows each (`padded_share`); otherwise each runs its own."""
+    if not (distributed or is_sharded(model)):
+        return None
+    rank, world = rank_and_world(required=True)
+    if world == 1:
+        return None
+    if lockstep(model):
+        return padded_share(n, rank, world)
+    mine = shard(n, rank, world)
+    return mine, list(mine)
+
+
+def _nll_rows(
+    model: TransformerBridge,
+    rows: list,
+    mask: MaskArg,
+    alpha: float,
+    gate: Gate,
+    batch_size: int,
+    advance: Advance | None,
+    idle: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """`answer_nll_per_example` of `rows` in this process, then `idle` passes whose result is dropped."""
     sums = torch.zeros(len(rows), dtype=torch.float64)
     counts = torch.zeros(len(rows), dtype=torch.float64)
     pad_id = pad_token_id(model)
-    for chunk in length_batches(model, list(rows), max_rows=batch_size):
+    chunks = length_batches(model, rows, max_rows=batch_size) if rows else []
+    passes = [(chunk, True) for chunk in chunks] + [(chunks[0][:1], False)] * idle
+    for chunk, real in passes:
         batch = collate([rows[i] for i in chunk], pad_id=pad_id, device=model.cfg.device)
         with torch.no_grad():
             nll, owner = answer_nll(
                 model, batch, gate_hooks(model, _rows_of(mask, chunk, len(rows)), alpha=alpha, gate=gate)
             )
+        if not real:
+            continue
         owner = torch.tensor(chunk)[owner.cpu()]
         sums.index_add_(0, owner, nll.double().cpu())
         counts.index_add_(0, owner, torch.ones_like(owner, dtype=torch.float64))
@@ -132,23 +186,47 @@ def answers_and_nll(
     max_new_tokens: int,
     batch_size: int,
     advance: Advance | None = None,
+    distributed: bool = False,
 ) -> tuple[list[str], Tensor, Tensor]:
     """`greedy_answers` of the split's prompts and `answer_nll_per_example` of its rows, with each
     answer scored from its prompt's decoding pass (`greedy_generate(answers=...)`: on the direct and
     native forward passes a prompt is computed once for both). Where joint tokenisation gave an example's
     row another prompt than generation continues (`EncodedSplit`), that row is scored by its own
-    pass. `advance(k)` after each chunk of k examples."""
+    pass. `advance(k)` after each chunk of k examples. `distributed=True` (always on a sharded model)
+    splits the examples over the ranks; every rank returns every example's outputs."""
     rows = encoded.rows
-    texts, scored = _decode(
-        model, encoded.prompts, [a for _, a in rows], mask, alpha, gate, max_new_tokens, batch_size, advance
-    )
+    answers = [a for _, a in rows]
+    split = rank_rows(model, len(rows), distributed)
+    if split is None:
+        texts, scored = _decode(model, encoded.prompts, answers, mask, alpha, gate, max_new_tokens, batch_size, advance)
+    else:  # each rank decodes its examples (a sharded model's ranks as many each), every rank gets all
+        mine, run = split
+        texts, scored = _decode(
+            model,
+            [encoded.prompts[i] for i in run],
+            [answers[i] for i in run],
+            _rows_of(mask, run, len(rows)),
+            alpha,
+            gate,
+            max_new_tokens,
+            batch_size,
+            advance,
+        )
+        pieces = gather((texts[: len(mine)], scored[: len(mine)]))
+        texts, scored = [t for p in pieces for t in p[0]], [x for p in pieces for x in p[1]]
     sums = torch.tensor([float(nll.double().sum()) for nll in scored], dtype=torch.float64)
     counts = torch.tensor([float(len(a)) for _, a in rows], dtype=torch.float64)
     other = [i for i, (row, prompt) in enumerate(zip(rows, encoded.prompts)) if row[0] != prompt]
     if other:
         subset = replace(encoded, rows=tuple(rows[i] for i in other), prompts=tuple(encoded.prompts[i] for i in other))
         again, _ = answer_nll_per_example(
-            model, subset, mask=_rows_of(mask, other, len(rows)), alpha=alpha, gate=gate, batch_size=batch_size
+            model,
+            subset,
+            mask=_rows_of(mask, other, len(rows)),
+            alpha=alpha,
+            gate=gate,
+            batch_size=batch_size,
+            distributed=split is not None,
         )
         sums[other] = again
     return texts, sums, counts

@@ -10,6 +10,7 @@ the table and the generations are written as one set under the folder's lock.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -21,6 +22,7 @@ import pandas as pd
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._distributed import from_rank0, rank_and_world
 from .._io import OutputSet, atomic_write, atomic_write_json, check_unclaimed, locked_folder, read_table
 from .._progress import progress
 from .._typecheck import checked
@@ -30,7 +32,8 @@ from ..data import Task
 from ..data._tokenize import EncodedSplit, encode_split
 from ..masks import HeadMask
 from ..models import fingerprint, identity_differences, run_identity
-from ._answers import answer_nll_per_example, answers_and_nll, reduce_nll
+from ..models._sharding import is_sharded
+from ._answers import answer_nll_per_example, answers_and_nll, rank_rows, reduce_nll
 from ._config import EvalConfig
 from ._scoring import Labels, instructed_rows_left_out, task_labels
 from ._settings import SETTINGS, EvalSetting
@@ -174,6 +177,7 @@ def evaluate(
     *,
     other_mask: HeadMask | Tensor | None = None,
     out_dir: str | os.PathLike | None = None,
+    distributed: bool = False,
 ) -> Evaluation:
     """The paper's comparison table for one task and mask, one row per setting, and every output behind it.
 
@@ -209,6 +213,11 @@ def evaluate(
     from them, and at the end `results.csv`, `generations.csv` and `evaluation.json` are written as
     one set (all or nothing) and the partial files removed. Partial files of another model, task,
     mask or options are refused with a ValueError naming what differs.
+
+    `distributed=True` (an initialised `torch.distributed` group; always on a model loaded with
+    `shard="fsdp"`) splits every setting's examples over the ranks: every rank returns the whole
+    table, equal to one process's; rank 0 alone locks and writes `out_dir` and decides what an
+    interrupted run resumes (the others learn it from rank 0, so no shared folder is needed).
     """
     out = check_out_dir(out_dir, "out_dir") if out_dir is not None else None  # before any work
     plan = _plan(model, task, mask, config, other_mask)
@@ -216,13 +225,23 @@ def evaluate(
     encoded = {
         flag: encode_split(model, task, config.split, flag) for flag in dict.fromkeys(s.instructed for s in plan.runs)
     }
+    split = distributed or is_sharded(model)
+    rank, world = rank_and_world(required=True) if split else (0, 1)
     if out is None:
-        return _run(model, task, config, plan, encoded, None)
+        return _run(model, task, config, plan, encoded, None, {}, split)
     folder = _RunFolder(out, _identity(model, task, config, plan), plan)
-    with locked_folder(folder.path, "out_dir"):
-        check_unclaimed(folder.path, "evaluate", (RESULTS, GENERATIONS, RECORD), "out_dir")  # before any work
-        result = _run(model, task, config, plan, encoded, folder)
-        folder.commit(result, config)
+    with contextlib.ExitStack() as held:
+
+        def prepare() -> dict[str, tuple[dict, list[str]]]:
+            held.enter_context(locked_folder(folder.path, "out_dir"))
+            check_unclaimed(folder.path, "evaluate", (RESULTS, GENERATIONS, RECORD), "out_dir")  # before any work
+            return folder.resume()
+
+        # Over several ranks rank 0 holds the folder; the others learn what it resumes (or its error).
+        finished = from_rank0(prepare) if world > 1 else prepare()
+        result = _run(model, task, config, plan, encoded, folder if rank == 0 else None, finished, split)
+        if rank == 0:
+            folder.commit(result, config)
     return result
 
 
@@ -233,8 +252,9 @@ def _run(
     plan: _EvaluationPlan,
     encoded: dict[bool, EncodedSplit],
     folder: _RunFolder | None,
+    finished: dict[str, tuple[dict, list[str]]],
+    split: bool,
 ) -> Evaluation:
-    finished = folder.resume() if folder is not None else {}
     scorer = RowScorer(
         task,
         plan.inputs,
@@ -257,7 +277,7 @@ def _run(
         if setting.name in finished:
             add(*finished[setting.name])
             continue
-        add(*_run_setting(model, task, config, plan, setting, encoded[setting.instructed]))
+        add(*_run_setting(model, task, config, plan, setting, encoded[setting.instructed], split))
         if folder is not None:  # an interruption keeps the finished settings
             folder.save(pd.DataFrame.from_records(rows), concat_generations(parts) if config.generate else None)
     for control in plan.controls:
@@ -283,13 +303,19 @@ def _run_setting(
     plan: _EvaluationPlan,
     setting: EvalSetting,
     encoded: EncodedSplit,
+    split: bool,
 ) -> tuple[dict, list[str]]:
-    """(the row's model columns, the outputs) of one setting."""
+    """(the row's model columns, the outputs) of one setting (`split`: its examples over the ranks)."""
     mask = plan.masks[setting.mask]
     alpha = config.alpha if setting.scaled else 0.0
     n = len(encoded)
+    share = rank_rows(model, n, split)  # the bar counts this rank's rows
     with progress(
-        total=n, desc=f"{task.name}: {setting.name}", unit="ex", enabled=config.progress, delay=0.0
+        total=n if share is None else len(share[1]),
+        desc=f"{task.name}: {setting.name}",
+        unit="ex",
+        enabled=config.progress,
+        delay=0.0,
     ) as bar:  # generations and the loss in one pass over the examples (or the loss alone)
         if config.generate:
             outputs, sums, counts = answers_and_nll(
@@ -301,6 +327,7 @@ def _run_setting(
                 max_new_tokens=config.max_new_tokens or task.max_new_tokens,
                 batch_size=config.batch_size,
                 advance=bar.update,
+                distributed=split,
             )
         else:
             outputs = []
@@ -312,6 +339,7 @@ def _run_setting(
                 gate=config.gate,
                 batch_size=config.batch_size,
                 advance=bar.update,
+                distributed=split,
             )
     record = {
         "task": task.name,

@@ -30,6 +30,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from .._typecheck import checked
 from ..models import unembed
+from ..models._sharding import is_sharded
 from ._paths import Decoding, GateSpec, cached_forward, check_rows, raw_module
 
 _DECODER_LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
@@ -61,6 +62,8 @@ def _build(model: TransformerBridge) -> DirectForward | None:
         hf = model.original_model
         config = hf.config
     except AttributeError:
+        return None
+    if is_sharded(model):  # it reads the weights outside their modules' calls, where FSDP gathers them
         return None
     if getattr(config, "use_sliding_window", False) or getattr(config, "pretraining_tp", 1) != 1:
         return None

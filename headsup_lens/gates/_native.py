@@ -39,9 +39,11 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import DynamicCache
 
+from .._distributed import all_agree
 from .._typecheck import checked
 from .._warnings import warn
 from ..data import TaskBatch
+from ..models._sharding import is_sharded, lockstep
 from ._attention import CAUSAL_ATTENTION, PACKED_ATTENTION, current_unpacking, unpacking
 from ._packed import packing, token_gates
 from ._paths import Decoding, GateSpec, cached_forward, check_rows, raw_module
@@ -467,7 +469,9 @@ class NativeForward:
         and every step is the same (`_greedy_static`). The answers run on a copy of the prompt pass's
         cache, so a prompt is computed once for its generation and its answer's loss."""
         check_rows(job.spec, job.ids.shape[0])
-        if fixed_shapes(job.ids.device) and fits(self.configs, cache_slots(job)):
+        together = lockstep(self.model)  # sharded: every rank must run as many passes
+        # A captured or compiled step cannot hold FSDP's gathers of a sharded model's weights.
+        if fixed_shapes(job.ids.device) and not is_sharded(self.model) and fits(self.configs, cache_slots(job)):
             return self._greedy_static(job, record_layers)
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
@@ -507,10 +511,10 @@ class NativeForward:
                     break
                 if (step + 1) % check_every == 0:
                     done = stopped.tolist()  # the one host synchronisation of these check_every tokens
-                    if all(done):
+                    if all_agree(all(done), device) if together else all(done):
                         taken = step + 1
                         break
-                    if any(done):
+                    if any(done) and not all(done):  # a rank whose rows all stopped runs on with them
                         keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)
                         cache.batch_select_indices(keep)
                         rows, next_ids, stopped = rows[keep], next_ids[keep], stopped[keep]

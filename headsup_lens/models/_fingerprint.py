@@ -20,6 +20,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ._builtin import BUILTIN_MODELS, builtin_model_dir
+from ._sharding import sharded_samples
 
 # Elements hashed per weight tensor, at a fixed stride from the first: every tensor of a fine-tuned
 # twin differs almost everywhere, so a few thousand samples tell two checkpoints apart.
@@ -189,8 +190,15 @@ def remember_weights_hash(model: nn.Module, value: str) -> None:
 
 
 def _weights_key(parameters: list[nn.Parameter]) -> tuple:
-    # Parameter identity and in-place version counters change whenever a weight is replaced or edited.
-    return tuple((id(p), p.data_ptr(), p._version, tuple(p.shape)) for p in parameters)
+    # Parameter identity and in-place version counters change whenever a weight is replaced or edited
+    # (a sharded weight's: of the shard this rank holds).
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in parameters]
+    return tuple((id(p), t.data_ptr(), t._version, tuple(p.shape)) for p, t in zip(parameters, local))
+
+
+def _sample_index(numel: int) -> Tensor:
+    """The flat indices of the elements of a `numel`-element tensor that its hash reads."""
+    return torch.arange(0, numel, max(1, numel // SAMPLES_PER_TENSOR))[:SAMPLES_PER_TENSOR]
 
 
 def _sample(parameter: Tensor) -> Tensor:
@@ -203,7 +211,10 @@ def _sample(parameter: Tensor) -> Tensor:
 
 def _host_samples(parameters: list[nn.Parameter]) -> list[Tensor]:
     """Every parameter's sample on the host, copied once per device (not once per parameter: on a
-    GPU each copy waits for the device)."""
+    GPU each copy waits for the device). Weights sharded over ranks (`load_model(shard=...)`) are
+    sampled from every rank's shard together (`sharded_samples`, a collective)."""
+    if any(hasattr(p, "to_local") for p in parameters):
+        return sharded_samples(parameters, _sample_index)
     samples = [_sample(p) for p in parameters]
     host: list[Tensor] = [torch.empty(0, dtype=torch.int16)] * len(samples)
     by_device: dict[torch.device, list[int]] = {}

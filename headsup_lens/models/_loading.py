@@ -7,6 +7,7 @@ import difflib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import torch
 from transformer_lens.model_bridge import TransformerBridge
@@ -18,6 +19,7 @@ from .._validate import DEVICE_FORMS, check_device
 from ._builtin import BUILTIN_MODELS, builtin_model_dir
 from ._fingerprint import remember_weights_hash, weights_hash
 from ._gguf import GGUF_MODELS, fetch_model, is_gguf_source
+from ._sharding import load_sharded
 from ._templates import STYLES, set_prompt_format
 
 _DTYPE_ALIASES = {
@@ -94,6 +96,23 @@ def _remember_checkpoint_hash(model: TransformerBridge, source: str) -> None:
     remember_weights_hash(model, weights_hash(twin))
 
 
+def _check_shard(device_map: str | dict | None, dtype: str | torch.dtype | None, freeze: bool) -> None:
+    """What a sharded load refuses, before anything is read."""
+    import torch.distributed as dist
+
+    if device_map is not None:
+        raise ValueError("pass either shard or device_map, not both (two ways of spreading one model)")
+    if not freeze:
+        raise ValueError("shard='fsdp' loads frozen weights (masks are trained, never the model): drop freeze=False")
+    if dtype is not None and resolve_dtype(dtype, torch.device("cpu")) == torch.float16:
+        raise ValueError("shard='fsdp' loads bf16 or fp32 weights, not fp16 (its weights hash needs the checkpoint)")
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(
+            "shard='fsdp' needs a torch.distributed process group: start the script with torchrun and call "
+            "torch.distributed.init_process_group() first (gloo on CPUs, nccl on GPUs)"
+        )
+
+
 def builtin_model_names() -> list[str]:
     """The names `load_model` knows without a hub: the organism and the GGUF models of the package index."""
     return sorted({*BUILTIN_MODELS, *GGUF_MODELS})
@@ -124,6 +143,7 @@ def load_model(
     max_memory: dict | None = None,
     verify_cache: bool = False,
     freeze: bool = True,
+    shard: Literal["fsdp"] | None = None,
 ) -> TransformerBridge:
     """Load a model as a TransformerLens `TransformerBridge`.
 
@@ -145,6 +165,15 @@ def load_model(
     gradient buffers are kept for the weights. With `freeze=False` the weights keep the
     `requires_grad` they were loaded with (for gradient attributions that need weight gradients or a
     fine-tuning of your own; `hl.sft.finetune_` unfreezes what it trains itself).
+
+    `shard="fsdp"` (under an initialised `torch.distributed` process group, e.g. started by `torchrun`)
+    shards the weights over the group's ranks with FSDP2 (`models._sharding`): each rank holds `1/N`
+    of every weight on its device (`device`, default `cuda:LOCAL_RANK` on GPUs) and reads only that
+    shard from the checkpoint's safetensors files; each decoder layer's weights are all-gathered
+    while it runs. Every rank must then make the same calls on the model (each forward pass is a
+    collective); mask training, `evaluate` and `removal_sweep` split their rows over the ranks, the
+    analyses of one prompt run the same pass on every rank. Weights stay frozen; fp16 is refused
+    (use bf16).
     """
     if prompt_format.replace("-", "_") not in STYLES:
         raise ValueError(f"prompt_format must be 'paper' or 'chat-template', not {prompt_format!r} (--prompt-format)")
@@ -152,6 +181,10 @@ def load_model(
         raise ValueError("pass either device or device_map, not both (device_map places every layer itself)")
     if max_memory is not None and device_map is None:
         raise ValueError("max_memory bounds a sharded load: pass it with device_map (e.g. device_map='auto')")
+    if shard is not None:
+        _check_shard(device_map, dtype, freeze)
+        if device is None and torch.cuda.is_available():
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0') or 0)}"
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     source = str(name_or_path)
@@ -169,6 +202,12 @@ def load_model(
     looks_local = local.exists() or source.startswith((".", "/", "~")) or os.sep * 2 in source
     if looks_local and not (local / "config.json").is_file():
         raise ValueError(f"{source!r} is not a Hugging Face model directory (no config.json found there)")
+    if shard is not None:
+        with _quiet_weight_loading(), activity(f"loading {name_or_path} sharded over the ranks"):
+            model = load_sharded(str(local) if looks_local else source, device=device, dtype=dtype)
+        weights_hash(model)  # from the shards, by every rank together: kept for every later fingerprint
+        set_prompt_format(model, prompt_format.replace("-", "_"))
+        return model
     try:
         placement = (
             {"device": str(device)} if device_map is None else {"device_map": device_map, "max_memory": max_memory}

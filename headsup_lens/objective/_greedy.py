@@ -26,6 +26,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._device import to_device
+from .._distributed import all_agree
 from .._typecheck import checked
 from ..data import collate
 from ..gates import Gate, gate_hooks
@@ -34,6 +35,7 @@ from ..gates._native import decode_check_every, native_forward, prefix_sharing
 from ..gates._paths import Decoding, gate_spec
 from ..masks import HeadMask
 from ..models import cut_at_stop, model_device, pad_token_id, unembed
+from ..models._sharding import lockstep
 from ._answer import answer_nll
 
 _UNEMBED_IN = "unembed.hook_in"
@@ -174,6 +176,7 @@ def greedy_generate(
     tokens = torch.zeros(batch, max(1, max_new_tokens), dtype=torch.long, device=device)
     stopped = torch.zeros(batch, dtype=torch.bool, device=device)
     check_every, taken = decode_check_every(), max_new_tokens
+    together = lockstep(model)  # sharded: every rank must run as many passes
     gate_scope = contextlib.ExitStack()
     try:
         gate_scope.enter_context(model.hooks(fwd_hooks=hooks))
@@ -209,10 +212,12 @@ def greedy_generate(
                 if step == max_new_tokens - 1 or (step + 1) % check_every:
                     continue
                 done = stopped.tolist()  # the one host synchronisation of these check_every tokens
-                if all(done):
+                if all_agree(all(done), device) if together else all(done):
                     taken = step + 1
                     break
-                if any(done):  # finished rows leave the batch, its cache and its per-row masks
+                # Finished rows leave the batch, its cache and its per-row masks (a sharded model's
+                # rank whose rows all stopped runs on with them while another rank decodes).
+                if any(done) and not all(done):
                     keep = torch.tensor([i for i, d in enumerate(done) if not d], device=device)
                     active, next_ids, stopped = active[keep], next_ids[keep], stopped[keep]
                     cache.batch_select_indices(keep)

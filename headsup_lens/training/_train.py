@@ -17,7 +17,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._device import to_device
-from .._distributed import all_reduce_sum, rank_and_world, shard
+from .._distributed import all_reduce_sum, from_rank0, rank_and_world, shard
 from .._io import atomic_write_text, locked_folder
 from .._typecheck import checked
 from .._warnings import warn
@@ -28,6 +28,7 @@ from ..gates._value import valid_value_gate_hooks
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
 from ..models import check_same_run, data_hash, fingerprint, model_device, model_identity, pad_token_id, run_identity
+from ..models._sharding import is_sharded, lockstep
 from ..objective import answer_nll, length_batches
 from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
@@ -179,6 +180,11 @@ class _MaskRun:
         names = [t.name for t in tasks]
         if len(set(names)) != len(names):
             raise ValueError(f"task names must be distinct, got {names}")
+        if config.cuda_graph and is_sharded(model):
+            raise ValueError(
+                "cuda_graph=True: a captured step cannot hold the weight gathers of a model sharded with FSDP "
+                "(load_model(shard=...)); leave cuda_graph at None (off there) or False"
+            )
         if config.activation_checkpointing and (config.gate != "value" or native_forward(model) is None):
             raise ValueError(
                 "activation_checkpointing needs the native forward pass: the value gate and no hook "
@@ -203,7 +209,9 @@ class _MaskRun:
             BatchSampler(len(rows), config.batch_size, config.seed, t.name) for rows, t in zip(self.encoded, tasks)
         ]
         self.pad_id = pad_token_id(model)
-        self.rank, self.world = rank_and_world(required=True) if distributed else (0, 1)
+        # A sharded model's ranks share every pass: its runs are always split over them.
+        self.rank, self.world = rank_and_world(required=True) if distributed or is_sharded(model) else (0, 1)
+        self.together = lockstep(model)  # every rank must run as many passes (forward and backward)
         self.mine = shard(len(tasks) * config.batch_size, self.rank, self.world)  # this rank's rows of each batch
 
         init = [torch.Generator().manual_seed(stable_seed(config.seed, name, "init")) for name in names]
@@ -227,7 +235,7 @@ class _MaskRun:
         self.noise = [torch.Generator().manual_seed(stable_seed(config.seed, name, "noise")) for name in names]
         self.rows_task = torch.arange(len(tasks)).repeat_interleave(config.batch_size)  # on the host, as the noise
         self.fixed = None
-        if captures_step(model, config, self.device, self.encoded) and len(self.mine):
+        if not is_sharded(model) and captures_step(model, config, self.device, self.encoded) and len(self.mine):
             self.fixed = FixedStep(
                 model,
                 self.rows_task[self.mine.start : self.mine.stop],
@@ -244,8 +252,10 @@ class _MaskRun:
     def train(self, out: Path | None, *, resume: bool, callbacks: Sequence[StepCallback]) -> dict[str, TrainResult]:
         config, names = self.config, self.names
         start = 0
-        if out is not None and resume and (out / _CHECKPOINTS / _STATE).is_file():
-            start = self.restore(out)
+        if out is not None and resume:
+            state = self.saved_state(out / _CHECKPOINTS / _STATE)
+            if state is not None:
+                start = self.restore(state, out)
         writer = out is not None and self.rank == 0
         run_steps(
             self.step,
@@ -259,9 +269,16 @@ class _MaskRun:
         )
         return self.results(out if writer else None)
 
-    def restore(self, out: Path) -> int:
-        """Load the state saved in `out` (refused when it is another run); the steps it has done."""
-        state = load_state(out / _CHECKPOINTS / _STATE, self.device)
+    def saved_state(self, path: Path) -> dict | None:
+        """The resume state at `path`, or None when there is none. Over several ranks rank 0 reads it
+        and sends it to the others: every rank resumes alike, and ranks on other machines need no
+        shared folder (any number of ranks resumes any run: the state holds no rank's share)."""
+        if self.world > 1:
+            return from_rank0(lambda: load_state(path) if path.is_file() else None)
+        return load_state(path, self.device) if path.is_file() else None
+
+    def restore(self, state: dict, out: Path) -> int:
+        """Take over a saved state of `out` (refused when it is another run); the steps it has done."""
         check_same_run(state.get("identity", {}), self.identity, out)
         with torch.no_grad():
             self.logits.copy_(state["logits"])
@@ -280,9 +297,8 @@ class _MaskRun:
         tau, lr = config.tau_at(step), config.lr_at(step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        rows = [self.encoded[k][i] for k, sampler in enumerate(self.samplers) for i in sampler.batch(step)][
-            mine.start : mine.stop
-        ]
+        every = [self.encoded[k][i] for k, sampler in enumerate(self.samplers) for i in sampler.batch(step)]
+        rows = every[mine.start : mine.stop]
         # The step's batch is prepared on the host and copied without waiting for the device
         # (`to_device`): the host queues step s+1 while the GPU still computes step s.
         # Every rank draws the whole step's noise (the generators stay in step) and keeps its rows.
@@ -305,6 +321,8 @@ class _MaskRun:
             per_task = self.fixed(rows, noise, tau, counts)
         else:
             per_task = self.grouped_passes(rows, head_noise, mlp_noise, row_task, counts, tau)
+            if self.together:
+                self.idle_passes(every, len(length_batches(model, rows)), tau)
         if config.size_penalty and self.rank == 0:  # counted once over the ranks
             (config.size_penalty * torch.sigmoid(logits).sum()).backward()
         if self.world > 1:
@@ -355,6 +373,37 @@ class _MaskRun:
             part.sum().backward()
             per_task += part.detach()
         return per_task
+
+    def idle_passes(self, every: list, done: int, tau: float) -> None:
+        """Passes that change nothing (their loss is multiplied by 0), so that this rank runs as many
+        passes, forward and backward, as the rank with the most (a sharded model's passes are
+        collectives). Every rank knows the whole step's rows, so the counts need no communication."""
+        most = max(len(length_batches(self.model, every[s.start : s.stop])) for s in self._shares(len(every)))
+        if done >= most:
+            return
+        config, model, device = self.config, self.model, self.device
+        batch = collate([every[0]], pad_id=self.pad_id, device=device)
+        zeros = torch.zeros(1, *self.logits.shape[1:], device=device)
+        mask = straight_through(self.logits[:1], zeros, tau)
+        mlp = None if self.mlp_logits is None else straight_through(self.mlp_logits[:1], zeros[..., 0], tau)
+        hooks = (
+            valid_value_gate_hooks(model, mask, mlp=mlp)
+            if config.gate == "value"
+            else gate_hooks(model, mask, gate=config.gate, mlp=mlp)
+        )
+        for _ in range(most - done):
+            sums, _ = task_loss_sums(
+                model,
+                batch,
+                hooks,
+                torch.zeros(1, dtype=torch.long, device=device),
+                1,
+                checkpoint=config.activation_checkpointing,
+            )
+            (sums.sum() * 0.0).backward()
+
+    def _shares(self, n: int) -> list[range]:
+        return [shard(n, r, self.world) for r in range(self.world)]
 
     def flush(self) -> None:
         """Read the pending steps' losses and heads kept back from the device (one synchronisation),

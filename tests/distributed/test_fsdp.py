@@ -1,0 +1,163 @@
+"""A model sharded with FSDP2 over 2 and 3 gloo ranks (CPU processes) computes what one process
+computes with the whole model: the same weights (hash), logits and gates, masks trained with the
+same global batch, evaluation tables, removal sweeps, logit lens and similarity; each rank holds
+its share of the weights and no more.
+
+Tolerances. Sharding changes no arithmetic: each layer runs on its all-gathered weights, bit for bit
+the weights of one process. What differs is how rows are grouped into passes (a rank runs its share
+of every batch), which changes float rounding of row-batched kernels only: the logits of a pass
+agree to a few units of fp32 rounding of their magnitude (`LOGIT_TOL`), greedy tokens exactly (no
+near-ties on these models). A trained mask differs from one process's by the rounding of its
+gradient, carried by Adam over the steps: at most `steps * lr * eps32 * terms` where `terms` bounds
+the length of the sums behind one gradient element (rows x answer tokens x d_model); see
+`train_tolerance`.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from headsup_lens import load_model
+from headsup_lens.data import Task
+from headsup_lens.training import TrainConfig, TrainingAdvice, train_masks
+
+from ..conftest import build_gemma3_dir, build_llama_dir, random_mask
+from .test_sweep_ranks import free_port
+
+EPS32 = torch.finfo(torch.float32).eps
+WORDS = ["cat", "dog", "sun", "map", "pen", "cup", "hat", "box", "fig", "owl", "ant", "bee", "elk"]
+PROMPT = "cat dog"
+TRAIN = dict(steps=6, batch_size=5, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=0, progress=False)
+
+
+def word_task(name: str = "words", n_eval: int = 5) -> Task:
+    """Reversed words with an instruction; `n_eval` held out (5: uneven over 2 and 3 ranks)."""
+    return Task.from_pairs(name, [(w, w[::-1]) for w in WORDS], instruction="Reverse: {input}", n_eval=n_eval)
+
+
+def train_tolerance(model, config: dict, n_tasks: int) -> float:
+    """The bound on |mask logits - one process's| after training (see the module's docstring)."""
+    longest_answer = max(len(w) for w in WORDS) + 2  # characters, end of turn, slack for subwords
+    terms = n_tasks * config["batch_size"] * longest_answer * model.cfg.d_model
+    return config["steps"] * config["lr"] * EPS32 * terms
+
+
+def everything(model, mask: torch.Tensor, out: Path | None) -> dict:
+    """The results compared between ranks and one process: every call a rank makes on the model."""
+    import headsup_lens as hl
+    from headsup_lens.analysis import layer_similarity, logit_lens, random_order, removal_sweep
+    from headsup_lens.evaluation import EvalConfig, evaluate
+
+    tokens = torch.tensor([[5, 6, 7, 8, 9, 10], [9, 8, 7, 6, 5, 4]]) % model.cfg.d_vocab
+    with torch.no_grad():
+        plain = model(tokens)
+        with hl.value_gate(model, mask):  # hook_z
+            gated = model(tokens)
+        with hl.value_gate(model, mask, alpha=0.3):
+            scaled = model(tokens)
+    task = word_task()
+    sweep = removal_sweep(
+        model, PROMPT, random_order(model, seed=1)[:4], target_tokens=[7], max_new_tokens=3, batch_size=2
+    )
+    lens = logit_lens(model, PROMPT, k=3, mask=mask)
+    similarity = layer_similarity(model, PROMPT, "dog cat")
+    config = EvalConfig(batch_size=2, progress=False, max_new_tokens=4)
+    evaluation = evaluate(model, task, hl.HeadMask(mask), config, out_dir=out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrainingAdvice)  # six steps learn nothing by design
+        trained = train_masks(model, [task, word_task("other", 4)], TrainConfig(**TRAIN))
+    return {
+        "plain": plain,
+        "gated": gated,
+        "scaled": scaled,
+        "sweep": (sweep.ranks, sweep.logits, sweep.generation_ids),
+        "lens": lens.table,
+        "similarity": similarity,
+        "evaluation": (evaluation.table, evaluation.generations),
+        "trained": {name: (r.mask.logits, r.history) for name, r in trained.items()},
+    }
+
+
+def on_rank(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    from headsup_lens.models import fingerprint, local_share
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        model = load_model(model_dir, device="cpu", dtype="float32", shard="fsdp")
+        shards = [
+            (tuple(p.shape), tuple(p.to_local().shape), type(p).__name__) for p in model.original_model.parameters()
+        ]
+        result = everything(model, random_mask(model, seed=3), Path(out_dir) / "evaluation")
+        result.update(share=local_share(model), shards=shards, hash=fingerprint(model).content_hash)
+        with open(f"{out_dir}/rank{rank}.pkl", "wb") as handle:
+            pickle.dump(result, handle)
+    finally:
+        dist.destroy_process_group()
+
+
+def check_ranks(model_dir: Path, world: int, tmp_path: Path) -> None:
+    """Run `everything` on `world` ranks and compare each rank's results with one process's."""
+    mp.spawn(on_rank, args=(world, free_port(), str(model_dir), str(tmp_path)), nprocs=world, join=True)
+    from headsup_lens.models import fingerprint
+
+    model = load_model(model_dir, device="cpu", dtype="float32")
+    single = everything(model, random_mask(model, seed=3), None)
+    total = sum(p.numel() for p in model.original_model.parameters())
+    held = []
+    for rank in range(world):
+        with open(tmp_path / f"rank{rank}.pkl", "rb") as handle:
+            split = pickle.load(handle)
+        assert split["hash"] == fingerprint(model).content_hash  # the shards hold the checkpoint's weights
+        assert all(kind == "DTensor" for _, _, kind in split["shards"])
+        rows = [local[0] / full[0] for full, local, _ in split["shards"] if full[0] >= world]
+        assert max(rows) <= 1 / world + 1 / min(full[0] for full, _, _ in split["shards"])
+        held.append(split["share"][0])
+        assert split["share"][1] == total
+        compare(split, single, model)
+    assert sum(held) == total  # every weight held once, by one rank
+    assert max(held) <= total / world * 1.1  # about 1/N each: no rank holds a full copy
+    assert (tmp_path / "evaluation" / "results.csv").is_file()  # written once, by rank 0
+
+
+def compare(split: dict, single: dict, model) -> None:
+    for key in ("plain", "gated", "scaled"):
+        tolerance = 8 * EPS32 * float(single[key].abs().max())
+        assert torch.allclose(split[key], single[key], atol=tolerance, rtol=0), key
+    ranks, logits, ids = split["sweep"]
+    assert ranks.equals(single["sweep"][0]) and ids == single["sweep"][2]
+    assert logits.iloc[:, 6:].to_numpy() == pytest.approx(single["sweep"][1].iloc[:, 6:].to_numpy(), abs=1e-5)
+    assert split["lens"].equals(single["lens"])
+    for column in ("attn_out", "block_out"):  # cosines of vectors from passes of one row each
+        assert split["similarity"][column].to_numpy() == pytest.approx(
+            single["similarity"][column].to_numpy(), abs=1e-6
+        )
+    table, generations = split["evaluation"]
+    assert generations.equals(single["evaluation"][1])
+    numeric = ["answer_nll", "perplexity", "accuracy"]
+    assert table[numeric].to_numpy() == pytest.approx(
+        single["evaluation"][0][numeric].to_numpy(), rel=1e-5, nan_ok=True
+    )
+    tolerance = train_tolerance(model, TRAIN, n_tasks=2)
+    for name, (logits_single, history) in single["trained"].items():
+        logits_split, history_split = split["trained"][name]
+        assert (logits_single - TRAIN["init_mean"]).abs().max() > 100 * tolerance  # training moved the logits
+        assert torch.allclose(logits_split, logits_single, atol=tolerance, rtol=0), name
+        assert torch.equal(logits_split >= 0, logits_single >= 0)
+        assert history_split.loss.tolist() == pytest.approx(history.loss.tolist(), rel=1e-4)
+
+
+def test_two_ranks_llama(tmp_path):
+    check_ranks(build_llama_dir(tmp_path / "model", num_hidden_layers=3), 2, tmp_path)
+
+
+def test_three_ranks_gemma3(tmp_path):
+    check_ranks(build_gemma3_dir(tmp_path / "model"), 3, tmp_path)

@@ -20,12 +20,12 @@ from ._readout import decode_residual as decode_residual
 from ._readout import unembed as unembed
 from ._readout import verify_readout as verify_readout
 from ._runs import check_same_run as check_same_run
-from ._sharding import is_sharded as is_sharded
-from ._sharding import local_share as local_share
 from ._runs import data_hash as data_hash
 from ._runs import identity_differences as identity_differences
 from ._runs import model_identity as model_identity
 from ._runs import run_identity as run_identity
+from ._sharding import is_sharded as is_sharded
+from ._sharding import local_share as local_share
 from ._templates import PAPER_FORMATS as PAPER_FORMATS
 from ._templates import PromptFormat as PromptFormat
 from ._templates import check_context as check_context

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from ._typecheck import checked
-from ._validate import check_device, check_int
+from ._validate import check_device, check_float, check_int
 
 Config = TypeVar("Config")
 
@@ -141,6 +141,21 @@ class ProgressOptions(Options):
     """Progress bars on stderr with counts and a rate (--no-progress: none, e.g. for logs)."""
 
 
+@checked
+@dataclass(frozen=True, kw_only=True)
+class ShardOptions(Options):
+    """How a command started by `torchrun` spreads the model over the job's ranks."""
+
+    shard: Literal["fsdp"] | None = None
+    """Shard the weights over the ranks of the torchrun job with FSDP2 (each rank holds 1/N of every weight and reads only that from the checkpoint); without it every rank holds the whole model."""
+    timeout_minutes: float = 30.0
+    """Under torchrun: how long a rank waits for the others at a collective before the job fails (a rank that dies is noticed at once)."""
+
+    def __post_init__(self) -> None:
+        check_float("timeout_minutes", self.timeout_minutes, 0.0, low_open=True)
+        super().__post_init__()
+
+
 # The `--help` section of each shared group (the fields a command declares itself come first, under "options").
 GROUP_TITLES: dict[type, str] = {
     DeviceOptions: "Model",
@@ -150,6 +165,7 @@ GROUP_TITLES: dict[type, str] = {
     ThreadOptions: "Run",
     ProgressOptions: "Output",
     PromptOptions: "Prompt",
+    ShardOptions: "Distributed (torchrun)",
 }
 
 

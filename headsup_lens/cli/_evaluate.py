@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 from ..data import load_task
 from ..evaluation import EvalConfig
-from ..options import DataOptions, Given, ModelOptions, model_arguments, option
-from ._registry import check_out_dir, command, mask_file
+from ..options import DataOptions, Given, ModelOptions, ShardOptions, model_arguments, option
+from ._registry import check_out_dir, command, mask_file, ranks_of
 
 
 @dataclass(frozen=True)
-class EvaluateCommand(DataOptions, ModelOptions):
+class EvaluateCommand(ShardOptions, DataOptions, ModelOptions):
     """Options of `headsup evaluate`."""
 
     task: str
@@ -41,10 +41,11 @@ def run_evaluate(args: EvaluateCommand, given: Given) -> int:
     mask_path = mask_file(args.mask)
     other_path = mask_file(args.other_mask, "--other-mask") if args.other_mask else None
     out = check_out_dir(args.out)
-    model = load_model(args.model, **model_arguments(args))
+    rank, device = ranks_of(args)  # under torchrun: the examples are split over the ranks, rank 0 writes
+    model = load_model(args.model, **{**model_arguments(args), "device": device, "shard": args.shard})
     mask = HeadMask.load(mask_path, model)
     other = HeadMask.load(other_path, model, allow_other_weights=True) if other_path else None  # the swap setting
-    result = evaluate(model, task, mask, args.evaluation, other_mask=other, out_dir=out)
+    result = evaluate(model, task, mask, args.evaluation, other_mask=other, out_dir=out, distributed=rank is not None)
     print(result.table.to_string(index=False))
     print(f"wrote {out / 'results.csv'}" + (f" and {out / 'generations.csv'}" if args.evaluation.generate else ""))
     return 0

@@ -9,7 +9,10 @@ import argparse
 import contextlib
 import importlib
 import os
+import re
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Sequence
 
@@ -124,6 +127,18 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     chosen = _chosen(argv)
     args = build_parser(chosen).parse_args(argv)
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and threading.current_thread() is threading.main_thread():
+        # torchrun stops the other ranks with SIGTERM when one ends early: leave as an interruption
+        # does (files written whole or not at all, the folder's lock released), not mid-write.
+        previous = signal.signal(signal.SIGTERM, _stopped)
+        try:
+            return _ranked(args)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return _ranked(args)
+
+
+def _ranked(args: argparse.Namespace) -> int:
     if _other_rank() and not args.debug:
         # Under torchrun every rank runs this command: the others' output and errors would repeat
         # rank 0's line for line. They still exit with the same code.
@@ -163,6 +178,16 @@ def _run(args: argparse.Namespace) -> int:
             f"headsup {name}: error: {one_line(error, config, options)} (--debug shows the traceback)", file=sys.stderr
         )
         return EXIT_BAD_INPUT
+    except RuntimeError as error:
+        if args.debug or not _rank_lost(error):
+            raise
+        cause = re.sub(r"^\[[^\]]*\] ", "", one_line(error))[:160]
+        print(
+            f"headsup {name}: error: another rank of the torchrun job stopped ({cause}); files are written whole "
+            "or not at all: rerun the same command to go on from what was saved",
+            file=sys.stderr,
+        )
+        return EXIT_OS_ERROR
     except OSError as error:
         if args.debug:
             raise
@@ -171,6 +196,22 @@ def _run(args: argparse.Namespace) -> int:
         print(f"headsup {name}: error: {reason}{where} (--debug shows the traceback)", file=sys.stderr)
         return EXIT_OS_ERROR
     return int(code or 0)
+
+
+def _stopped(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _rank_lost(error: RuntimeError) -> bool:
+    """Whether `error` is a collective that failed because another rank of a torchrun job died or
+    left (gloo: the connection to it closed; NCCL: a `DistError`, or its timeout)."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        return False
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and isinstance(error, getattr(dist, "DistError", ())):
+        return True
+    text = str(error)
+    return "gloo" in text or "NCCL" in text or "Connection closed by peer" in text
 
 
 def _check_task_names(config: object) -> None:

@@ -62,11 +62,12 @@ def refuse_unused(args, given: Given, fields: tuple[str, ...], reason: str) -> N
         raise ValueError(f"{', '.join(typed)}: {reason}")
 
 
-def load(args):
+def load(args, **placement):
+    """The model of the command's model options (`placement`: `device` and `shard` of a torchrun job)."""
     # deferred: keeps --help free of torch, pandas and plotly
     from ..models import load_model
 
-    return load_model(args.model, **model_arguments(args))
+    return load_model(args.model, **{**model_arguments(args), **placement})
 
 
 def load_mask(path: str | None, model, option: str = "--mask"):

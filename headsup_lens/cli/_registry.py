@@ -17,7 +17,7 @@ from typing import Any
 
 from .._validate import check_out_dir as check_out_folder
 from .._validate import registrar
-from ..options import Given
+from ..options import Given, ShardOptions
 
 
 @dataclass(frozen=True)
@@ -94,3 +94,18 @@ def mask_file(path: str, option: str = "--mask") -> Path:
             raise ValueError(f"{option} {given} is a folder without mask.safetensors{hint}")
         raise ValueError(f"{option} {given}: no such file")
     return candidate
+
+
+def ranks_of(args: ShardOptions) -> tuple[int | None, str | None]:
+    """Under `torchrun`: join the job's process group (with `--shard`, also a job of one rank) and
+    return this rank and its device; else `(None, --device)`. `--shard` outside torchrun is refused."""
+    from .._distributed import join_torchrun  # deferred: keeps --help free of torch
+
+    device = getattr(args, "device", None)
+    rank, device = join_torchrun(device, always=args.shard is not None, timeout_minutes=args.timeout_minutes)
+    if args.shard is not None and rank is None:
+        raise ValueError(
+            f"--shard {args.shard} shards the model over the ranks of a torchrun job: start the command with "
+            "`torchrun --nproc-per-node N -m headsup_lens ...`"
+        )
+    return rank, device

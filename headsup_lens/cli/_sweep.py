@@ -10,13 +10,13 @@ from typing import Literal
 
 from .._io import OutputSet, atomic_write_json
 from .._validate import check_float
-from ..options import FigureOptions, Given, ModelOptions, PromptOptions, check_counts
+from ..options import FigureOptions, Given, ModelOptions, PromptOptions, ShardOptions, check_counts
 from ._outputs import file_names, load, load_mask, portable, refuse_unused, report, save_figures, write_csv
-from ._registry import check_out_dir, command
+from ._registry import check_out_dir, command, ranks_of
 
 
 @dataclass(frozen=True)
-class SweepCommand(FigureOptions, PromptOptions, ModelOptions):
+class SweepCommand(ShardOptions, FigureOptions, PromptOptions, ModelOptions):
     """Options of `headsup sweep`."""
 
     out: str
@@ -60,6 +60,7 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     import pandas as pd
 
+    from .._distributed import from_rank0
     from ..analysis import (
         Setting,
         influence_order,
@@ -82,8 +83,15 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
     out = check_out_dir(args.out)
     tables = ["ranks.csv", "logits.csv", "tokens.csv", "generations.csv", "summary.json"]
     tables += ["sweep_similarity.csv"] if args.reference_prompt is not None else []
-    stage = OutputSet(out, "sweep", option="--out", files=tables)  # another command's files: refused before any work
-    model = load(args)
+    rank, device = ranks_of(args)  # under torchrun: the steps are split over the ranks, rank 0 writes
+    stage = None
+
+    def claim() -> None:  # another command's files: refused before any work
+        nonlocal stage
+        stage = OutputSet(out, "sweep", option="--out", files=tables)
+
+    from_rank0(claim) if rank is not None else claim()
+    model = load(args, device=device, shard=args.shard)
     mask = load_mask(args.mask, model)
     targets: list[int | str] = [*args.target, *args.target_id]
     sweep_of = functools.partial(
@@ -95,6 +103,7 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
         batch_size=args.batch_size,
         memory_gb=args.memory_gb,
         formatted=args.formatted,
+        distributed=rank is not None,
     )
     if args.order == "random" or mask is None:  # every other order has a mask (checked above)
         order = random_order(model, seed=args.seed)
@@ -105,13 +114,17 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
         first = sweep_of(order[:k], max_new_tokens=0)
         order = influence_order(first, k=k) + order[k:]
     sweep = sweep_of(order, max_new_tokens=args.max_new_tokens, record_layers=args.reference_prompt is not None)
+    reference = None
+    if args.reference_prompt is not None:  # a forward pass: every rank runs it
+        reference = layer_states(model, Setting(args.reference_prompt, formatted=args.formatted))
+    if stage is None:  # ranks other than 0 have computed their share
+        return 0
     write_csv(stage.path / "ranks.csv", sweep.ranks)
     write_csv(stage.path / "logits.csv", sweep.logits)
     write_csv(stage.path / "tokens.csv", sweep.tokens)
     write_csv(stage.path / "generations.csv", pd.DataFrame({"step": sweep.steps, "generation": sweep.generations}))
     figures = {"ranks": rank_figure(sweep), "logits": logit_figure(sweep), "generations": generation_table(sweep)}
-    if args.reference_prompt is not None:
-        reference = layer_states(model, Setting(args.reference_prompt, formatted=args.formatted))
+    if reference is not None:
         table = sweep_similarity(sweep, reference)
         write_csv(stage.path / "sweep_similarity.csv", table)
         figures["sweep_similarity"] = sweep_similarity_figure(table)

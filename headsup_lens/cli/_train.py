@@ -5,7 +5,6 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import warnings
@@ -15,9 +14,9 @@ from pathlib import Path
 
 from .._io import LOCK_NAME, atomic_write_json
 from ..data import load_task
-from ..options import DataOptions, Given, ModelOptions, model_arguments, option
+from ..options import DataOptions, Given, ModelOptions, ShardOptions, model_arguments, option
 from ..training._config import TrainConfig
-from ._registry import Interrupted, check_out_dir, command
+from ._registry import Interrupted, check_out_dir, command, ranks_of
 
 PRESETS = ("paper", "negative", "fast")
 # Runs at least this long get a CPU-time estimate from a few measured warm-up steps first.
@@ -25,7 +24,7 @@ ESTIMATE_FROM_STEPS = 1000
 
 
 @dataclass(frozen=True)
-class TrainCommand(DataOptions, ModelOptions):
+class TrainCommand(ShardOptions, DataOptions, ModelOptions):
     """Options of `headsup train`."""
 
     out: str
@@ -93,28 +92,12 @@ def move_aside(out: Path) -> Path | None:
     return target
 
 
-def join_torchrun(device: str | None) -> tuple[int | None, str | None]:
-    """Under `torchrun` (WORLD_SIZE > 1): join the process group (NCCL on GPUs, gloo on CPUs) and
-    return this rank and its device (`cuda:LOCAL_RANK` on GPUs); else `(None, device)`."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return None, device
-    # deferred: keeps --help free of torch, pandas and plotly
-    import torch
-    import torch.distributed as dist
-
-    cuda = torch.cuda.is_available() and (device is None or device.startswith("cuda"))
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo")
-    if cuda and device in (None, "cuda"):
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-    return dist.get_rank(), device
-
-
 @command("train", TrainCommand)
 def run_train(args: TrainCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     import torch.distributed as dist
 
+    from .._distributed import from_rank0
     from ..models import load_model
     from ..models._fingerprint import portable_name
     from ..training import TrainingAdvice, resume_step, train_mask, train_masks
@@ -126,20 +109,21 @@ def run_train(args: TrainCommand, given: Given) -> int:
     tasks = [load_task(name, args.data_dir) for name in args.task]  # bad names fail before the model loads
     config = task_steps(args.preset, config, tasks, explicit)
     out = check_out_dir(args.out)
-    rank, device = join_torchrun(args.device)
+    rank, device = ranks_of(args)
     if args.fresh and out.is_dir() and not rank:  # one process (None) or rank 0
         moved = move_aside(out)
         if moved is not None:
             print(f"moved the earlier run aside to {moved}")
     if rank is not None:
         dist.barrier()  # no rank starts before rank 0 has moved an old run aside
-    model = load_model(args.model, **{**model_arguments(args), "device": device})
+    model = load_model(args.model, **{**model_arguments(args), "device": device, "shard": args.shard})
     print(
         f"training {'a mask' if len(tasks) == 1 else f'{len(tasks)} masks'} on {model.cfg.n_layers * model.cfg.n_heads} "
         f"heads: preset {args.preset}, {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "
         f"init N({config.init_mean:g}, {config.init_std:g})"
     )
-    done = None if args.fresh else resume_step(out)
+    # Over several ranks, rank 0's folder decides (ranks on other machines need not see it).
+    done = None if args.fresh else (resume_step(out) if rank is None else from_rank0(lambda: resume_step(out)))
     if done is not None:
         print(f"resuming from the checkpoint of step {done} in {out}")
     if args.estimate and config.steps - (done or 0) >= ESTIMATE_FROM_STEPS:
@@ -162,6 +146,8 @@ def run_train(args: TrainCommand, given: Given) -> int:
             f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "
             f"(every {config.checkpoint_every} steps), or add --fresh to start over"
         ) from None
+    if rank:  # under torchrun rank 0 alone writes
+        return 0
     written = atomic_write_json(
         out / "train_config.json",
         {"model": portable_name(args.model), "tasks": args.task, "preset": args.preset, **config.recipe()},

@@ -24,27 +24,29 @@ import torch
 import torch.multiprocessing as mp
 
 from headsup_lens import load_model
-from headsup_lens.data import Task
+from headsup_lens.data import Task, load_task
+from headsup_lens.models import builtin_model_dir
 from headsup_lens.training import TrainConfig, TrainingAdvice, train_masks
 
-from ..conftest import build_gemma3_dir, build_llama_dir, random_mask
+from ..conftest import build_family_dir, build_gemma3_dir, build_llama_dir, build_qwen2_dir, random_mask
 from .test_sweep_ranks import free_port
 
 EPS32 = torch.finfo(torch.float32).eps
-WORDS = ["cat", "dog", "sun", "map", "pen", "cup", "hat", "box", "fig", "owl", "ant", "bee", "elk"]
 PROMPT = "cat dog"
 TRAIN = dict(steps=6, batch_size=5, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=0, progress=False)
 
 
 def word_task(name: str = "words", n_eval: int = 5) -> Task:
-    """Reversed words with an instruction; `n_eval` held out (5: uneven over 2 and 3 ranks)."""
-    return Task.from_pairs(name, [(w, w[::-1]) for w in WORDS], instruction="Reverse: {input}", n_eval=n_eval)
+    """13 of the organism's reversal pairs with its instruction; `n_eval` held out (5: uneven over 2 and
+    3 ranks)."""
+    source = load_task("organism/reverse")
+    return Task.from_pairs(name, source.pairs[:13], instruction=source.instruction, n_eval=n_eval)
 
 
-def train_tolerance(model, config: dict, n_tasks: int) -> float:
+def train_tolerance(model, config: dict, tasks: list[Task]) -> float:
     """The bound on |mask logits - one process's| after training (see the module's docstring)."""
-    longest_answer = max(len(w) for w in WORDS) + 2  # characters, end of turn, slack for subwords
-    terms = n_tasks * config["batch_size"] * longest_answer * model.cfg.d_model
+    longest = max(len(answer) for task in tasks for _, answer in task.pairs) + 2  # end of turn, subword slack
+    terms = len(tasks) * config["batch_size"] * longest * model.cfg.d_model
     return config["steps"] * config["lr"] * EPS32 * terms
 
 
@@ -146,7 +148,7 @@ def compare(split: dict, single: dict, model) -> None:
     assert table[numeric].to_numpy() == pytest.approx(
         single["evaluation"][0][numeric].to_numpy(), rel=1e-5, nan_ok=True
     )
-    tolerance = train_tolerance(model, TRAIN, n_tasks=2)
+    tolerance = train_tolerance(model, TRAIN, [word_task(), word_task("other", 4)])
     for name, (logits_single, history) in single["trained"].items():
         logits_split, history_split = split["trained"][name]
         assert (logits_single - TRAIN["init_mean"]).abs().max() > 100 * tolerance  # training moved the logits
@@ -161,3 +163,19 @@ def test_two_ranks_llama(tmp_path):
 
 def test_three_ranks_gemma3(tmp_path):
     check_ranks(build_gemma3_dir(tmp_path / "model"), 3, tmp_path)
+
+
+@pytest.mark.slow  # about a minute per case on a loaded 2-core CPU
+@pytest.mark.parametrize(
+    ("family", "world"),
+    [("llama", 3), ("gemma3", 2), ("qwen3", 2), ("qwen3", 3), ("qwen2", 2), ("organism", 2), ("organism", 3)],
+)
+def test_every_family_over_two_and_three_ranks(family, world, tmp_path):
+    builders = {
+        "llama": lambda path: build_llama_dir(path, num_hidden_layers=3),
+        "gemma3": build_gemma3_dir,
+        "qwen3": lambda path: build_family_dir(path, "qwen3"),
+        "qwen2": lambda path: build_qwen2_dir(path),
+        "organism": lambda path: builtin_model_dir("organism"),
+    }
+    check_ranks(builders[family](tmp_path / "model"), world, tmp_path)

@@ -96,19 +96,21 @@ def from_rank0(compute: Callable[[], _T]) -> _T:
     while the others wait.
     """
     rank, _ = rank_and_world(required=True)
-    box: list[Any] = [None]
+    box: list[Any] = [None]  # ("value", value) or ("error", (type name, message))
     if rank == 0:
         try:
             box[0] = ("value", compute())
         except _SHARED_ERRORS as error:
-            box[0] = ("error", type(error).__name__, str(error))
+            box[0] = ("error", (type(error).__name__, str(error)))
             dist.broadcast_object_list(box, src=0)
             raise
     dist.broadcast_object_list(box, src=0)
-    if box[0][0] == "error":
-        kind = {error.__name__: error for error in _SHARED_ERRORS}[box[0][1]]
-        raise kind(box[0][2])
-    return box[0][1]
+    sent: tuple[str, Any] = box[0]
+    kind, payload = sent
+    if kind == "error":
+        name, message = payload
+        raise {error.__name__: error for error in _SHARED_ERRORS}[name](message)
+    return payload
 
 
 def launched_ranks() -> int:

@@ -20,7 +20,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ._builtin import BUILTIN_MODELS, builtin_model_dir
-from ._sharding import sharded_samples
+from ._sharding import local_tensor, sharded_samples
 
 # Elements hashed per weight tensor, at a fixed stride from the first: every tensor of a fine-tuned
 # twin differs almost everywhere, so a few thousand samples tell two checkpoints apart.
@@ -192,7 +192,7 @@ def remember_weights_hash(model: nn.Module, value: str) -> None:
 def _weights_key(parameters: list[nn.Parameter]) -> tuple:
     # Parameter identity and in-place version counters change whenever a weight is replaced or edited
     # (a sharded weight's: of the shard this rank holds).
-    local = [p.to_local() if hasattr(p, "to_local") else p for p in parameters]
+    local = [local_tensor(p) for p in parameters]
     return tuple((id(p), t.data_ptr(), t._version, tuple(p.shape)) for p, t in zip(parameters, local))
 
 
@@ -213,7 +213,7 @@ def _host_samples(parameters: list[nn.Parameter]) -> list[Tensor]:
     """Every parameter's sample on the host, copied once per device (not once per parameter: on a
     GPU each copy waits for the device). Weights sharded over ranks (`load_model(shard=...)`) are
     sampled from every rank's shard together (`sharded_samples`, a collective)."""
-    if any(hasattr(p, "to_local") for p in parameters):
+    if any(local_tensor(p) is not p for p in parameters):
         return sharded_samples(parameters, _sample_index)
     samples = [_sample(p) for p in parameters]
     host: list[Tensor] = [torch.empty(0, dtype=torch.int16)] * len(samples)

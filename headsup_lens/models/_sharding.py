@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._distributed import rank_and_world
@@ -48,6 +49,11 @@ _HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tikto
 def is_sharded(model: nn.Module) -> bool:
     """Whether `model` was loaded sharded over the ranks of a process group (`load_model(shard=...)`)."""
     return bool(getattr(model, _SHARDED, False))
+
+
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The part of `tensor` this rank holds: a DTensor's local shard, any other tensor itself."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def lockstep(model: nn.Module) -> bool:
@@ -88,8 +94,7 @@ def local_share(model: TransformerBridge) -> tuple[int, int]:
     parameters from the DTensor shards (tied weights once)."""
     held = total = 0
     for parameter in model.original_model.parameters():
-        local = parameter.to_local() if hasattr(parameter, "to_local") else parameter
-        held += local.numel()
+        held += local_tensor(parameter).numel()
         total += parameter.numel()
     return held, total
 
@@ -164,8 +169,8 @@ def _stored_names(folder: Path) -> set[str]:
 def load_sharded(source: str, *, device: torch.device, dtype: torch.dtype) -> TransformerBridge:
     """`source`'s model as a bridge whose Hugging Face model is sharded over the ranks of the default
     process group (see the module's docstring); weights frozen, in eval mode, on `device`."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import HuggingFaceStorageReader
+    from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageReader
+    from torch.distributed.checkpoint.state_dict_loader import load
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
@@ -203,10 +208,9 @@ def load_sharded(source: str, *, device: torch.device, dtype: torch.dtype) -> Tr
                 buffer.copy_(computed[name])
             elif name in meta_buffers and names.get(name) not in stored:
                 buffer.zero_()  # the bridge's zero unembedding bias
-    tensors = dict(hf.named_parameters())
-    tensors.update(dict(hf.named_buffers()))
+    tensors: dict[str, torch.Tensor] = {**dict(hf.named_parameters()), **dict(hf.named_buffers())}
     wanted = {names[n]: t for n, t in tensors.items() if n in names and names[n] in stored}
-    dcp.load(wanted, storage_reader=HuggingFaceStorageReader(str(folder)))
+    load(wanted, storage_reader=HuggingFaceStorageReader(str(folder)))
     model.eval()
     model.cfg.device = str(device)
     object.__setattr__(model, _SHARDED, True)
@@ -226,7 +230,7 @@ def sharded_samples(parameters: list[nn.Parameter], pick: Callable[[int], torch.
         index = pick(parameter.numel())
         sizes.append(index.numel())
         values = torch.zeros(index.numel(), dtype=torch.int32)
-        if hasattr(parameter, "to_local"):
+        if isinstance(parameter, DTensor):
             local = parameter.to_local()
             rows = parameter.shape[0]
             chunk = -(-rows // world)  # FSDP shards dim 0 as torch.chunk does

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -105,12 +105,11 @@ def from_rank0(compute: Callable[[], _T]) -> _T:
             dist.broadcast_object_list(box, src=0)
             raise
     dist.broadcast_object_list(box, src=0)
-    sent: tuple[str, Any] = box[0]
-    kind, payload = sent
-    if kind == "error":
-        name, message = payload
+    sent = cast(tuple[str, Any], box[0])
+    if sent[0] == "error":
+        name, message = sent[1]
         raise {error.__name__: error for error in _SHARED_ERRORS}[name](message)
-    return payload
+    return sent[1]
 
 
 def launched_ranks() -> int:

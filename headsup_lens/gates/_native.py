@@ -470,8 +470,14 @@ class NativeForward:
         cache, so a prompt is computed once for its generation and its answer's loss."""
         check_rows(job.spec, job.ids.shape[0])
         together = lockstep(self.model)  # sharded: every rank must run as many passes
-        # A captured or compiled step cannot hold FSDP's gathers of a sharded model's weights.
-        if fixed_shapes(job.ids.device) and not is_sharded(self.model) and fits(self.configs, cache_slots(job)):
+        sharded = is_sharded(self.model)
+        if sharded and (_OPTIONS["static_cache"] or _OPTIONS["compile"]):
+            warn(
+                "native_options(static_cache=..., compile=...) do not apply to a model sharded with FSDP (a "
+                "captured or compiled step cannot hold its weight gathers): decoding runs eagerly",
+                RuntimeWarning,
+            )
+        if fixed_shapes(job.ids.device) and not sharded and fits(self.configs, cache_slots(job)):
             return self._greedy_static(job, record_layers)
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass

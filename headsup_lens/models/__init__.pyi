@@ -15,6 +15,10 @@ from ._loading import load_model as load_model
 from ._loading import model_device as model_device
 from ._loading import resolve_device as resolve_device
 from ._loading import resolve_dtype as resolve_dtype
+from ._plan import LLAMA_3_SHAPES as LLAMA_3_SHAPES
+from ._plan import MemoryLaw as MemoryLaw
+from ._plan import ModelShape as ModelShape
+from ._plan import memory_plan as memory_plan
 from ._readout import FINAL_NORM_OUT as FINAL_NORM_OUT
 from ._readout import decode_residual as decode_residual
 from ._readout import unembed as unembed

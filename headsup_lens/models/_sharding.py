@@ -40,12 +40,14 @@ from torch.distributed.tensor import DTensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._distributed import rank_and_world
+from .._typecheck import checked
 
 _SHARDED = "_headsup_sharded"
 _BRIDGE_SEGMENT = "._original_component"
 _HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 
 
+@checked
 def is_sharded(model: nn.Module) -> bool:
     """Whether `model` was loaded sharded over the ranks of a process group (`load_model(shard=...)`)."""
     return bool(getattr(model, _SHARDED, False))
@@ -89,6 +91,7 @@ def shard_units(model: TransformerBridge) -> list[list[nn.Module]]:
     return [[layer] for layer in layers] + groups
 
 
+@checked
 def local_share(model: TransformerBridge) -> tuple[int, int]:
     """`(elements this rank holds, elements of the whole model)`, counted over the Hugging Face model's
     parameters from the DTensor shards (tied weights once)."""

@@ -98,3 +98,18 @@ def test_rank_0_decides_and_its_errors_reach_every_rank(one_rank):
 
     with pytest.raises(ValueError, match="another run's checkpoint"):
         from_rank0(refuse)
+
+
+def test_captured_steps_are_refused_or_declined_on_a_sharded_model(one_rank, llama_dir):
+    from headsup_lens.data import Task
+    from headsup_lens.gates import native_options
+    from headsup_lens.objective import greedy_generate
+    from headsup_lens.training import TrainConfig, train_mask
+
+    model = load_model(llama_dir, device="cpu", dtype="float32", shard="fsdp")
+    task = Task.from_pairs("words", [("cat", "tac"), ("dog", "god"), ("sun", "nus")], n_eval=1)
+    with pytest.raises(ValueError, match="cuda_graph=True"):
+        train_mask(model, task, TrainConfig(steps=1, cuda_graph=True, progress=False))
+    with native_options(static_cache=True), pytest.warns(RuntimeWarning, match="sharded with FSDP"):
+        out = greedy_generate(model, random_tokens(model), max_new_tokens=2, stops=set(), mask=random_mask(model))
+    assert all(len(tokens) == 2 for tokens in out.tokens)  # decoded eagerly

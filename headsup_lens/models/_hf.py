@@ -13,6 +13,7 @@ from transformers import AutoTokenizer, PreTrainedModel
 
 from .._typecheck import checked
 from ._gguf import _tidy_tokenizer_config
+from ._sharding import is_sharded
 
 _BRIDGE_SEGMENT = "._original_component"
 
@@ -26,6 +27,11 @@ def hf_model(model: TransformerBridge) -> PreTrainedModel:
     the weights under their plain names, in the original's dtype, with the original's generation
     config. The copy shares no tensor with `model`: editing it leaves `model` as it was.
     """
+    if is_sharded(model):
+        raise ValueError(
+            "a model sharded with FSDP holds a share of each weight on every rank: load it without shard to copy "
+            "or save it as one Hugging Face model"
+        )
     original: Any = model.original_model  # a transformers PreTrainedModel
     config = copy.deepcopy(original.config)
     config.output_attentions = False  # the bridge turns it on for its hooks; plain users want it off

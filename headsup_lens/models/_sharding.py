@@ -178,6 +178,8 @@ def load_sharded(source: str, *, device: torch.device, dtype: torch.dtype) -> Tr
     from torch.distributed.fsdp import fully_shard
 
     _, world = rank_and_world(required=True)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # NCCL's collectives run on the current device
     folder = checkpoint_dir(source)
     stored = _stored_names(folder)
     hf = _meta_model(folder, dtype)

@@ -36,6 +36,7 @@ from ..data import Task, TaskBatch, collate, encode_pairs, tokenize_task
 from ..evaluation import accuracy as task_accuracy
 from ..masks._files import write_safetensors
 from ..models import check_same_run, data_hash, model_device, pad_token_id, run_identity
+from ..models._sharding import is_sharded
 from ..objective import answer_nll, length_batches
 from ..options import recipe_of
 from ..training import (
@@ -324,6 +325,10 @@ def finetune_(
     """
     config = config or FinetuneConfig()
     tasks = list(tasks)
+    if is_sharded(model):
+        raise ValueError(
+            "finetune_ changes weights, and a model sharded with FSDP keeps them frozen: load it without shard"
+        )
     _check_tasks(tasks, config)
     if config.method == "lora":
         _check_no_lora(model)

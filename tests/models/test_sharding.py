@@ -64,6 +64,18 @@ def test_a_sharded_load_refuses_what_it_cannot_do(one_rank, llama_dir, kwargs, m
         load_model(llama_dir, shard="fsdp", **kwargs)
 
 
+def test_what_would_gather_or_change_the_weights_refuses_a_sharded_model(one_rank, llama_dir):
+    from headsup_lens.data import Task
+    from headsup_lens.models import hf_model
+    from headsup_lens.sft import finetune_
+
+    model = load_model(llama_dir, device="cpu", dtype="float32", shard="fsdp")
+    with pytest.raises(ValueError, match="without shard"):
+        hf_model(model)  # a plain copy (bake, save_pretrained)
+    with pytest.raises(ValueError, match="without shard"):
+        finetune_(model, [Task.from_pairs("words", [("cat", "tac"), ("dog", "god")], n_eval=1)])
+
+
 def test_a_sharded_load_needs_a_process_group(llama_dir):
     with pytest.raises(ValueError, match="process group"):
         load_model(llama_dir, device="cpu", shard="fsdp")

@@ -273,7 +273,8 @@ def removal_sweep(
 
     `distributed=True` splits the steps over the ranks of the initialised `torch.distributed`
     process group (each rank a contiguous slice, on its own `model`); every rank returns the whole
-    sweep, equal to a single-process one. `progress=False` hides its progress bar.
+    sweep, equal to a single-process one; on a model loaded with `shard="fsdp"` the steps are always
+    split so (every rank calls this). `progress=False` hides its progress bar.
     """
     # A sharded model's ranks share every pass: its sweeps are always split over them.
     rank, world = rank_and_world(required=True) if distributed or is_sharded(model) else (0, 1)

@@ -117,7 +117,9 @@ def train_mask(
     latest state, and the final `mask.safetensors` and `history.csv` are written (all atomically).
     With `distributed=True` (an initialised `torch.distributed` group, e.g. under `torchrun`), each
     rank computes a share of every step's batch rows and the gradients are summed: the same mask as
-    one process with the same global batch; rank 0 writes the files. The run folder is locked
+    one process with the same global batch; rank 0 writes the files, and a rerun resumes with any
+    number of ranks. On a model loaded with `shard="fsdp"` the run is always split so (every rank
+    calls this; the captured step, `TrainConfig.cuda_graph`, does not apply). The run folder is locked
     while training: another process training into it is refused at once (`FolderInUse`).
     `callbacks` are called after every step with a `StepEnd` (its wall time, e.g. `StepTimer`).
     """
@@ -378,7 +380,8 @@ class _MaskRun:
         """Passes that change nothing (their loss is multiplied by 0), so that this rank runs as many
         passes, forward and backward, as the rank with the most (a sharded model's passes are
         collectives). Every rank knows the whole step's rows, so the counts need no communication."""
-        most = max(len(length_batches(self.model, every[s.start : s.stop])) for s in self._shares(len(every)))
+        shares = [shard(len(every), r, self.world) for r in range(self.world)]
+        most = max(len(length_batches(self.model, every[s.start : s.stop])) for s in shares)
         if done >= most:
             return
         config, model, device = self.config, self.model, self.device
@@ -401,9 +404,6 @@ class _MaskRun:
                 checkpoint=config.activation_checkpointing,
             )
             (sums.sum() * 0.0).backward()
-
-    def _shares(self, n: int) -> list[range]:
-        return [shard(n, r, self.world) for r in range(self.world)]
 
     def flush(self) -> None:
         """Read the pending steps' losses and heads kept back from the device (one synchronisation),

@@ -16,6 +16,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
+from ..models._bridge import raw_module as raw_module
 from ._masks import row_mask
 
 _ENABLED = [True]
@@ -84,13 +85,6 @@ def direct_path(enabled: bool) -> Iterator[None]:
         yield
     finally:
         _ENABLED[0] = previous
-
-
-def raw_module(module):
-    """The Hugging Face module under a bridge component."""
-    while getattr(module, "original_component", None) is not None:
-        module = module.original_component
-    return module
 
 
 @checked

@@ -12,10 +12,9 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoTokenizer, PreTrainedModel
 
 from .._typecheck import checked
+from ._bridge import plain_name
 from ._gguf import _tidy_tokenizer_config
 from ._sharding import is_sharded
-
-_BRIDGE_SEGMENT = "._original_component"
 
 
 @checked
@@ -39,7 +38,7 @@ def hf_model(model: TransformerBridge) -> PreTrainedModel:
     wanted = clean.state_dict()
     found = {}
     for key, value in original.state_dict().items():
-        plain = key.replace(_BRIDGE_SEGMENT, "")
+        plain = plain_name(key)
         if plain in wanted and plain not in found:
             found[plain] = value
     missing = sorted(set(wanted) - set(found))
@@ -70,7 +69,7 @@ def plain_module(model: TransformerBridge, clean: nn.Module, module: nn.Module) 
     """
     mine = dict(clean.named_modules())
     for name, candidate in model.original_model.named_modules(remove_duplicate=False):
-        plain = name.replace(_BRIDGE_SEGMENT, "")
+        plain = plain_name(name)
         if candidate is module and plain in mine:
             return mine[plain]
     raise ValueError(f"{type(module).__name__} is not a module of the plain Hugging Face model")

@@ -31,7 +31,6 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -41,9 +40,9 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._distributed import rank_and_world
 from .._typecheck import checked
+from ._bridge import plain_name, raw_module
 
 _SHARDED = "_headsup_sharded"
-_BRIDGE_SEGMENT = "._original_component"
 _HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 
 
@@ -64,18 +63,12 @@ def lockstep(model: nn.Module) -> bool:
     return is_sharded(model) and rank_and_world()[1] > 1
 
 
-def _raw(module: Any) -> Any:
-    while getattr(module, "original_component", None) is not None:
-        module = module.original_component
-    return module
-
-
 def shard_units(model: TransformerBridge) -> list[list[nn.Module]]:
     """The modules of the Hugging Face model under `model` that become FSDP units, inner ones first:
     each decoder layer, then each other module that holds weights directly (modules sharing a weight,
     tied embeddings, form one unit). The whole model comes last, outside this list."""
     hf = model.original_model
-    layers = [_raw(block) for block in model.blocks]
+    layers = [raw_module(block) for block in model.blocks]
     inside = {id(m) for layer in layers for m in layer.modules()}
     owners: list[nn.Module] = []
     for module in hf.modules():
@@ -144,12 +137,12 @@ def _checkpoint_names(model: nn.Module) -> dict[str, str]:
     without the bridge's `._original_component` segments)."""
     names = {}
     for name, _ in model.named_parameters():
-        names[name] = name.replace(_BRIDGE_SEGMENT, "")
+        names[name] = plain_name(name)
     for module_name, module in model.named_modules():
         for buffer_name in module._buffers:
             if buffer_name not in module._non_persistent_buffers_set and module._buffers[buffer_name] is not None:
                 full = f"{module_name}.{buffer_name}" if module_name else buffer_name
-                names[full] = full.replace(_BRIDGE_SEGMENT, "")
+                names[full] = plain_name(full)
     return names
 
 

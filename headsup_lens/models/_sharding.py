@@ -181,11 +181,11 @@ def load_sharded(source: str, *, device: torch.device, dtype: torch.dtype) -> Tr
     for parameter in hf.parameters():
         parameter.requires_grad_(False)  # masks are trained, never the model
     names = _checkpoint_names(hf)
-    missing = sorted(stored_name for stored_name in names.values() if stored_name not in stored)
+    missing = sorted({names[n] for n, _ in hf.named_parameters()} - stored)
     meta_buffers = {n for n, b in hf.named_buffers() if b.is_meta}
     computed = {n: b.clone() for n, b in hf.named_buffers() if not b.is_meta}
-    unknown = [n for n in meta_buffers if names.get(n) not in stored and not n.endswith("bias")]
-    missing = [m for m in missing if m in {names[n] for n, _ in hf.named_parameters()}]
+    # A buffer on the meta device is read from the checkpoint, or is the bridge's zero unembedding bias.
+    unknown = sorted(n for n in meta_buffers if names.get(n) not in stored and not n.endswith("bias"))
     if missing or unknown:
         raise ValueError(
             f"shard='fsdp' cannot place the weights of {folder}: the checkpoint has no "

@@ -103,6 +103,7 @@ class _EvaluationPlan:
     answers: list[str]
     labels: Labels | None
     text_style: str | None
+    split: bool = False  # the examples of every setting are split over the ranks of the process group
 
 
 def _plan(
@@ -225,10 +226,10 @@ def evaluate(
     encoded = {
         flag: encode_split(model, task, config.split, flag) for flag in dict.fromkeys(s.instructed for s in plan.runs)
     }
-    split = distributed or is_sharded(model)
-    rank, world = rank_and_world(required=True) if split else (0, 1)
+    plan.split = distributed or is_sharded(model)
+    rank, world = rank_and_world(required=True) if plan.split else (0, 1)
     if out is None:
-        return _run(model, task, config, plan, encoded, None, {}, split)
+        return _run(model, task, config, plan, encoded, None, {})
     folder = _RunFolder(out, _identity(model, task, config, plan), plan)
     with contextlib.ExitStack() as held:
 
@@ -239,7 +240,7 @@ def evaluate(
 
         # Over several ranks rank 0 holds the folder; the others learn what it resumes (or its error).
         finished = from_rank0(prepare) if world > 1 else prepare()
-        result = _run(model, task, config, plan, encoded, folder if rank == 0 else None, finished, split)
+        result = _run(model, task, config, plan, encoded, folder if rank == 0 else None, finished)
         if rank == 0:
             folder.commit(result, config)
     return result
@@ -253,7 +254,6 @@ def _run(
     encoded: dict[bool, EncodedSplit],
     folder: _RunFolder | None,
     finished: dict[str, tuple[dict, list[str]]],
-    split: bool,
 ) -> Evaluation:
     scorer = RowScorer(
         task,
@@ -277,7 +277,7 @@ def _run(
         if setting.name in finished:
             add(*finished[setting.name])
             continue
-        add(*_run_setting(model, task, config, plan, setting, encoded[setting.instructed], split))
+        add(*_run_setting(model, task, config, plan, setting, encoded[setting.instructed]))
         if folder is not None:  # an interruption keeps the finished settings
             folder.save(pd.DataFrame.from_records(rows), concat_generations(parts) if config.generate else None)
     for control in plan.controls:
@@ -303,13 +303,12 @@ def _run_setting(
     plan: _EvaluationPlan,
     setting: EvalSetting,
     encoded: EncodedSplit,
-    split: bool,
 ) -> tuple[dict, list[str]]:
-    """(the row's model columns, the outputs) of one setting (`split`: its examples over the ranks)."""
+    """(the row's model columns, the outputs) of one setting (`plan.split`: its examples over the ranks)."""
     mask = plan.masks[setting.mask]
     alpha = config.alpha if setting.scaled else 0.0
     n = len(encoded)
-    share = rank_rows(model, n, split)  # the bar counts this rank's rows
+    share = rank_rows(model, n, plan.split)  # the bar counts this rank's rows
     with progress(
         total=n if share is None else len(share[1]),
         desc=f"{task.name}: {setting.name}",
@@ -327,7 +326,7 @@ def _run_setting(
                 max_new_tokens=config.max_new_tokens or task.max_new_tokens,
                 batch_size=config.batch_size,
                 advance=bar.update,
-                distributed=split,
+                distributed=plan.split,
             )
         else:
             outputs = []
@@ -339,7 +338,7 @@ def _run_setting(
                 gate=config.gate,
                 batch_size=config.batch_size,
                 advance=bar.update,
-                distributed=split,
+                distributed=plan.split,
             )
     record = {
         "task": task.name,

@@ -86,6 +86,55 @@ def everything(model, mask: torch.Tensor, out: Path | None) -> dict:
     }
 
 
+def checkpoint_bytes(folder: Path) -> int:
+    """Bytes of every tensor stored in the safetensors files of `folder`."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in folder.glob("*.safetensors"):
+        with safe_open(str(path), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 (a safetensors handle is not a dict)
+                total += handle.get_tensor(name).nbytes
+    return total
+
+
+def count_reads(read: list[int]) -> None:
+    """Record in `read` the bytes of every slice this process reads from a safetensors file."""
+    import safetensors
+
+    opened = safetensors.safe_open
+
+    class Counted:
+        def __init__(self, *args, **kwargs) -> None:
+            self.handle = opened(*args, **kwargs)
+
+        def __enter__(self):
+            self.handle.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.handle.__exit__(*exc)
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+        def get_slice(self, name):
+            whole = self.handle.get_slice(name)
+
+            class Slice:
+                def __getitem__(self, index):
+                    part = whole[index]
+                    read.append(part.numel() * part.element_size())
+                    return part
+
+                def __getattr__(self, attribute):
+                    return getattr(whole, attribute)
+
+            return Slice()
+
+    safetensors.safe_open = Counted
+
+
 def on_rank(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
     import torch.distributed as dist
 
@@ -94,12 +143,14 @@ def on_rank(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> N
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
+        read: list[int] = []
+        count_reads(read)  # what this rank reads of the checkpoint while it loads
         model = load_model(model_dir, device="cpu", dtype="float32", shard="fsdp")
         shards = [
             (tuple(p.shape), tuple(p.to_local().shape), type(p).__name__) for p in model.original_model.parameters()
         ]
         result = everything(model, random_mask(model, seed=3), Path(out_dir) / "evaluation")
-        result.update(share=local_share(model), shards=shards, hash=fingerprint(model).content_hash)
+        result.update(share=local_share(model), shards=shards, hash=fingerprint(model).content_hash, read=sum(read))
         with open(f"{out_dir}/rank{rank}.pkl", "wb") as handle:
             pickle.dump(result, handle)
     finally:
@@ -114,7 +165,7 @@ def check_ranks(model_dir: Path, world: int, tmp_path: Path) -> None:
     model = load_model(model_dir, device="cpu", dtype="float32")
     single = everything(model, random_mask(model, seed=3), None)
     total = sum(p.numel() for p in model.original_model.parameters())
-    held = []
+    held, reads = [], []
     for rank in range(world):
         with open(tmp_path / f"rank{rank}.pkl", "rb") as handle:
             split = pickle.load(handle)
@@ -123,10 +174,14 @@ def check_ranks(model_dir: Path, world: int, tmp_path: Path) -> None:
         rows = [local[0] / full[0] for full, local, _ in split["shards"] if full[0] >= world]
         assert max(rows) <= 1 / world + 1 / min(full[0] for full, _, _ in split["shards"])
         held.append(split["share"][0])
+        reads.append(split["read"])
         assert split["share"][1] == total
         compare(split, single, model)
     assert sum(held) == total  # every weight held once, by one rank
     assert max(held) <= total / world * 1.1  # about 1/N each: no rank holds a full copy
+    # No rank reads the whole checkpoint either: each reads the slices of its shards (fp32 files here).
+    stored = checkpoint_bytes(Path(model_dir))
+    assert sum(reads) >= stored and max(reads) <= stored / world * 1.1 + 2**16  # + replicated buffers
     assert (tmp_path / "evaluation" / "results.csv").is_file()  # written once, by rank 0
 
 

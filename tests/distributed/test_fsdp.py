@@ -23,13 +23,17 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+import headsup_lens as hl
 from headsup_lens import load_model
-from headsup_lens.data import Task, load_task
-from headsup_lens.models import builtin_model_dir
+from headsup_lens.analysis import layer_similarity, logit_lens, random_order, removal_sweep
+from headsup_lens.data import Task, collate, encode_pairs, load_task
+from headsup_lens.evaluation import EvalConfig, evaluate
+from headsup_lens.gates import value_gate_hooks
+from headsup_lens.models import builtin_model_dir, fingerprint, local_share, pad_token_id
+from headsup_lens.objective import answer_nll
 from headsup_lens.training import TrainConfig, TrainingAdvice, train_masks
 
 from ..conftest import build_family_dir, build_gemma3_dir, build_llama_dir, build_qwen2_dir, random_mask
-from .test_sweep_ranks import free_port
 
 EPS32 = torch.finfo(torch.float32).eps
 PROMPT = "cat dog"
@@ -52,10 +56,6 @@ def train_tolerance(model, config: dict, tasks: list[Task]) -> float:
 
 def everything(model, mask: torch.Tensor, out: Path | None) -> dict:
     """The results compared between ranks and one process: every call a rank makes on the model."""
-    import headsup_lens as hl
-    from headsup_lens.analysis import layer_similarity, logit_lens, random_order, removal_sweep
-    from headsup_lens.evaluation import EvalConfig, evaluate
-
     tokens = torch.tensor([[5, 6, 7, 8, 9, 10], [9, 8, 7, 6, 5, 4]]) % model.cfg.d_vocab
     with torch.no_grad():
         plain = model(tokens)
@@ -63,7 +63,15 @@ def everything(model, mask: torch.Tensor, out: Path | None) -> dict:
             gated = model(tokens)
         with hl.value_gate(model, mask, alpha=0.3):
             scaled = model(tokens)
+    try:
+        with torch.no_grad(), hl.query_gate(model, mask):
+            queried: torch.Tensor | str = model(tokens)
+    except ValueError as error:  # an architecture whose attention the query gate cannot reach: the same refusal
+        queried = str(error)
     task = word_task()
+    rows = encode_pairs(model, task.pairs[:3])
+    with torch.no_grad():  # the value gate on the model's own forward pass (o_proj pre-hooks), no hook point
+        native, _ = answer_nll(model, collate(rows, pad_id=pad_token_id(model)), value_gate_hooks(model, mask))
     sweep = removal_sweep(
         model, PROMPT, random_order(model, seed=1)[:4], target_tokens=[7], max_new_tokens=3, batch_size=2
     )
@@ -78,6 +86,8 @@ def everything(model, mask: torch.Tensor, out: Path | None) -> dict:
         "plain": plain,
         "gated": gated,
         "scaled": scaled,
+        "queried": queried,
+        "native": native,
         "sweep": (sweep.ranks, sweep.logits, sweep.generation_ids),
         "lens": lens.table,
         "similarity": similarity,
@@ -135,13 +145,12 @@ def count_reads(read: list[int]) -> None:
     safetensors.safe_open = Counted
 
 
-def on_rank(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> None:
+def on_rank(rank: int, world: int, model_dir: str, out_dir: str) -> None:
     import torch.distributed as dist
 
-    from headsup_lens.models import fingerprint, local_share
-
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    # A rendezvous file, not a TCP port: no other test can take it between choosing and binding.
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank, world_size=world)
     try:
         read: list[int] = []
         count_reads(read)  # what this rank reads of the checkpoint while it loads
@@ -159,9 +168,7 @@ def on_rank(rank: int, world: int, port: int, model_dir: str, out_dir: str) -> N
 
 def check_ranks(model_dir: Path, world: int, tmp_path: Path) -> None:
     """Run `everything` on `world` ranks and compare each rank's results with one process's."""
-    mp.spawn(on_rank, args=(world, free_port(), str(model_dir), str(tmp_path)), nprocs=world, join=True)
-    from headsup_lens.models import fingerprint
-
+    mp.spawn(on_rank, args=(world, str(model_dir), str(tmp_path)), nprocs=world, join=True)
     model = load_model(model_dir, device="cpu", dtype="float32")
     single = everything(model, random_mask(model, seed=3), None)
     total = sum(p.numel() for p in model.original_model.parameters())
@@ -186,7 +193,9 @@ def check_ranks(model_dir: Path, world: int, tmp_path: Path) -> None:
 
 
 def compare(split: dict, single: dict, model) -> None:
-    for key in ("plain", "gated", "scaled"):
+    if isinstance(single["queried"], str):
+        assert split["queried"] == single["queried"]
+    for key in ("plain", "gated", "scaled", "native") + (() if isinstance(single["queried"], str) else ("queried",)):
         tolerance = 8 * EPS32 * float(single[key].abs().max())
         assert torch.allclose(split[key], single[key], atol=tolerance, rtol=0), key
     ranks, logits, ids = split["sweep"]

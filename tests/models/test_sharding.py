@@ -20,12 +20,11 @@ from headsup_lens._distributed import all_agree, from_rank0, padded_share, shard
 from headsup_lens.models import fingerprint, is_sharded, local_share
 
 from ..conftest import random_mask, random_tokens
-from ..distributed.test_sweep_ranks import free_port
 
 
 @pytest.fixture
-def one_rank():
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+def one_rank(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
     try:
         yield
     finally:

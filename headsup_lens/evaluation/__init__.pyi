@@ -7,6 +7,8 @@ from ._answers import answer_nll_per_example as answer_nll_per_example
 from ._answers import generate_answers as generate_answers
 from ._answers import generations as generations
 from ._config import EvalConfig as EvalConfig
+from ._controls import RandomMaskControl as RandomMaskControl
+from ._controls import random_mask_control as random_mask_control
 from ._evaluate import MaskTaskWarning as MaskTaskWarning
 from ._evaluate import evaluate as evaluate
 from ._metrics import bleu as bleu

@@ -205,13 +205,25 @@ class Experiment:
         return stem + (f"_{safe_name(task.name.removeprefix('organism/'))}" if task is not None else "")
 
     def table(
-        self, frame: pd.DataFrame, stem: str, task: Task | None = None, *, float_format: str | None = "%.6g"
+        self,
+        frame: pd.DataFrame,
+        stem: str,
+        task: Task | None = None,
+        *,
+        float_format: str | None = "%.6g",
+        compress: bool = False,
     ) -> Path:
         """Write `frame` as `<out>/<stem>[_<task>].csv` when the run ends (`float_format` None: every
-        digit, so a reader gets the same floats back); the final path."""
-        name = self.stem(stem, task)
-        atomic_write(self.staged(f"{name}.csv"), lambda tmp: frame.to_csv(tmp, index=False, float_format=float_format))
-        return self.out / f"{name}.csv"
+        digit, so a reader gets the same floats back; `compress`: `.csv.gz`, for the long tables of
+        every output, which pandas and the results pages read as they are); the final path."""
+        name = self.stem(stem, task) + (".csv.gz" if compress else ".csv")
+        # mtime 0: the same table gives the same bytes (a rerun that changes nothing changes no file)
+        how = {"method": "gzip", "mtime": 0} if compress else None
+        atomic_write(
+            self.staged(name),
+            lambda tmp: frame.to_csv(tmp, index=False, float_format=float_format, compression=how),
+        )
+        return self.out / name
 
     def staged(self, name: str) -> Path:
         """Where to write `<out>/<name>` (`name` relative to `out`, e.g. `masks/x.safetensors`): a path

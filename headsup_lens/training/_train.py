@@ -425,6 +425,7 @@ class _MaskRun:
                 task=task.name,
                 gate=config.gate,
                 steps=config.steps,
+                batch_size=config.batch_size,  # with steps: the examples the mask saw (its budget)
                 seed=config.seed,
                 init_mean=config.init_mean,
             )

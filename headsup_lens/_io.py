@@ -96,7 +96,17 @@ def read_table(path: str | os.PathLike | io.TextIOBase, **options: Any) -> pd.Da
 
     major, minor = (int(part) for part in re.findall(r"\d+", pd.__version__)[:2])
     exact = {} if (major, minor) >= (3, 1) else {"float_precision": "round_trip"}
+    if isinstance(path, (str, os.PathLike)):
+        path = stored_table(path)
     return pd.read_csv(path, **exact, **options)
+
+
+def stored_table(path: str | os.PathLike) -> Path:
+    """`path` (a `.csv`) as it is stored: the file itself, else its gzipped twin `<path>.gz` (long
+    tables of every output are committed compressed; pandas reads either), else `path`."""
+    path = Path(path)
+    zipped = path.with_name(path.name + ".gz")
+    return zipped if not path.exists() and zipped.exists() else path
 
 
 # ----------------------------------------------------------------------------------------- locks

@@ -8,6 +8,8 @@ those kernels instead; PyTorch keeps the pinned buffer alive until the copy is d
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -26,3 +28,13 @@ def copy_into(buffer: Tensor, host: Tensor) -> None:
     if buffer.device.type == "cuda":
         host = host.pin_memory()
     buffer.copy_(host, non_blocking=buffer.device.type == "cuda")
+
+
+def synchronizer(device: torch.device | str) -> Callable[[], None] | None:
+    """What waits for the work queued on `device` (a GPU's `torch.cuda.synchronize`), or None where
+    operations finish before they return (the CPU): a clock read after the call then measures the
+    work, not only the time it took to queue it."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return lambda: torch.cuda.synchronize(device)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._device import to_device
+from .._device import synchronizer, to_device
 from .._distributed import all_reduce_sum, rank_and_world, shard
 from .._io import atomic_write_text, locked_folder
 from .._typecheck import checked
@@ -256,12 +256,17 @@ class _MaskRun:
             callbacks=callbacks,
             progress=config.progress and self.rank == 0,
             desc=f"mask {names[0]}" if self.single else f"masks x{len(self.tasks)}",
+            synchronize=synchronizer(self.device),
         )
         return self.results(out if writer else None)
 
     def restore(self, out: Path) -> int:
-        """Load the state saved in `out` (refused when it is another run); the steps it has done."""
-        state = load_state(out / _CHECKPOINTS / _STATE, self.device)
+        """Load the state saved in `out` (refused when it is another run); the steps it has done.
+
+        The state is read onto the CPU: `load_state_dict` moves the optimiser's moments to the
+        logits' device and leaves AdamW's step counters on the host, where its non-capturable step
+        reads them (on a GPU a counter there would be read back at every step)."""
+        state = load_state(out / _CHECKPOINTS / _STATE)
         check_same_run(state.get("identity", {}), self.identity, out)
         with torch.no_grad():
             self.logits.copy_(state["logits"])

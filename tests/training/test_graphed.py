@@ -179,3 +179,24 @@ def test_the_captured_training_step_on_a_gpu_equals_the_eager_one(family, tmp_pa
         _graphed.Replay.__init__ = original  # type: ignore[method-assign]
     assert_same_training(captured, uncaptured)
     assert_same_training(captured, train_mask(model, mixed_task(), config.replace(cuda_graph=False)))
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_run_with_the_fixed_shape_step_resumes_as_if_never_stopped(qwen2, tmp_path):
+    """Stopped after step 4 (its last checkpoint: step 3) and run again: the fixed-shape step, built
+    anew with the optimiser state read back, ends where an uninterrupted run ends."""
+    config = TrainConfig(**{**QUICK, "steps": 6, "checkpoint_every": 3}, batch_size=8, cuda_graph=True)
+    reference = train_mask(qwen2, mixed_task(), config)
+
+    def stop(end):
+        if end.step == 4:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        train_mask(qwen2, mixed_task(), config, out_dir=tmp_path, callbacks=[stop])
+    resumed = train_mask(qwen2, mixed_task(), config, out_dir=tmp_path)
+    assert resumed.history.step.tolist() == list(range(1, 7))
+    assert_same_training(resumed, reference)

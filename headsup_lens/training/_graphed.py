@@ -32,6 +32,7 @@ from ..data import TaskBatch, collate
 from ..gates import native_options
 from ..gates._graph import Replay
 from ..gates._native import native_forward
+from ..gates._paths import module_hooks, uncaptured
 from ..gates._value import valid_value_gate_hooks
 from ..objective import answer_nll
 from ._config import TrainConfig
@@ -55,7 +56,8 @@ def captures_step(
 ) -> bool:
     """Whether a run trains with the fixed-shape step (`TrainConfig.cuda_graph`): as asked, or by
     default where a capture serves: a GPU, the value gate, no activation checkpointing, no hook on the
-    model (a hook's Python would run at the capture only) and padding that at most doubles the tokens."""
+    model (a hook's Python would run at the capture only: hook points, and plain PyTorch hooks on its
+    modules, `gates._paths.module_hooks`) and padding that at most doubles the tokens."""
     if config.cuda_graph is not None:
         return config.cuda_graph
     return (
@@ -63,6 +65,7 @@ def captures_step(
         and config.gate == "value"
         and not config.activation_checkpointing
         and native_forward(model) is not None
+        and not module_hooks(model).elsewhere()
         and padding_factor(encoded) <= PADDING_WARNED
     )
 
@@ -119,7 +122,10 @@ class FixedStep:
         self.grads = [torch.zeros_like(p) for p in self.parameters]
         self.per_task = torch.zeros(n_tasks, device=device)
         self._tasks_of = rows_task.to(device)
-        self._replay = Replay(self._compute, enabled=graph, what=STEP)
+        hooked = module_hooks(model).elsewhere() if graph else []
+        if hooked:
+            warn(uncaptured(hooked, STEP, "running it eagerly"), RuntimeWarning)
+        self._replay = Replay(self._compute, enabled=graph and not hooked, what=STEP)
 
     def __call__(self, rows: Sequence[Row], noise: Sequence[Tensor], tau: float, counts: Tensor) -> Tensor:
         """Set each parameter's `.grad` to the step's gradient on `rows` (this process's batch rows)

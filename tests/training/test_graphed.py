@@ -150,6 +150,19 @@ def test_by_default_the_step_is_captured_on_a_gpu_where_a_capture_serves(qwen2):
     with qwen2.hooks(fwd_hooks=[("blocks.0.attn.hook_z", lambda z, hook: z)]):
         assert not captures_step(qwen2, default, gpu, rows)
     assert captures_step(qwen2, default, gpu, rows)  # the hook is gone again
+    # A plain PyTorch hook on a wrapped Hugging Face module (or on every module) would run at the
+    # capture only as well.
+    handle = raw_module(qwen2.blocks[1].mlp).register_forward_pre_hook(lambda module, args: None)
+    try:
+        assert not captures_step(qwen2, default, gpu, rows)
+    finally:
+        handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, out: None)
+    try:
+        assert not captures_step(qwen2, default, gpu, rows)
+    finally:
+        handle.remove()
+    assert captures_step(qwen2, default, gpu, rows)
 
 
 @CUDA
@@ -200,3 +213,26 @@ def test_a_run_with_the_fixed_shape_step_resumes_as_if_never_stopped(qwen2, tmp_
     resumed = train_mask(qwen2, mixed_task(), config, out_dir=tmp_path)
     assert resumed.history.step.tolist() == list(range(1, 7))
     assert_same_training(resumed, reference)
+
+
+def test_asked_for_with_a_plain_hook_the_fixed_step_runs_eagerly_and_says_so(qwen2):
+    """`cuda_graph=True` with a plain hook on a wrapped module: the step is not captured (the hook's
+    Python would run at the capture only); it warns and runs the same fixed-shape step eagerly, the
+    hook running every step. (Built with `graph=True` as on a GPU; nothing is captured here.)"""
+    from headsup_lens.data import encode_pairs
+    from headsup_lens.models import pad_token_id
+    from headsup_lens.training._graphed import FixedStep
+
+    rows = [encode_pairs(qwen2, list(mixed_task().pairs))]
+    logits = torch.zeros(1, qwen2.cfg.n_layers, qwen2.cfg.n_heads, requires_grad=True)
+    handle = raw_module(qwen2.blocks[0].attn.o).register_forward_hook(lambda module, args, out: None)
+    try:
+        with pytest.warns(RuntimeWarning, match=r"plain PyTorch hooks on .*o_proj.* mask-training step .*eagerly"):
+            step = FixedStep(qwen2, torch.zeros(4, dtype=torch.long), rows, [logits], pad_token_id(qwen2), graph=True)
+    finally:
+        handle.remove()
+    assert not step._replay.enabled
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step = FixedStep(qwen2, torch.zeros(4, dtype=torch.long), rows, [logits], pad_token_id(qwen2), graph=False)
+    assert not step._replay.enabled

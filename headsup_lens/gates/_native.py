@@ -43,7 +43,7 @@ from .._typecheck import checked
 from .._warnings import warn
 from ..data import TaskBatch
 from ._attention import CAUSAL_ATTENTION, PACKED_ATTENTION, current_unpacking, mask_free_refusal, unpacking
-from ._packed import packing, token_gates
+from ._packed import given_packing, packing, token_gates
 from ._paths import Decoding, GateSpec, cached_forward, check_rows, module_hooks, raw_module, uncaptured
 from ._static import Decodings, StaticDecoding, answer_states, cache_slots, decoding_key, fits, static_step
 
@@ -375,20 +375,21 @@ class NativeForward:
         """The final norm's output at the batch's answer positions (`TaskBatch.answers`) of a gated
         pass, differentiable in the gate. A right-padded batch (`TaskBatch.right_padded`) runs as one
         packed sequence on the CPU (`gates._packed`: no padding, no final tokens), else without its
-        attention mask under `CAUSAL_ATTENTION` (the same result, and nothing read back).
-        `checkpoint=True` keeps only each layer's input for the backward pass and runs the layer again
+        attention mask under `CAUSAL_ATTENTION` (the same result, and nothing read back); inside a
+        `gates._packed.packed_as` block it runs packed as the layout given there. `checkpoint=True` keeps only each layer's input for the backward pass and runs the layer again
         there (activation checkpointing: less memory for about one more forward pass)."""
         ids, rows, positions = batch.input_ids, *batch.answers()[:2]
         # Right padding makes the mask redundant under causal attention; chunked or bidirectional
         # attention needs it (transformers builds those masks).
         attention_mask = None if batch.right_padded() and self.refusal is None else batch.attention_mask
         check_rows(spec, ids.shape[0])
-        if attention_mask is None and pack_rows(ids.device) and self.supports_sdpa:
-            layout = packing(batch)
+        given = given_packing()
+        if given is not None or (attention_mask is None and pack_rows(ids.device) and self.supports_sdpa):
+            layout, n_rows, width = given or (packing(batch), *ids.shape)
             gates = token_gates(spec, layout.rows)
             with (
                 self.running(gates, attention=PACKED_ATTENTION, per_token=True, checkpoint=checkpoint) as hf,
-                unpacking(layout.slots, *ids.shape),
+                unpacking(layout.slots, n_rows, width),
                 self.last_layer_at(layout.answers),
             ):
                 packed = hf.base_model(input_ids=layout.ids, position_ids=layout.positions, use_cache=False)
@@ -621,6 +622,11 @@ def pack_rows(device: torch.device) -> bool:
     """Whether loss passes on `device` may pack their rows (see `native_options`)."""
     chosen = _OPTIONS["pack_rows"]
     return device.type == "cpu" if chosen is None else bool(chosen)
+
+
+def pack_rows_asked() -> bool | None:
+    """`native_options(pack_rows=...)` as set: True or False when asked for, None by default."""
+    return _OPTIONS["pack_rows"]
 
 
 @checked

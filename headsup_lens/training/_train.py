@@ -23,7 +23,7 @@ from .._typecheck import checked
 from .._warnings import warn
 from ..data import Task, collate, encode_pairs
 from ..gates import gate_hooks
-from ..gates._native import native_forward
+from ..gates._native import native_forward, pack_rows_asked
 from ..gates._value import valid_value_gate_hooks
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
@@ -235,6 +235,7 @@ class _MaskRun:
                 self.parameters,
                 self.pad_id,
                 graph=self.device.type == "cuda",
+                packed=pack_rows_asked() is True,  # a token budget, on request (`native_options(pack_rows=True)`)
             )
         self.history: list[dict] = []
         self.pending: list[tuple] = []  # steps whose losses are still on the device (see `flush`)

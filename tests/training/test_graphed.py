@@ -73,11 +73,14 @@ def test_the_fixed_shape_step_serves_several_tasks_mlp_gates_and_the_size_penalt
         assert fixed[name].mask.metadata["mlp_logits"] == pytest.approx(grouped[name].mask.metadata["mlp_logits"])
 
 
-def test_the_fixed_shape_step_reads_nothing_back_after_its_first_call(qwen2, monkeypatch):
+@pytest.mark.parametrize("pack", [None, True], ids=["padded", "packed"])
+def test_the_fixed_shape_step_reads_nothing_back_after_its_first_call(qwen2, monkeypatch, pack):
     """What a CUDA graph captures never waits for the device: after the first call (which checks the
-    model's read-out once), the step's forward and backward read nothing back. Its rows stay
-    right-padded where loss passes pack theirs (the CPU's default, and here): the graph's shapes are
-    fixed, a packed layout's are not."""
+    model's read-out once), the step's forward and backward read nothing back, and every step has the
+    same shapes: its rows right-padded to the longest (the default, also where loss passes pack theirs,
+    as on the CPU), or on request (`native_options(pack_rows=True)`) packed to the run's token budget,
+    filler tokens included (`packed_budget`)."""
+    from headsup_lens.data import encode_pairs
     from headsup_lens.training import _graphed
 
     reads_per_call: list[list[str]] = []
@@ -96,14 +99,57 @@ def test_the_fixed_shape_step_reads_nothing_back_after_its_first_call(qwen2, mon
     shapes: list[tuple[int, ...]] = []
     projection = raw_module(qwen2.blocks[0].attn.o)
     handle = projection.register_forward_pre_hook(lambda module, args: shapes.append(tuple(args[0].shape[:-1])))
+    config = TrainConfig(**{**QUICK, "steps": 3, "batch_size": 8}, cuda_graph=True)
     try:
-        with direct_path(True), native_options(pack_rows=True):
-            train_mask(qwen2, mixed_task(), TrainConfig(**{**QUICK, "steps": 3, "batch_size": 8}, cuda_graph=True))
+        with direct_path(True), native_options(pack_rows=True if pack else None):
+            train_mask(qwen2, mixed_task(), config)
     finally:
         handle.remove()
     assert reads_per_call == [[], [], []]
     steps = shapes[-3:]  # (the first call's read-out check runs a one-row pass before them)
-    assert len(set(steps)) == 1 and steps[0][0] == 8  # every step: 8 rows padded to one width
+    assert len(set(steps)) == 1
+    rows = encode_pairs(qwen2, list(mixed_task().pairs))
+    if pack:  # one sequence of the budget: the 8 rows that need the most tokens
+        needs = sorted((len(p) + len(a) - 1 for p, a in rows), reverse=True)
+        assert steps[0] == (1, sum(needs[:8])) == (1, _graphed.packed_budget([rows], torch.zeros(8, dtype=torch.long)))
+    else:  # 8 rows padded to the longest
+        assert steps[0] == (8, max(len(p) + len(a) for p, a in rows))
+
+
+def test_the_packed_fixed_step_trains_the_mask_of_the_grouped_passes(model):
+    """Packed to the run's token budget, filler tokens in rows of their own: the same logits and
+    losses as the default step (rows of other lengths in every batch, answers of several tokens)."""
+    config = TrainConfig(**QUICK, batch_size=8)
+    grouped = train_mask(model, mixed_task(), config)
+    with native_options(pack_rows=True):
+        packed = train_mask(model, mixed_task(), config.replace(cuda_graph=True))
+    assert_same_training(packed, grouped)
+
+
+def test_a_step_is_staged_through_one_persistent_buffer(qwen2):
+    """A step's inputs reach the device through one host buffer per dtype, kept for the run (pinned on
+    a GPU), in two halves used in turn; the tensors the step reads keep their addresses."""
+    from headsup_lens.data import encode_pairs
+    from headsup_lens.models import pad_token_id
+    from headsup_lens.training._graphed import FixedStep
+    from headsup_lens.training._gumbel import left_tail_gumbel
+
+    rows = encode_pairs(qwen2, list(mixed_task().pairs))
+    logits = torch.zeros(1, qwen2.cfg.n_layers, qwen2.cfg.n_heads, requires_grad=True)
+    step = FixedStep(qwen2, torch.zeros(4, dtype=torch.long), [rows], [logits], pad_token_id(qwen2), graph=False)
+    staging = step.staging
+    read = [t.data_ptr() for t in (step.batch.input_ids, *step.batch.answers(), step.noise[0], step.tau)]
+    halves = [staging.host(), None]
+    generator = torch.Generator().manual_seed(0)
+    sent = []
+    for k in range(3):
+        noise = left_tail_gumbel((4, qwen2.cfg.n_layers, qwen2.cfg.n_heads), generator)
+        step(rows[k : k + 4], [noise], 2.0, torch.tensor([float(sum(len(a) for _, a in rows[k : k + 4]))]))
+        sent.append(staging.host()["noise0"])
+        assert torch.equal(step.noise[0], noise)
+        assert [t.data_ptr() for t in (step.batch.input_ids, *step.batch.answers(), step.noise[0], step.tau)] == read
+    assert len(staging._device_flat) == 2  # int64 and float32: one copy each per step
+    assert sent[0] is sent[2] and sent[0] is not sent[1] and halves[0]["noise0"] is sent[1]
 
 
 def test_padding_far_beyond_the_rows_warns_before_training(qwen2):

@@ -300,3 +300,41 @@ def test_no_host_read_comes_before_the_first_decoding_step(llama, monkeypatch):
         greedy_generate(llama, ids, attention, max_new_tokens=4, stops=set())
     # Before the steps: only the host's look at its own padding mask (is the chunk padded at all?).
     assert reads[:4] == ["__bool__", "step", "step", "step"] and "cpu" in reads[4:]
+
+
+@CUDA
+def test_on_a_gpu_decodings_of_one_bucket_replay_one_capture_with_their_own_inputs(tmp_path):
+    """On a GPU (fp32): chunks of other prompts and masks in one bucket replay the step captured at
+    the first, each giving the bridge's output: the gate, the prompt mask and the stop tokens reach
+    the graph through the buffers it reads."""
+    import warnings
+
+    from headsup_lens import load_model
+
+    from ..conftest import build_qwen2_dir
+
+    model = load_model(build_qwen2_dir(tmp_path), device="cuda", dtype="float32")
+    native = native_forward(model)
+    assert native is not None
+    chunks = [
+        ([random_tokens(model, 1, n, seed=n)[0].tolist() for n in (6, 3, 8)], random_mask(model, seed=1, rows=3)),
+        ([random_tokens(model, 1, n, seed=9 + n)[0].tolist() for n in (9, 9, 4)], random_mask(model, seed=2, rows=3)),
+        ([random_tokens(model, 1, n, seed=20 + n)[0].tolist() for n in (2, 7, 5)], random_mask(model, seed=3, rows=3)),
+    ]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*could not be captured.*")
+        for prompts, masks in chunks:
+            ids, attention = left_pad(prompts, pad_id=0)
+            stops = stop_token_ids(model)
+
+            def run(ids=ids, attention=attention, masks=masks, stops=stops):
+                return greedy_generate(model, ids, attention, max_new_tokens=6, stops=stops, mask=masks.cuda())
+
+            with native_options(prefix_sharing=False):
+                fast = run()
+            with direct_path(False):
+                reference = run()
+            assert fast.tokens == reference.tokens
+            assert torch.allclose(fast.first_logits, reference.first_logits, atol=1e-4, rtol=1e-4)
+    (kept,) = native.decodings.kept.values()
+    assert kept.decodings == 3 and kept.replay.graph is not None

@@ -240,6 +240,22 @@ def test_the_captured_training_step_on_a_gpu_equals_the_eager_one(family, tmp_pa
     assert_same_training(captured, train_mask(model, mixed_task(), config.replace(cuda_graph=False)))
 
 
+@CUDA
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_on_a_gpu_the_packed_captured_step_equals_the_default_one(family, tmp_path):
+    """On a GPU (fp32): the step packed to the run's token budget, captured and replayed, trains the
+    mask of the default step."""
+    from ..conftest import build_llama_dir
+
+    folder = build_llama_dir(tmp_path) if family == "llama" else build_family_dir(tmp_path, family)
+    model = load_model(folder, device="cuda", dtype="float32")
+    config = TrainConfig(**QUICK, batch_size=8)
+    with warnings.catch_warnings(), native_options(pack_rows=True):
+        warnings.filterwarnings("error", message=".*could not be captured.*")
+        packed = train_mask(model, mixed_task(), config.replace(cuda_graph=True))
+    assert_same_training(packed, train_mask(model, mixed_task(), config.replace(cuda_graph=False)))
+
+
 class _Stop(Exception):
     pass
 
@@ -282,3 +298,116 @@ def test_asked_for_with_a_plain_hook_the_fixed_step_runs_eagerly_and_says_so(qwe
         warnings.simplefilter("error")
         step = FixedStep(qwen2, torch.zeros(4, dtype=torch.long), rows, [logits], pad_token_id(qwen2), graph=False)
     assert not step._replay.enabled
+
+
+# ------------------------------------------------------------------ bf16 gradients against fp32
+def plain_mask_gradient(folder, device: str, dtype: torch.dtype, rows, logits, noise, tau: float) -> torch.Tensor:
+    """The mask gradient of the answer loss in plain transformers: the model's own class, every row
+    right-padded with its attention mask, straight-through masks from `logits` `[1, n_layers,
+    n_heads]` (one task) and per-row `noise` multiplied into each `o_proj` input by forward pre-hooks."""
+    from transformers import AutoModelForCausalLM
+
+    from headsup_lens.data import collate
+
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval().requires_grad_(False)
+    n_heads = hf.config.num_attention_heads
+    logits = logits.detach().to(device).requires_grad_(True)
+    soft = torch.sigmoid((logits + noise.to(device)) / tau)
+    masks = (soft >= 0.5).float() - soft.detach() + soft  # [rows, n_layers, n_heads]
+
+    def gate(layer: int):
+        def pre(module, args):
+            x = args[0]
+            shaped = x.unflatten(-1, (n_heads, -1)) * masks[:, layer, None, :, None].to(x.dtype)
+            return (shaped.flatten(-2),)
+
+        return pre
+
+    handles = [block.self_attn.o_proj.register_forward_pre_hook(gate(i)) for i, block in enumerate(hf.model.layers)]
+    try:
+        batch = collate(rows, pad_id=hf.config.pad_token_id, device=device)
+        out = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        r, positions, targets = batch.answers()
+        nll = torch.nn.functional.cross_entropy(out[r, positions].float(), targets, reduction="none")
+        (nll.sum() / nll.numel()).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert logits.grad is not None
+    return logits.grad.float().cpu()
+
+
+def library_mask_gradient(
+    folder, device: str, dtype: str, rows, logits, noise, tau: float, graph: bool
+) -> torch.Tensor:
+    """The same gradient through the library's fixed-shape step (`FixedStep`), captured as a CUDA graph
+    when `graph` (called twice: the warm-up, then the capture and its replay)."""
+    from headsup_lens.models import pad_token_id
+    from headsup_lens.training._graphed import FixedStep
+
+    model = load_model(folder, device=device, dtype=dtype)
+    parameter = logits.detach().to(device).requires_grad_(True)
+    step = FixedStep(
+        model, torch.zeros(len(rows), dtype=torch.long), [rows], [parameter], pad_token_id(model), graph=graph
+    )
+    counts = torch.tensor([float(sum(len(answer) for _, answer in rows))], device=device)
+    for _ in range(2 if graph else 1):
+        step(rows, [noise], tau, counts)
+    assert parameter.grad is not None
+    return parameter.grad.float().cpu()
+
+
+def gradient_errors(folder, device: str, graph: bool, seeds: int = 3) -> tuple[float, float]:
+    """How far the bf16 mask gradient of the library's fixed-shape step and plain transformers' bf16
+    gradient are from plain transformers' fp32 gradient: each one's error over every entry, summed over
+    `seeds` draws of the logits and noise, relative to the reference's norm (library, plain)."""
+    from headsup_lens.data import encode_pairs
+    from headsup_lens.training._gumbel import left_tail_gumbel
+
+    model = load_model(folder, device="cpu", dtype="float32")
+    rows = encode_pairs(model, list(mixed_task().pairs)[:8])
+    shape = (model.cfg.n_layers, model.cfg.n_heads)
+    ours = theirs = scale = 0.0
+    for seed in range(seeds):
+        generator = torch.Generator().manual_seed(seed)
+        logits = 1.0 + 0.5 * torch.randn(1, *shape, generator=generator)  # some heads near their switch
+        noise = left_tail_gumbel((len(rows), *shape), generator)
+        reference = plain_mask_gradient(folder, device, torch.float32, rows, logits, noise, 1.0)
+        plain = plain_mask_gradient(folder, device, torch.bfloat16, rows, logits, noise, 1.0)
+        library = library_mask_gradient(folder, device, "bf16", rows, logits, noise, 1.0, graph)
+        ours += float((library - reference).square().sum())
+        theirs += float((plain - reference).square().sum())
+        scale += float(reference.square().sum())
+    return (ours / scale) ** 0.5, (theirs / scale) ** 0.5
+
+
+# bf16 rounds each computation's sums in its own order; of two orders equally exact, which lands
+# nearer the fp32 gradient is chance: "no worse" allows a tenth of plain's own error.
+NO_WORSE = 1.1
+
+
+def test_the_fixed_steps_bf16_gradient_is_no_further_from_fp32_than_plains(tmp_path):
+    """On the CPU (the step run eagerly): the library's bf16 mask gradient is within plain
+    transformers' own bf16 distance of the fp32 gradient; and the comparison can tell (both are off,
+    a step in fp32 is not)."""
+    from ..conftest import build_llama_dir
+
+    folder = build_llama_dir(tmp_path, num_hidden_layers=3, hidden_size=128, intermediate_size=256)
+    ours, theirs = gradient_errors(folder, "cpu", graph=False)
+    assert theirs > 0 and ours <= NO_WORSE * theirs, (ours, theirs)
+
+
+@CUDA
+def test_on_a_gpu_the_captured_steps_bf16_gradient_is_no_further_from_fp32_than_plains(tmp_path):
+    """On a GPU: the step captured as a CUDA graph and replayed, in bf16, against plain transformers'
+    bf16 gradient, both against plain transformers' fp32 gradient, at a wider shape."""
+    from ..conftest import build_llama_dir
+
+    folder = build_llama_dir(
+        tmp_path, num_hidden_layers=4, hidden_size=512, intermediate_size=1024, num_attention_heads=8
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*could not be captured.*")
+        ours, theirs = gradient_errors(folder, "cuda", graph=True)
+    print(f"bf16 mask gradient, relative error against fp32: library {ours:.4g}, plain transformers {theirs:.4g}")
+    assert theirs > 0 and ours <= NO_WORSE * theirs, (ours, theirs)

@@ -90,7 +90,9 @@ def native_options(
     pass over right-padded rows runs as one packed sequence (`gates._packed`: the projections and
     MLPs compute no padding and no final tokens; its layout is built on the host, so a GPU
     waits for nothing; the default is on for a model on the CPU, off on a GPU until the GPU
-    benchmark shows it wins there)."""
+    benchmark shows it wins there; True also packs mask training's captured step to a token budget,
+    `training._graphed`). Fixed-shape decodings keep their buffers and captured step per bucket
+    across calls (`gates._static.Decodings`)."""
     if check_every is not None and check_every < 1:
         raise ValueError(f"check_every must be >= 1, got {check_every}")
     previous = dict(_OPTIONS)

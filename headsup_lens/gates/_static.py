@@ -13,6 +13,10 @@ replayed for every later token:
   so a left-padding query stays finite;
 - rows that stop keep decoding (their tokens are cut at the stop token), so no shape changes; the
   stop flags are read back every `check_every` tokens to end early.
+The cache and every tensor the step reads live in buffers kept per bucket (`StaticDecoding`: the rows,
+the cache's slots rounded up, the token budget, the gate's layout), into which each decoding copies its
+inputs: the chunks of an evaluation and repeated calls replay the step captured at the bucket's first
+decoding (`Decodings`, a few per model, dropped when the weights move).
 The same step runs eagerly on the CPU (`native_options(static_cache=True)`), which is how the tests
 check it against the dynamic cache and the bridge. A capture that fails (an architecture whose step
 reads the device back, say) warns and decodes eagerly: the same steps, launched one by one.

@@ -9,10 +9,14 @@ reads nothing back, so it is captured once (`gates._graph.Replay`) and replayed 
   positions to a fixed count: the extra entries point at the last column of row 0, which never
   predicts an answer token, and weigh 0;
 - the step's inputs (tokens, answer positions, noise, temperature, per-task token counts) are copied
-  into device buffers that the graph reads in place; the mask logits are updated in place by the
-  optimiser, so the graph reads the current ones;
+  into device buffers that the graph reads in place, through one pinned host buffer per dtype kept
+  for the run (`_device.Staging`: one copy per dtype per step); the mask logits are updated in place by
+  the optimiser, so the graph reads the current ones;
 - the graph writes the gradients and the per-task losses into buffers; the optimiser, the gradient
   clipping and the logging stay outside it (a few kernels each).
+On request (`native_options(pack_rows=True)`) the rows are packed into one sequence of a fixed token
+budget instead (`packed_budget`, `gates._packed.packed_as`): fewer tokens through the projections and
+MLPs, off by default until the GPU benchmark shows it wins there.
 Rows are independent and their padding follows their tokens, so the gradient is the length-grouped
 step's up to rounding; tests compare both on the CPU, where the same step runs eagerly (no graph).
 """

@@ -236,7 +236,7 @@ def greedy_rows(
         batch,
         max_new_tokens=max_new_tokens,
         stops=stop_token_ids(model),
-        mask=masks.to(model.cfg.device),
+        mask=masks,  # moved without waiting for the device
         record_layers=record_layers,
         on_pass=on_pass,
     )

@@ -175,7 +175,8 @@ def _decode(
     scored: list[Tensor] = [torch.zeros(0)] * len(prompts) if answers is not None else []
     for chunk in _batches(len(prompts), batch_size):
         rows = [order[i] for i in chunk]
-        ids, attention = left_pad([prompts[i] for i in rows], pad_id=pad_token_id(model), device=model.cfg.device)
+        # On the host: greedy_generate sees there whether the chunk is padded, and copies it without waiting.
+        ids, attention = left_pad([prompts[i] for i in rows], pad_id=pad_token_id(model))
         result = greedy_generate(
             model,
             ids,

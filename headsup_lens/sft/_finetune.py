@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._device import synchronizer
 from .._io import OutputSet, atomic_write_json, atomic_write_text, locked_folder
 from .._typecheck import checked
 from .._validate import check_out_dir, check_ranges
@@ -408,6 +409,7 @@ class _Finetuning:
                 callbacks=callbacks,
                 progress=config.progress,
                 desc=f"finetune ({config.method})",
+                synchronize=synchronizer(self.device),
             )
             result = self.result()
             if out is not None:

@@ -16,14 +16,14 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._device import to_device
+from .._device import synchronizer, to_device
 from .._distributed import all_reduce_sum, rank_and_world, shard
 from .._io import atomic_write_text, locked_folder
 from .._typecheck import checked
 from .._warnings import warn
 from ..data import Task, collate, encode_pairs
 from ..gates import gate_hooks
-from ..gates._native import native_forward
+from ..gates._native import native_forward, pack_rows_asked
 from ..gates._value import valid_value_gate_hooks
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
@@ -235,6 +235,7 @@ class _MaskRun:
                 self.parameters,
                 self.pad_id,
                 graph=self.device.type == "cuda",
+                packed=pack_rows_asked() is True,  # a token budget, on request (`native_options(pack_rows=True)`)
             )
         self.history: list[dict] = []
         self.pending: list[tuple] = []  # steps whose losses are still on the device (see `flush`)
@@ -256,12 +257,17 @@ class _MaskRun:
             callbacks=callbacks,
             progress=config.progress and self.rank == 0,
             desc=f"mask {names[0]}" if self.single else f"masks x{len(self.tasks)}",
+            synchronize=synchronizer(self.device),
         )
         return self.results(out if writer else None)
 
     def restore(self, out: Path) -> int:
-        """Load the state saved in `out` (refused when it is another run); the steps it has done."""
-        state = load_state(out / _CHECKPOINTS / _STATE, self.device)
+        """Load the state saved in `out` (refused when it is another run); the steps it has done.
+
+        The state is read onto the CPU: `load_state_dict` moves the optimiser's moments to the
+        logits' device and leaves AdamW's step counters on the host, where its non-capturable step
+        reads them (on a GPU a counter there would be read back at every step)."""
+        state = load_state(out / _CHECKPOINTS / _STATE)
         check_same_run(state.get("identity", {}), self.identity, out)
         with torch.no_grad():
             self.logits.copy_(state["logits"])

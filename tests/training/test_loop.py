@@ -146,3 +146,38 @@ def test_a_non_finite_loss_stops_the_run():
         check_finite_loss(torch.tensor(float("nan")), 4, ["a"])
     with pytest.raises(ValueError, match="loss became inf"):
         check_finite_loss(math.inf, 0, ("a",))
+
+
+def test_with_callbacks_a_step_is_timed_with_its_device_work():
+    """On a GPU a step returns once its work is queued: with callbacks (they get the step's time) the
+    loop waits for the device before and after every step, so the time covers the step's work and not
+    the previous step's. Without callbacks nothing waits. (A stand-in device records the order.)"""
+    events: list[str] = []
+
+    def step(s):
+        events.append(f"step {s}")
+        return {}
+
+    run_steps(
+        step,
+        steps=2,
+        callbacks=[lambda end: events.append(f"end {end.step}")],
+        progress=False,
+        synchronize=lambda: events.append("sync"),
+    )
+    assert events == ["sync", "step 0", "sync", "end 1", "sync", "step 1", "sync", "end 2"]
+    events.clear()
+    run_steps(step, steps=2, progress=False, synchronize=lambda: events.append("sync"))
+    assert events == ["step 0", "step 1"]
+
+
+def test_the_device_synchronizer_waits_for_a_gpu_only(monkeypatch):
+    from headsup_lens._device import synchronizer
+
+    waited: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
+    assert synchronizer("cpu") is None
+    wait = synchronizer("cuda:1")
+    assert wait is not None and not waited
+    wait()
+    assert waited == [torch.device("cuda:1")]

@@ -360,3 +360,20 @@ def test_reading_losses_back_every_n_steps_changes_nothing(planted, tmp_path):
 def test_log_every_must_be_positive():
     with pytest.raises(ValueError, match="log_every must be >= 1"):
         TrainConfig(log_every=0).validate()
+
+
+def test_a_resumed_run_keeps_the_optimisers_step_counters_on_the_host(planted, tmp_path, monkeypatch):
+    """The resume state is read onto the CPU and `load_state_dict` moves it: AdamW's moments go to the
+    logits' device, its step counters stay on the host, where the non-capturable AdamW reads them (on
+    a GPU a counter on the device is read back at every step). The `meta` device stands in for a GPU."""
+    from headsup_lens.training import _train
+
+    config = TrainConfig(**{**QUICK, "steps": 4, "checkpoint_every": 2})
+    train_mask(planted, planted_task(), config, out_dir=tmp_path)
+    monkeypatch.setattr(_train, "model_device", lambda model: torch.device("meta"))
+    run = _train._MaskRun(planted, [planted_task()], config, single=True, distributed=False)
+    assert run.logits.device.type == "meta"
+    assert run.restore(tmp_path) == 4
+    state = run.optimizer.state[run.logits]
+    assert state["step"].device.type == "cpu" and float(state["step"]) == 4
+    assert state["exp_avg"].device.type == "meta" and state["exp_avg_sq"].device.type == "meta"

@@ -43,6 +43,7 @@ from headsup_lens.options import check_counts, option
 from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script, stored_mask_path
 from headsup_lens.reproduce._controls import (
     alpha_control_stage,
+    combine_controls,
     cross_task_stage,
     random_masks_stage,
     switch_rates_stage,
@@ -142,8 +143,10 @@ def run(xp: Experiment, o: Options):
             random_masks_stage(xp, task, mask, n_draws=o.draws, batch_size=batch, redo=o.redo)
             switch_rates_stage(xp, task, mask, stride=o.stride, redo=o.redo)
             alpha_control_stage(xp, task, mask, n_random=o.random_sets, batch_size=batch, redo=o.redo)
+        combine_controls(xp)
         return None
     if o.stage == "verdicts":
+        combine_controls(xp)
         verdicts = claim_verdicts(xp.out, o.tasks or seed0_tasks(xp))
         xp.table(verdicts, "verdicts", float_format=None)
         return verdicts[["task", "schedule", "examples", "claim", "verdict"]]

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from ..analysis import alpha_control, switch_rates
+from .._io import read_table
+from ..analysis import AlphaControl, SwitchRates, alpha_control, switch_rates
 from ..data import Task
-from ..evaluation import EvalConfig, evaluate, random_mask_control
+from ..evaluation import EvalConfig, RandomMaskControl, evaluate, random_mask_control
 from ..masks import HeadMask
 from ..plots import cross_task_figure
 from ..training import safe_name
@@ -126,3 +127,35 @@ def cross_task_stage(
             cross_task_figure(table, title=f"{title}: each task's mask on every task (strict accuracy)"), "cross_task"
         )
     return table
+
+
+def combine_controls(xp: Experiment) -> list[str]:
+    """The summaries of the controls over every task present, computed again from the per-task tables
+    (`random_masks_<task>.csv`, `fig2_switch_rates_<task>.csv`, `fig6_alpha_control_<task>.csv`):
+    `random_masks_summary.csv`, `fig2_switch_summary.csv` and `fig6_alpha_summary.csv`, what the results
+    pages show. The names of the tables written."""
+    summaries = {
+        "random_masks": (
+            "random_masks_summary",
+            lambda t: RandomMaskControl(str(t.task.iloc[0]), str(t.within.iloc[0]), t, pd.DataFrame()).summary(),
+        ),
+        "fig2_switch_rates": ("fig2_switch_summary", lambda t: SwitchRates(str(t.task.iloc[0]), t).summary()),
+        "fig6_alpha_control": (
+            "fig6_alpha_summary",
+            lambda t: AlphaControl(
+                str(t.task.iloc[0]), float(t.alpha_test.iloc[0]), int(t.n_scaled.iloc[0]), t
+            ).summary(),
+        ),
+    }
+    written = []
+    for artifact, (name, summarize) in summaries.items():
+        paths = [
+            p
+            for p in xp.files(f"{artifact}_*.csv")
+            if not p.name.startswith((f"{artifact}_summary", f"{artifact}_generations"))
+        ]
+        parts = [summarize(read_table(path, keep_default_na=False, na_values=[""])) for path in paths]
+        if parts:
+            xp.table(pd.concat(parts, ignore_index=True), name, float_format=None)
+            written.append(name)
+    return written

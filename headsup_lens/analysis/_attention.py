@@ -227,7 +227,7 @@ def last_position_attention(
     def keep(pattern: Float[Tensor, "batch n_heads query key"], hook) -> None:
         rows[hook.name] = pattern[0, :, -1].detach().float().cpu()
 
-    with torch.no_grad(), gated(model, mask, alpha=alpha, gate=gate):
-        with model.hooks(fwd_hooks=[(name, keep) for name in names]):
-            model(torch.tensor([ids], device=model.cfg.device))
+    hooks = [(name, keep) for name in names]
+    with torch.no_grad(), gated(model, mask, alpha=alpha, gate=gate), model.hooks(fwd_hooks=hooks):
+        model(torch.tensor([ids], device=model.cfg.device))
     return torch.stack([rows[name] for name in names])

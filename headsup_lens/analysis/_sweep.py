@@ -296,7 +296,9 @@ def removal_sweep(
         raise ValueError("top_k and max_new_tokens must be >= 0")
     alpha = check_float("alpha", alpha, 0.0, 1.0)
     if gate == "query" and alpha != 0.0:
-        raise ValueError(f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0")
+        raise ValueError(
+            f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0"
+        )
     steps = list(range(len(order) + 1)) if steps is None else [int(s) for s in steps]
     if not steps or any(not 0 <= s <= len(order) for s in steps):
         raise ValueError(f"steps must be a non-empty list of values in 0..{len(order)}")

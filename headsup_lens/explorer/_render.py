@@ -153,7 +153,9 @@ def generation_html(frame: Frame) -> str:
     for i, (token_id, text) in enumerate(zip(view.generation_ids, view.tokens)):
         differs = i >= len(full.generation_ids) or full.generation_ids[i] != token_id
         spans.append(
-            token_span(text, "hl-tok hl-diff" if differs else "hl-tok", "differs from the full model" if differs else "")
+            token_span(
+                text, "hl-tok hl-diff" if differs else "hl-tok", "differs from the full model" if differs else ""
+            )
         )
     shorter = len(view.generation_ids) < len(full.generation_ids)
     ending = '<span class="hl-end hl-diff" title="stops earlier than the full model">⏹</span>' if shorter else ""
@@ -168,17 +170,16 @@ def generation_html(frame: Frame) -> str:
 
 def tracked_html(frame: Frame) -> str:
     rows = []
-    full = frame.full.tracked.set_index("label")
-    for row in frame.view.tracked.itertuples():
-        before = full.loc[row.label]
-        moved = int(before["rank"]) - int(row.rank)
+    full_rank = dict(zip(frame.full.tracked.label, frame.full.tracked["rank"]))
+    for row in frame.view.tracked.to_dict("records"):
+        rank, before = int(row["rank"]), int(full_rank[row["label"]])
+        moved = before - rank
         arrow = f"▲{moved}" if moved > 0 else (f"▼{-moved}" if moved < 0 else "")
-        classes = "hl-target" if row.kind == "target" else ""
-        classes += " hl-top1" if int(row.rank) == 1 else ""
+        classes = ("hl-target" if row["kind"] == "target" else "") + (" hl-top1" if rank == 1 else "")
         rows.append(
-            f'<tr class="{classes.strip()}"><td>{token_span(row.text)}</td><td>{esc(row.kind)}</td>'
-            f'<td class="hl-num">{int(row.rank)}</td><td class="hl-num">{row.logit:.2f}</td>'
-            f'<td class="hl-num">{int(before["rank"])}</td><td class="hl-move">{arrow}</td></tr>'
+            f'<tr class="{classes.strip()}"><td>{token_span(row["text"])}</td><td>{esc(row["kind"])}</td>'
+            f'<td class="hl-num">{rank}</td><td class="hl-num">{row["logit"]:.2f}</td>'
+            f'<td class="hl-num">{before}</td><td class="hl-move">{arrow}</td></tr>'
         )
     return (
         '<div class="hl-pane"><h4>Tracked tokens at the last prompt position</h4>'

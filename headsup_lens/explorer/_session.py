@@ -21,6 +21,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._names import Gate
+from .._typecheck import checked
 from ..analysis import (
     RemovalSweep,
     influence_order,
@@ -63,6 +64,7 @@ class LRU:
         return key in self.items
 
 
+@checked
 @dataclass(frozen=True)
 class PathwayView:
     """What the explorer shows for one set of removed heads under one gate setting.
@@ -86,6 +88,7 @@ class PathwayView:
     source: str
 
 
+@checked
 class ExplorerSession:
     """The model, the prompt, the removal orders, their sweeps and the caches of one explorer."""
 
@@ -117,14 +120,14 @@ class ExplorerSession:
         self.ids = prompt_ids(model, prompt, formatted=formatted)
         self.prompt_tokens = [token_text(model, t) for t in self.ids]
         self.stops = stop_token_ids(model)
-        self.mask = order_or_mask if isinstance(order_or_mask, HeadMask) else None
-        if self.mask is not None:
-            self.mask.check_model(model)
+        self.mask: HeadMask | None = None
         n_total = self.shape[0] * self.shape[1]
         # The orders the slider can follow; the first one is the explorer's main order.
         self.orders: dict[str, list[Head]] = {}
-        if self.mask is not None:
-            self.orders["weight"] = self.mask.removal_order()
+        if isinstance(order_or_mask, HeadMask):
+            order_or_mask.check_model(model)
+            self.mask = order_or_mask
+            self.orders["weight"] = order_or_mask.removal_order()
         elif order_or_mask is not None:
             given = check_heads(model, list(order_or_mask))
             if len(set(given)) != len(given):
@@ -269,7 +272,7 @@ class ExplorerSession:
         if self.tracked_tokens is None:
             self.sweep(self.main, 0.0, "value")
         assert self.tracked_tokens is not None
-        return self.tracked_tokens[["label", "kind", "token_id", "text"]]
+        return self.tracked_tokens.loc[:, ["label", "kind", "token_id", "text"]]
 
     def _lens(self, resid: Tensor) -> pd.DataFrame:
         """Top tokens of each layer's residual stream at the last prompt position (the logit lens)."""

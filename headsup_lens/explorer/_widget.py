@@ -240,6 +240,7 @@ class Explorer(anywidget.AnyWidget):
     def state(self, state: ExplorerState) -> None:
         if not isinstance(state, ExplorerState):
             raise TypeError(f"state must be an ExplorerState, got {type(state).__name__}")
+        new_order = state.order != self.order
         self._ready = False
         try:
             self.alpha = 0.0  # the gate's check sees alpha 0 on the way
@@ -251,7 +252,8 @@ class Explorer(anywidget.AnyWidget):
             self.selected = list(state.selected) if state.selected is not None else []
         finally:
             self._ready = True
-        self.precompute()
+        if new_order:  # as when the order is chosen on the page
+            self.precompute()
         self._refresh()
 
     @property
@@ -322,7 +324,11 @@ class Explorer(anywidget.AnyWidget):
             [
                 " · ".join(
                     [f"{ORDER_NAMES[self.order]} #{int(rank[layer, head])}"]
-                    + ([f"logit {float(mask.logits[layer, head]):.2f}"] if mask is not None and mask.logits is not None else [])
+                    + (
+                        [f"logit {float(mask.logits[layer, head]):.2f}"]
+                        if mask is not None and mask.logits is not None
+                        else []
+                    )
                 )
                 for head in range(n_heads)
             ]
@@ -436,7 +442,9 @@ def explore(
     check_int("cache_size", cache_size, minimum=1)
     alpha = check_float("alpha", alpha, 0.0, 1.0)
     if gate == "query" and alpha != 0.0:
-        raise ValueError(f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0")
+        raise ValueError(
+            f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0"
+        )
     if isinstance(targets, (int, str)):
         targets = [targets]
     session = ExplorerSession(

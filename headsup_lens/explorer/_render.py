@@ -8,6 +8,7 @@ widget and its static snapshot (an exported notebook, the documentation site) sh
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,8 @@ class Frame:
     view: PathwayView
     full: PathwayView
     summary: str
+    state: dict  # the traits this picture shows (the page compares them with what it asked for)
+    prompt: str
     prompt_tokens: Sequence[str]
     target_positions: Sequence[int]
     attention: Tensor | None  # [n_layers, n_heads, pos], when a head is selected
@@ -162,6 +165,7 @@ def generation_html(frame: Frame) -> str:
     full_spans = "".join(token_span(t) for t in full.tokens)
     return (
         '<div class="hl-pane hl-generation-pane"><h4>Greedy continuation</h4>'
+        f'<div class="hl-full">prompt: <span class="hl-prompt">{esc(frame.prompt)}</span></div>'
         f'<div class="hl-generation" data-generation="{esc(view.generation)}">{"".join(spans)}{ending}</div>'
         f'<div class="hl-full">full model: <span class="hl-full-text">{full_spans}</span></div>'
         '<div class="hl-note">tokens that differ from the full model are marked</div></div>'
@@ -220,11 +224,12 @@ def attention_html(frame: Frame) -> str:
 def body_html(frame: Frame) -> str:
     """The grid and the panes (what the widget replaces on every update)."""
     return (
+        f'<div class="hl-view" data-state="{esc(json.dumps(frame.state))}">'
         f'<div class="hl-summary">{esc(frame.summary)}</div>'
         '<div class="hl-main">'
         f'<div class="hl-left">{grid_html(frame)}</div>'
         f'<div class="hl-right">{generation_html(frame)}{tracked_html(frame)}{attention_html(frame)}</div>'
-        "</div>"
+        "</div></div>"
     )
 
 

@@ -57,17 +57,34 @@ function render({ model, el }) {
   root.append(controls, body);
   el.replaceChildren(root);
 
-  let pending = false;
+  // The page shows "running" from a change it sends until the kernel's picture shows that state
+  // (the picture carries the traits it was drawn for), or while the kernel says the model runs.
+  const drawnFor = () => {
+    const view = body.querySelector(".hl-view");
+    return view ? JSON.parse(view.dataset.state) : null;
+  };
+  const sameSet = (a, b) =>
+    a.length === b.length && a.every((h) => b.some((g) => sameHead(h, g)));
+  const upToDate = () => {
+    const drawn = drawnFor();
+    if (drawn === null) return false;
+    return (
+      sameSet(drawn.removed, model.get("removed")) &&
+      drawn.k === model.get("k") &&
+      drawn.order === model.get("order") &&
+      drawn.gate === model.get("gate") &&
+      Math.abs(drawn.alpha - model.get("alpha")) < 1e-12 &&
+      (drawn.selected.length === 0 ? model.get("selected").length === 0 : sameHead(drawn.selected, model.get("selected"))) &&
+      drawn.color_by === model.get("color_by")
+    );
+  };
   const showBusy = () => {
-    const running = pending || model.get("busy");
+    const running = model.get("busy") || !upToDate();
     root.dataset.busy = String(running);
     busy.textContent = running ? model.get("status") || "running the model…" : "";
     busy.classList.toggle("hl-running", running);
   };
-  const setPending = () => {
-    pending = true;
-    showBusy();
-  };
+  const setPending = showBusy;
 
   const swept = () =>
     (model.get("config").swept || []).some(
@@ -93,6 +110,7 @@ function render({ model, el }) {
 
   const drawBody = () => {
     body.innerHTML = model.get("html");
+    showBusy();
   };
 
   const commit = () => {
@@ -179,13 +197,11 @@ function render({ model, el }) {
     }
   });
 
-  const onBusy = () => {
-    if (!model.get("busy")) pending = false;
-    showBusy();
-  };
   const handlers = [
     ["change:html", drawBody],
-    ["change:busy", onBusy],
+    ["change:busy", showBusy],
+    ["change:removed", showBusy],
+    ["change:selected", showBusy],
     ["change:status", showBusy],
     ["change:config", drawControls],
     ["change:k", drawControls],

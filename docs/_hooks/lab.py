@@ -106,7 +106,9 @@ def jupyter_lab(folder: Path, *, timeout_s: float = 180.0) -> Iterator[tuple[str
         command.append("--allow-root")  # containers and CI runners often run as root
     base = f"http://127.0.0.1:{port}"
     with (folder / "lab.log").open("w") as log:
-        server = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = subprocess.Popen(
+            command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + timeout_s
             while True:

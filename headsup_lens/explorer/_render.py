@@ -107,7 +107,12 @@ def grid_html(frame: Frame) -> str:
     followed by that layer's logit-lens top tokens."""
     removed = set(frame.removed)
     planted = planted_letters(frame.planted)
+    tops: dict[int, list[str]] = {}
     lens = frame.view.lens
+    for row in lens[lens["rank"] <= frame.lens_shown].to_dict("records"):
+        tops.setdefault(int(row["layer"]), []).append(
+            token_span(row["token"], "hl-tok hl-lens-tok", f"p = {row['prob']:.3f}")
+        )
     rows = []
     for layer in reversed(range(frame.n_layers)):
         cells = [f'<th class="hl-layer">L{layer}</th>']
@@ -131,11 +136,7 @@ def grid_html(frame: Frame) -> str:
                 f'role="button" style="background:{frame.colours[layer][head]}" title="{esc(" · ".join(title))}">'
                 f"{''.join(marks)}</td>"
             )
-        top = lens[(lens.layer == layer) & (lens["rank"] <= frame.lens_shown)]
-        tokens = " ".join(
-            token_span(row.token, "hl-tok hl-lens-tok", f"p = {row.prob:.3f}") for row in top.itertuples()
-        )
-        cells.append(f'<td class="hl-lens">{tokens}</td>')
+        cells.append(f'<td class="hl-lens">{" ".join(tops.get(layer, []))}</td>')
         rows.append(f"<tr>{''.join(cells)}</tr>")
     footer = "".join(f'<th class="hl-headno">{h}</th>' for h in range(frame.n_heads))
     rows.append(f'<tr><th></th>{footer}<th class="hl-lens-title">logit lens: top tokens per layer</th></tr>')
@@ -161,7 +162,7 @@ def generation_html(frame: Frame) -> str:
             )
         )
     shorter = len(view.generation_ids) < len(full.generation_ids)
-    ending = '<span class="hl-end hl-diff" title="stops earlier than the full model">⏹</span>' if shorter else ""
+    ending = '<span class="hl-end">(stops: the full model goes on)</span>' if shorter else ""
     full_spans = "".join(token_span(t) for t in full.tokens)
     return (
         '<div class="hl-pane hl-generation-pane"><h4>Greedy continuation</h4>'

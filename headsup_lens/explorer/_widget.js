@@ -95,7 +95,7 @@ function render({ model, el }) {
     const config = model.get("config");
     setOptions(order, config.orders || []);
     setOptions(gate, (config.gates || []).map((g) => [g, g === "value" ? "value (hook_z)" : "query (uniform attention)"]));
-    setOptions(colour, (config.color_by || []).map((c) => [c, { mask: "mask logits", rank: "order rank", attention: "attention on target" }[c] || c]));
+    setOptions(colour, config.color_by || []);
     slider.max = String(config.max_k ?? 0);
     order.value = model.get("order");
     gate.value = model.get("gate");

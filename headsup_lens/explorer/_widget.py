@@ -292,12 +292,18 @@ class Explorer(anywidget.AnyWidget):
                 "max_k": session.max_k,
                 "orders": [[name, ORDER_NAMES[name]] for name in session.orders],
                 "gates": self._gates,
-                "color_by": self._color_options,
+                "color_by": [[option, self._color_label(option)] for option in self._color_options],
                 "swept": [
                     [name, alpha, gate] for (name, alpha, gate) in session.sweeps
                 ],  # which (order, alpha, gate) the slider scrubs without running the model
             },
         )
+
+    def _color_label(self, option: str) -> str:
+        mask = self._session.mask
+        if option == "mask":
+            return "mask logits" if mask is not None and mask.logits is not None else "mask values"
+        return {"rank": "order rank", "attention": "attention on target"}[option]
 
     def _frame(self) -> Frame:
         session = self._session
@@ -410,7 +416,7 @@ def explore(
     k: int = 0,
     removed: Sequence[Head] | None = None,
     planted: Mapping[str, Sequence[Head]] | None = None,
-    max_new_tokens: int = 20,
+    max_new_tokens: int = 12,
     top_k: int = 5,
     lens_k: int = 5,
     max_k: int | None = None,

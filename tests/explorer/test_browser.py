@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        not (shutil.which("chromium") or shutil.which("chromium-browser")), reason="no chromium (apt-get install chromium)"
+        not (shutil.which("chromium") or shutil.which("chromium-browser")),
+        reason="no chromium (apt-get install chromium)",
     ),
 ]
 

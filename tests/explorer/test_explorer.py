@@ -224,7 +224,7 @@ def test_explore_refuses_what_it_cannot_show(model, example):
         hl.explore(model, word, mask, max_k=500)
     small = hl.explore(model, word, [(0, 1), (2, 2)], targets=[answer], max_new_tokens=4, progress=False)
     assert small.config["max_k"] == 2 and small.order == "given"
-    assert small.config["color_by"] == ["rank", "attention"]
+    assert small.config["color_by"] == [["rank", "order rank"], ["attention", "attention on target"]]
 
 
 def test_query_alpha_reference_is_not_the_value_gate(model, example):

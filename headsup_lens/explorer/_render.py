@@ -109,10 +109,9 @@ def grid_html(frame: Frame) -> str:
     planted = planted_letters(frame.planted)
     tops: dict[int, list[str]] = {}
     lens = frame.view.lens
-    for row in lens[lens["rank"] <= frame.lens_shown].to_dict("records"):
-        tops.setdefault(int(row["layer"]), []).append(
-            token_span(row["token"], "hl-tok hl-lens-tok", f"p = {row['prob']:.3f}")
-        )
+    shown = lens["rank"] <= frame.lens_shown
+    for layer, token, prob in zip(lens["layer"][shown], lens["token"][shown], lens["prob"][shown]):
+        tops.setdefault(int(layer), []).append(token_span(token, "hl-tok hl-lens-tok", f"p = {prob:.3f}"))
     rows = []
     for layer in reversed(range(frame.n_layers)):
         cells = [f'<th class="hl-layer">L{layer}</th>']

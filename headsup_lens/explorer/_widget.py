@@ -274,11 +274,24 @@ class Explorer(anywidget.AnyWidget):
     # ----------------------------------------------------------------- rendering
     @contextlib.contextmanager
     def _status(self, message: str) -> Iterator[None]:
-        self.set_trait("status", message)
-        self.set_trait("busy", True)
+        self._announce(message)
         try:
             yield
         finally:
+            self._settle()
+
+    def _announce(self, message: str) -> None:
+        """Tell the page that the model runs (one message, sent before the work starts)."""
+        with self.hold_sync():
+            self.set_trait("status", message)
+            self.set_trait("busy", True)
+
+    def _settle(self, **traits: Any) -> None:
+        """Send the results and the end of the work in one message (each message is a hop through
+        the kernel's socket and the server to the page)."""
+        with self.hold_sync():
+            for name, value in traits.items():
+                self.set_trait(name, value)
             self.set_trait("busy", False)
             self.set_trait("status", "")
 
@@ -353,7 +366,7 @@ class Explorer(anywidget.AnyWidget):
             full=session.full_view(),
             summary=self._summary(view),
             state={
-                "removed": [list(h) for h in removed],
+                "removed": [list(h) for h in sorted(removed)],
                 "k": self.k,
                 "order": self.order,
                 "alpha": self.alpha,
@@ -380,10 +393,14 @@ class Explorer(anywidget.AnyWidget):
 
     def _refresh(self) -> None:
         started = time.perf_counter()
-        with self._status("running the model"):
+        self._announce("running the model")
+        try:
             frame = self._frame()
-            self.set_trait("html", body_html(frame))
-            self.set_trait("generation", frame.view.generation)
+            html = body_html(frame)
+        except BaseException:
+            self._settle()
+            raise
+        self._settle(html=html, generation=frame.view.generation)
         self._last_update_s = time.perf_counter() - started
 
     def snapshot(self) -> str:

@@ -9,6 +9,7 @@ documentation site) the cell shows a static HTML snapshot of the same view.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import time
@@ -123,7 +124,7 @@ class Explorer(anywidget.AnyWidget):
         if session.target_positions():
             self._color_options.append("attention")
         self._ready = False
-        self._last_update_s = 0.0
+        self._update_seconds: collections.deque[float] = collections.deque(maxlen=1000)
         self._update_config()
         with self._status(f"precomputing the {ORDER_NAMES[order]} sweep ({session.max_k + 1} sets)"):
             session.sweep(order, alpha, gate, progress=progress)  # type: ignore[arg-type]
@@ -267,9 +268,10 @@ class Explorer(anywidget.AnyWidget):
         return self._session
 
     @property
-    def last_update_s(self) -> float:
-        """Seconds the last update took in Python (computing and rendering the new view)."""
-        return self._last_update_s
+    def update_seconds(self) -> list[float]:
+        """Seconds each of the last updates took in the kernel (computing and rendering the new
+        view, up to 1000 of them, oldest first)."""
+        return list(self._update_seconds)
 
     # ----------------------------------------------------------------- rendering
     @contextlib.contextmanager
@@ -401,7 +403,7 @@ class Explorer(anywidget.AnyWidget):
             self._settle()
             raise
         self._settle(html=html, generation=frame.view.generation)
-        self._last_update_s = time.perf_counter() - started
+        self._update_seconds.append(time.perf_counter() - started)
 
     def snapshot(self) -> str:
         """The current view as self-contained HTML (no script): what an exported notebook shows."""

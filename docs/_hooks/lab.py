@@ -158,8 +158,9 @@ def chromium_page(folder: Path, *, width: int = 1400, height: int = 1000, chromi
             context.close()
 
 
-def run_notebook(page: Any, base: str, token: str, name: str, *, timeout_s: float = 300.0) -> None:
-    """Open `name` in JupyterLab, wait for its kernel and run every cell (Lab's `notebook:run-all-cells`)."""
+def run_notebook(page: Any, base: str, token: str, name: str, *, timeout_s: float = 300.0, cells: str = "all") -> None:
+    """Open `name` in JupyterLab, wait for its kernel and run every cell (Lab's `notebook:run-all-cells`),
+    or with `cells="first"` the first one only (`run_cell` runs another later)."""
     page.goto(f"{base}/lab/tree/{name}?token={token}")
     ready = """() => {
         const widget = window.jupyterapp && window.jupyterapp.shell.currentWidget;
@@ -168,7 +169,21 @@ def run_notebook(page: Any, base: str, token: str, name: str, *, timeout_s: floa
         return kernel && kernel.status === "idle";
     }"""
     page.wait_for_function(ready, timeout=timeout_s * 1000)
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    if cells == "all":
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    else:
+        run_cell(page, 0)
+
+
+def run_cell(page: Any, index: int) -> None:
+    """Run the cell at `index` of the notebook in view."""
+    page.evaluate(
+        """(index) => {
+        window.jupyterapp.shell.currentWidget.content.activeCellIndex = index;
+        return window.jupyterapp.commands.execute('notebook:run-cell');
+    }""",
+        index,
+    )
 
 
 def wait_for_explorer(page: Any, *, timeout_s: float = 300.0) -> Any:

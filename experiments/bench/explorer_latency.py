@@ -134,13 +134,13 @@ def by_action(seconds: list[float], moves: list[Move], kernel: bool) -> dict[str
 def new_tokens(explorer, moves: list[Move]) -> dict[str, float]:
     """Per kind of click, the mean length of the continuations of the sets the moves made (all in the
     explorer's cache by now: nothing runs)."""
-    order = explorer.session.order(explorer.order)
+    order = explorer.runner.order(explorer.order)
     removed: list = []
     lengths: dict[str, list[int]] = {}
     for kind, a, b, timed in moves:
         removed = list(order[:a]) if kind == "slider" else toggled(removed, (a, b))
         if timed.startswith("click"):
-            view = explorer.session.view(removed, explorer.alpha, explorer.gate)
+            view = explorer.runner.view(removed, explorer.alpha, explorer.gate)
             lengths.setdefault(timed, []).append(len(view.generation_ids))
     return {timed: statistics.mean(values) for timed, values in lengths.items()}
 

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..masks import Head
-from ._session import PathwayView
+from ._runner import PathwayView
 
 CSS_FILE = Path(__file__).with_name("_widget.css")
 

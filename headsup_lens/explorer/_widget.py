@@ -3,7 +3,7 @@ continuation, the tracked tokens, the logit lens and a head's attention change.
 
 The widget is an anywidget (JupyterLab, Notebook 7, VS Code, Colab): a small script draws the
 controls and sends clicks; all model work and all rendering happen here, in Python
-(`_session.ExplorerSession`, `_render`). Outside a live kernel (an exported notebook, the
+(`_runner.ExplorerRunner`, `_render`). Outside a live kernel (an exported notebook, the
 documentation site) the cell shows a static HTML snapshot of the same view.
 """
 
@@ -30,7 +30,7 @@ from ..masks import Head, HeadMask
 from ..models import fingerprint
 from ..organism import load_planted
 from ._render import Frame, body_html, cell_colours, snapshot_html
-from ._session import ExplorerSession, PathwayView
+from ._runner import ExplorerRunner, PathwayView
 
 try:  # the `explore` extra: pip install "headsup_lens[explore]"
     import anywidget
@@ -101,7 +101,7 @@ class Explorer(anywidget.AnyWidget):
 
     def __init__(
         self,
-        session: ExplorerSession,
+        runner: ExplorerRunner,
         *,
         planted: Mapping[str, Sequence[Head]],
         alpha: float,
@@ -114,26 +114,26 @@ class Explorer(anywidget.AnyWidget):
         progress: bool,
     ) -> None:
         super().__init__()
-        self._session = session
+        self._runner = runner
         self._planted = {task: _heads(heads) for task, heads in planted.items()}
         self._gates = ["value"]
         with contextlib.suppress(ValueError):  # an architecture whose attention the query gate cannot reach
-            verify_query_gate(session.model)
+            verify_query_gate(runner.model)
             self._gates.append("query")
-        self._color_options = (["mask"] if session.mask is not None else []) + ["rank"]
-        if session.target_positions():
+        self._color_options = (["mask"] if runner.mask is not None else []) + ["rank"]
+        if runner.target_positions():
             self._color_options.append("attention")
         self._ready = False
         self._update_seconds: collections.deque[float] = collections.deque(maxlen=1000)
         self._update_config()
-        with self._status(f"precomputing the {ORDER_NAMES[order]} sweep ({session.max_k + 1} sets)"):
-            session.sweep(order, alpha, gate, progress=progress)  # type: ignore[arg-type]
+        with self._status(f"precomputing the {ORDER_NAMES[order]} sweep ({runner.max_k + 1} sets)"):
+            runner.sweep(order, alpha, gate, progress=progress)  # type: ignore[arg-type]
         self.order = order
         self.alpha = alpha
         self.gate = gate
         self.k = k
         self.color_by = color_by or self._color_options[0]
-        self.removed = list(removed) if removed is not None else session.order(order)[:k]
+        self.removed = list(removed) if removed is not None else runner.order(order)[:k]
         self.selected = list(selected) if selected is not None else []
         self._ready = True
         self.on_msg(self._on_message)
@@ -142,7 +142,7 @@ class Explorer(anywidget.AnyWidget):
     # ----------------------------------------------------------------- validation of what the page or code sets
     @traitlets.validate("removed")
     def _valid_removed(self, proposal) -> list[Head]:
-        heads = check_heads(self._session.model, _heads(proposal["value"]))
+        heads = check_heads(self._runner.model, _heads(proposal["value"]))
         return list(dict.fromkeys(heads))  # a head clicked twice in one message counts once
 
     @traitlets.validate("selected")
@@ -150,7 +150,7 @@ class Explorer(anywidget.AnyWidget):
         value = list(proposal["value"])
         if not value:
             return []
-        (head,) = check_heads(self._session.model, [tuple(value)])
+        (head,) = check_heads(self._runner.model, [tuple(value)])
         return list(head)
 
     @traitlets.validate("alpha")
@@ -171,13 +171,13 @@ class Explorer(anywidget.AnyWidget):
 
     @traitlets.validate("order")
     def _valid_order(self, proposal) -> str:
-        if proposal["value"] not in self._session.orders:
-            raise traitlets.TraitError(f"order must be one of {list(self._session.orders)}, got {proposal['value']!r}")
+        if proposal["value"] not in self._runner.orders:
+            raise traitlets.TraitError(f"order must be one of {list(self._runner.orders)}, got {proposal['value']!r}")
         return proposal["value"]
 
     @traitlets.validate("k")
     def _valid_k(self, proposal) -> int:
-        return check_int("k", proposal["value"], minimum=0, maximum=self._session.max_k)
+        return check_int("k", proposal["value"], minimum=0, maximum=self._runner.max_k)
 
     @traitlets.validate("color_by")
     def _valid_color_by(self, proposal) -> str:
@@ -192,7 +192,7 @@ class Explorer(anywidget.AnyWidget):
             return
         if change["name"] == "order":
             self.precompute()
-        heads = self._session.order(self.order)[: self.k]
+        heads = self._runner.order(self.order)[: self.k]
         if set(heads) != set(self.removed):
             self.removed = heads  # refreshes through `_on_change`
         else:
@@ -212,17 +212,17 @@ class Explorer(anywidget.AnyWidget):
     def precompute(self) -> None:
         """Compute the current order's removal sweep under the current gate setting, so that the
         slider scrubs it without running the model (done once per order and setting)."""
-        session = self._session
-        if not session.has_sweep(self.order, self.alpha, self.gate):
-            with self._status(f"precomputing the {ORDER_NAMES[self.order]} sweep ({session.max_k + 1} sets)"):
-                session.sweep(self.order, self.alpha, self.gate)  # type: ignore[arg-type]
+        runner = self._runner
+        if not runner.has_sweep(self.order, self.alpha, self.gate):
+            with self._status(f"precomputing the {ORDER_NAMES[self.order]} sweep ({runner.max_k + 1} sets)"):
+                runner.sweep(self.order, self.alpha, self.gate)  # type: ignore[arg-type]
             self._update_config()
 
     def to_mask(self) -> HeadMask:
         """The current set as a `HeadMask` (the removed heads 0, the others 1); the prompt and the
         gate setting go to its metadata."""
-        mask = HeadMask.from_heads(list(self.removed), self._session.model)
-        metadata = {"explorer_prompt": self._session.prompt, "gate": self.gate, "alpha": self.alpha}
+        mask = HeadMask.from_heads(list(self.removed), self._runner.model)
+        metadata = {"explorer_prompt": self._runner.prompt, "gate": self.gate, "alpha": self.alpha}
         return dataclasses.replace(mask, metadata=metadata)
 
     @property
@@ -260,12 +260,12 @@ class Explorer(anywidget.AnyWidget):
     @property
     def view(self) -> PathwayView:
         """What the model does with the current set (the continuation, tracked tokens, logit lens)."""
-        return self._session.view(_heads(self.removed), self.alpha, self.gate)  # type: ignore[arg-type]
+        return self._runner.view(_heads(self.removed), self.alpha, self.gate)  # type: ignore[arg-type]
 
     @property
-    def session(self) -> ExplorerSession:
+    def runner(self) -> ExplorerRunner:
         """The model work behind the widget: orders, sweeps, caches."""
-        return self._session
+        return self._runner
 
     @property
     def update_seconds(self) -> list[float]:
@@ -298,47 +298,47 @@ class Explorer(anywidget.AnyWidget):
             self.set_trait("status", "")
 
     def _update_config(self) -> None:
-        session = self._session
+        runner = self._runner
         self.set_trait(
             "config",
             {
-                "n_layers": session.shape[0],
-                "n_heads": session.shape[1],
-                "max_k": session.max_k,
-                "orders": [[name, ORDER_NAMES[name]] for name in session.orders],
+                "n_layers": runner.shape[0],
+                "n_heads": runner.shape[1],
+                "max_k": runner.max_k,
+                "orders": [[name, ORDER_NAMES[name]] for name in runner.orders],
                 "gates": self._gates,
                 "color_by": [[option, self._color_label(option)] for option in self._color_options],
                 "swept": [
-                    [name, alpha, gate] for (name, alpha, gate) in session.sweeps
+                    [name, alpha, gate] for (name, alpha, gate) in runner.sweeps
                 ],  # which (order, alpha, gate) the slider scrubs without running the model
             },
         )
 
     def _color_label(self, option: str) -> str:
-        mask = self._session.mask
+        mask = self._runner.mask
         if option == "mask":
             return "mask logits" if mask is not None and mask.logits is not None else "mask values"
         return {"rank": "order rank", "attention": "attention on target"}[option]
 
     def _frame(self) -> Frame:
-        session = self._session
+        runner = self._runner
         removed = _heads(self.removed)
         gate: Gate = self.gate  # type: ignore[assignment]
-        view = session.view(removed, self.alpha, gate)
+        view = runner.view(removed, self.alpha, gate)
         selected = tuple(self.selected) if self.selected else None
         attention = None
         if selected is not None or self.color_by == "attention":
-            attention = session.attention(removed, self.alpha, gate)
-        n_layers, n_heads = session.shape
-        order = session.order(self.order)
+            attention = runner.attention(removed, self.alpha, gate)
+        n_layers, n_heads = runner.shape
+        order = runner.order(self.order)
         rank = torch.full((n_layers, n_heads), float(len(order) + 1))
         for i, (layer, head) in enumerate(order):
             rank[layer, head] = i + 1
-        mask = session.mask
+        mask = runner.mask
         if self.color_by == "mask" and mask is not None:
             kind, values = ("mask", mask.logits) if mask.logits is not None else ("mask values", mask.values)
         elif self.color_by == "attention" and attention is not None:
-            kind, values = "attention", attention[..., session.target_positions()].sum(-1)
+            kind, values = "attention", attention[..., runner.target_positions()].sum(-1)
         else:
             kind, values = "rank", rank
         hover = [
@@ -365,7 +365,7 @@ class Explorer(anywidget.AnyWidget):
             hover=hover,
             planted=self._planted,
             view=view,
-            full=session.full_view(),
+            full=runner.full_view(),
             summary=self._summary(view),
             state={
                 "removed": [list(h) for h in sorted(removed)],
@@ -376,15 +376,15 @@ class Explorer(anywidget.AnyWidget):
                 "selected": list(self.selected),
                 "color_by": self.color_by,
             },
-            prompt=session.prompt,
-            prompt_tokens=session.prompt_tokens,
-            target_positions=session.target_positions(),
+            prompt=runner.prompt,
+            prompt_tokens=runner.prompt_tokens,
+            target_positions=runner.target_positions(),
             attention=attention,
         )
 
     def _summary(self, view: PathwayView) -> str:
         n = len(view.removed)
-        order = self._session.order(self.order)
+        order = self._runner.order(self.order)
         if set(order[: self.k]) == view.removed:
             where = f"the first {n} of the {ORDER_NAMES[self.order]}"
         else:
@@ -409,7 +409,7 @@ class Explorer(anywidget.AnyWidget):
         """The current view as self-contained HTML (no script): what an exported notebook shows."""
         gate = f"value gate, α = {self.alpha:g}" if self.gate == "value" else "query gate"
         controls = (
-            f"{ORDER_NAMES[self.order]}: remove the first k heads, k = {self.k} of {self._session.max_k} · "
+            f"{ORDER_NAMES[self.order]}: remove the first k heads, k = {self.k} of {self._runner.max_k} · "
             f"{gate} · (a static snapshot: run the notebook to explore)"
         )
         return snapshot_html(self._frame(), controls)
@@ -418,7 +418,7 @@ class Explorer(anywidget.AnyWidget):
         bundle = super()._repr_mimebundle_(**kwargs)
         data, metadata = bundle if isinstance(bundle, tuple) else (bundle or {}, {})
         data = {**data, "text/html": self.snapshot()}
-        data["text/plain"] = f"Explorer({self._session.prompt!r}, {len(self.removed)} heads removed)"
+        data["text/plain"] = f"Explorer({self._runner.prompt!r}, {len(self.removed)} heads removed)"
         return data, metadata
 
 
@@ -482,7 +482,7 @@ def explore(
         )
     if isinstance(targets, (int, str)):
         targets = [targets]
-    session = ExplorerSession(
+    runner = ExplorerRunner(
         model,
         prompt,
         order_or_mask,
@@ -496,17 +496,17 @@ def explore(
         batch_size=batch_size,
         cache_size=cache_size,
     )
-    order = session.main if order is None else order
-    if order not in session.orders:
-        raise ValueError(f"order must be one of {list(session.orders)} here, got {order!r}")
-    if k > session.max_k:
-        raise ValueError(f"k={k} exceeds max_k={session.max_k}")
+    order = runner.main if order is None else order
+    if order not in runner.orders:
+        raise ValueError(f"order must be one of {list(runner.orders)} here, got {order!r}")
+    if k > runner.max_k:
+        raise ValueError(f"k={k} exceeds max_k={runner.max_k}")
     if planted is None:
         planted = load_planted() if fingerprint(model, content=False).name == "organism" else {}
     if color_by is not None and color_by not in ("mask", "rank", "attention"):
         raise ValueError(f"color_by must be 'mask', 'rank' or 'attention', got {color_by!r}")
     return Explorer(
-        session,
+        runner,
         planted=planted,
         alpha=alpha,
         gate=gate,

@@ -76,7 +76,7 @@ def test_a_clicked_set_shows_the_value_gate_greedy_continuation(model, example, 
     assert tracked["rank"].tolist() == expected
     torch.testing.assert_close(torch.tensor(tracked.logit.tolist()), logits[tracked.token_id.tolist()].float())
     # Tokens that differ from the full model are marked.
-    full = explorer.session.full_view().generation_ids
+    full = explorer.runner.full_view().generation_ids
     differing = sum(i >= len(full) or full[i] != t for i, t in enumerate(ids))
     assert explorer.html.count("hl-tok hl-diff") == differing
 
@@ -101,7 +101,7 @@ def test_the_slider_shows_the_removal_sweep_step(model, example, explorer):
     assert explorer.generation == expected.generations[10] and explorer.view.source == "sweep"
 
     explorer.order = "influence"
-    assert explorer.session.order("influence") == influence_order(sweep)
+    assert explorer.runner.order("influence") == influence_order(sweep)
     assert explorer.removed == influence_order(sweep)[:10]
 
 
@@ -115,7 +115,7 @@ def test_the_logit_lens_and_attention_panes_are_the_library_s(model, example, ex
     shown = explorer.view.lens
     assert shown.token_id.tolist() == lens.token_id.tolist()
     torch.testing.assert_close(torch.tensor(shown.prob.tolist()), torch.tensor(lens.prob.tolist()), atol=1e-5, rtol=0)
-    attention = explorer.session.attention(removed, 0.0, "value")
+    attention = explorer.runner.attention(removed, 0.0, "value")
     torch.testing.assert_close(attention, last_position_attention(model, word, gated))
     assert "Attention of L3 H4" in explorer.html
 
@@ -134,7 +134,7 @@ def test_alpha_and_the_query_gate_match_the_gates(model, example, explorer, gate
     explorer.k = 20
     assert explorer.view.source == "pass"
     pass_ids = explorer.view.generation_ids
-    explorer.session.views.items.clear()  # forget the pass: the view is read from the sweep next
+    explorer.runner.views.items.clear()  # forget the pass: the view is read from the sweep next
     explorer.precompute()
     explorer.k = 19
     explorer.k = 20
@@ -179,7 +179,7 @@ def test_traits_round_trip(model, example, explorer):
 
 
 def test_the_cache_returns_identical_results(model, example, explorer):
-    cache = explorer.session.views
+    cache = explorer.runner.views
     explorer.removed = [(0, 1), (3, 3)]
     first = explorer.view
     misses = cache.misses
@@ -188,9 +188,11 @@ def test_the_cache_returns_identical_results(model, example, explorer):
     assert explorer.view is first
     assert cache.misses == misses + 1 and cache.hits > 0
     html = explorer.html
+    updates = len(explorer.update_seconds)
     explorer.removed = [(5, 5)]
     explorer.removed = [(0, 1), (3, 3)]
     assert explorer.html == html
+    assert len(explorer.update_seconds) == updates + 2  # one update per change
 
 
 def test_the_static_snapshot_shows_the_view(model, example, explorer):

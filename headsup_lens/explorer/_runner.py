@@ -89,7 +89,7 @@ class PathwayView:
 
 
 @checked
-class ExplorerSession:
+class ExplorerRunner:
     """The model, the prompt, the removal orders, their sweeps and the caches of one explorer."""
 
     def __init__(

@@ -1,4 +1,4 @@
-"""Drive a notebook in a real JupyterLab with the system's Chromium through Playwright.
+"""Drive a notebook in a real JupyterLab (or Notebook 7) with the system's Chromium through Playwright.
 
 Used by the explorer's browser test (`tests/explorer/test_browser.py`) and by the explorer's
 screenshots (`docs/_hooks/explorer_screenshots.py`). JupyterLab runs on a free port of 127.0.0.1
@@ -68,10 +68,20 @@ def write_notebook(path: Path, cells: list[str]) -> Path:
     return path
 
 
+# The front ends: their server module, the option that exposes the app as window.jupyterapp, the URL
+# of a notebook.
+APPS = {
+    "lab": ("jupyterlab", "LabApp", "lab/tree/{name}"),
+    "notebook": ("notebook", "JupyterNotebookApp", "notebooks/{name}"),  # Notebook 7
+}
+
+
 @contextlib.contextmanager
-def jupyter_lab(folder: Path, *, timeout_s: float = 180.0) -> Iterator[tuple[str, str]]:
-    """Start JupyterLab serving `folder`; yields (base URL, token) and stops the server (and its
-    kernels) on exit. Its log is `folder/lab.log`."""
+def jupyter_lab(folder: Path, *, timeout_s: float = 180.0, app: str = "lab") -> Iterator[tuple[str, str]]:
+    """Start JupyterLab (or Notebook 7: `app="notebook"`) serving `folder`; yields (base URL of a
+    notebook, with `{name}` to fill in, and the token) and stops the server (and its kernels) on exit.
+    Its log is `folder/lab.log`."""
+    module, app_class, notebook_path = APPS[app]
     token = secrets.token_hex(16)
     port = free_port()
     state = folder / ".lab-state"
@@ -92,15 +102,14 @@ def jupyter_lab(folder: Path, *, timeout_s: float = 180.0) -> Iterator[tuple[str
     command = [
         sys.executable,
         "-m",
-        "jupyterlab",
+        module,
         "--no-browser",
         "--ip=127.0.0.1",
         f"--port={port}",
         "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={folder}",
-        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: run the cells through Lab's own command
-        "--LabApp.news_url=",
+        f"--{app_class}.expose_app_in_browser=True",  # window.jupyterapp: run the cells through the app's own command
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")  # containers and CI runners often run as root
@@ -123,7 +132,7 @@ def jupyter_lab(folder: Path, *, timeout_s: float = 180.0) -> Iterator[tuple[str
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"JupyterLab did not answer within {timeout_s:.0f} s; see {folder / 'lab.log'}")
                 time.sleep(0.5)
-            yield base, token
+            yield f"{base}/{notebook_path}", token
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(server.pid, signal.SIGTERM)  # the server's own group: it and the kernels it started
@@ -159,9 +168,10 @@ def chromium_page(folder: Path, *, width: int = 1400, height: int = 1000, chromi
 
 
 def run_notebook(page: Any, base: str, token: str, name: str, *, timeout_s: float = 300.0, cells: str = "all") -> None:
-    """Open `name` in JupyterLab, wait for its kernel and run every cell (Lab's `notebook:run-all-cells`),
-    or with `cells="first"` the first one only (`run_cell` runs another later)."""
-    page.goto(f"{base}/lab/tree/{name}?token={token}")
+    """Open `name` (`base` as `jupyter_lab` yields it), wait for its kernel and run every cell (the
+    app's `notebook:run-all-cells`), or with `cells="first"` the first one only (`run_cell` runs
+    another later)."""
+    page.goto(f"{base.format(name=name)}?token={token}")
     ready = """() => {
         const widget = window.jupyterapp && window.jupyterapp.shell.currentWidget;
         const kernel = widget && widget.sessionContext && widget.sessionContext.session

@@ -1,10 +1,12 @@
-"""The explorer in a real browser: JupyterLab on a free local port, a notebook that opens the explorer on
-the organism, Debian's Chromium driven by Playwright (`docs/_hooks/lab.py`). The test runs the cell,
-moves the slider and clicks heads as a user would, and checks that the continuation the page shows is
-what `removal_sweep` and `value_gate` give for the same set, computed here in the test's own process.
+"""The explorer in a real browser: JupyterLab and Notebook 7 on a free local port, a notebook that opens
+the explorer on the organism, Debian's Chromium driven by Playwright (`docs/_hooks/lab.py`). The test
+runs the cell, moves the slider and clicks heads as a user would, and checks that the continuation the
+page shows is what `removal_sweep` and `value_gate` give for the same set, computed here in the test's
+own process.
 
-It starts a server, a kernel and a browser (about a minute on a 2-core machine): it is in the slow
-suite (`pytest -m slow`). The same equalities are checked without a browser in `test_explorer.py`."""
+It starts a server, a kernel and a browser (under a minute for each front end on a 2-core machine): it
+is in the slow suite (`pytest -m slow`). The same equalities are checked without a browser in
+`test_explorer.py`."""
 
 from __future__ import annotations
 
@@ -48,10 +50,11 @@ explorer = hl.explore(model, word, mask, targets=[answer], max_new_tokens={MAX_N
 explorer"""
 
 
-def test_the_page_shows_what_the_sweep_and_the_gate_give(tmp_path):
+@pytest.mark.parametrize("app", ["lab", "notebook"])
+def test_the_page_shows_what_the_sweep_and_the_gate_give(tmp_path, app):
     pytest.importorskip("playwright")
-    pytest.importorskip("jupyterlab")
     pytest.importorskip("anywidget")
+    pytest.importorskip("jupyterlab" if app == "lab" else "notebook")
     lab = lab_driver()
     model = hl.load_model("organism", device="cpu")
     word, answer = hl.load_task("organism/reverse").eval_pairs[0]
@@ -64,7 +67,7 @@ def test_the_page_shows_what_the_sweep_and_the_gate_give(tmp_path):
         return model.tokenizer.decode(ids)
 
     lab.write_notebook(tmp_path / "explore.ipynb", [NOTEBOOK])
-    with lab.jupyter_lab(tmp_path) as (base, token), lab.chromium_page(tmp_path) as page:
+    with lab.jupyter_lab(tmp_path, app=app) as (base, token), lab.chromium_page(tmp_path) as page:
         lab.run_notebook(page, base, token, "explore.ipynb")
         lab.wait_for_explorer(page)
         first = lab.shown(page)

@@ -158,6 +158,7 @@ class ExplorerRunner:
         return self.orders[name]
 
     def has_sweep(self, name: str, alpha: float, gate: str) -> bool:
+        """Whether the sweep of order `name` under this gate setting is computed already."""
         return (name, alpha, gate) in self.sweeps
 
     def sweep(self, name: str, alpha: float, gate: Gate, *, progress: bool = False) -> RemovalSweep:

@@ -7,6 +7,7 @@ from ._attention import AttentionOnTarget as AttentionOnTarget
 from ._attention import attention_on_target as attention_on_target
 from ._attention import candidate_spans as candidate_spans
 from ._attention import choice_instruction as choice_instruction
+from ._attention import last_position_attention as last_position_attention
 from ._compare import DEFAULT_METHODS as DEFAULT_METHODS
 from ._compare import MethodComparison as MethodComparison
 from ._compare import auroc as auroc

@@ -181,3 +181,28 @@ def test_the_gpu_script_runs_dry_on_the_cpu(tmp_path):
         assert set(table.versus[table.section == "train"]) == {"plain-compiled", "plain-eager", "library-packed-train"}
         assert table.identical.all() and (table.calls == 3).all()
     assert "skipped" in done.stdout  # the CUDA tests, on the CPU
+
+
+def test_explorer_latency_times_each_kind_of_update(tmp_path):
+    """The explorer's latency benchmark in this process (`--browser false`): one row per kind of update,
+    each timed once per repeat (the script checks that every move made exactly one update), and the
+    continuations' lengths beside the clicks."""
+    pytest.importorskip("anywidget")
+    run_script(
+        "bench/explorer_latency.py",
+        "--models",
+        "organism",
+        "--repeats",
+        "2",
+        "--browser",
+        "false",
+        "--out",
+        str(tmp_path),
+    )
+    table = pd.read_csv(tmp_path / "explorer_latency.csv")
+    assert table.action.tolist() == ["slider", "click", "revisit", "click from the full model"]
+    assert (table.measured == "kernel").all() and (table.repeats == 2).all()
+    assert (table.min_ms <= table.median_ms).all() and (table.median_ms <= table.max_ms).all()
+    clicks = table[table.action.str.startswith("click")]
+    assert clicks.new_tokens.between(0, 12).all() and table.new_tokens.isna().sum() == 2
+    assert (table.sweep_steps == 129).all() and (table.precompute_s > 0).all()

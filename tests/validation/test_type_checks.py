@@ -21,6 +21,7 @@ PACKAGES = [
             "data",
             "demo",
             "evaluation",
+            "explorer",
             "gates",
             "masks",
             "models",

@@ -97,6 +97,18 @@ def _interval(low: float | None, high: float | None, low_open: bool, high_open: 
     return f"{left}, {right}"
 
 
+def check_batch_fits(batch_size: int, rows: int, what: str, name: str = "batch_size") -> None:
+    """A step's batch draws `batch_size` rows from `rows` distinct examples (`what`: "training pairs of
+    antonym"). More rows than there are examples would repeat every example within each step (the
+    gradient of a batch of k copies of every pair is that of one copy) and only cost time: a
+    ValueError that names the largest batch the data allows. Every trainer checks its batch here."""
+    if batch_size > rows:
+        raise ValueError(
+            f"{name} {batch_size} is larger than the {rows} {what} it draws from (every step would repeat "
+            f"them); use {name} {rows} or less"
+        )
+
+
 def check_bool(name: str, value: Any) -> bool:
     """`value` must be a real bool (1, "yes" or None are refused: they hide mistakes)."""
     if not isinstance(value, bool):

@@ -20,6 +20,7 @@ from .._device import to_device
 from .._distributed import all_reduce_sum, rank_and_world, shard
 from .._io import atomic_write_text, locked_folder
 from .._typecheck import checked
+from .._validate import check_batch_fits
 from .._warnings import warn
 from ..data import Task, collate, encode_pairs
 from ..gates import gate_hooks
@@ -187,6 +188,8 @@ class _MaskRun:
         empty = [t.name for t in tasks if t.n_train == 0]
         if empty:
             raise ValueError(f"tasks {empty} have no training pairs (every pair is held out: n_eval = len(pairs))")
+        for t in tasks:  # each task's rows of a step come from its own training pairs
+            check_batch_fits(config.batch_size, t.n_train, f"training pairs of {t.name}")
         self.model, self.tasks, self.config, self.names, self.single = model, tasks, config, names, single
         self.device = model_device(model)
         n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads

@@ -20,6 +20,27 @@ from typing import Any, TypeVar
 
 _MARK = "__headsup_typechecked__"
 _PACKAGE = __name__.split(".")[0]
+# A type -> what to do with a value given in its place (a name instead of a loaded object), or None.
+_ADVICE: dict[type, Callable[[Any], str | None]] = {}
+
+
+def advise(cls: type, advice: Callable[[Any], str | None]) -> None:
+    """Register how to turn a wrong value into a `cls` (e.g. a task's name into a `Task`: "load it first:
+    hl.load_task(...)"); every type error of a parameter whose annotation names `cls` ends with it."""
+    _ADVICE[cls] = advice
+
+
+def _advice(hint: Any, value: Any) -> str:
+    for cls, advice in _ADVICE.items():
+        if _names(hint, cls):
+            text = advice(value)
+            if text:
+                return f"; {text}"
+    return ""
+
+
+def _names(hint: Any, cls: type) -> bool:
+    return hint is cls or any(_names(arg, cls) for arg in typing.get_args(hint))
 
 
 def _ours(obj: Any) -> bool:
@@ -105,7 +126,7 @@ def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
             if not is_bearable(value, hint, conf=conf):
                 raise TypeError(
                     f"{where}: argument {name}={_short(value)} ({type(value).__name__}) does not have "
-                    f"the type it needs: {_hint_name(hint)}"
+                    f"the type it needs: {_hint_name(hint)}{_advice(hint, value)}"
                 )
 
     return check

@@ -39,6 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("hypothesis_profile", None) and "HYPOTHESIS_PROFILE" not in os.environ:
         settings.load_profile(EXPLORE)
 
+
 def build_llama_dir(path: Path, **overrides) -> Path:
     """A grouped-query Llama (8 query heads over 2 KV heads) with a character tokenizer, saved to `path`.
 

@@ -141,7 +141,7 @@ def test_train_then_evaluate(planted_dir, tmp_path, capsys):
                 "--mask",
                 str(out),
                 "--out",
-                str(out),
+                str(tmp_path / "eval"),  # its own folder: a training run's folder is refused
                 "--model",
                 str(planted_dir),
                 "--device",
@@ -150,6 +150,7 @@ def test_train_then_evaluate(planted_dir, tmp_path, capsys):
         )
         == 0
     )
+    out = tmp_path / "eval"
     table = pd.read_csv(out / "results.csv").set_index("setting")
     assert table.loc["masked", "accuracy"] == 1.0 and table.loc["original", "accuracy"] == 0.0
     outputs = pd.read_csv(out / "generations.csv", keep_default_na=False)  # the outputs behind every row
@@ -236,6 +237,8 @@ def test_own_task_file_trains(planted_dir, tmp_path, suffix):
                 "fast",
                 "--steps",
                 "3",
+                "--batch-size",
+                "12",  # the file's 24 pairs: 12 for training, 12 held out
                 "--no-progress",
             ]
         )

@@ -153,9 +153,9 @@ def test_every_trainer_refuses_a_batch_larger_than_the_data_it_draws_from(llama_
     time): refused before any work, naming the largest batch the data allows."""
     from headsup_lens import load_model, train_mask, train_masks
     from headsup_lens.data import Task
-    from headsup_lens.sft import data_selection, finetune_, reloading
-    from headsup_lens.sft import _finetune as finetune_module
     from headsup_lens.reproduce._sft import organism_selection
+    from headsup_lens.sft import _finetune as finetune_module
+    from headsup_lens.sft import data_selection, finetune_, reloading
 
     words = ["cat", "dog", "sun", "moon", "tree", "rock", "fish", "bird", "star", "rain"]
     small = Task.from_pairs("small", [(w, w[::-1]) for w in words], instruction="Reverse: {input}", n_eval=2)
@@ -164,7 +164,9 @@ def test_every_trainer_refuses_a_batch_larger_than_the_data_it_draws_from(llama_
     touched = []
     monkeypatch.setattr(finetune_module, "encode_pairs", lambda *a, **k: touched.append(a) or [])
 
-    with pytest.raises(ValueError, match="batch_size 9 is larger than the 8 training pairs of small .*use batch_size 8"):
+    with pytest.raises(
+        ValueError, match="batch_size 9 is larger than the 8 training pairs of small .*use batch_size 8"
+    ):
         train_mask(model, small, TrainConfig(steps=1, batch_size=9, progress=False))
     with pytest.raises(ValueError, match="the 8 training pairs of small"):  # each task draws its own rows
         train_masks(model, [large, small], TrainConfig(steps=1, batch_size=9, progress=False))

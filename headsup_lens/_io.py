@@ -522,45 +522,79 @@ def claim_folder(
 
     A folder holding another command's results, or `command`'s for another `recipe` (task, model,
     mask, settings: a JSON object), is refused with a `FolderHoldsOther` that names what it holds and
-    the way out; with `fresh`, what it holds is moved aside
-    (`move_aside`) instead. The same command with the same recipe continues there (a resume, or a rerun
-    that replaces its own files); so does one whose recorded recipe is unknown (a folder of an earlier
-    version: the command's own checks of what it resumes apply). The run record is then written.
-    Returns where earlier results were moved, or None."""
-    folder = Path(folder)
-    recipe = json.loads(json.dumps(recipe, default=str))  # as it reads back from the record (lists, not tuples)
-    held = folder_holds(folder, signatures or {}, recipes)
-    moved = None
-    if held is not None and fresh:
-        moved = move_aside(folder)
-    elif held is not None:
-        other, recorded = held
-        about = _summary(recorded) if recorded else ""
-        what = f"the results of `headsup {other}`{f' ({about})' if about else ''}"
-        if other != command:
-            raise FolderHoldsOther(
-                f"{option} {folder} holds {what}; choose another {option}, or add --fresh to move them aside "
-                f"to {folder.name}.old-<time> and write the {command} results there"
-            )
-        differences = recipe_differences(recorded, recipe) if recorded is not None else []
-        if differences:
-            raise FolderHoldsOther(
-                f"{option} {folder} holds {what} for another recipe: {'; '.join(differences)}. Rerun with the "
-                f"same options to continue them, choose another {option}, or add --fresh to move them aside"
-            )
-    atomic_write_json(folder / RUN_RECORD, {"command": command, "recipe": recipe})
+    the way out; with `fresh`, what it holds is moved aside (`move_aside`) instead. The same command
+    with the same recipe continues there (a resume, or a rerun that replaces its own files), and the
+    run record is written. So does the same command over results of unknown recipe (a folder of an
+    earlier version: the command's own checks of what it resumes apply), without a record: only
+    `claimed_folder` writes one there, once the command has succeeded. Returns where earlier results
+    were moved, or None."""
+    moved, confirmed = _claim(Path(folder), command, recipe, fresh, signatures or {}, recipes, option)
+    if confirmed:
+        _record(Path(folder), command, recipe)
     return moved
 
 
 @contextmanager
 def claimed_folder(folder: str | os.PathLike, command: str, recipe: dict, **options: Any) -> Iterator[Path | None]:
-    """`claim_folder` for a block: when the block fails before anything but the run record was written
-    there, the record goes too (with the lock's, the folder the command created: nothing is left)."""
-    moved = claim_folder(folder, command, recipe, **options)
+    """`claim_folder` for a block (a command's run). When the block fails and the folder holds nothing
+    but the run record, the record goes too (with the lock's, the folder the command created: nothing
+    is left); a folder of unknown recipe gets its record only when the block succeeds."""
+    folder = Path(folder)
+    moved, confirmed = _claim(
+        folder,
+        command,
+        recipe,
+        options.get("fresh", False),
+        options.get("signatures") or {},
+        options.get("recipes"),
+        options.get("option", "--out"),
+    )
+    if confirmed:
+        _record(folder, command, recipe)
     try:
         yield moved
     except BaseException:
-        folder = Path(folder)
-        if all(p.name in (LOCK_NAME, RUN_RECORD, STAGING_NAME) for p in folder.iterdir()):
+        if confirmed and all(p.name in (LOCK_NAME, RUN_RECORD, STAGING_NAME) for p in folder.iterdir()):
             (folder / RUN_RECORD).unlink(missing_ok=True)
         raise
+    if not confirmed:
+        _record(folder, command, recipe)
+
+
+def _record(folder: Path, command: str, recipe: dict) -> None:
+    atomic_write_json(folder / RUN_RECORD, {"command": command, "recipe": recipe})
+
+
+def _claim(
+    folder: Path,
+    command: str,
+    recipe: dict,
+    fresh: bool,
+    signatures: dict[str, tuple[str, ...]],
+    recipes: dict[str, str] | None,
+    option: str,
+) -> tuple[Path | None, bool]:
+    """(where earlier results were moved, whether the folder's recipe is known to be `recipe`)."""
+    recipe = json.loads(json.dumps(recipe, default=str))  # as it reads back from the record (lists, not tuples)
+    held = folder_holds(folder, signatures, recipes)
+    if held is None:
+        return None, True
+    if fresh:
+        return move_aside(folder), True
+    other, recorded = held
+    about = _summary(recorded) if recorded else ""
+    what = f"the results of `headsup {other}`{f' ({about})' if about else ''}"
+    if other != command:
+        raise FolderHoldsOther(
+            f"{option} {folder} holds {what}; choose another {option}, or add --fresh to move them aside "
+            f"to {folder.name}.old-<time> and write the {command} results there"
+        )
+    if recorded is None:
+        return None, False
+    differences = recipe_differences(recorded, recipe)
+    if differences:
+        raise FolderHoldsOther(
+            f"{option} {folder} holds {what} for another recipe: {'; '.join(differences)}. Rerun with the "
+            f"same options to continue them, choose another {option}, or add --fresh to move them aside"
+        )
+    return None, True

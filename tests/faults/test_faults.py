@@ -342,16 +342,18 @@ def test_a_command_killed_while_moving_its_set_in_is_completed_by_the_next(tmp_p
     (out / RUN_RECORD).unlink()  # as an earlier version left it: the same command continues there
     code = child(make(out, 1), tmp_path / "log", match=named("logits.csv", "jaccard.csv", parent=out))
     assert code == -signal.SIGKILL, (tmp_path / "log").read_text()
-    assert main(_bad(command, out, masks)) == 2  # a failing command: it takes the lock first
+    assert main(_bad(command, out)) == 2  # a failing command: it takes the lock first
     assert tables(out) == tables(fresh) and not hidden_leftovers(out)
 
 
-def _bad(command: str, out: Path, masks: list[Path]) -> list[str]:
-    """A command on `out` that fails after taking the folder's lock: the killed run's record names
-    other options (a missing file or an unknown option is refused before the lock)."""
+def _bad(command: str, out: Path) -> list[str]:
+    """A command on `out` that fails after taking the folder's lock: its mask file exists (a missing
+    file or an unknown option is refused before the lock) but is no mask."""
+    damaged = out.parent / "damaged.safetensors"
+    damaged.write_bytes(b"not a safetensors file")
     if command == "sweep":
-        return ["sweep", "--prompt", "x", "--out", str(out), "--order", "random"]
-    return ["pathways", "--mask", str(masks[0]), "--out", str(out)]
+        return ["sweep", "--prompt", "x", "--out", str(out), "--order", "weight", "--mask", str(damaged)]
+    return ["pathways", "--mask", str(damaged), "--out", str(out)]
 
 
 def test_a_full_disk_names_the_file_and_leaves_the_folder_as_it_was(tmp_path, masks, capsys):

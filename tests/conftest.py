@@ -266,3 +266,34 @@ def family_model(tmp_path_factory):
         return built[family]
 
     return get
+
+
+# `headsup` commands run one after the other in one fresh process (no torch loaded at its start).
+_CLI_CASES = """
+import contextlib, io, json, sys
+from headsup_lens.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as exit:
+            code = exit.code
+    results.append([code, err.getvalue()])
+print(json.dumps({"results": results, "torch": "torch" in sys.modules}))
+"""
+
+
+def cli_in_a_fresh_process(cases: list[list[str]]) -> tuple[list[tuple[int, str]], bool]:
+    """Run `headsup ARGV` for each of `cases` in one new process on this checkout: (exit code, stderr)
+    of each, and whether torch had been imported by the end (a refusal before any work imports none)."""
+    import json
+
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _CLI_CASES, json.dumps(cases)], capture_output=True, text=True, env=env, cwd=REPOSITORY
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return [(code, err) for code, err in report["results"]], report["torch"]

@@ -5,9 +5,6 @@ one line naming what it holds and the way out; `--fresh` moves them aside; the s
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +14,21 @@ from headsup_lens.cli import main
 from headsup_lens.cli._registry import SIGNATURES
 from headsup_lens.evaluation import MaskTaskWarning
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..conftest import cli_in_a_fresh_process
+
 # Every command that writes an --out folder, with options that pass every check made before the folder.
-WRITERS = ["train", "evaluate", "sweep", "lens", "similarity", "pathways", "compare-methods", "demo", "organism", "bake"]
+WRITERS = [
+    "train",
+    "evaluate",
+    "sweep",
+    "lens",
+    "similarity",
+    "pathways",
+    "compare-methods",
+    "demo",
+    "organism",
+    "bake",
+]
 
 
 def argv(command: str, out: Path, mask: Path) -> list[str]:
@@ -64,33 +73,6 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-# One process runs every case (the checks before the folder need no torch: none is imported).
-HARNESS = """
-import contextlib, io, json, sys
-from headsup_lens.cli import main
-results = []
-for argv in json.loads(sys.argv[1]):
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            code = main(argv)
-        except SystemExit as exit:
-            code = exit.code
-    results.append([code, err.getvalue()])
-print(json.dumps({"results": results, "torch": "torch" in sys.modules}))
-"""
-
-
-def run_all(cases: list[list[str]]) -> tuple[list[tuple[int, str]], bool]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", HARNESS, json.dumps(cases)], capture_output=True, text=True, env=env, cwd=ROOT
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    return [tuple(r) for r in report["results"]], report["torch"]
-
-
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory):
     """Each writer against a folder of each other command (as written now, and as an earlier version
@@ -102,12 +84,16 @@ def matrix(tmp_path_factory):
     cases, keys = [], []
     for writer in WRITERS:
         for holder in WRITERS:
-            layouts = {"record": as_written} if holder == writer else {"record": as_written, "legacy": as_left_by_an_earlier_version}
+            layouts = (
+                {"record": as_written}
+                if holder == writer
+                else {"record": as_written, "legacy": as_left_by_an_earlier_version}
+            )
             for layout, make in layouts.items():
                 folder = make(root / f"{writer}-over-{holder}-{layout}", holder)
                 keys.append((writer, holder, layout, folder, snapshot(folder)))
                 cases.append(argv(writer, folder, mask))
-    results, torch_imported = run_all(cases)
+    results, torch_imported = cli_in_a_fresh_process(cases)
     return {key[:3]: (code, err, key[3], key[4]) for key, (code, err) in zip(keys, results)}, torch_imported
 
 

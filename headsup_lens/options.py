@@ -141,15 +141,6 @@ class ProgressOptions(Options):
     """Progress bars on stderr with counts and a rate (--no-progress: none, e.g. for logs)."""
 
 
-@checked
-@dataclass(frozen=True, kw_only=True)
-class FreshOptions(Options):
-    """Whether a command may move aside what its output folder holds."""
-
-    fresh: bool = False
-    """Start afresh: what --out holds (another command's results, this command's for other options, an unfinished run) is first moved aside to `<out>.old-<time>`; without it such a folder is refused, and the same command with the same options continues there."""
-
-
 # The `--help` section of each shared group (the fields a command declares itself come first, under "options").
 GROUP_TITLES: dict[type, str] = {
     DeviceOptions: "Model",
@@ -158,7 +149,6 @@ GROUP_TITLES: dict[type, str] = {
     FigureOptions: "Output",
     ThreadOptions: "Run",
     ProgressOptions: "Output",
-    FreshOptions: "Output",
     PromptOptions: "Prompt",
 }
 

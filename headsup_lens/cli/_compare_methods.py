@@ -15,7 +15,6 @@ from ..data import load_task
 from ..options import (
     DataOptions,
     FigureOptions,
-    FreshOptions,
     Given,
     ModelOptions,
     ThreadOptions,
@@ -28,7 +27,7 @@ from ._registry import check_out_dir, command, mask_file
 
 
 @dataclass(frozen=True)
-class CompareMethodsCommand(FreshOptions, ThreadOptions, FigureOptions, DataOptions, ModelOptions):
+class CompareMethodsCommand(ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup compare-methods`."""
 
     task: str

@@ -5,28 +5,15 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
-from .._typecheck import checked
 from .._validate import check_batch_fits
 from ..data import load_task
 from ..demo._config import DemoConfig, stored_mask_files
-from ..options import FreshOptions, Given
+from ..options import Given
 from ._outputs import compact_table
 from ._registry import check_out_dir, command
 
 
-@checked
-@dataclass(frozen=True)
-class DemoCommand(FreshOptions, DemoConfig):
-    """Options of `headsup demo`."""
-
-    def demo_config(self) -> DemoConfig:
-        """The library's config of this run (the options but --fresh)."""
-        return DemoConfig(**{f.name: getattr(self, f.name) for f in fields(DemoConfig)})
-
-
-def check_demo(config: DemoCommand, given: Given) -> None:
+def check_demo(config: DemoConfig, given: Given) -> None:
     """The tasks must load, stored masks exist for each (`--masks`), else a training batch must fit each
     task's training pairs."""
     tasks = [load_task(name, config.data_dir) for name in config.tasks]
@@ -37,14 +24,14 @@ def check_demo(config: DemoCommand, given: Given) -> None:
         check_batch_fits(config.batch_size, task.n_train, f"training pairs of {task.name}", "--batch-size")
 
 
-@command("demo", DemoCommand, check=check_demo)
-def run(config: DemoCommand, given: Given) -> int:
+@command("demo", DemoConfig, check=check_demo)
+def run(config: DemoConfig, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     from ..analysis import step_or_never
     from ..demo import run_demo
 
     check_out_dir(config.out)
-    result = run_demo(config.demo_config())
+    result = run_demo(config)
     print()
     print(compact_table(result.summary, full="tables/summary.csv"))
     print()

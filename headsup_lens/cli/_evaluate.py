@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..data import load_task
 from ..evaluation import EvalConfig
-from ..options import DataOptions, FreshOptions, Given, ModelOptions, model_arguments, option
+from ..options import DataOptions, Given, ModelOptions, model_arguments, option
 from ._outputs import compact_table, report
 from ._registry import check_out_dir, command, mask_file
 
@@ -34,7 +34,7 @@ SHOWN = [
 
 
 @dataclass(frozen=True)
-class EvaluateCommand(FreshOptions, DataOptions, ModelOptions):
+class EvaluateCommand(DataOptions, ModelOptions):
     """Options of `headsup evaluate`."""
 
     task: str

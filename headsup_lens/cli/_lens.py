@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from .._io import OutputSet
 from .._names import Gate
 from .._validate import check_float
-from ..options import FigureOptions, FreshOptions, Given, ModelOptions, PromptOptions, check_counts
+from ..options import FigureOptions, Given, ModelOptions, PromptOptions, check_counts
 from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command, mask_file
 
 
 @dataclass(frozen=True)
-class LensCommand(FreshOptions, FigureOptions, PromptOptions, ModelOptions):
+class LensCommand(FigureOptions, PromptOptions, ModelOptions):
     """Options of `headsup lens`."""
 
     out: str

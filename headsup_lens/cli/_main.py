@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import os
 import sys
@@ -32,6 +33,12 @@ from ._registry import (
 
 NO_PROGRESS = "--no-progress"
 NO_PROGRESS_HELP = "no progress bars (quiet output for logs); accepted before or after the command"
+FRESH = "--fresh"
+FRESH_HELP = (
+    "start afresh: what --out holds (another command's results, this command's for other options, an "
+    "unfinished run) is first moved aside to <out>.old-<time>; without it such a folder is refused, and "
+    "the same command with the same options continues there"
+)
 # Commands that never import torch: no "importing" bar for them.
 _LIGHT_COMMANDS = {"tasks", "download-data"}
 
@@ -66,8 +73,16 @@ def build_parser(command: str | None = "*") -> HeadsupParser:
         if wanted:
             child.add_arguments(COMMANDS[name].config, dest="config")
             child.add_argument(NO_PROGRESS, action="store_true", help=NO_PROGRESS_HELP)
+            for writer in [child, *child.subcommands.values()]:  # `organism train` writes, `organism check` not
+                if any(_claims_out(config) for config in writer._configs.values()):
+                    writer.add_argument(FRESH, action="store_true", help=FRESH_HELP)
         parser.commands[name] = child
     return parser
+
+
+def _claims_out(config: type) -> bool:
+    """Whether a command with these options writes an --out folder under the one rule (`claim_folder`)."""
+    return any(f.name == "out" for f in dataclasses.fields(config)) and getattr(config, "CLAIMS_OUT", True)
 
 
 def command_parsers() -> dict[str, OptionParser]:
@@ -145,7 +160,7 @@ def plain_warnings() -> Iterator[None]:
 
 
 def _one_line(message, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
-    ours = category is UserWarning or category.__module__.split(".")[0] == __package__.split(".")[0]
+    ours = category is UserWarning or category.__module__.split(".")[0] == __name__.split(".")[0]
     return f"{WARNING}{' '.join(str(message).split())}{'' if ours else f' ({category.__name__})'}\n"
 
 
@@ -168,10 +183,11 @@ def _main(argv: list[str]) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     name, config = args.command, args.config
+    args.fresh = getattr(args, "fresh", False)  # only commands that write --out have the option
     options = given(args)  # which options the command line set: presets apply first, these win
     try:
         _check_before_imports(name, config, options)
-        with _output_lock(name, config), _claimed_output_folder(name, config, options):
+        with _output_lock(name, config), _claimed_output_folder(name, config, options, args.fresh):
             _import_torch(name)
             code = COMMANDS[name].run(config, options)
     except KeyboardInterrupt:
@@ -229,7 +245,7 @@ def _check_before_imports(name: str, config: object, given_options: Given) -> No
 
 
 @contextlib.contextmanager
-def _claimed_output_folder(name: str, config: object, given_options: Given) -> Iterator[None]:
+def _claimed_output_folder(name: str, config: object, given_options: Given, fresh: bool) -> Iterator[None]:
     """Apply the one rule of output folders (`_io.claim_folder`) to the command's `--out`, under its
     lock and before any work: another command's results there, or this command's for another recipe,
     are refused (or moved aside with `--fresh`). Rank 0 alone does it under torchrun."""
@@ -244,7 +260,7 @@ def _claimed_output_folder(name: str, config: object, given_options: Given) -> I
         check_out_dir(out),
         name,
         recipe,
-        fresh=getattr(action, "fresh", False),
+        fresh=fresh,
         signatures=SIGNATURES,
         recipes=RECORDED_RECIPES,
     ) as moved:

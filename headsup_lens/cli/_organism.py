@@ -11,14 +11,14 @@ from typing import ClassVar
 
 from tqdm.auto import tqdm
 
-from ..options import DeviceOptions, FreshOptions, Given, check_counts, option
+from ..options import DeviceOptions, Given, check_counts, option
 from ..organism import OrganismConfig
 from ._outputs import compact_table
 from ._registry import check_out_dir, command
 
 
 @dataclass(frozen=True)
-class OrganismTrainConfig(OrganismConfig, FreshOptions):
+class OrganismTrainConfig(OrganismConfig):
     """Options of `headsup organism train` (the defaults are the shipped organism's recipe)."""
 
     HOW: ClassVar[tuple[str, ...]] = ("probe_every", "checkpoint_every", "micro_batches")  # not in the recipe

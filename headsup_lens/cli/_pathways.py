@@ -9,13 +9,13 @@ from pathlib import Path
 
 from .._io import OutputSet, atomic_write_json
 from ..data import load_task
-from ..options import DataOptions, FigureOptions, FreshOptions, Given, ModelOptions, check_counts
+from ..options import DataOptions, FigureOptions, Given, ModelOptions, check_counts
 from ._outputs import file_names, load, report, save_figures, write_csv
 from ._registry import check_out_dir, command
 
 
 @dataclass(frozen=True)
-class PathwaysCommand(FreshOptions, FigureOptions, DataOptions, ModelOptions):
+class PathwaysCommand(FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup pathways`."""
 
     out: str

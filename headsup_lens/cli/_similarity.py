@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from .._io import OutputSet
 from .._names import Gate
 from ..data import load_task
-from ..options import DataOptions, FigureOptions, FreshOptions, Given, ModelOptions
+from ..options import DataOptions, FigureOptions, Given, ModelOptions
 from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command, mask_file
 
 
 @dataclass(frozen=True)
-class SimilarityCommand(FreshOptions, FigureOptions, DataOptions, ModelOptions):
+class SimilarityCommand(FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup similarity`."""
 
     prompt: str

@@ -10,13 +10,13 @@ from typing import Literal
 
 from .._io import OutputSet, atomic_write_json
 from .._validate import check_float
-from ..options import FigureOptions, FreshOptions, Given, ModelOptions, PromptOptions, check_counts
+from ..options import FigureOptions, Given, ModelOptions, PromptOptions, check_counts
 from ._outputs import file_names, load, load_mask, portable, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command, mask_file
 
 
 @dataclass(frozen=True)
-class SweepCommand(FreshOptions, FigureOptions, PromptOptions, ModelOptions):
+class SweepCommand(FigureOptions, PromptOptions, ModelOptions):
     """Options of `headsup sweep`."""
 
     out: str

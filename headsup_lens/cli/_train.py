@@ -15,7 +15,7 @@ from .._io import atomic_write_json
 from .._validate import check_batch_fits
 from ..data import Task, load_task
 from ..models._builtin import portable_name
-from ..options import DataOptions, FreshOptions, Given, ModelOptions, model_arguments, option
+from ..options import DataOptions, Given, ModelOptions, model_arguments, option
 from ..training._config import TrainConfig
 from ._registry import WARNING, Interrupted, check_out_dir, command
 
@@ -25,7 +25,7 @@ ESTIMATE_FROM_STEPS = 1000
 
 
 @dataclass(frozen=True)
-class TrainCommand(FreshOptions, DataOptions, ModelOptions):
+class TrainCommand(DataOptions, ModelOptions):
     """Options of `headsup train`."""
 
     out: str
@@ -151,7 +151,7 @@ def run_train(args: TrainCommand, given: Given) -> int:
         f"heads: preset {args.preset}, {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "
         f"init N({config.init_mean:g}, {config.init_std:g})"
     )
-    done = None if args.fresh else resume_step(out, model, tasks, config)  # another run's checkpoint: refused here
+    done = resume_step(out, model, tasks, config)  # another run's checkpoint: refused here (--fresh emptied --out)
     if done is not None:
         print(f"resuming from the checkpoint of step {done} in {out}")
     if args.estimate and config.steps - (done or 0) >= ESTIMATE_FROM_STEPS:
@@ -161,14 +161,10 @@ def run_train(args: TrainCommand, given: Given) -> int:
             warnings.simplefilter("ignore", TrainingAdvice)  # the advice below names the flags instead
             if len(tasks) == 1:
                 results = {
-                    tasks[0].name: train_mask(
-                        model, tasks[0], config, out_dir=out, resume=not args.fresh, distributed=rank is not None
-                    )
+                    tasks[0].name: train_mask(model, tasks[0], config, out_dir=out, distributed=rank is not None)
                 }
             else:
-                results = train_masks(
-                    model, tasks, config, out_dir=out, resume=not args.fresh, distributed=rank is not None
-                )
+                results = train_masks(model, tasks, config, out_dir=out, distributed=rank is not None)
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "

@@ -173,4 +173,4 @@ def test_shared_keyword_options_are_checked_by_name_and_type():
     with pytest.raises(
         TypeError, match=r"accuracy\(\): argument alpha='x' \(str\) does not have the type it needs: float"
     ):
-        check(object(), object(), alpha="x")
+        check(alpha="x")

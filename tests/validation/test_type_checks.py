@@ -71,22 +71,28 @@ def public_callables() -> list[tuple[str, object]]:
     return sorted(found.items())
 
 
-def checkable_parameters(fn) -> list[str]:
+def parameter_hints(fn) -> dict[str, object]:
+    """Each type-checked parameter of `fn` and its annotation; a `**options: Unpack[Options]`
+    parameter contributes each of its options."""
     target = fn.__init__ if inspect.isclass(fn) else fn
     raw = inspect.unwrap(target)
     hints = typing.get_type_hints(raw)
-    names = []
+    found: dict[str, object] = {}
     for parameter in inspect.signature(raw).parameters.values():
         hint = hints.get(parameter.name)
         if parameter.kind is parameter.VAR_KEYWORD and typing.get_origin(hint) is typing_extensions.Unpack:
-            names += list(typing.get_type_hints(typing.get_args(hint)[0]))  # `**options: Unpack[Options]`
+            found.update(typing.get_type_hints(typing.get_args(hint)[0]))
             continue
         if parameter.name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         if hint is None or hint in (typing.Any, object) or isinstance(hint, typing.TypeVar):
             continue
-        names.append(parameter.name)
-    return names
+        found[parameter.name] = hint
+    return found
+
+
+def checkable_parameters(fn) -> list[str]:
+    return list(parameter_hints(fn))
 
 
 CALLABLES = public_callables()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -198,3 +199,9 @@ def _load_task_first(value: object) -> str | None:
 
 
 advise(Task, _load_task_first)  # a task's name where a Task is wanted: the call that loads it
+
+
+@checked
+def safe_name(name: str) -> str:
+    """A task name as a file name (`translation/en-zh` -> `translation__en-zh`)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "__", name)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._names import safe_name
 from .._typecheck import checked
+from ..data._task import safe_name
 from ..options import DataOptions, FigureOptions, ModelOptions, ThreadOptions, check_counts, option
 
 DEFAULT_TASKS = ("organism/reverse", "organism/antonym", "organism/translate")

@@ -18,11 +18,11 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._device import to_device
 from .._distributed import all_reduce_sum, rank_and_world, shard
 from .._io import atomic_write_text, locked_folder
-from .._names import safe_name as safe_name
 from .._typecheck import checked
 from .._validate import check_batch_fits
 from .._warnings import warn
 from ..data import Task, collate, encode_pairs
+from ..data._task import safe_name as safe_name
 from ..gates import gate_hooks
 from ..gates._native import native_forward
 from ..gates._value import valid_value_gate_hooks

@@ -1,6 +1,8 @@
 # The public names of `headsup_lens.evaluation`: its one export list. At run time `lazy_loader` reads it
 # (`__all__`, each name imported on first use); type checkers and the API reference read it as the module.
 
+from ._answers import GateOptions as GateOptions
+from ._answers import SplitOptions as SplitOptions
 from ._answers import accuracy as accuracy
 from ._answers import answer_loss as answer_loss
 from ._answers import answer_nll_per_example as answer_nll_per_example

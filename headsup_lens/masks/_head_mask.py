@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from .._typecheck import checked
+from .._typecheck import advise, checked
 from .._validate import (
     check_choice,
     check_finite,
@@ -521,3 +521,12 @@ def shape_of(model_or_shape: Any, name: str = "model_or_shape") -> tuple[int, in
         return _check_mask_shape(model_or_shape)
     except TypeError as error:
         raise TypeError(str(error).replace("model_or_shape", name)) from error
+
+
+def _load_mask_first(value: object) -> str | None:
+    if isinstance(value, (str, os.PathLike)):
+        return f"read it first: hl.HeadMask.load({str(value)!r}, model)"
+    return None
+
+
+advise(HeadMask, _load_mask_first)  # a mask file's path where a HeadMask is wanted

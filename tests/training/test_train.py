@@ -118,7 +118,7 @@ def test_query_gate_and_mlp_slot_train(llama):
     task = Task.from_pairs(
         "t", [(f"w{'abcdefgh'[i % 8]}", "xy") for i in range(10)] + [("wi", "xy"), ("wj", "xy")], n_eval=2
     )
-    config = TrainConfig(**{**QUICK, "steps": 3, "init_mean": 0.0})
+    config = TrainConfig(**{**QUICK, "steps": 3, "init_mean": 0.0, "batch_size": 8})  # of its 10 training pairs
     query = train_mask(llama, task, config.replace(gate="query"))
     assert query.mask.metadata["gate"] == "query" and not torch.equal(query.mask.logits, torch.zeros(2, 8))
     assert query.history.loss.map(math.isfinite).all()
@@ -173,7 +173,7 @@ def test_nan_loss_stops_with_a_clear_error_and_writes_no_mask(planted, tmp_path)
 def test_bad_pair_fails_before_anything_is_written(planted, tmp_path):
     task = Task.from_pairs("empty", [("abc", "X"), ("de", ""), ("fg", "X")], n_eval=1)
     with pytest.raises(ValueError, match="empty after tokenisation"):
-        train_mask(planted, task, TrainConfig(**QUICK), out_dir=tmp_path / "run")
+        train_mask(planted, task, TrainConfig(**{**QUICK, "batch_size": 2}), out_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 

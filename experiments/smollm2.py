@@ -10,6 +10,8 @@ Stages over the masks stored in `<out>/smollm2/masks/` (`--update-figures`: the 
     python experiments/smollm2.py fewshot --tasks antonym --update-figures                    # the same masks on 5-shot prompts: the few-shot baseline (Table 3)
     python experiments/smollm2.py rescore --update-figures    # the stored settings tables scored again from their generations
     python experiments/smollm2.py combine --update-figures    # only the combined tables
+    python experiments/smollm2.py controls --tasks antonym --update-figures   # 20 random masks, Fig. 2 switch rates, Fig. 6 with controls
+    python experiments/smollm2.py cross-task --tasks antonym sentiment --update-figures   # each task's mask on every task
     python experiments/smollm2.py verdicts --tasks antonym --update-figures   # a verdict per claim, from the stored tables
 
 `select` writes `task_selection.csv` / `.md` (resumable: `task_selection_long.csv` keeps each result at
@@ -20,8 +22,13 @@ the alpha grid (Fig. 6) per task, then the combined tables, Table 5 and the mask
 redoes only the settings tables (a task whose generations are stored is skipped, except for the rows of
 seed masks stored since). `fewshot` evaluates each task's stored mask on `--shots`-shot prompts beside
 the few-shot baseline (demonstrations, no instruction, no mask): `fewshot_evaluation_<task>.csv`.
-`verdicts` judges each claim of the paper by a stated rule on the stored tables (`reproduce._verdicts`):
-`verdicts.csv`. Each stage appends its wall times to `<out>/smollm2/times.csv`. The steps
+`controls` writes, per task and skipping what is present, the controls the verdicts need
+(`reproduce._controls`): `--draws` random masks with the mask's per-layer counts
+(`random_masks_<task>.csv`), Fig. 2 as switch rates over every held-out input
+(`fig2_switch_rates_<task>.csv`) and Fig. 6 with per-example losses and `--random-sets` random head sets
+(`fig6_alpha_control_<task>.csv`). `cross-task` evaluates each task's mask on every task
+(`cross_task.csv`). `verdicts` judges each claim of the paper by a stated rule on the stored tables,
+with the budget of each mask (`reproduce._verdicts`): `verdicts.csv`. Each stage appends its wall times to `<out>/smollm2/times.csv`. The steps
 live in `headsup_lens.reproduce` (`select_tasks`, `train_stored_masks`, `settings_table`, ...).
 """
 
@@ -32,8 +39,15 @@ from pathlib import Path
 
 from headsup_lens.data import FV_TASKS, load_task
 from headsup_lens.masks import HeadMask
-from headsup_lens.options import option
+from headsup_lens.options import check_counts, option
 from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script, stored_mask_path
+from headsup_lens.reproduce._controls import (
+    alpha_control_stage,
+    combine_controls,
+    cross_task_stage,
+    random_masks_stage,
+    switch_rates_stage,
+)
 from headsup_lens.reproduce._staged import (
     add_seed_rows,
     analyze_task,
@@ -49,8 +63,20 @@ from headsup_lens.reproduce._staged import (
 from headsup_lens.reproduce._verdicts import claim_verdicts
 from headsup_lens.training import safe_name
 
-STAGES = ("select", "train", "analyze", "evaluate", "fewshot", "rescore", "combine", "verdicts")
+STAGES = (
+    "select",
+    "train",
+    "analyze",
+    "evaluate",
+    "fewshot",
+    "rescore",
+    "combine",
+    "controls",
+    "cross-task",
+    "verdicts",
+)
 SHOWN = ["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]
+CROSS_SHOWN = ["mask_task", "task", "strict", "answer_nll"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +84,7 @@ class Options(MultiTaskOptions):
     """Options of the SmolLM2 stages."""
 
     stage: str = option(positional=True, choices=STAGES)
-    """select, train, analyze, evaluate, fewshot, rescore, combine or verdicts."""
+    """select, train, analyze, evaluate, fewshot, rescore, combine, controls, cross-task or verdicts."""
     model: str = "smollm2"
     """Model: `smollm2` (SmolLM2-135M-Instruct), a `.gguf` file, a hub name or a local directory."""
     schedule: str = "fast"
@@ -75,6 +101,18 @@ class Options(MultiTaskOptions):
     """analyze: keep a task's stored settings table (from `evaluate`) instead of evaluating it again."""
     shots: int = 5
     """fewshot: demonstrations before every held-out input (the paper's Table 3: 5)."""
+    draws: int = 20
+    """controls: random masks per task, each with the learned mask's number of kept heads in every layer."""
+    stride: int = 1
+    """controls: Fig. 2 switch rates sweep every `stride`-th step up to the mask's own number of removed heads."""
+    random_sets: int = 5
+    """controls: random head sets of the mask's size scaled at the tested alpha (Fig. 6's control)."""
+    redo: bool = False
+    """controls, cross-task: compute an artifact again although it is present."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_counts(self, shots=1, draws=1, stride=1, random_sets=0)
 
 
 def run(xp: Experiment, o: Options):
@@ -94,10 +132,24 @@ def run(xp: Experiment, o: Options):
             mask = HeadMask.load(xp.current(f"masks/{stored_mask_path('', task).name}"), xp.model)
             fewshot_table(xp, task, mask, shots=o.shots, alpha=o.alpha, batch_size=batch)
         return None
+    if o.stage in ("controls", "cross-task"):
+        names = o.tasks or seed0_tasks(xp)
+        tasks = [load_task(n, data) for n in names]
+        masks = {t.name: HeadMask.load(xp.current(f"masks/{stored_mask_path('', t).name}"), xp.model) for t in tasks}
+        if o.stage == "cross-task":
+            return cross_task_stage(xp, tasks, masks, batch_size=batch, redo=o.redo, title=title)[CROSS_SHOWN]
+        for task in tasks:
+            mask = masks[task.name]
+            random_masks_stage(xp, task, mask, n_draws=o.draws, batch_size=batch, redo=o.redo)
+            switch_rates_stage(xp, task, mask, stride=o.stride, redo=o.redo)
+            alpha_control_stage(xp, task, mask, n_random=o.random_sets, batch_size=batch, redo=o.redo)
+        combine_controls(xp)
+        return None
     if o.stage == "verdicts":
+        combine_controls(xp)
         verdicts = claim_verdicts(xp.out, o.tasks or seed0_tasks(xp))
         xp.table(verdicts, "verdicts", float_format=None)
-        return verdicts[["task", "claim", "verdict"]]
+        return verdicts[["task", "schedule", "examples", "claim", "verdict"]]
     if o.stage == "rescore":
         rescore_stored(xp, data)
     elif o.stage in ("analyze", "evaluate"):

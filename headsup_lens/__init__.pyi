@@ -4,6 +4,7 @@
 from . import analysis as analysis
 from . import data as data
 from . import evaluation as evaluation
+from . import explorer as explorer
 from . import gates as gates
 from . import masks as masks
 from . import models as models
@@ -29,6 +30,7 @@ from .data import load_task as load_task
 from .data import translation_task as translation_task
 from .evaluation import EvalConfig as EvalConfig
 from .evaluation import evaluate as evaluate
+from .explorer import explore as explore
 from .gates import query_gate as query_gate
 from .gates import value_gate as value_gate
 from .masks import HeadMask as HeadMask

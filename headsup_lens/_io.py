@@ -96,7 +96,17 @@ def read_table(path: str | os.PathLike | io.TextIOBase, **options: Any) -> pd.Da
 
     major, minor = (int(part) for part in re.findall(r"\d+", pd.__version__)[:2])
     exact = {} if (major, minor) >= (3, 1) else {"float_precision": "round_trip"}
+    if isinstance(path, (str, os.PathLike)):
+        path = stored_table(path)
     return pd.read_csv(path, **exact, **options)
+
+
+def stored_table(path: str | os.PathLike) -> Path:
+    """`path` (a `.csv`) as it is stored: the file itself, else its gzipped twin `<path>.gz` (long
+    tables of every output are committed compressed; pandas reads either), else `path`."""
+    path = Path(path)
+    zipped = path.with_name(path.name + ".gz")
+    return zipped if not path.exists() and zipped.exists() else path
 
 
 # ----------------------------------------------------------------------------------------- locks
@@ -421,3 +431,180 @@ def remove_leftovers(folder: str | os.PathLike, depth: int = 2) -> list[Path]:
                 except OSError:
                     pass
     return removed
+
+
+# ------------------------------------------------------------------------- what a folder holds
+RUN_RECORD = ".headsup.json"  # the command whose results a folder holds, and their recipe
+
+
+class FolderHoldsOther(ValueError):
+    """An output folder holds another command's results, or the same command's for another recipe."""
+
+
+def folder_holds(
+    folder: str | os.PathLike, signatures: dict[str, tuple[str, ...]], recipes: dict[str, str] | None = None
+) -> tuple[str, dict | None] | None:
+    """`(command, recipe)` of the results `folder` holds, or None when it holds none (it does not exist,
+    is empty, or holds no file a command writes). Read from its run record (`RUN_RECORD`); for a folder
+    written before run records existed, from the owners of its output sets' manifests or the files a
+    command leaves there (`signatures`: command -> names of files or folders only it writes), the
+    recipe then read from the file that command recorded it in (`recipes`: command -> file name), or
+    unknown (None)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    record = _read_json(folder / RUN_RECORD)
+    if isinstance(record.get("command"), str):
+        recipe = record.get("recipe")
+        return record["command"], recipe if isinstance(recipe, dict) else None
+    owners = set()
+    for path in folder.iterdir():
+        if MANIFEST.match(path.name) and path.is_file():
+            try:
+                owners.add(read_manifest(path)["owner"])
+            except FileFormatError:
+                continue
+    owners |= {command for command, names in signatures.items() if any((folder / name).exists() for name in names)}
+    if not owners:
+        return None
+    owner = sorted(owners)[0]
+    recorded = _read_json(folder / (recipes or {})[owner]) if owner in (recipes or {}) else {}
+    return owner, recorded or None
+
+
+def recipe_differences(there: dict, here: dict) -> list[str]:
+    """The fields in which two recipes differ, readable: `task ('antonym' there, 'organism/reverse'
+    here)`; a nested recipe's fields are named by their path (`evaluation.alpha`)."""
+    there, here = _flat(there), _flat(here)
+    return [
+        f"{key} ({there.get(key)!r} there, {here.get(key)!r} here)"
+        for key in sorted(set(there) | set(here))
+        if there.get(key) != here.get(key)
+    ]
+
+
+def _flat(recipe: dict, prefix: str = "") -> dict:
+    flat: dict = {}
+    for key, value in recipe.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _summary(recipe: dict) -> str:
+    """What a recorded recipe is about, in a few words: its model, task(s), prompt and mask."""
+    shown = [f"{key} {recipe[key]!r}" for key in ("task", "tasks", "model", "prompt", "mask") if recipe.get(key)]
+    return ", ".join(shown)
+
+
+def move_aside(folder: str | os.PathLike) -> Path | None:
+    """Move `folder`'s contents to `<folder>.old-<YYYYmmdd-HHMMSS>` (nothing is deleted) so that a fresh
+    run never mixes with them; the lock file stays. None when there was nothing to move."""
+    folder = Path(folder)
+    if not folder.is_dir() or not any(p.name != LOCK_NAME for p in folder.iterdir()):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = folder.with_name(f"{folder.name}.old-{stamp}")
+    counter = 1
+    while target.exists():
+        target = folder.with_name(f"{folder.name}.old-{stamp}-{counter}")
+        counter += 1
+    target.mkdir()
+    for item in folder.iterdir():
+        if item.name != LOCK_NAME:  # the lock the caller holds stays with the folder
+            item.rename(target / item.name)
+    return target
+
+
+def claim_folder(
+    folder: str | os.PathLike,
+    command: str,
+    recipe: dict,
+    *,
+    fresh: bool = False,
+    signatures: dict[str, tuple[str, ...]] | None = None,
+    recipes: dict[str, str] | None = None,
+    option: str = "--out",
+) -> Path | None:
+    """The one rule of output folders, applied before any work (hold the folder's lock first).
+
+    A folder holding another command's results, or `command`'s for another `recipe` (task, model,
+    mask, settings: a JSON object), is refused with a `FolderHoldsOther` that names what it holds and
+    the way out; with `fresh`, what it holds is moved aside (`move_aside`) instead. The same command
+    with the same recipe continues there (a resume, or a rerun that replaces its own files), and the
+    run record is written. So does the same command over results of unknown recipe (a folder of an
+    earlier version: the command's own checks of what it resumes apply), without a record: only
+    `claimed_folder` writes one there, once the command has succeeded. Returns where earlier results
+    were moved, or None."""
+    moved, confirmed = _claim(Path(folder), command, recipe, fresh, signatures or {}, recipes, option)
+    if confirmed:
+        _record(Path(folder), command, recipe)
+    return moved
+
+
+@contextmanager
+def claimed_folder(folder: str | os.PathLike, command: str, recipe: dict, **options: Any) -> Iterator[Path | None]:
+    """`claim_folder` for a block (a command's run). When the block fails and the folder holds nothing
+    but the run record, the record goes too (with the lock's, the folder the command created: nothing
+    is left); a folder of unknown recipe gets its record only when the block succeeds."""
+    folder = Path(folder)
+    moved, confirmed = _claim(
+        folder,
+        command,
+        recipe,
+        options.get("fresh", False),
+        options.get("signatures") or {},
+        options.get("recipes"),
+        options.get("option", "--out"),
+    )
+    if confirmed:
+        _record(folder, command, recipe)
+    try:
+        yield moved
+    except BaseException:
+        if confirmed and all(p.name in (LOCK_NAME, RUN_RECORD, STAGING_NAME) for p in folder.iterdir()):
+            (folder / RUN_RECORD).unlink(missing_ok=True)
+        raise
+    if not confirmed:
+        _record(folder, command, recipe)
+
+
+def _record(folder: Path, command: str, recipe: dict) -> None:
+    atomic_write_json(folder / RUN_RECORD, {"command": command, "recipe": recipe})
+
+
+def _claim(
+    folder: Path,
+    command: str,
+    recipe: dict,
+    fresh: bool,
+    signatures: dict[str, tuple[str, ...]],
+    recipes: dict[str, str] | None,
+    option: str,
+) -> tuple[Path | None, bool]:
+    """(where earlier results were moved, whether the folder's recipe is known to be `recipe`)."""
+    recipe = json.loads(json.dumps(recipe, default=str))  # as it reads back from the record (lists, not tuples)
+    held = folder_holds(folder, signatures, recipes)
+    if held is None:
+        return None, True
+    if fresh:
+        return move_aside(folder), True
+    other, recorded = held
+    about = _summary(recorded) if recorded else ""
+    what = f"the results of `headsup {other}`{f' ({about})' if about else ''}"
+    if other != command:
+        raise FolderHoldsOther(
+            f"{option} {folder} holds {what}; choose another {option}, or add --fresh to move them aside "
+            f"to {folder.name}.old-<time> and write the {command} results there"
+        )
+    if recorded is None:
+        return None, False
+    differences = recipe_differences(recorded, recipe)
+    if differences:
+        raise FolderHoldsOther(
+            f"{option} {folder} holds {what} for another recipe: {'; '.join(differences)}. Rerun with the "
+            f"same options to continue them, choose another {option}, or add --fresh to move them aside"
+        )
+    return None, True

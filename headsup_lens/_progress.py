@@ -4,8 +4,10 @@ Every phase that can take more than a few seconds shows a tqdm bar on stderr wit
 rate (`progress`), or, where the work has no count (a download, a conversion inside another
 library), a bar whose elapsed time keeps moving (`activity`). `set_progress(False)` (or the
 environment variable `HEADSUP_PROGRESS=0`, or tqdm's own `TQDM_DISABLE=1`) silences all of them,
-the bars of Hugging Face's libraries (transformers, huggingface_hub, datasets) included; a bar's
-own `enabled=False` silences that one.
+the bars of the libraries included: Hugging Face's (transformers, huggingface_hub, datasets) through
+their own switches, and every other tqdm bar a library draws (transformers' "Converting and
+de-quantizing GGUF tensors", gguf's writer) by being created disabled; a bar's own `enabled=False`
+silences that one.
 
 When stderr is not a terminal (a log file, a pipe, CI), a bar never redraws: it writes whole
 lines, at most one every `LOG_EVERY_S` seconds while its phase runs and one when the phase ends,
@@ -28,6 +30,7 @@ from tqdm.auto import tqdm
 from tqdm.std import tqdm as plain_tqdm
 
 _SWITCH: list[bool | None] = [None]  # None: follow HEADSUP_PROGRESS and TQDM_DISABLE (default on)
+_FOREIGN_HIDDEN = [0]  # above 0: every tqdm bar not drawn by this module is created disabled
 # Read by the libraries when they are imported; the calls below cover libraries already imported.
 _LIBRARY_ENV = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS")
 _OFF = ("0", "false", "no", "off")
@@ -45,12 +48,13 @@ def set_progress(enabled: bool) -> None:
 
 
 def _hide_library_bars() -> Callable[[], None]:
-    """Hide the bars of huggingface_hub, transformers and datasets; returns what shows them again
-    as they were."""
+    """Hide the bars of huggingface_hub, transformers and datasets (their own switches) and every
+    other tqdm bar a library creates from now on; returns what shows them again as they were."""
     previous = {name: os.environ.get(name) for name in _LIBRARY_ENV}
     for name in _LIBRARY_ENV:
         os.environ[name] = "1"
-    undo: list[Callable[[], None]] = []
+    _FOREIGN_HIDDEN[0] += 1
+    undo: list[Callable[[], None]] = [_show_foreign_bars]
     hub = sys.modules.get("huggingface_hub")
     if hub is not None and not hub.utils.are_progress_bars_disabled():
         hub.utils.disable_progress_bars()
@@ -77,6 +81,25 @@ def _hide_library_bars() -> Callable[[], None]:
                 os.environ[name] = value
 
     return restore
+
+
+def _show_foreign_bars() -> None:
+    _FOREIGN_HIDDEN[0] -= 1
+
+
+def _follow_the_switch(init: Callable[..., None]) -> Callable[..., None]:
+    """tqdm's `__init__`, creating the bars of other libraries disabled while they are hidden: a
+    library that draws its own tqdm bar (transformers' GGUF reader, gguf's writer) offers no switch."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if _FOREIGN_HIDDEN[0] > 0 and not isinstance(self, _Bar) and len(args) < 10:  # disable: the 11th
+            kwargs["disable"] = True
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+plain_tqdm.__init__ = _follow_the_switch(plain_tqdm.__init__)  # type: ignore[method-assign]
 
 
 def progress_enabled() -> bool:
@@ -169,11 +192,14 @@ class _Discard:
 
 class _LogBar(_Bar):
     """A bar for a log: whole lines, never a redraw; one every `LOG_EVERY_S` seconds at most while
-    the phase runs (none before `delay`), and the final state when it ends (`leave=True`)."""
+    the phase runs (none before `delay`), and the final state when it ends (`leave=True`). A stage
+    named in the postfix (`set_postfix_str("writing the weights")`) is written once: the lines after
+    it, while it lasts, carry the counts and times only."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._shown_after = kwargs.get("delay") or 0.0
         self._final = False
+        self._said: str | None = None  # the postfix of the last line written
         # tqdm draws at once when delay is 0: a log gets its first line after LOG_EVERY_S instead
         kwargs["delay"] = max(self._shown_after, 1e-6)
         kwargs["mininterval"] = max(kwargs.get("mininterval") or 0.0, LOG_EVERY_S)
@@ -190,7 +216,13 @@ class _LogBar(_Bar):
         if not self._final and (now - self._last_line < LOG_EVERY_S or now - self.start_t < self._shown_after):
             return False
         self._last_line = now
-        self._out.write((self.__str__() if msg is None else msg).rstrip() + "\n")
+        if msg is None:
+            said, fields = self._said, self.format_dict
+            self._said = fields.get("postfix") or None
+            if self._said is not None and self._said == said:
+                fields["postfix"] = None  # the same stage again: not repeated
+            msg = self.format_meter(**fields)
+        self._out.write(msg.rstrip() + "\n")
         self._out.flush()
         return True
 

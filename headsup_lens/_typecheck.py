@@ -18,8 +18,31 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from typing_extensions import Unpack
+
 _MARK = "__headsup_typechecked__"
 _PACKAGE = __name__.split(".")[0]
+# A type -> what to do with a value given in its place (a name instead of a loaded object), or None.
+_ADVICE: dict[type, Callable[[Any], str | None]] = {}
+
+
+def advise(cls: type, advice: Callable[[Any], str | None]) -> None:
+    """Register how to turn a wrong value into a `cls` (e.g. a task's name into a `Task`: "load it first:
+    hl.load_task(...)"); every type error of a parameter whose annotation names `cls` ends with it."""
+    _ADVICE[cls] = advice
+
+
+def _advice(hint: Any, value: Any) -> str:
+    for cls, advice in _ADVICE.items():
+        if _names(hint, cls):
+            text = advice(value)
+            if text:
+                return f"; {text}"
+    return ""
+
+
+def _names(hint: Any, cls: type) -> bool:
+    return hint is cls or any(_names(arg, cls) for arg in typing.get_args(hint))
 
 
 def _ours(obj: Any) -> bool:
@@ -59,6 +82,17 @@ def _no_check(args: tuple, kwargs: dict) -> None:
     return None
 
 
+def _unpacked_keywords(signature: inspect.Signature, hints: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """`(name, {option: type})` of a `**name: Unpack[Options]` parameter (PEP 692: keyword options that
+    several functions share, declared once as a TypedDict), or None."""
+    for name, parameter in signature.parameters.items():
+        hint = hints.get(name)
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD and typing.get_origin(hint) is Unpack:
+            (options,) = typing.get_args(hint)
+            return name, typing.get_type_hints(options)
+    return None
+
+
 def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
     """A function of `(args, kwargs)` that raises a TypeError naming the first argument whose type
     does not match `fn`'s annotation (defaults are not checked; missing arguments are left to the
@@ -74,6 +108,7 @@ def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
     except Exception:  # an annotation only meaningful to static checkers: leave the function as it is
         return _no_check
     variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    keywords = _unpacked_keywords(signature, hints)  # `**options: Unpack[SomeTypedDict]`: each option's type
     hints = {
         name: _runtime_hint(hint)
         for name, hint in hints.items()
@@ -81,6 +116,8 @@ def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
         and signature.parameters[name].kind not in variadic
         and hint not in (typing.Any, object)
     }
+    if keywords is not None:
+        hints.update({name: _runtime_hint(hint) for name, hint in keywords[1].items()})
     if not hints:
         return _no_check
     conf = BeartypeConf(is_pep484_tower=True)  # an int passes for a float (PEP 484's numeric tower)
@@ -92,7 +129,17 @@ def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
             bound = signature.bind_partial(*args, **kwargs)
         except TypeError:
             return  # a missing or unknown argument: the call itself says which
-        for name, value in bound.arguments.items():
+        arguments = dict(bound.arguments)
+        if keywords is not None:
+            options = arguments.pop(keywords[0], {})
+            unknown = [name for name in options if name not in keywords[1]]
+            if unknown:
+                raise TypeError(
+                    f"{where} got an unexpected keyword argument {unknown[0]!r}; its options are "
+                    f"{', '.join(keywords[1])}"
+                )
+            arguments.update(options)
+        for name, value in arguments.items():
             hint = hints.get(name)
             if hint is None:
                 continue
@@ -105,7 +152,7 @@ def _build_check(fn: Callable) -> Callable[[tuple, dict], None]:
             if not is_bearable(value, hint, conf=conf):
                 raise TypeError(
                     f"{where}: argument {name}={_short(value)} ({type(value).__name__}) does not have "
-                    f"the type it needs: {_hint_name(hint)}"
+                    f"the type it needs: {_hint_name(hint)}{_advice(hint, value)}"
                 )
 
     return check

@@ -97,6 +97,19 @@ def _interval(low: float | None, high: float | None, low_open: bool, high_open: 
     return f"{left}, {right}"
 
 
+def check_batch_fits(batch_size: int, rows: int, what: str, name: str = "batch_size") -> None:
+    """A step's batch draws `batch_size` rows from `rows` distinct examples (`what`: "training pairs of
+    antonym"). More rows than there are examples would repeat examples within each step: the time of a
+    huge batch for the data of a small one (`batch_size=1_000_000` on 140 pairs ran for minutes), and
+    a recipe that is not what it says. A ValueError names the largest batch the data allows; every
+    trainer checks its batch here, before any work."""
+    if batch_size > rows:
+        raise ValueError(
+            f"{name} {batch_size} is larger than the {rows} {what} it draws from (every step would repeat "
+            f"them); use {name} {rows} or less"
+        )
+
+
 def check_bool(name: str, value: Any) -> bool:
     """`value` must be a real bool (1, "yes" or None are refused: they hide mistakes)."""
     if not isinstance(value, bool):
@@ -126,6 +139,67 @@ def check_device(name: str, value: Any) -> str:
     if not _DEVICE.fullmatch(form):
         raise ValueError(f"{name} must be {DEVICE_FORMS}, got {value!r}")
     return form
+
+
+def cuda_missing() -> str | None:
+    """Why this machine cannot run on CUDA, or None when it may. torch answers when it is loaded;
+    before that (its import takes seconds), the cheapest signs: a CPU build of torch (its `version.py`
+    names no CUDA, read without importing torch) or no CUDA driver library. A machine that passes here
+    may still lack a GPU: loading the model then says so."""
+    if "torch" in sys.modules:
+        return None if sys.modules["torch"].cuda.is_available() else "torch finds no CUDA device"
+    build = _torch_build()
+    if build is not None and build.get("cuda") is None and build.get("hip") is None:
+        return f"torch {build.get('__version__', '')} is a CPU build"
+    import ctypes
+    import ctypes.util
+
+    names = (
+        ["nvcuda.dll"] if sys.platform == "win32" else ["libcuda.so.1", "libcuda.so", ctypes.util.find_library("cuda")]
+    )
+    for library in filter(None, names):
+        try:
+            ctypes.CDLL(library)
+        except OSError:
+            continue
+        return None
+    return "no CUDA driver is installed"
+
+
+def _torch_build() -> dict[str, Any] | None:
+    """The literal fields of torch's `version.py` (`__version__`, `cuda`, `hip`, ...) read from its
+    source without importing torch; None when torch or the file is not found or not as expected."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    try:
+        tree = ast.parse((Path(locations[0]) / "version.py").read_text(encoding="utf-8"))
+    except (IndexError, OSError, SyntaxError, ValueError):
+        return None
+    fields: dict[str, Any] = {}
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and value is not None:
+            try:
+                fields[target.id] = ast.literal_eval(value)
+            except ValueError:
+                continue
+    return fields if "cuda" in fields else None
+
+
+def check_device_available(name: str, value: str | None) -> None:
+    """A ValueError when `value` (a device string, checked by `check_device`) asks for CUDA on a machine
+    that has none (`cuda_missing`); None (the default device) and cpu always pass."""
+    if value is None or not value.startswith("cuda"):
+        return
+    reason = cuda_missing()
+    if reason is not None:
+        raise ValueError(f"{name} {value} was asked for but CUDA is not available on this machine ({reason}); use cpu")
 
 
 def check_tensor(name: str, value: Any) -> Tensor:

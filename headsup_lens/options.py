@@ -638,6 +638,8 @@ def _names_of(config: Any, typed: Mapping[str, str]) -> dict[str, str]:
                 names[f.name] = typed[path]
             else:
                 names.setdefault(f.name, "--" + f.name.replace("_", "-"))
+        if any(f.name == "out" for f in dataclasses.fields(klass)) and getattr(klass, "CLAIMS_OUT", True):
+            names.setdefault("fresh", "--fresh")  # every command that writes an --out folder has it (cli)
 
     if dataclasses.is_dataclass(config):
         walk(config, "")

@@ -19,6 +19,7 @@ def no_delay(monkeypatch):
     """Every bar shows at once (phases of a tiny model are shorter than the usual delay)."""
     monkeypatch.setattr(progress_module, "DELAY_S", 0.0)
     monkeypatch.setattr(progress_module, "_SWITCH", [None])
+    monkeypatch.setattr(progress_module, "_FOREIGN_HIDDEN", [0])  # set_progress(False) hides them for good
     for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
         monkeypatch.delenv(name, raising=False)  # set_progress(False) sets them: removed after the test
 
@@ -186,3 +187,47 @@ def test_the_cli_hides_the_libraries_bars_when_the_environment_asks(monkeypatch,
     seen.clear()
     assert _main.main(["tasks"]) == 0
     assert all(seen.values())
+
+
+def test_every_other_librarys_tqdm_bar_follows_the_switch_and_the_log_rule(no_delay, terminal, capsys):
+    """A library that draws a tqdm bar of its own and offers no switch (transformers' "Converting and
+    de-quantizing GGUF tensors", gguf's writer): hidden by `--no-progress` / `HEADSUP_PROGRESS=0`, and
+    inside our phases in a log; shown in a terminal when progress is on; as before after the block."""
+    import tqdm
+    import tqdm.auto
+
+    def library_bar() -> None:  # as those libraries draw it: no `disable`, no `file`
+        for _ in tqdm.auto.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."):
+            pass
+        for _ in tqdm.tqdm(range(3), desc="Writing"):
+            pass
+
+    with progress_off():
+        library_bar()
+    assert capsys.readouterr().err == ""
+    with activity("converting"):  # stderr is not a terminal here: a log
+        library_bar()
+    err = capsys.readouterr().err
+    assert "GGUF" not in err and "Writing" not in err
+    library_bar()  # outside our phases nothing is changed
+    assert "Converting and de-quantizing GGUF tensors" in capsys.readouterr().err
+    stream = terminal()
+    with activity("converting"):  # a terminal with progress on: the libraries' bars redraw there
+        library_bar()
+    assert "Converting and de-quantizing GGUF tensors" in stream.getvalue() and "Writing" in stream.getvalue()
+
+
+def test_in_a_log_each_stage_of_a_phase_is_written_once(no_delay, monkeypatch, capsys):
+    """`headsup fetch-model` in a log printed "writing the fp32 weights" twice: the line of the
+    phase's periodic tick and its last line both carried the stage. A stage is named once; the later
+    lines of that stage give the elapsed time only."""
+    monkeypatch.setattr(progress_module, "LOG_EVERY_S", 0.2)
+    with activity("converting tiny.gguf") as bar:
+        bar.set_postfix_str("reading the tokenizer")
+        time.sleep(1.3)  # the phase's ticker writes a line every second
+        bar.set_postfix_str("writing the fp32 weights")
+        time.sleep(2.3)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 2 and all(line.startswith("converting tiny.gguf: 00:0") for line in lines), lines
+    assert sum("writing the fp32 weights" in line for line in lines) == 1, lines
+    assert sum("reading the tokenizer" in line for line in lines) <= 1, lines

@@ -64,6 +64,8 @@ class DataError(ValueError):
 @cache
 def _read(path: str) -> pd.DataFrame:
     file = ROOT / path
+    if not file.is_file() and (ROOT / f"{path}.gz").is_file():  # long tables are committed gzipped
+        file = ROOT / f"{path}.gz"
     if not file.is_file():
         raise DataError(f"{path}: no such file (paths are relative to the repository root)")
     # Empty cells stay NaN; text such as "n/a" or "None" stays text.
@@ -145,6 +147,8 @@ def agg(path: str, column: str, how: str = "mean", fmt: str = ".2f", where: dict
 def json_value(path: str, *keys: str | int, fmt: str = "") -> str:
     """A value inside the JSON file at `path`, e.g. `json_value("…/train_config.json", "steps")`."""
     file = ROOT / path
+    if not file.is_file() and (ROOT / f"{path}.gz").is_file():  # long tables are committed gzipped
+        file = ROOT / f"{path}.gz"
     if not file.is_file():
         raise DataError(f"{path}: no such file")
     data: Any = json.loads(file.read_text(encoding="utf-8"))
@@ -232,6 +236,8 @@ def first(path: str, column_: str, fmt: str = "", where: dict | None = None, **f
 def json_num(path: str, *keys: str | int) -> Any:
     """The raw value inside a JSON file (for arithmetic in a page)."""
     file = ROOT / path
+    if not file.is_file() and (ROOT / f"{path}.gz").is_file():  # long tables are committed gzipped
+        file = ROOT / f"{path}.gz"
     if not file.is_file():
         raise DataError(f"{path}: no such file")
     data: Any = json.loads(file.read_text(encoding="utf-8"))
@@ -563,6 +569,8 @@ def plotly_figure(path: str, page_url: str = "", height: int | None = None) -> s
     """The plot of a committed HTML figure (its `<div>` and `Plotly.newPlot` script), loading the one
     plotly.js the site serves from `assets/`. Nothing is fetched from the internet."""
     file = ROOT / path
+    if not file.is_file() and (ROOT / f"{path}.gz").is_file():  # long tables are committed gzipped
+        file = ROOT / f"{path}.gz"
     if not file.is_file():
         raise DataError(f"{path}: no such figure")
     page = file.read_text(encoding="utf-8")

@@ -1,6 +1,17 @@
 """What the benchmarks compare with and build on: models at real shapes, and the same work done in
 plain `transformers` (the model's own Hugging Face class, its default attention, per-row head masks
 multiplied into each `o_proj` input by forward pre-hooks: what a patched Hugging Face model does).
+
+Plain `transformers` at two levels of care (the `versus` names of the tables):
+- `plain-eager`: a hand-written greedy loop on the dynamic KV cache, rows dropped at their stop token,
+  and the training step's passes run eagerly (`PlainModel.greedy`, `PlainModel.train_step`);
+- at its best: `generate(..., cache_implementation="static")` with `torch.compile` (transformers
+  compiles the decoding step itself, `mode="reduce-overhead"`, on a static cache allocated once per
+  batch shape and reset between calls) and a loss pass compiled at a fixed width
+  (`plain-static-compiled`, `PlainModel.generate_static`, `PlainModel.compiled_nll`); a fixed-shape
+  training step (every row padded to the longest, one pass, frozen weights) compiled by
+  `torch.compile(mode="reduce-overhead")` (`plain-compiled`) or captured by hand as a CUDA graph
+  (`plain-captured`): `PlainModel.fixed_step`.
 """
 
 from __future__ import annotations
@@ -8,6 +19,7 @@ from __future__ import annotations
 import random
 import string
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,7 +139,7 @@ class PlainModel:
     """The model's Hugging Face class loaded from `directory`, frozen, with a forward pre-hook on
     every `o_proj` that multiplies head h's slice of its input by `masks[row, layer, h]`."""
 
-    def __init__(self, directory: str, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(self, directory: str, device: torch.device, dtype: torch.dtype, backend: str = "inductor") -> None:
         from transformers import AutoModelForCausalLM
 
         self.hf = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype).to(device).eval().requires_grad_(False)
@@ -135,6 +147,9 @@ class PlainModel:
         self.d_head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.device = device
         self.masks: torch.Tensor | None = None  # [rows, n_layers, n_heads]
+        self._caches: dict[tuple[int, int], object] = {}
+        self._compiled_hidden: Callable | None = None
+        self.backend = backend  # of torch.compile: inductor; aot_eager traces the same graphs, compiles nothing
         for layer, block in enumerate(self.hf.model.layers):
             block.self_attn.o_proj.register_forward_pre_hook(self._gate(layer))
 
@@ -190,6 +205,142 @@ class PlainModel:
                     self.masks = self.masks[keep]
         self.masks = None
         return [t[: next((i for i, x in enumerate(t) if x in stops), len(t))] for t in tokens], first
+
+    # ---------------------------------------------------------------- at its best
+    def _compile_options(self) -> dict:
+        """`torch.compile`'s settings: reduce-overhead (CUDA graphs of the compiled code) under inductor."""
+        if self.backend == "inductor":
+            return dict(mode="reduce-overhead", dynamic=False)
+        return dict(backend=self.backend, dynamic=False)
+
+    def _static_cache(self, rows: int, length: int):
+        """A static KV cache of `rows` x `length` slots, allocated once per shape and reset before use
+        (what one keeps to avoid recompiling: the decoding step's shapes follow the cache's)."""
+        from transformers import StaticCache
+
+        key = (rows, length)
+        if key not in self._caches:
+            self._caches[key] = StaticCache(config=self.hf.config, max_cache_len=length)
+        cache = self._caches[key]
+        cache.reset()
+        return cache
+
+    def generate_static(
+        self,
+        ids: torch.Tensor,
+        attention: torch.Tensor | None,
+        masks: torch.Tensor | None,
+        new: int,
+        stops: set[int],
+        pad_id: int,
+        length: int | None = None,
+        first_logits: bool = False,
+    ) -> tuple[list[list[int]], torch.Tensor | None]:
+        """`generate(..., do_sample=False)` on a static cache of `length` slots (default: prompt and new
+        tokens) with its decoding step compiled by transformers (`torch.compile`, reduce-overhead;
+        forced on the CPU too, where it compiles without CUDA graphs); new tokens cut before the stop,
+        and with `first_logits` the prompt pass's logits (float32, on the CPU)."""
+        from transformers import CompileConfig
+
+        compile_config = CompileConfig(**self._compile_options())
+        compile_config._compile_all_devices = True  # the CPU's dry run compiles the same way
+        self.masks = None if masks is None else masks.to(self.device)
+        try:
+            out = self.hf.generate(
+                input_ids=ids,
+                attention_mask=attention if attention is not None else torch.ones_like(ids),
+                max_new_tokens=new,
+                do_sample=False,
+                eos_token_id=sorted(stops),
+                pad_token_id=pad_id,
+                past_key_values=self._static_cache(ids.shape[0], length or ids.shape[1] + new),
+                compile_config=compile_config,
+                return_dict_in_generate=first_logits,
+                output_logits=first_logits,
+            )
+        finally:
+            self.masks = None
+        sequences = out.sequences if first_logits else out
+        tokens = sequences[:, ids.shape[1] :].tolist()
+        cut = [t[: next((i for i, x in enumerate(t) if x in stops), len(t))] for t in tokens]
+        return cut, (out.logits[0].float().cpu() if first_logits else None)
+
+    def _hidden(self, ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        return self.hf.model(input_ids=ids, attention_mask=attention).last_hidden_state
+
+    def compiled_nll(
+        self, rows: list[tuple[list[int], list[int]]], pad_id: int, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`answer_nll` of `rows` (no gate) with the model's pass compiled (`torch.compile`,
+        reduce-overhead) at a fixed `width`: batches of one size share one compilation."""
+        if self._compiled_hidden is None:
+            self._compiled_hidden = torch.compile(self._hidden, **self._compile_options())
+        batch = collate(rows, pad_id=pad_id, device=self.device, width=width)
+        hidden = self._compiled_hidden(batch.input_ids, batch.attention_mask)
+        r, positions, targets = answer_positions(batch.labels)
+        logits = self.hf.get_output_embeddings()(hidden[r, positions])
+        return F.cross_entropy(logits.float(), targets, reduction="none"), r
+
+    def fixed_step(
+        self,
+        rows: list[tuple[list[int], list[int]]],
+        logits: torch.Tensor,
+        noise: torch.Tensor,
+        tau: float,
+        pad_id: int,
+        how: str,
+    ) -> Callable[[], torch.Tensor]:
+        """A mask-training step at fixed shapes, as a careful user writes one: every row of `rows`
+        right-padded to the longest, one pass, straight-through masks from per-row `logits` and
+        `noise`, the answer-only loss (each answer token's mean) and the mask gradient; the weights
+        frozen. `how`: "compiled" (`torch.compile(mode="reduce-overhead")` of the forward, whose
+        backward it compiles too), "captured" (forward and backward captured by hand as one CUDA graph
+        and replayed; eager on the CPU) or "eager". Returns the step: it writes `logits.grad`."""
+        batch = collate(rows, pad_id=pad_id, device=self.device)
+        r, positions, targets = answer_positions(batch.labels)
+        n_answers = targets.shape[0]
+        lm_head = self.hf.get_output_embeddings()
+
+        def loss(logits: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+            soft = torch.sigmoid((logits + noise) / tau)
+            self.masks = (soft >= 0.5).to(soft.dtype) - soft.detach() + soft
+            hidden = self._hidden(batch.input_ids, batch.attention_mask)
+            self.masks = None
+            nll = F.cross_entropy(lm_head(hidden[r, positions]).float(), targets, reduction="none")
+            return nll.sum() / n_answers
+
+        if how == "compiled":
+            compiled = torch.compile(loss, **self._compile_options())
+
+            def step() -> torch.Tensor:
+                logits.grad = None
+                compiled(logits, noise).backward()
+                return logits.grad
+
+            return step
+        grad = torch.zeros_like(logits)
+
+        def eager() -> torch.Tensor:
+            grad.copy_(torch.autograd.grad(loss(logits, noise), logits)[0])
+            return grad
+
+        if how == "eager" or self.device.type != "cuda":
+            return eager
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # warm-up: kernel selection and the allocator, outside the graph
+                eager()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            eager()
+
+        def replay() -> torch.Tensor:
+            graph.replay()
+            return grad
+
+        return replay
 
     def answer_nll(
         self, rows: list[tuple[list[int], list[int]]], masks: torch.Tensor | None, pad_id: int

@@ -15,7 +15,8 @@ nothing from the internet:
 - plotly.js itself (4.8 MB, which plotly's `notebook` renderer embeds with the first figure): the
   site serves one copy (`figures/plotly.min.js`), and a notebook run again embeds it again;
 - the MathJax script the renderer loads from a CDN beside every figure (no figure uses TeX);
-- progress-bar widgets (tqdm's, transient: they only showed a bar while a cell ran).
+- progress-bar widgets (tqdm's, transient: they only showed a bar while a cell ran); a widget that
+  carries a static picture of itself (the pathway explorer) keeps the picture, without its live view.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def clean(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
         for output in cell.get("outputs", []):
             data = output.get("data", {})
             if WIDGET in data:
-                continue
+                if "text/html" not in data:
+                    continue  # a progress bar: nothing to show once the cell has run
+                del data[WIDGET]  # a widget with a static picture (the explorer): the site shows the picture
             html = data.get("text/html")
             if isinstance(html, str):
                 if PLOTLY_BUNDLE.search(html):

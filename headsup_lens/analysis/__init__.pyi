@@ -1,10 +1,13 @@
 # The public names of `headsup_lens.analysis`: its one export list. At run time `lazy_loader` reads it
 # (`__all__`, each name imported on first use); type checkers and the API reference read it as the module.
 
+from ._alpha import AlphaControl as AlphaControl
+from ._alpha import alpha_control as alpha_control
 from ._attention import AttentionOnTarget as AttentionOnTarget
 from ._attention import attention_on_target as attention_on_target
 from ._attention import candidate_spans as candidate_spans
 from ._attention import choice_instruction as choice_instruction
+from ._attention import last_position_attention as last_position_attention
 from ._compare import DEFAULT_METHODS as DEFAULT_METHODS
 from ._compare import MethodComparison as MethodComparison
 from ._compare import auroc as auroc
@@ -69,3 +72,5 @@ from ._sweep import removal_sweep as removal_sweep
 from ._sweep import step_or_never as step_or_never
 from ._sweep import sweep_masks as sweep_masks
 from ._sweep import weight_order as weight_order
+from ._switch import SwitchRates as SwitchRates
+from ._switch import switch_rates as switch_rates

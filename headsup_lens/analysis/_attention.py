@@ -22,7 +22,7 @@ from .._typecheck import checked
 from ..gates import MaskLike
 from ..gates._masks import mask_tensor
 from ..models import left_pad, pad_token_id, prompt_format
-from ._common import Gate, gated
+from ._common import Gate, check_gate_has_mask, gated, prompt_ids
 
 Pair = tuple[str, str]
 SETTINGS = ("original", "instructed", "masked")
@@ -199,3 +199,35 @@ def attention_on_target(
             }
         )
     return AttentionOnTarget(per_head=per_head, table=pd.DataFrame(rows), n_examples=len(pairs))
+
+
+@checked
+def last_position_attention(
+    model: TransformerBridge,
+    prompt: str,
+    mask: MaskLike | None = None,
+    *,
+    gate: Gate = "value",
+    alpha: float = 0.0,
+    formatted: bool = False,
+) -> Float[Tensor, "n_layers n_heads pos"]:
+    """Every head's attention from the last prompt position to each prompt position
+    (`blocks.L.attn.hook_pattern`, float32 on the CPU), under an optional gate.
+
+    `prompt` is the user text in the model's prompt format unless `formatted`. Under the value
+    gate a head's own pattern is that of the gated model upstream of it (a removed head still
+    attends; what it writes is gated); under the query gate a removed head's row is uniform over
+    the positions it may see.
+    """
+    check_gate_has_mask(mask, gate, alpha)
+    ids = prompt_ids(model, prompt, formatted=formatted)
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.cfg.n_layers)]
+    rows: dict[str, Tensor] = {}
+
+    def keep(pattern: Float[Tensor, "batch n_heads query key"], hook) -> None:
+        rows[hook.name] = pattern[0, :, -1].detach().float().cpu()
+
+    hooks = [(name, keep) for name in names]
+    with torch.no_grad(), gated(model, mask, alpha=alpha, gate=gate), model.hooks(fwd_hooks=hooks):
+        model(torch.tensor([ids], device=model.cfg.device))
+    return torch.stack([rows[name] for name in names])

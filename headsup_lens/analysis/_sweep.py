@@ -21,11 +21,12 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._distributed import all_min, gather, padded_share, rank_and_world, shard
 from .._progress import progress as progress_bar
 from .._typecheck import checked
+from .._validate import check_float
 from ..masks import Head, HeadMask
 from ..models import model_device, stop_token_ids
 from ..models._sharding import is_sharded, lockstep
 from ..objective import greedy_generate
-from ._common import check_heads, prompt_ids, prompt_text, token_id, token_ranks, token_text
+from ._common import Gate, check_heads, prompt_ids, prompt_text, token_id, token_ranks, token_text
 
 _CPU_BUDGET_GB = 2.0
 
@@ -223,6 +224,9 @@ def greedy_rows(
     max_new_tokens: int,
     record_layers: bool,
     on_pass: Callable[[], object] | None = None,
+    *,
+    gate: Gate = "value",
+    alpha: float = 0.0,
 ) -> tuple[Tensor, list[list[int]], dict[str, Tensor]]:
     """One chunk: next-token logits at the last prompt position, the greedy continuation of every
     row (cut at the first stop token) and, optionally, layer outputs at the last prompt position.
@@ -237,7 +241,9 @@ def greedy_rows(
         batch,
         max_new_tokens=max_new_tokens,
         stops=stop_token_ids(model),
-        mask=masks.to(model.cfg.device),
+        mask=masks,  # moved without waiting for the device
+        alpha=alpha,
+        gate=gate,
         record_layers=record_layers,
         on_pass=on_pass,
     )
@@ -260,6 +266,8 @@ def removal_sweep(
     memory_gb: float | None = None,
     distributed: bool = False,
     progress: bool = True,
+    gate: Gate = "value",
+    alpha: float = 0.0,
 ) -> RemovalSweep:
     """Remove heads one at a time in `order` and record what the model would say at each step.
 
@@ -275,6 +283,10 @@ def removal_sweep(
     process group (each rank a contiguous slice, on its own `model`); every rank returns the whole
     sweep, equal to a single-process one; on a model loaded with `shard="fsdp"` the steps are always
     split so (every rank calls this). `progress=False` hides its progress bar.
+
+    Removed heads go through `gate`: the value gate by default, which keeps a fraction `alpha` of
+    a removed head's output (0: removed, the paper's sweep), or the query gate (`"query"`, alpha 0),
+    under which a removed head attends uniformly.
     """
     # A sharded model's ranks share every pass: its sweeps are always split over them.
     rank, world = rank_and_world(required=True) if distributed or is_sharded(model) else (0, 1)
@@ -285,6 +297,11 @@ def removal_sweep(
         raise ValueError("the removal order lists a head twice")
     if top_k < 0 or max_new_tokens < 0:
         raise ValueError("top_k and max_new_tokens must be >= 0")
+    alpha = check_float("alpha", alpha, 0.0, 1.0)
+    if gate == "query" and alpha != 0.0:
+        raise ValueError(
+            f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0"
+        )
     steps = list(range(len(order) + 1)) if steps is None else [int(s) for s in steps]
     if not steps or any(not 0 <= s <= len(order) for s in steps):
         raise ValueError(f"steps must be a non-empty list of values in 0..{len(order)}")
@@ -323,7 +340,14 @@ def removal_sweep(
             bar.update(1)
 
         logits, conts, captured = greedy_rows(
-            model, ids, all_masks[run[start : start + rows]], max_new_tokens, record_layers, step
+            model,
+            ids,
+            all_masks[run[start : start + rows]],
+            max_new_tokens,
+            record_layers,
+            step,
+            gate=gate,
+            alpha=alpha,
         )
         bar.update(passes - done[0])  # a chunk whose rows all stopped early skips its last passes
         kept = max(0, min(rows, len(mine) - start))  # this rank's own steps in the chunk
@@ -401,5 +425,5 @@ def removal_sweep(
         generation_ids=continuations,
         attn_out=attn_out,
         block_out=block_out,
-        metadata={"batch_size": rows, "max_new_tokens": max_new_tokens, "top_k": top_k},
+        metadata={"batch_size": rows, "max_new_tokens": max_new_tokens, "top_k": top_k, "gate": gate, "alpha": alpha},
     )

@@ -9,8 +9,9 @@ import time
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .._io import folder_holds
 from ..options import Given
-from ._registry import check_out_dir, command, mask_file
+from ._registry import SIGNATURES, check_out_dir, command, mask_file
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,7 @@ class BakeCommand:
     """Options of `headsup bake`."""
 
     LOCKS_OUT_ITSELF: ClassVar[bool] = True  # an existing --out is refused, so the lock is taken after that check
+    CLAIMS_OUT: ClassVar[bool] = False  # it writes a new folder only (`check_bake`): nothing there to continue
 
     mask: str
     """Mask file (safetensors) trained for this model, or a `headsup train` output folder holding mask.safetensors."""
@@ -37,12 +39,9 @@ class BakeCommand:
     """Model dtype, kept in the baked checkpoint (default: fp32 on CPU)."""
 
 
-@command("bake", BakeCommand)
-def run_bake(args: BakeCommand, given: Given) -> int:
-    # deferred: keeps --help free of torch, pandas and plotly
-    from ..masks import HeadMask, bake
-    from ..models import load_model
-
+def check_bake(args: BakeCommand, given: Given) -> None:
+    """The format and its options, the mask file (it must exist) and --out (it must not: a bake writes
+    a new folder)."""
     if args.format not in ("hf", "gguf"):
         raise ValueError(f"--format must be hf or gguf, not {args.format!r}")
     if args.gguf_source is not None and args.format != "gguf":
@@ -50,10 +49,22 @@ def run_bake(args: BakeCommand, given: Given) -> int:
             f"--gguf-source {args.gguf_source} applies only to --format gguf, not to --format {args.format}: "
             "leave it out, or add --format gguf"
         )
-    mask_path = mask_file(args.mask)
+    mask_file(args.mask)
     out = check_out_dir(args.out)
     if out.exists():
-        raise ValueError(f"--out {out} exists; a bake writes a new folder: choose another or remove it")
+        held = folder_holds(out, SIGNATURES)
+        what = f"exists and holds the results of `headsup {held[0]}`" if held is not None else "exists"
+        raise ValueError(f"--out {out} {what}; a bake writes a new folder: choose another --out or remove it")
+
+
+@command("bake", BakeCommand, check=check_bake)
+def run_bake(args: BakeCommand, given: Given) -> int:
+    # deferred: keeps --help free of torch, pandas and plotly
+    from ..masks import HeadMask, bake
+    from ..models import load_model
+
+    mask_path = mask_file(args.mask)
+    out = check_out_dir(args.out)
     started = time.perf_counter()
     model = load_model(args.model, device="cpu", dtype=args.dtype)
     mask = HeadMask.load(mask_path, model)

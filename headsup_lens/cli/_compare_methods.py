@@ -12,8 +12,17 @@ from typing import Literal
 from .._io import OutputSet, atomic_write
 from .._validate import check_float
 from ..data import load_task
-from ..options import DataOptions, FigureOptions, Given, ModelOptions, ThreadOptions, check_counts, model_arguments
+from ..options import (
+    DataOptions,
+    FigureOptions,
+    Given,
+    ModelOptions,
+    ThreadOptions,
+    check_counts,
+    model_arguments,
+)
 from ..training import TrainConfig
+from ._outputs import compact_table
 from ._registry import check_out_dir, command, mask_file
 
 
@@ -58,7 +67,12 @@ class CompareMethodsCommand(ThreadOptions, FigureOptions, DataOptions, ModelOpti
         check_float("alpha", self.alpha, 0.0, 1.0)
 
 
-@command("compare-methods", CompareMethodsCommand)
+def check_compare_methods(args: CompareMethodsCommand, given: Given) -> None:
+    if args.mask:
+        mask_file(args.mask)
+
+
+@command("compare-methods", CompareMethodsCommand, check=check_compare_methods)
 def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     import torch
@@ -115,6 +129,6 @@ def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
         atomic_write(stage.path / "roc.csv", lambda tmp: comparison.roc().to_csv(tmp, index=False))
         save_figure(roc_figure(comparison), stage.path / "roc", png=args.png, served_from=out)
     written = [Path(p).name for p in stage.commit()]
-    print(comparison.summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(compact_table(comparison.summary, full="summary.csv"))
     print(f"wrote to {out}: {', '.join(written)}")
     return 0

@@ -5,12 +5,26 @@ The library is imported inside the command, so that `headsup --help` starts with
 
 from __future__ import annotations
 
-from ..demo._config import DemoConfig
+from .._validate import check_batch_fits
+from ..data import load_task
+from ..demo._config import DemoConfig, stored_mask_files
 from ..options import Given
+from ._outputs import compact_table
 from ._registry import check_out_dir, command
 
 
-@command("demo", DemoConfig)
+def check_demo(config: DemoConfig, given: Given) -> None:
+    """The tasks must load, stored masks exist for each (`--masks`), else a training batch must fit each
+    task's training pairs."""
+    tasks = [load_task(name, config.data_dir) for name in config.tasks]
+    if config.masks is not None:
+        stored_mask_files(config.masks, [task.name for task in tasks])
+        return
+    for task in tasks:
+        check_batch_fits(config.batch_size, task.n_train, f"training pairs of {task.name}", "--batch-size")
+
+
+@command("demo", DemoConfig, check=check_demo)
 def run(config: DemoConfig, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     from ..analysis import step_or_never
@@ -18,9 +32,8 @@ def run(config: DemoConfig, given: Given) -> int:
 
     check_out_dir(config.out)
     result = run_demo(config)
-    with_none = result.summary.fillna("—")
     print()
-    print(with_none.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(compact_table(result.summary, full="tables/summary.csv"))
     print()
     for name, sweep in result.sweeps.items():
         switch, change = step_or_never(sweep.switch_step), step_or_never(sweep.change_step)

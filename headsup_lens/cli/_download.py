@@ -10,6 +10,7 @@ import sys
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from .._io import atomic_write
 from ..data import ENV_VAR, FV_TASKS, default_data_dir
@@ -34,6 +35,8 @@ DATASETS = ("function_vectors", "xnli", "iwslt2017")
 @dataclass(frozen=True)
 class DownloadCommand:
     """Options of `headsup download-data`."""
+
+    CLAIMS_OUT: ClassVar[bool] = False  # a data folder that other tools may fill too; existing files are kept
 
     out: str | None = None
     """Destination folder (default: $HEADSUP_DATA_DIR, else the per-user cache folder)."""

@@ -10,7 +10,27 @@ from dataclasses import dataclass
 from ..data import load_task
 from ..evaluation import EvalConfig
 from ..options import DataOptions, Given, ModelOptions, ShardOptions, model_arguments, option
+from ._outputs import compact_table, report
 from ._registry import check_out_dir, command, mask_file, ranks_of
+
+# The columns `evaluate` prints, those that exist for the task, first first (results.csv holds them all).
+SHOWN = [
+    "setting",
+    "accuracy",
+    "strict",
+    "echo",
+    "empty",
+    "answer_nll",
+    "n_kept",
+    "balanced_accuracy",
+    "rouge_l",
+    "bleu",
+    "rouge_l_first_line",
+    "sacrebleu_first_line",
+    "target_language_share",
+    "p_vs_original",
+    "p_vs_instructed",
+]
 
 
 @dataclass(frozen=True)
@@ -30,10 +50,17 @@ class EvaluateCommand(ShardOptions, DataOptions, ModelOptions):
     """How the settings are run and scored."""
 
 
-@command("evaluate", EvaluateCommand)
+def check_evaluate(args: EvaluateCommand, given: Given) -> None:
+    mask_file(args.mask)
+    if args.other_mask:
+        mask_file(args.other_mask, "--other-mask")
+
+
+@command("evaluate", EvaluateCommand, check=check_evaluate)
 def run_evaluate(args: EvaluateCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     from ..evaluation import evaluate
+    from ..evaluation._evaluate import GENERATIONS, RECORD, RESULTS
     from ..masks import HeadMask
     from ..models import load_model
 
@@ -46,6 +73,9 @@ def run_evaluate(args: EvaluateCommand, given: Given) -> int:
     mask = HeadMask.load(mask_path, model)
     other = HeadMask.load(other_path, model, allow_other_weights=True) if other_path else None  # the swap setting
     result = evaluate(model, task, mask, args.evaluation, other_mask=other, out_dir=out, distributed=rank is not None)
-    print(result.table.to_string(index=False))
-    print(f"wrote {out / 'results.csv'}" + (f" and {out / 'generations.csv'}" if args.evaluation.generate else ""))
+    if rank:  # under torchrun rank 0 alone writes and reports
+        return 0
+    print(f"{task.name}, {int(result.table.n_examples.max())} examples of its {args.evaluation.split} split:")
+    print(compact_table(result.table, SHOWN, full=RESULTS))
+    report(out, [name for name in (RESULTS, GENERATIONS, RECORD) if (out / name).is_file()])
     return 0

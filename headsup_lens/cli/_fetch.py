@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..models._gguf import fetch_model, read_source_record
+from ..models._builtin import check_gguf_source
 from ..options import Given, option
 from ._registry import command
 
@@ -26,8 +26,15 @@ class FetchModelCommand:
     """Cache folder; models go to its models/ (default: $HEADSUP_CACHE_DIR, then the per-user cache)."""
 
 
-@command("fetch-model", FetchModelCommand)
+def check_fetch_model(args: FetchModelCommand, given: Given) -> None:
+    check_gguf_source(args.source)
+
+
+@command("fetch-model", FetchModelCommand, check=check_fetch_model)
 def run_fetch_model(args: FetchModelCommand, given: Given) -> int:
+    # deferred: numpy and gguf load only when a model is fetched
+    from ..models._gguf import fetch_model, read_source_record
+
     entry = fetch_model(args.source, cache_dir=args.cache_dir, force=args.force, verify=args.verify)
     record = read_source_record(entry)
     size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())

@@ -11,7 +11,7 @@ from .._names import Gate
 from .._validate import check_float
 from ..options import FigureOptions, Given, ModelOptions, PromptOptions, check_counts
 from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
-from ._registry import check_out_dir, command
+from ._registry import check_out_dir, command, mask_file
 
 
 @dataclass(frozen=True)
@@ -37,16 +37,21 @@ class LensCommand(FigureOptions, PromptOptions, ModelOptions):
         check_float("alpha", self.alpha, 0.0, 1.0)
 
 
-@command("lens", LensCommand)
+def check_lens(args: LensCommand, given: Given) -> None:
+    if args.mask is None:
+        refuse_unused(
+            args, given, ("gate", "alpha"), "they gate a mask, and no --mask is given (the run would be ungated)"
+        )
+    else:
+        mask_file(args.mask)
+
+
+@command("lens", LensCommand, check=check_lens)
 def run_lens(args: LensCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     from ..analysis import logit_lens
     from ..plots import logit_lens_figure
 
-    if args.mask is None:
-        refuse_unused(
-            args, given, ("gate", "alpha"), "they gate a mask, and no --mask is given (the run would be ungated)"
-        )
     out = check_out_dir(args.out)
     stage = OutputSet(out, "lens", option="--out", files=["lens.csv"])
     model = load(args)

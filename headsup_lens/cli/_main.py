@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import os
 import re
@@ -14,17 +15,34 @@ import signal
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from .._io import FolderLock
+from .._io import FolderLock, claimed_folder
 from .._progress import activity, progress_enabled, progress_off, quiet_libraries
+from .._validate import check_device_available
 from .._version import __version__
 from ..data import ENV_VAR, default_data_dir
 from ..options import Given, OptionParser, given, name_options
-from ._registry import COMMANDS, LAZY, Interrupted, check_out_dir
+from ._registry import (
+    COMMANDS,
+    LAZY,
+    RECORDED_RECIPES,
+    SIGNATURES,
+    WARNING,
+    Interrupted,
+    check_out_dir,
+    check_shard_launch,
+    run_recipe,
+)
 
 NO_PROGRESS = "--no-progress"
 NO_PROGRESS_HELP = "no progress bars (quiet output for logs); accepted before or after the command"
+FRESH = "--fresh"
+FRESH_HELP = (
+    "start afresh: what --out holds (another command's results, this command's for other options, an "
+    "unfinished run) is first moved aside to <out>.old-<time>; without it such a folder is refused, and "
+    "the same command with the same options continues there"
+)
 # Commands that never import torch: no "importing" bar for them.
 _LIGHT_COMMANDS = {"tasks", "download-data"}
 
@@ -59,8 +77,16 @@ def build_parser(command: str | None = "*") -> HeadsupParser:
         if wanted:
             child.add_arguments(COMMANDS[name].config, dest="config")
             child.add_argument(NO_PROGRESS, action="store_true", help=NO_PROGRESS_HELP)
+            for writer in [child, *child.subcommands.values()]:  # `organism train` writes, `organism check` not
+                if any(_claims_out(config) for config in writer._configs.values()):
+                    writer.add_argument(FRESH, action="store_true", help=FRESH_HELP)
         parser.commands[name] = child
     return parser
+
+
+def _claims_out(config: type) -> bool:
+    """Whether a command with these options writes an --out folder under the one rule (`claim_folder`)."""
+    return any(f.name == "out" for f in dataclasses.fields(config)) and getattr(config, "CLAIMS_OUT", True)
 
 
 def command_parsers() -> dict[str, OptionParser]:
@@ -120,8 +146,26 @@ def main(argv: list[str] | None = None) -> int:
     # terminal) those are hidden as well: they redraw, and ours write whole lines there.
     quiet = NO_PROGRESS in argv or not progress_enabled()
     argv = [a for a in argv if a != NO_PROGRESS]
-    with progress_off() if quiet else quiet_libraries():
+    with progress_off() if quiet else quiet_libraries(), plain_warnings():
         return _main(argv)
+
+
+@contextlib.contextmanager
+def plain_warnings() -> Iterator[None]:
+    """Warnings as one line each, `headsup: warning: MESSAGE`: the Python line that raised one (the
+    console script's `sys.exit(main())`, for the library's warnings) means nothing to a command's user.
+    Which warnings show is left to the filters (`-W`, `PYTHONWARNINGS`)."""
+    previous = warnings.formatwarning
+    warnings.formatwarning = _one_line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous
+
+
+def _one_line(message, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
+    ours = category is UserWarning or category.__module__.split(".")[0] == __name__.split(".")[0]
+    return f"{WARNING}{' '.join(str(message).split())}{'' if ours else f' ({category.__name__})'}\n"
 
 
 def _main(argv: list[str]) -> int:
@@ -155,10 +199,11 @@ def _ranked(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     name, config = args.command, args.config
+    args.fresh = getattr(args, "fresh", False)  # only commands that write --out have the option
     options = given(args)  # which options the command line set: presets apply first, these win
     try:
-        _check_task_names(config)
-        with _output_lock(name, config):
+        _check_before_imports(name, config, options)
+        with _output_lock(name, config), _claimed_output_folder(name, config, options, args.fresh):
             _import_torch(name)
             code = COMMANDS[name].run(config, options)
     except KeyboardInterrupt:
@@ -214,17 +259,57 @@ def _rank_lost(error: RuntimeError) -> bool:
     return "gloo" in text or "NCCL" in text or "Connection closed by peer" in text
 
 
-def _check_task_names(config: object) -> None:
-    """Load the command's `--task` (one name or several) before anything else: an unknown name or a
-    bad task file is refused at once, not after torch has been imported (seconds on a busy machine)."""
+def _check_before_imports(name: str, config: object, given_options: Given) -> None:
+    """Every name and option that can be checked without torch, before anything is imported or
+    written: its output folder (writable), its tasks (`--task`: an unknown name or a bad task file),
+    the command's own checks (`Command.check`: files it reads, options that do not go together), its
+    model name (`check_model_name`), its device (`--device cuda` on a machine without CUDA) and its
+    launch (`--shard` outside torchrun). A refusal comes at once, not after seconds of imports."""
     action = getattr(config, "action", config)  # `organism train` nests its options
-    names = getattr(action, "task", None)
-    if not names:
-        return
-    from ..data import load_task  # no torch: the task registry and readers only
+    out = getattr(action, "out", None)
+    if out is not None:
+        check_out_dir(out)
+    names = getattr(action, "task", None)  # demo's --task (`tasks`) and the organism's are checked by their command
+    if names:
+        from ..data import load_task  # no torch: the task registry and readers only
 
-    for name in [names] if isinstance(names, str) else names:
-        load_task(name, getattr(action, "data_dir", None))
+        for task in [names] if isinstance(names, str) else names:
+            load_task(task, getattr(action, "data_dir", None))
+    check = COMMANDS[name].check
+    if check is not None:
+        check(action, given_options)
+    model = getattr(action, "model", None)
+    if isinstance(model, str):
+        from ..models._builtin import check_model_name  # no torch: names and paths only
+
+        check_model_name(model)
+    check_device_available("--device", getattr(action, "device", None))
+    check_shard_launch(action)
+
+
+@contextlib.contextmanager
+def _claimed_output_folder(name: str, config: object, given_options: Given, fresh: bool) -> Iterator[None]:
+    """Apply the one rule of output folders (`_io.claim_folder`) to the command's `--out`, under its
+    lock and before any work: another command's results there, or this command's for another recipe,
+    are refused (or moved aside with `--fresh`). Rank 0 alone does it under torchrun."""
+    action = getattr(config, "action", config)
+    out = getattr(action, "out", None)
+    if out is None or not getattr(type(action), "CLAIMS_OUT", True) or os.environ.get("RANK", "0") != "0":
+        yield
+        return
+    command = COMMANDS[name]
+    recipe = (command.recipe or run_recipe)(action, given_options)
+    with claimed_folder(
+        check_out_dir(out),
+        name,
+        recipe,
+        fresh=fresh,
+        signatures=SIGNATURES,
+        recipes=RECORDED_RECIPES,
+    ) as moved:
+        if moved is not None:
+            print(f"moved the earlier run aside to {moved}")
+        yield
 
 
 def _import_torch(name: str) -> None:

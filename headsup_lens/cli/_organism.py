@@ -7,17 +7,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import ClassVar
 
 from tqdm.auto import tqdm
 
 from ..options import DeviceOptions, Given, check_counts, option
 from ..organism import OrganismConfig
+from ._outputs import compact_table
 from ._registry import check_out_dir, command
 
 
 @dataclass(frozen=True)
 class OrganismTrainConfig(OrganismConfig):
     """Options of `headsup organism train` (the defaults are the shipped organism's recipe)."""
+
+    HOW: ClassVar[tuple[str, ...]] = ("probe_every", "checkpoint_every", "micro_batches")  # not in the recipe
 
     out: str = option("organism", aliases=["--output"])
     """Folder to write the trained organism to (a Hugging Face model directory)."""
@@ -64,7 +68,7 @@ def _train(config: OrganismTrainConfig) -> int:
     result = train_organism(recipe, config.out, progress=not config.quiet, log=log)
     print(f"trained in {result.wall_time_s / 60:.1f} min; wrote {config.out}")
     table = check_planted(result.model, result.planted, n_words=None)
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(compact_table(table))
     return 0
 
 
@@ -76,7 +80,7 @@ def _check(config: OrganismCheckConfig) -> int:
     model = load_model(config.model, device=config.device, dtype=config.dtype)
     directory = builtin_model_dir(config.model) or Path(config.model)
     table = check_planted(model, directory, n_words=config.n_words, seed=config.seed)
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(compact_table(table))
     failures = bar_failures(table)
     for line in failures:
         print(f"below the bar: {line}")

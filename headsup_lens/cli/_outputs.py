@@ -55,6 +55,57 @@ def report(out: Path, files: list[str]) -> None:
     print(f"wrote to {out}: {', '.join(files)}")
 
 
+TABLE_WIDTH = 100  # a printed table fits a terminal of this many columns; the CSV keeps every column
+
+
+def compact_table(table, columns: list[str] | None = None, *, width: int = TABLE_WIDTH, full: str = "") -> str:
+    """`table` as text that people read: the `columns` present (default: all, in order), numbers to
+    3 significant digits, whole numbers as integers (`270`, not `270.0`), a missing value as `-`;
+    the last columns are left out until the lines fit `width` characters, and named in a last line
+    that says where the full table is (`full`, e.g. "results.csv")."""
+    import math  # deferred with pandas: keeps --help light
+
+    def cell(value) -> str:
+        if isinstance(value, bool) or value is None:
+            return "-" if value is None else str(value)
+        if isinstance(value, float):
+            if math.isnan(value):
+                return "-"
+            if value.is_integer() and abs(value) < 1e6:
+                return str(int(value))
+            return f"{value:.3g}"
+        return " ".join(str(value).split())
+
+    shown = [c for c in (columns if columns is not None else list(table.columns)) if c in table.columns]
+    text = {c: [cell(v) for v in table[c].tolist()] for c in shown}
+    left_out: list[str] = []
+    while True:
+        widths = {c: max([len(c), *map(len, text[c])]) for c in shown}
+        numeric = {c: all(v == "-" or _is_number(v) for v in text[c]) for c in shown}
+
+        def line(values: dict) -> str:
+            return "  ".join(values[c].rjust(widths[c]) if numeric[c] else values[c].ljust(widths[c]) for c in shown)
+
+        lines = [line({c: c for c in shown})] + [line({c: text[c][i] for c in shown}) for i in range(len(table))]
+        if len(shown) <= 1 or max(len(x.rstrip()) for x in lines) <= width:
+            break
+        left_out.insert(0, shown.pop())
+    lines = [x.rstrip() for x in lines]
+    if left_out or (columns is not None and len(shown) < len(table.columns)):
+        rest = [c for c in table.columns if c not in shown]
+        note = f"({len(rest)} more columns{f' in {full}' if full else ''}: {', '.join(rest)})"
+        lines.append(note if len(note) <= width else note[: width - 4] + "...)")
+    return "\n".join(lines)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def refuse_unused(args, given: Given, fields: tuple[str, ...], reason: str) -> None:
     """Options typed on the command line that the chosen mode does not use are refused, not ignored."""
     typed = [f"{given.typed[f]} {getattr(args, f)}" for f in fields if f in given]

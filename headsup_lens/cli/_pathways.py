@@ -57,7 +57,13 @@ def _mask_files(paths: list[str]) -> dict[str, Path]:
     return files
 
 
-@command("pathways", PathwaysCommand)
+def check_pathways(args: PathwaysCommand, given: Given) -> None:
+    _mask_files(args.mask)
+    if args.trajectory is not None and not Path(args.trajectory).expanduser().is_dir():
+        raise ValueError(f"--trajectory {args.trajectory}: no such folder (a `headsup train` output)")
+
+
+@command("pathways", PathwaysCommand, check=check_pathways)
 def run_pathways(args: PathwaysCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     from ..analysis import group_ablation, jaccard_matrix, jaccard_table, pathway_heads, weight_trajectories

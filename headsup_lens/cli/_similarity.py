@@ -11,7 +11,7 @@ from .._names import Gate
 from ..data import load_task
 from ..options import DataOptions, FigureOptions, Given, ModelOptions
 from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
-from ._registry import check_out_dir, command
+from ._registry import check_out_dir, command, mask_file
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,27 @@ class SimilarityCommand(FigureOptions, DataOptions, ModelOptions):
     """Gate for the mask: value or query."""
 
 
-@command("similarity", SimilarityCommand)
+def instruction_of(args: SimilarityCommand) -> str:
+    """The instructed settings' template: --instruction, else the --task's (with `{input}`)."""
+    instruction = args.instruction
+    if instruction is None and args.task is not None:
+        instruction = load_task(args.task, args.data_dir).instruction
+    if instruction is None or "{input}" not in instruction:
+        raise ValueError("give --instruction (a template with {input}) or a --task that has one")
+    return instruction
+
+
+def check_similarity(args: SimilarityCommand, given: Given) -> None:
+    instruction_of(args)
+    if args.mask is None:
+        refuse_unused(
+            args, given, ("gate",), "it gates a mask, and no --mask is given (only original vs instructed would run)"
+        )
+    else:
+        mask_file(args.mask)
+
+
+@command("similarity", SimilarityCommand, check=check_similarity)
 def run_similarity(args: SimilarityCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     import pandas as pd
@@ -40,15 +60,7 @@ def run_similarity(args: SimilarityCommand, given: Given) -> int:
     from ..analysis import Setting, layer_similarity
     from ..plots import similarity_figure
 
-    instruction = args.instruction
-    if instruction is None and args.task is not None:
-        instruction = load_task(args.task, args.data_dir).instruction
-    if instruction is None or "{input}" not in instruction:
-        raise ValueError("give --instruction (a template with {input}) or a --task that has one")
-    if args.mask is None:
-        refuse_unused(
-            args, given, ("gate",), "it gates a mask, and no --mask is given (only original vs instructed would run)"
-        )
+    instruction = instruction_of(args)
     out = check_out_dir(args.out)
     stage = OutputSet(out, "similarity", option="--out", files=["similarity.csv"])
     model = load(args)

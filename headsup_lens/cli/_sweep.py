@@ -12,7 +12,7 @@ from .._io import OutputSet, atomic_write_json
 from .._validate import check_float
 from ..options import FigureOptions, Given, ModelOptions, PromptOptions, ShardOptions, check_counts
 from ._outputs import file_names, load, load_mask, portable, refuse_unused, report, save_figures, write_csv
-from ._registry import check_out_dir, command, ranks_of
+from ._registry import check_out_dir, command, mask_file, ranks_of
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,21 @@ class SweepCommand(ShardOptions, FigureOptions, PromptOptions, ModelOptions):
             raise ValueError("the influence order needs at least one --target or --target-id")
 
 
-@command("sweep", SweepCommand)
+def check_sweep(args: SweepCommand, given: Given) -> None:
+    """Options the chosen order does not use are refused, not ignored; the mask file must exist."""
+    if args.order == "random":
+        refuse_unused(
+            args, given, ("mask",), "the random order does not read a mask; leave it out or use --order weight"
+        )
+    else:
+        refuse_unused(args, given, ("seed",), f"--seed draws the random order only, not the {args.order} order")
+    if args.order != "influence":
+        refuse_unused(args, given, ("influence_k",), f"--influence-k applies to --order influence, not {args.order}")
+    if args.mask is not None:
+        mask_file(args.mask)
+
+
+@command("sweep", SweepCommand, check=check_sweep)
 def run_sweep(args: SweepCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     import pandas as pd
@@ -72,14 +86,6 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
     )
     from ..plots import generation_table, logit_figure, rank_figure, sweep_similarity_figure
 
-    if args.order == "random":
-        refuse_unused(
-            args, given, ("mask",), "the random order does not read a mask; leave it out or use --order weight"
-        )
-    else:
-        refuse_unused(args, given, ("seed",), f"--seed draws the random order only, not the {args.order} order")
-    if args.order != "influence":
-        refuse_unused(args, given, ("influence_k",), f"--influence-k applies to --order influence, not {args.order}")
     out = check_out_dir(args.out)
     tables = ["ranks.csv", "logits.csv", "tokens.csv", "generations.csv", "summary.json"]
     tables += ["sweep_similarity.csv"] if args.reference_prompt is not None else []

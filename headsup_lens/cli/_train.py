@@ -6,17 +6,17 @@ The library is imported inside the command, so that `headsup --help` starts with
 from __future__ import annotations
 
 import sys
-import time
 import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, fields
-from pathlib import Path
 
-from .._io import LOCK_NAME, atomic_write_json
-from ..data import load_task
+from .._io import atomic_write_json
+from .._validate import check_batch_fits
+from ..data import Task, load_task
+from ..models._builtin import portable_name
 from ..options import DataOptions, Given, ModelOptions, ShardOptions, model_arguments, option
 from ..training._config import TrainConfig
-from ._registry import Interrupted, check_out_dir, command, ranks_of
+from ._registry import WARNING, Interrupted, check_out_dir, command, ranks_of
 
 PRESETS = ("paper", "negative", "fast")
 # Runs at least this long get a CPU-time estimate from a few measured warm-up steps first.
@@ -33,12 +33,26 @@ class TrainCommand(ShardOptions, DataOptions, ModelOptions):
     """Task name(s), e.g. `organism/reverse` (`headsup tasks` lists them), or your own .json/.jsonl/.csv file of input/output pairs; repeat `--task` or give several: one mask each, trained together."""
     preset: str = "paper"
     """Schedule preset: paper (6 250 steps; 6 190 for XNLI translation), negative (init N(-3, 0.02)) or fast (300 steps, for small models); options given explicitly always win over the preset."""
-    fresh: bool = False
-    """Start over: an earlier run in --out is first moved aside to `<out>.old-<time>`."""
     estimate: bool = True
     """Before runs of 1 000 steps or more, time a few warm-up steps and print the expected duration."""
     train: TrainConfig = option(default_factory=TrainConfig, group="Training")
     """Training hyper-parameters."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_preset(self.preset)
+        if len(set(self.task)) != len(self.task):
+            raise ValueError(f"--task names must be distinct, got {self.task}")
+
+
+def check_preset(preset: str) -> None:
+    """A ValueError naming the presets when `preset` is none of them (the closest one first)."""
+    if preset not in PRESETS:
+        import difflib
+
+        close = difflib.get_close_matches(preset, PRESETS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"unknown preset {preset!r} (--preset); {hint}use one of {', '.join(PRESETS)}")
 
 
 def resolve_preset(preset: str, config: TrainConfig, given: Collection[str] | None = None) -> TrainConfig:
@@ -48,9 +62,8 @@ def resolve_preset(preset: str, config: TrainConfig, given: Collection[str] | No
     `progress`, ...); without it, every field of `config` that differs from the paper's default
     counts as given.
     """
+    check_preset(preset)
     presets = {"paper": TrainConfig.paper, "negative": TrainConfig.negative_init, "fast": TrainConfig.fast}
-    if preset not in presets:
-        raise ValueError(f"unknown preset {preset!r} (--preset); use one of {', '.join(PRESETS)}")
     chosen, paper = presets[preset](), TrainConfig()
     explicit = {
         f.name
@@ -75,55 +88,59 @@ def task_steps(preset: str, config: TrainConfig, tasks: list, given: Collection[
     return config.replace(steps=steps.pop())
 
 
-def move_aside(out: Path) -> Path | None:
-    """Move an existing `out`'s contents to `<out>.old-<YYYYmmdd-HHMMSS>` so a fresh run never mixes with it."""
-    if not out.exists() or (out.is_dir() and not any(p.name != LOCK_NAME for p in out.iterdir())):
-        return None
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = out.with_name(f"{out.name}.old-{stamp}")
-    counter = 1
-    while target.exists():
-        target = out.with_name(f"{out.name}.old-{stamp}-{counter}")
-        counter += 1
-    target.mkdir()
-    for item in out.iterdir():
-        if item.name != LOCK_NAME:  # the lock this command holds stays with the folder
-            item.rename(target / item.name)
-    return target
+def train_plan(args: TrainCommand, given: Given) -> tuple[TrainConfig, list[Task]]:
+    """The recipe (the preset with the options given on top, the tasks' paper steps) and the tasks of
+    a `headsup train`, refused before any work when a task's training pairs are fewer than a batch."""
+    explicit = given.within("train")
+    config = resolve_preset(args.preset, args.train, explicit)
+    tasks = [load_task(name, args.data_dir) for name in args.task]
+    config = task_steps(args.preset, config, tasks, explicit)
+    for task in tasks:  # the library checks the same, after the model has loaded
+        check_batch_fits(config.batch_size, task.n_train, f"training pairs of {task.name}", "--batch-size")
+    return config, tasks
 
 
-@command("train", TrainCommand)
+def train_record(args: TrainCommand, config: TrainConfig) -> dict:
+    """What a training run's results depend on, as `train_config.json` records it (and the folder's
+    run record): the model's portable name, the tasks, the preset and the resolved recipe."""
+    return {"model": portable_name(args.model), "tasks": args.task, "preset": args.preset, **config.recipe()}
+
+
+def check_train(args: TrainCommand, given: Given) -> None:
+    train_plan(args, given)
+
+
+def train_recipe(args: TrainCommand, given: Given) -> dict:
+    return train_record(args, train_plan(args, given)[0])
+
+
+@command("train", TrainCommand, check=check_train, recipe=train_recipe)
 def run_train(args: TrainCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     import torch.distributed as dist
 
     from .._distributed import from_rank0
     from ..models import load_model
-    from ..models._fingerprint import portable_name
     from ..training import TrainingAdvice, resume_step, train_mask, train_masks
 
-    if len(set(args.task)) != len(args.task):
-        raise ValueError(f"--task names must be distinct, got {args.task}")
-    explicit = given.within("train")
-    config = resolve_preset(args.preset, args.train, explicit)
-    tasks = [load_task(name, args.data_dir) for name in args.task]  # bad names fail before the model loads
-    config = task_steps(args.preset, config, tasks, explicit)
+    config, tasks = train_plan(args, given)
     out = check_out_dir(args.out)
     rank, device = ranks_of(args)
-    if args.fresh and out.is_dir() and not rank:  # one process (None) or rank 0
-        moved = move_aside(out)
-        if moved is not None:
-            print(f"moved the earlier run aside to {moved}")
     if rank is not None:
-        dist.barrier()  # no rank starts before rank 0 has moved an old run aside
+        dist.barrier()  # no rank starts before rank 0 has claimed --out (an old run moved aside with --fresh)
     model = load_model(args.model, **{**model_arguments(args), "device": device, "shard": args.shard})
     print(
         f"training {'a mask' if len(tasks) == 1 else f'{len(tasks)} masks'} on {model.cfg.n_layers * model.cfg.n_heads} "
         f"heads: preset {args.preset}, {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "
         f"init N({config.init_mean:g}, {config.init_std:g})"
     )
-    # Over several ranks, rank 0's folder decides (ranks on other machines need not see it).
-    done = None if args.fresh else (resume_step(out) if rank is None else from_rank0(lambda: resume_step(out)))
+    # Another run's checkpoint is refused here (--fresh emptied --out). Over several ranks, rank 0's
+    # folder decides (ranks on other machines need not see it).
+    done = (
+        resume_step(out, model, tasks, config)
+        if rank is None
+        else from_rank0(lambda: resume_step(out, model, tasks, config))
+    )
     if done is not None:
         print(f"resuming from the checkpoint of step {done} in {out}")
     if args.estimate and config.steps - (done or 0) >= ESTIMATE_FROM_STEPS:
@@ -133,14 +150,10 @@ def run_train(args: TrainCommand, given: Given) -> int:
             warnings.simplefilter("ignore", TrainingAdvice)  # the advice below names the flags instead
             if len(tasks) == 1:
                 results = {
-                    tasks[0].name: train_mask(
-                        model, tasks[0], config, out_dir=out, resume=not args.fresh, distributed=rank is not None
-                    )
+                    tasks[0].name: train_mask(model, tasks[0], config, out_dir=out, distributed=rank is not None)
                 }
             else:
-                results = train_masks(
-                    model, tasks, config, out_dir=out, resume=not args.fresh, distributed=rank is not None
-                )
+                results = train_masks(model, tasks, config, out_dir=out, distributed=rank is not None)
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "
@@ -148,10 +161,7 @@ def run_train(args: TrainCommand, given: Given) -> int:
         ) from None
     if rank:  # under torchrun rank 0 alone writes
         return 0
-    written = atomic_write_json(
-        out / "train_config.json",
-        {"model": portable_name(args.model), "tasks": args.task, "preset": args.preset, **config.recipe()},
-    )
+    written = atomic_write_json(out / "train_config.json", train_record(args, config))
     for name, result in results.items():
         print(f"{name}: kept {result.mask.n_kept}/{result.mask.n_total} heads")
     _print_advice(results, args, config)
@@ -184,7 +194,7 @@ def _print_advice(results: dict, args: TrainCommand, config: TrainConfig) -> Non
     if not problems:
         return
     for problem in problems:
-        print(f"warning: {problem.task}: {problem.problem}", file=sys.stderr)
+        print(f"{WARNING}{problem.task}: {problem.problem}", file=sys.stderr)
     if args.preset != "fast" and config.steps < 1000:
         hint = (
             f"with the {args.preset} schedule (lr {config.lr:g}, init {config.init_mean:g}) heads need ~400 steps "

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from .._typecheck import checked
+from .._typecheck import advise, checked
 
 Pair = tuple[str, str]
 Shots = tuple[Pair, ...]
@@ -187,3 +188,20 @@ def _refuse_leaking_repeats(task: Task) -> None:
                 f"(the last n_eval={task.n_eval} pairs are held out), so a held-out pair would also be trained "
                 "on; remove the repeat or keep the copies in one split"
             )
+
+
+def _load_task_first(value: object) -> str | None:
+    if isinstance(value, str):
+        return f"load it first: hl.load_task({value!r})"
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        return f"load them first: [hl.load_task(name) for name in {list(value)!r}]"
+    return None
+
+
+advise(Task, _load_task_first)  # a task's name where a Task is wanted: the call that loads it
+
+
+@checked
+def safe_name(name: str) -> str:
+    """A task name as a file name (`translation/en-zh` -> `translation__en-zh`)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "__", name)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from .._typecheck import checked
+from ..data._task import safe_name
 from ..options import DataOptions, FigureOptions, ModelOptions, ThreadOptions, check_counts, option
 
 DEFAULT_TASKS = ("organism/reverse", "organism/antonym", "organism/translate")
@@ -36,3 +38,15 @@ class DemoConfig(ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_counts(self, steps=1, batch_size=1, seed=0, influence_k=1)
+
+
+def stored_mask_files(folder: str, tasks: list[str]) -> dict[str, Path]:
+    """`<folder>/<task>.safetensors` for each task; a missing folder or file is a ValueError naming it."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"--masks {folder}: no such folder")
+    files = {name: root / f"{safe_name(name)}.safetensors" for name in tasks}
+    missing = [str(path) for path in files.values() if not path.is_file()]
+    if missing:
+        raise ValueError(f"--masks {folder}: no stored mask for {', '.join(missing)}")
+    return files

@@ -44,9 +44,9 @@ from ..plots import (
     save_figure,
     similarity_figure,
 )
-from ..training import TrainConfig, safe_name, train_masks
+from ..training import TrainConfig, train_masks
 from ._config import DEFAULT_TASKS as DEFAULT_TASKS
-from ._config import DemoConfig
+from ._config import DemoConfig, stored_mask_files
 from ._report import Report, format_p_value
 
 
@@ -73,23 +73,12 @@ def planted_pathways(model_name: str, model) -> dict[str, list[tuple[int, int]]]
     return {f"organism/{name}": heads for name, heads in load_planted().items()}
 
 
-def stored_mask_files(folder: str, tasks: list[str]) -> dict[str, Path]:
-    """`<folder>/<task>.safetensors` for each task; a missing folder or file is a ValueError naming it."""
-    root = Path(folder).expanduser()
-    if not root.is_dir():
-        raise ValueError(f"--masks {folder}: no such folder")
-    files = {name: root / f"{safe_name(name)}.safetensors" for name in tasks}
-    missing = [str(path) for path in files.values() if not path.is_file()]
-    if missing:
-        raise ValueError(f"--masks {folder}: no stored mask for {', '.join(missing)}")
-    return files
-
-
 def _percent(value: float | None, n: int) -> str:
-    """An accuracy as a percentage with its count, e.g. `87% (87/100)`."""
+    """An accuracy as a percentage with its count, e.g. `87% (87/100)` (one unit: a table cell breaks
+    around it, not inside it)."""
     if value is None or pd.isna(value):
         return "—"
-    return f"{100 * value:.0f}% ({round(value * n)}/{n})"
+    return f"{100 * value:.0f}%\u00a0({round(value * n)}/{n})"
 
 
 def _multi_word(task: Task) -> bool:
@@ -258,7 +247,8 @@ def run_demo(config: DemoConfig) -> DemoResult:
     for column in ("accuracy", "strict"):  # with the 95% Wilson interval
         if column in shown:
             shown[column] = [
-                f"{_percent(v, int(k))} [{100 * lo:.0f}-{100 * hi:.0f}%]" if pd.notna(v) else "—"
+                # a cell breaks between the value and its interval only (U+2011: a hyphen that never breaks)
+                f"{_percent(v, int(k))} [{100 * lo:.0f}\u2011{100 * hi:.0f}%]" if pd.notna(v) else "—"
                 for v, k, lo, hi in zip(
                     shown[column],
                     shown.get("n_examples", n_eval),
@@ -269,6 +259,11 @@ def run_demo(config: DemoConfig) -> DemoResult:
     for column in ("rouge_l", "bleu"):
         if column in shown:
             shown.loc[~shown.task.isin(multi_word), column] = float("nan")
+    # So that the table fits the page: a task's name breaks after its "/" (U+200B, no width), and a
+    # task's rows after its first leave it blank.
+    shown["task"] = [
+        name.replace("/", "/\u200b") if first else "" for name, first in zip(shown.task, ~shown.task.duplicated())
+    ]
     for column in ("p_vs_original", "p_vs_instructed"):
         if column in shown:
             shown[column] = [format_p_value(float(p)) for p in shown[column]]
@@ -301,7 +296,7 @@ def run_demo(config: DemoConfig) -> DemoResult:
         settings_caption += " ROUGE-L and BLEU (0-1 and 0-100, higher is better) are shown for phrase answers only."
     else:
         settings_caption += " ROUGE-L and BLEU are left out: with one-word answers they add nothing to accuracy."
-    report.table(shown, caption=settings_caption, nowrap=True)
+    report.table(shown, caption=settings_caption)  # cells wrap between a value and its interval: it fits the page
 
     # 3. Removal sweeps on one held-out example of the first task.
     task = tasks[0]

@@ -1,12 +1,16 @@
 # The public names of `headsup_lens.evaluation`: its one export list. At run time `lazy_loader` reads it
 # (`__all__`, each name imported on first use); type checkers and the API reference read it as the module.
 
+from ._answers import GateOptions as GateOptions
+from ._answers import SplitOptions as SplitOptions
 from ._answers import accuracy as accuracy
 from ._answers import answer_loss as answer_loss
 from ._answers import answer_nll_per_example as answer_nll_per_example
 from ._answers import generate_answers as generate_answers
 from ._answers import generations as generations
 from ._config import EvalConfig as EvalConfig
+from ._controls import RandomMaskControl as RandomMaskControl
+from ._controls import random_mask_control as random_mask_control
 from ._evaluate import MaskTaskWarning as MaskTaskWarning
 from ._evaluate import evaluate as evaluate
 from ._metrics import bleu as bleu

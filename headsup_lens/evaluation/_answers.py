@@ -10,6 +10,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
+from typing_extensions import TypedDict, Unpack
 
 from .._distributed import gather, padded_share, rank_and_world, shard
 from .._progress import progress as progress_bar
@@ -26,6 +27,35 @@ from ..objective import answer_nll, greedy_generate, length_batches
 MaskArg = HeadMask | Tensor | None
 Advance = Callable[[int], object]  # told how many examples one batch finished (a progress bar's update)
 Reduction = Literal["example", "token"]
+
+
+class GateOptions(TypedDict, total=False):
+    """How a model pass is gated: the keyword options of `generate_answers`."""
+
+    mask: MaskArg
+    """Heads kept: a `HeadMask`, a `[n_layers, n_heads]` tensor, or one per example `[n_examples, n_layers, n_heads]`
+    (default None: the whole model)."""
+    alpha: float
+    """Scale of the heads outside the mask (value gate; default 0.0: removed)."""
+    gate: Gate
+    """Where the mask acts: "value" (default) or "query"."""
+
+
+class SplitOptions(GateOptions, total=False):
+    """A pass over a task's split: the keyword options of `answer_loss`, `generations` and `accuracy`
+    (the gating of `GateOptions`, and which prompts)."""
+
+    instructed: bool
+    """Prompts with the task's instruction (default False: the bare input)."""
+    split: str
+    """Which examples: "eval" (default, the held-out ones) or "train"."""
+    batch_size: int
+    """Examples per pass (default 16)."""
+
+
+def _gating(options: GateOptions) -> tuple[MaskArg, float, Gate]:
+    """(mask, alpha, gate) of `options`, with their defaults."""
+    return options.get("mask"), options.get("alpha", 0.0), options.get("gate", "value")
 
 
 def _rows_of(mask: MaskArg, rows: Sequence[int], n: int) -> MaskArg:
@@ -135,45 +165,25 @@ def reduce_nll(sums: Tensor, counts: Tensor, reduction: Reduction = "example") -
 
 @checked
 def answer_loss(
-    model: TransformerBridge,
-    task: Task,
-    *,
-    mask: MaskArg = None,
-    alpha: float = 0.0,
-    instructed: bool = False,
-    gate: Gate = "value",
-    split: str = "eval",
-    batch_size: int = 16,
-    reduction: Reduction = "example",
+    model: TransformerBridge, task: Task, *, reduction: Reduction = "example", **options: Unpack[SplitOptions]
 ) -> float:
-    """Answer cross-entropy (nats, end-of-turn token included): the paper's "PPL".
+    """Answer cross-entropy (nats, end-of-turn token included): the paper's "PPL", on the split,
+    prompts and gating of `options` (`SplitOptions`).
 
     `reduction="example"` (the paper's definition): each example's mean over its answer tokens,
     then the mean over examples; `"token"`: all answer tokens of the split pooled. Neither depends
     on `batch_size`. See `answer_nll_per_example` for `mask`.
     """
-    encoded = encode_split(model, task, split, instructed)  # batch_size: checked by answer_nll_per_example
-    sums, counts = answer_nll_per_example(model, encoded, mask=mask, alpha=alpha, gate=gate, batch_size=batch_size)
+    encoded = encode_split(model, task, options.get("split", "eval"), options.get("instructed", False))
+    mask, alpha, gate = _gating(options)
+    sums, counts = answer_nll_per_example(  # batch_size: checked there
+        model, encoded, mask=mask, alpha=alpha, gate=gate, batch_size=options.get("batch_size", 16)
+    )
     return reduce_nll(sums, counts, reduction)
 
 
 def _batches(n: int, batch_size: int) -> list[range]:
     return [range(i, min(n, i + batch_size)) for i in range(0, n, batch_size)]
-
-
-def greedy_answers(
-    model: TransformerBridge,
-    prompts: Sequence[list[int]],
-    *,
-    mask: MaskArg,
-    alpha: float,
-    gate: Gate,
-    max_new_tokens: int,
-    batch_size: int,
-    advance: Advance | None = None,
-) -> list[str]:
-    """`generate_answers` with `advance(k)` after each chunk of k prompts (for a caller's progress bar)."""
-    return _decode(model, prompts, None, mask, alpha, gate, max_new_tokens, batch_size, advance)[0]
 
 
 def answers_and_nll(
@@ -188,7 +198,7 @@ def answers_and_nll(
     advance: Advance | None = None,
     distributed: bool = False,
 ) -> tuple[list[str], Tensor, Tensor]:
-    """`greedy_answers` of the split's prompts and `answer_nll_per_example` of its rows, with each
+    """`generate_answers` of the split's prompts and `answer_nll_per_example` of its rows, with each
     answer scored from its prompt's decoding pass (`greedy_generate(answers=...)`: on the direct and
     native forward passes a prompt is computed once for both). Where joint tokenisation gave an example's
     row another prompt than generation continues (`EncodedSplit`), that row is scored by its own
@@ -253,7 +263,8 @@ def _decode(
     scored: list[Tensor] = [torch.zeros(0)] * len(prompts) if answers is not None else []
     for chunk in _batches(len(prompts), batch_size):
         rows = [order[i] for i in chunk]
-        ids, attention = left_pad([prompts[i] for i in rows], pad_id=pad_token_id(model), device=model.cfg.device)
+        # On the host: greedy_generate sees there whether the chunk is padded, and copies it without waiting.
+        ids, attention = left_pad([prompts[i] for i in rows], pad_id=pad_token_id(model))
         result = greedy_generate(
             model,
             ids,
@@ -279,15 +290,14 @@ def generate_answers(
     model: TransformerBridge,
     prompts: Sequence[list[int]],
     *,
-    mask: MaskArg = None,
-    alpha: float = 0.0,
-    gate: Gate = "value",
     max_new_tokens: int = 10,
     batch_size: int = 16,
     progress: str | None = None,
+    **gating: Unpack[GateOptions],
 ) -> list[str]:
-    """Greedy continuations of tokenised prompts, batched and left-padded, cut at the end of the turn.
-    `progress`, when given, labels a progress bar over the prompts (long runs show a sign of life).
+    """Greedy continuations of tokenised prompts, batched and left-padded, cut at the end of the turn,
+    under `gating` (`GateOptions`). `progress`, when given, labels a progress bar over the prompts
+    (long runs show a sign of life).
 
     `mask` may be per prompt `[n_prompts, n_layers, n_heads]`: each row is generated under its own mask.
     Prompts of similar length share a chunk (less padding); each chunk unembeds only the last
@@ -295,78 +305,46 @@ def generate_answers(
     unbatched `model.generate` continuation.
     """
     check_int("batch_size", batch_size, minimum=1)
+    mask, alpha, gate = _gating(gating)
     with progress_bar(
         total=len(prompts), desc=progress, unit="prompt", leave=False, enabled=progress is not None
     ) as bar:
-        return greedy_answers(
-            model,
-            prompts,
-            mask=mask,
-            alpha=alpha,
-            gate=gate,
-            max_new_tokens=max_new_tokens,
-            batch_size=batch_size,
-            advance=bar.update,
-        )
+        return _decode(model, prompts, None, mask, alpha, gate, max_new_tokens, batch_size, bar.update)[0]
 
 
 @checked
 def generations(
-    model: TransformerBridge,
-    task: Task,
-    *,
-    mask: MaskArg = None,
-    alpha: float = 0.0,
-    instructed: bool = False,
-    gate: Gate = "value",
-    split: str = "eval",
-    max_new_tokens: int | None = None,
-    batch_size: int = 16,
+    model: TransformerBridge, task: Task, *, max_new_tokens: int | None = None, **options: Unpack[SplitOptions]
 ) -> list[str]:
     """Greedy generations for every example of a task split (see `generate_answers`; `max_new_tokens`
-    defaults to the task's budget)."""
-    return _split_generations(model, task, mask, alpha, instructed, gate, split, max_new_tokens, batch_size)[0]
-
-
-def _split_generations(
-    model: TransformerBridge,
-    task: Task,
-    mask: MaskArg,
-    alpha: float,
-    instructed: bool,
-    gate: Gate,
-    split: str,
-    max_new_tokens: int | None,
-    batch_size: int,
-) -> tuple[list[str], list[str]]:
-    """The greedy generations of a task split and the split's answers."""
-    encoded = encode_split(model, task, split, instructed)
-    texts = generate_answers(
-        model,
-        encoded.prompts,
-        mask=mask,
-        alpha=alpha,
-        gate=gate,
-        batch_size=batch_size,
-        max_new_tokens=max_new_tokens or task.max_new_tokens,
-    )
-    return texts, list(encoded.answers)
+    defaults to the task's budget), on the split, prompts and gating of `options` (`SplitOptions`)."""
+    return _split_generations(model, task, max_new_tokens, options)[0]
 
 
 @checked
 def accuracy(
-    model: TransformerBridge,
-    task: Task,
-    *,
-    mask: MaskArg = None,
-    alpha: float = 0.0,
-    instructed: bool = False,
-    gate: Gate = "value",
-    split: str = "eval",
-    max_new_tokens: int | None = None,
-    batch_size: int = 16,
+    model: TransformerBridge, task: Task, *, max_new_tokens: int | None = None, **options: Unpack[SplitOptions]
 ) -> float:
     """Fraction of greedy generations that the task's matcher accepts (`max_new_tokens` new tokens;
-    default the task's budget: 10 for simple tasks, 50 for sentence translation)."""
-    texts, answers = _split_generations(model, task, mask, alpha, instructed, gate, split, max_new_tokens, batch_size)
+    default the task's budget: 10 for simple tasks, 50 for sentence translation), on the split,
+    prompts and gating of `options` (`SplitOptions`)."""
+    texts, answers = _split_generations(model, task, max_new_tokens, options)
     return sum(task.is_correct(t, a) for t, a in zip(texts, answers)) / len(answers)
+
+
+def _split_generations(
+    model: TransformerBridge, task: Task, max_new_tokens: int | None, options: SplitOptions
+) -> tuple[list[str], list[str]]:
+    """The greedy generations of a task split and the split's answers."""
+    encoded = encode_split(model, task, options.get("split", "eval"), options.get("instructed", False))
+    mask, alpha, gate = _gating(options)
+    texts = generate_answers(
+        model,
+        encoded.prompts,
+        max_new_tokens=max_new_tokens or task.max_new_tokens,
+        batch_size=options.get("batch_size", 16),
+        mask=mask,
+        alpha=alpha,
+        gate=gate,
+    )
+    return texts, list(encoded.answers)

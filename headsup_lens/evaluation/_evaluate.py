@@ -236,6 +236,7 @@ def evaluate(
         def prepare() -> dict[str, tuple[dict, list[str]]]:
             held.enter_context(locked_folder(folder.path, "out_dir"))
             check_unclaimed(folder.path, "evaluate", (RESULTS, GENERATIONS, RECORD), "out_dir")  # before any work
+            folder.check_finished()
             return folder.resume()
 
         # Over several ranks rank 0 holds the folder; the others learn what it resumes (or its error).
@@ -388,12 +389,7 @@ class _RunFolder:
             saved = json.loads((self.path / PARTIAL_RECORD).read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             raise ValueError(f"{partial} has no readable {PARTIAL_RECORD} (whose rows they are); {afresh}") from error
-        differences = identity_differences(
-            saved if isinstance(saved, dict) else {},
-            self.identity,
-            nested={"config": ""},
-            labels={"data": "task data (its content hash)"},
-        )
+        differences = self._differences(saved if isinstance(saved, dict) else {})
         if differences:
             raise ValueError(
                 f"{partial} holds the finished settings of another evaluation: it differs in "
@@ -419,6 +415,32 @@ class _RunFolder:
         except (KeyError, ValueError, pd.errors.ParserError) as error:
             raise ValueError(f"{partial} cannot be read ({error}); {afresh}") from error
         return finished
+
+    def check_finished(self) -> None:
+        """A finished evaluation in the folder (`evaluation.json`) of other inputs or options is refused
+        before any work: a rerun replaces only its own results (a newer library version may)."""
+        path = self.path / RECORD
+        if not path.is_file():
+            return
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            saved = {}
+        saved = {
+            k: v for k, v in (saved if isinstance(saved, dict) else {}).items() if k not in ("settings", "version")
+        }
+        differences = self._differences({**saved, "version": self.identity.get("version")})
+        if differences:
+            raise ValueError(
+                f"out_dir {self.path} holds the evaluation of another run ({RECORD}): it differs in "
+                f"{'; '.join(differences)}. Choose another out_dir, or move those results away first (CLI: --fresh)"
+            )
+
+    def _differences(self, saved: dict) -> list[str]:
+        """How a recorded evaluation differs from this one (empty: the same evaluation)."""
+        return identity_differences(
+            saved, self.identity, nested={"config": ""}, labels={"data": "task data (its content hash)"}
+        )
 
     def _outputs(self, texts: pd.DataFrame | None, setting: str) -> list[str] | None:
         if not self.identity["config"]["generate"]:

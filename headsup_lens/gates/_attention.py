@@ -26,6 +26,29 @@ PACKED_ATTENTION = "headsup_packed_sdpa"
 _UNPACKING: list[tuple[Tensor, int, int]] = []
 
 
+def mask_free_refusal(module: torch.nn.Module) -> str | None:
+    """Why attention built from the shapes alone (causal, banded by a sliding window) would not be
+    `module`'s own attention, or None when it is: its attention is chunked (`attention_chunk_size`:
+    a query sees its own chunk only, Llama-4) or not causal (bidirectional, e.g. EmbeddingGemma's
+    `use_bidirectional_attention`); transformers builds those masks from the model's mask functions."""
+    config = getattr(module, "config", None)
+    chunk = getattr(module, "attention_chunk_size", None) or getattr(config, "attention_chunk_size", None)
+    if chunk:
+        return f"its attention is chunked (attention_chunk_size={chunk})"
+    if getattr(module, "is_causal", True) is False or getattr(config, "use_bidirectional_attention", False):
+        return "its attention is bidirectional (not causal)"
+    return None
+
+
+def _refuse(module: torch.nn.Module) -> None:
+    refusal = mask_free_refusal(module)
+    if refusal is not None:
+        raise ValueError(
+            f"the mask-free causal attention of loss passes cannot serve {type(module).__name__}: {refusal}; "
+            "such a model's passes need its attention mask (the native pass gives it one)"
+        )
+
+
 def _causal_attention(
     module: torch.nn.Module,
     query: Tensor,
@@ -38,7 +61,9 @@ def _causal_attention(
     """SDPA with the mask of a pass over right-padded rows, built from the shapes alone: causal (the
     `is_causal` kernels), or causal within the layer's sliding window (a key is seen while
     query - key < window, as transformers' sliding-window mask). `attention_mask` is always None
-    here: transformers makes none for an attention function without a mask function."""
+    here: transformers makes none for an attention function without a mask function. Refused for a
+    module whose attention is chunked or bidirectional (`mask_free_refusal`)."""
+    _refuse(module)
     n = query.shape[-2]
     if sliding_window is None or n <= sliding_window:
         return sdpa_attention_forward(module, query, key, value, None, **kwargs)
@@ -60,6 +85,7 @@ def _packed_attention(
     """`_causal_attention` of packed tokens `[1, heads, tokens, d_head]` in their rows' padded slots
     (`unpacking`); the output `[1, tokens, heads, d_head]` as transformers' attention functions
     return it. A padded slot holds zeros and follows its row's tokens: no real token sees it."""
+    _refuse(module)
     slots, rows, width = _UNPACKING[-1]
 
     def unpack(x: Tensor) -> Tensor:

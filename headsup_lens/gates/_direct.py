@@ -107,7 +107,7 @@ def direct_forward(model: TransformerBridge) -> DirectForward | None:
     """The model's direct forward pass when it can stand in for the bridge now: a known decoder,
     no hook attached to any hook point, not in compatibility mode, and not turned off by
     `direct_path(False)`. None otherwise (then the bridge runs)."""
-    return cached_forward(model, _CACHE_ATTR, _build)
+    return cached_forward(model, _CACHE_ATTR, _build, runs_modules=False)
 
 
 def _unique_rows(x: Tensor) -> Tensor:

@@ -44,10 +44,10 @@ from .._typecheck import checked
 from .._warnings import warn
 from ..data import TaskBatch
 from ..models._sharding import is_sharded, lockstep
-from ._attention import CAUSAL_ATTENTION, PACKED_ATTENTION, current_unpacking, unpacking
-from ._packed import packing, token_gates
-from ._paths import Decoding, GateSpec, cached_forward, check_rows, raw_module
-from ._static import StaticDecoding, answer_states, cache_slots, fits, static_step
+from ._attention import CAUSAL_ATTENTION, PACKED_ATTENTION, current_unpacking, mask_free_refusal, unpacking
+from ._packed import given_packing, packing, token_gates
+from ._paths import Decoding, GateSpec, cached_forward, check_rows, module_hooks, raw_module, uncaptured
+from ._static import Decodings, StaticDecoding, answer_states, cache_slots, decoding_key, fits, static_step
 
 _CACHE_ATTR = "_headsup_native_forward"
 # Options of the native path (process-wide): fused attention, fixed-shape decoding on a static KV cache
@@ -92,7 +92,9 @@ def native_options(
     pass over right-padded rows runs as one packed sequence (`gates._packed`: the projections and
     MLPs compute no padding and no final tokens; its layout is built on the host, so a GPU
     waits for nothing; the default is on for a model on the CPU, off on a GPU until the GPU
-    benchmark shows it wins there)."""
+    benchmark shows it wins there; True also packs mask training's captured step to a token budget,
+    `training._graphed`). Fixed-shape decodings keep their buffers and captured step per bucket
+    across calls (`gates._static.Decodings`)."""
     if check_every is not None and check_every < 1:
         raise ValueError(f"check_every must be >= 1, got {check_every}")
     previous = dict(_OPTIONS)
@@ -143,12 +145,18 @@ class NativeForward:
         self.layer_swaps = [_swaps(layer) for layer in layers]
         self.n_heads = model.cfg.n_heads
         self.configs = {id(c): c for c in [self.hf.config, *self._attention_configs()]}.values()
+        # Why a loss pass must keep its attention mask (chunked or bidirectional attention), or None: the
+        # mask-free attention functions would drop what the mask says (`mask_free_refusal`).
+        attention_modules = [m for m in self.hf.modules() if hasattr(m, "is_causal")]
+        self.refusal = next(filter(None, map(mask_free_refusal, [self.hf, *attention_modules])), None)
+        self.bidirectional = self.refusal is not None and "bidirectional" in self.refusal
         self.spec: GateSpec | None = None
         self.per_token = False
         self.attention = "sdpa"
         self.cut: Tensor | None = None  # the tokens of `last_layer_at`, inside its block
         self._depth = 0  # `running` blocks entered now
         self._compiled: Callable | Literal[False] | None = None
+        self.decodings = Decodings(self.hf)  # fixed-shape decodings kept for reuse (`_greedy_static`)
 
     @property
     def supports_sdpa(self) -> bool:
@@ -371,18 +379,21 @@ class NativeForward:
         """The final norm's output at the batch's answer positions (`TaskBatch.answers`) of a gated
         pass, differentiable in the gate. A right-padded batch (`TaskBatch.right_padded`) runs as one
         packed sequence on the CPU (`gates._packed`: no padding, no final tokens), else without its
-        attention mask under `CAUSAL_ATTENTION` (the same result, and nothing read back).
-        `checkpoint=True` keeps only each layer's input for the backward pass and runs the layer again
+        attention mask under `CAUSAL_ATTENTION` (the same result, and nothing read back); inside a
+        `gates._packed.packed_as` block it runs packed as the layout given there. `checkpoint=True` keeps only each layer's input for the backward pass and runs the layer again
         there (activation checkpointing: less memory for about one more forward pass)."""
         ids, rows, positions = batch.input_ids, *batch.answers()[:2]
-        attention_mask = None if batch.right_padded() else batch.attention_mask
+        # Right padding makes the mask redundant under causal attention; chunked or bidirectional
+        # attention needs it (transformers builds those masks).
+        attention_mask = None if batch.right_padded() and self.refusal is None else batch.attention_mask
         check_rows(spec, ids.shape[0])
-        if attention_mask is None and pack_rows(ids.device) and self.supports_sdpa:
-            layout = packing(batch)
+        given = given_packing()
+        if given is not None or (attention_mask is None and pack_rows(ids.device) and self.supports_sdpa):
+            layout, n_rows, width = given or (packing(batch), *ids.shape)
             gates = token_gates(spec, layout.rows)
             with (
                 self.running(gates, attention=PACKED_ATTENTION, per_token=True, checkpoint=checkpoint) as hf,
-                unpacking(layout.slots, *ids.shape),
+                unpacking(layout.slots, n_rows, width),
                 self.last_layer_at(layout.answers),
             ):
                 packed = hf.base_model(input_ids=layout.ids, position_ids=layout.positions, use_cache=False)
@@ -422,6 +433,8 @@ class NativeForward:
         compiled = self._compiled
 
         def step(*args):
+            if self._compiled is False:  # failed once: every later step runs eagerly
+                return static_step(*args)
             try:
                 return compiled(*args)
             except Exception as error:  # compilers fail in many ways; eager computes the same
@@ -433,25 +446,36 @@ class NativeForward:
 
     def _greedy_static(self, job: Decoding, record_layers: bool) -> tuple[list[list[int]], Tensor, dict, Tensor | None]:
         """`greedy` at fixed shapes (`gates._static`): a static KV cache, rows that stop stay in the
-        batch, and on a GPU every token after the second replays one captured CUDA graph."""
+        batch, and on a GPU every token after the second replays one captured CUDA graph. The buffers
+        and the graph are kept per bucket (`Decodings`): the chunks of an evaluation, or the calls
+        of a notebook, capture once."""
         ids, attention_mask = job.ids, job.attention_mask
+        graph = captures_decoding(ids.device)
+        if graph:
+            hooked = module_hooks(self.model).elsewhere()
+            if hooked:
+                warn(uncaptured(hooked, "decoding step", "decoding with eager steps"), RuntimeWarning)
+                graph = False
+        step_fn = self._static_step()
+        key = decoding_key(job, graph, step_fn is not None)
+        decoding = self.decodings.get(key, lambda: StaticDecoding(self.hf, job, graph, step_fn))
+        decoding.load(job)
         recorded: dict[str, Tensor] = {}
-        with torch.no_grad(), self.running(job.spec) as hf:
-            decoding = StaticDecoding(hf, job, _positions(attention_mask, ids), hf.dtype)
+        with torch.no_grad(), self.running(decoding.spec):
             with self.recording(recorded) if record_layers else contextlib.nullcontext():
-                logits = decoding.prompt()
-            first_logits = logits.float().cpu()
+                logits = decoding.prompt(ids, _positions(attention_mask, ids))
+            first_logits = logits.float()  # read back once, after decoding: the host queues on
             if job.on_pass is not None:
                 job.on_pass()
             next_position = _next_positions(attention_mask, ids)
-            answered = None if job.answers is None else decoding.answer_states(next_position)
+            answered = None if job.answers is None else decoding.answer_states(job.answers, next_position)
             if job.max_new_tokens == 0:
-                return [[] for _ in range(ids.shape[0])], first_logits, recorded, answered
-            graph = ids.device.type == "cuda" and _OPTIONS["cuda_graph"] is not False
+                return [[] for _ in range(ids.shape[0])], first_logits.cpu(), recorded, answered
             tokens, taken = decoding.decode(
-                logits.argmax(-1), next_position, decode_check_every(), graph, self._static_step()
+                logits.argmax(-1), next_position, job.max_new_tokens, decode_check_every(), job.on_pass
             )
-        return tokens[:, :taken].tolist(), first_logits, recorded, answered
+            new = tokens[:, :taken].tolist()
+        return new, first_logits.cpu(), recorded, answered
 
     def greedy(
         self, job: Decoding, *, record_layers: bool = False
@@ -477,7 +501,12 @@ class NativeForward:
                 "captured or compiled step cannot hold its weight gathers): decoding runs eagerly",
                 RuntimeWarning,
             )
-        if fixed_shapes(job.ids.device) and not sharded and fits(self.configs, cache_slots(job)):
+        if (
+            fixed_shapes(job.ids.device)
+            and not sharded
+            and fits(self.configs, cache_slots(job))
+            and not self.bidirectional
+        ):
             return self._greedy_static(job, record_layers)
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
@@ -493,13 +522,13 @@ class NativeForward:
         with torch.no_grad(), self.running(spec) as hf:
             with self.recording(recorded) if record_layers else contextlib.nullcontext():
                 logits = self._step(hf, ids, cache, attention_mask, _positions(attention_mask, ids))
-            first_logits = logits.float().cpu()
+            first_logits = logits.float()  # read back once, after decoding: the host queues on
             if on_pass is not None:
                 on_pass()
             next_position = _next_positions(attention_mask, ids)
             answered = None if job.answers is None else self._answer_states(hf, job, cache, next_position)
             if max_new_tokens == 0:
-                return [[] for _ in range(batch)], first_logits, recorded, answered
+                return [[] for _ in range(batch)], first_logits.cpu(), recorded, answered
             rows = torch.arange(batch, device=device)  # the original row of every row still in the batch
             stopped = torch.zeros(batch, dtype=torch.bool, device=device)
             next_ids = logits.argmax(-1)
@@ -527,7 +556,7 @@ class NativeForward:
                         next_position = next_position[keep]
                         full = None if full is None else full[keep]
                         self.select_rows(keep)
-        return tokens[:, :taken].tolist(), first_logits, recorded, answered
+        return tokens[:, :taken].tolist(), first_logits.cpu(), recorded, answered
 
     def _answer_states(self, hf, job: Decoding, cache, next_position: Tensor) -> Tensor | None:
         """`answer_states` on a copy of the prompt pass's dynamic cache (the prompt's 2-D mask, extended)."""
@@ -594,6 +623,12 @@ def fixed_shapes(device: torch.device) -> bool:
     return device.type == "cuda" and _OPTIONS["cuda_graph"] is not False
 
 
+def captures_decoding(device: torch.device) -> bool:
+    """Whether fixed-shape decoding on `device` captures its step as a CUDA graph: on a GPU, unless
+    `cuda_graph` is off."""
+    return device.type == "cuda" and _OPTIONS["cuda_graph"] is not False
+
+
 def decode_check_every() -> int:
     """How many greedy tokens pass between two reads of the stop flags (`native_options(check_every=...)`)."""
     return int(_OPTIONS["check_every"])
@@ -604,6 +639,11 @@ def pack_rows(device: torch.device) -> bool:
     """Whether loss passes on `device` may pack their rows (see `native_options`)."""
     chosen = _OPTIONS["pack_rows"]
     return device.type == "cpu" if chosen is None else bool(chosen)
+
+
+def pack_rows_asked() -> bool | None:
+    """`native_options(pack_rows=...)` as set: True or False when asked for, None by default."""
+    return _OPTIONS["pack_rows"]
 
 
 @checked
@@ -617,4 +657,4 @@ def prefix_sharing(device: torch.device) -> bool:
 def native_forward(model: TransformerBridge) -> NativeForward | None:
     """The model's native forward pass when it can stand in for the bridge now (see `cached_forward`
     for the conditions), else None."""
-    return cached_forward(model, _CACHE_ATTR, _build)
+    return cached_forward(model, _CACHE_ATTR, _build, runs_modules=True)

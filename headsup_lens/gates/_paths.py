@@ -13,6 +13,8 @@ from typing import TypeVar
 
 from jaxtyping import Float, Int
 from torch import Tensor
+from torch.nn.modules import module as _module
+from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
@@ -21,6 +23,16 @@ from ._masks import row_mask
 
 _ENABLED = [True]
 _F = TypeVar("_F")
+_MODULES_ATTR = "_headsup_hookable_modules"
+# Every module's forward, forward-pre and backward hooks, and the process-wide ones of every module.
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_BOOKKEEPING = ("transformers", "transformer_lens")
+_GLOBAL_HOOKS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+)
 
 
 @checked
@@ -93,11 +105,68 @@ def hooks_active(model: TransformerBridge) -> bool:
     return any(hp._forward_hooks or hp._forward_pre_hooks or hp._backward_hooks for hp in model.hook_dict.values())
 
 
-def cached_forward(model: TransformerBridge, attr: str, build: Callable[[TransformerBridge], _F | None]) -> _F | None:
+@dataclass(frozen=True)
+class ModuleHooks:
+    """Plain PyTorch hooks (forward, forward-pre, backward) on the model's modules other than its hook
+    points, by module name: on bridge components (`components`), on the Hugging Face modules they
+    wrap and the rest of the model's tree (`modules`); `every_module` names the process-wide module
+    hooks (`torch.nn.modules.module.register_module_forward_hook` and its kin) that are set."""
+
+    components: list[str]
+    modules: list[str]
+    every_module: list[str]
+
+    def elsewhere(self) -> list[str]:
+        """What fires wherever a module of the model runs: hooks on its own modules and global ones."""
+        return self.modules + [f"every module ({name.removeprefix('_global_')})" for name in self.every_module]
+
+
+def uncaptured(hooked: list[str], what: str, instead: str) -> str:
+    """The warning of a step not captured because of plain hooks on the modules `hooked`."""
+    names = ", ".join(hooked[:3]) + (f" and {len(hooked) - 3} more" if len(hooked) > 3 else "")
+    return f"plain PyTorch hooks on {names}: a {what} captured as a CUDA graph would run them at its capture only; {instead}"
+
+
+def module_hooks(model: TransformerBridge) -> ModuleHooks:
+    """The plain PyTorch hooks now on `model` (see `ModuleHooks`). The module list is walked once per
+    model; the hooks are read on every call (a few hundred dictionaries at an 8B shape)."""
+    found = model.__dict__.get(_MODULES_ATTR)
+    if found is None:
+        root = getattr(model, "original_model", None) or model
+        found = [
+            (name, module, getattr(module, "original_component", None) is not None)
+            for name, module in root.named_modules()
+            if not isinstance(module, HookPoint)
+        ]
+        object.__setattr__(model, _MODULES_ATTR, found)
+    components, modules = [], []
+    for name, module, component in found:
+        if any(_own(hook) for d in _HOOK_DICTS for hook in (getattr(module, d, None) or {}).values()):
+            (components if component else modules).append(name or type(module).__name__)
+    every_module = [name for name in _GLOBAL_HOOKS if any(map(_own, getattr(_module, name, {}).values()))]
+    return ModuleHooks(components, modules, every_module)
+
+
+def _own(hook: Callable) -> bool:
+    """Whether `hook` is someone's own, not the bookkeeping transformers and TransformerLens install on
+    every model (transformers' output capturing, which records only when asked; the bridge's wiring)."""
+    target = getattr(hook, "func", hook)  # functools.partial
+    origin = getattr(target, "__module__", None) or type(target).__module__
+    return origin.partition(".")[0] not in _BOOKKEEPING
+
+
+def cached_forward(
+    model: TransformerBridge, attr: str, build: Callable[[TransformerBridge], _F | None], *, runs_modules: bool
+) -> _F | None:
     """`build(model)`, built once per model and kept on it under `attr`, when it can stand in for the
     bridge now: `build` found what it needs, no hook is attached to any hook point, the model is not
     in compatibility mode, and `direct_path(False)` has not turned the stand-ins off. Else None
-    (then the bridge runs)."""
+    (then the bridge runs).
+
+    Plain PyTorch hooks (`module_hooks`): one on a bridge component never runs on a stand-in (its
+    components are swapped for the modules they wrap), so the bridge runs; one on a Hugging Face
+    module, or a global module hook, runs where the stand-in calls that module (`runs_modules`: the
+    native pass does; the direct pass computes from the weights and calls none, so it steps aside)."""
     if not _ENABLED[0] or getattr(model, "compatibility_mode", False):
         return None
     cached = model.__dict__.get(attr)
@@ -105,6 +174,9 @@ def cached_forward(model: TransformerBridge, attr: str, build: Callable[[Transfo
         cached = build(model) or False
         object.__setattr__(model, attr, cached)
     if cached is False or hooks_active(model):
+        return None
+    hooked = module_hooks(model)
+    if hooked.components or (not runs_modules and hooked.elsewhere()):
         return None
     return cached
 

@@ -8,6 +8,7 @@ from ._head_list import write_head_list as write_head_list
 from ._head_mask import Head as Head
 from ._head_mask import HeadMask as HeadMask
 from ._head_mask import HeadSet as HeadSet
+from ._head_mask import Shuffle as Shuffle
 from ._head_mask import UnverifiedMaskWarning as UnverifiedMaskWarning
 from ._head_mask import UnverifiedModelWarning as UnverifiedModelWarning
 from ._head_mask import random_jaccard as random_jaccard

@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from .._typecheck import checked
+from .._typecheck import advise, checked
 from .._validate import (
     check_choice,
     check_finite,
@@ -32,6 +32,7 @@ from ._files import content_checksum, read_safetensors, write_safetensors
 Head = tuple[int, int]
 HeadSet = Literal["kept", "removed"]  # which heads of a mask a similarity compares
 HEAD_SETS = ("kept", "removed")
+Shuffle = Literal["model", "layer"]  # where a random baseline may move a mask's kept heads
 _FORMAT = "headsup_lens.HeadMask"
 _FORMAT_VERSION = 1
 
@@ -164,13 +165,23 @@ class HeadMask:
         """A copy with `heads` removed."""
         return self._with_zeros(self._check_heads("heads", heads))
 
-    def shuffled(self, seed: int = 0) -> HeadMask:
-        """The paper's random-mask baseline: the same number of kept heads, at random places."""
+    def shuffled(self, seed: int = 0, within: Shuffle = "model") -> HeadMask:
+        """The paper's random-mask baseline: the same number of kept heads, at random places.
+
+        `within="model"` (the paper's) draws the places anywhere in the model; `within="layer"` keeps
+        each layer's count and shuffles its heads only, a control matched to where the mask removes
+        heads (a random mask of the same size often removes whole early layers, which breaks a
+        small model for reasons the learned mask does not share)."""
         seed = check_int("seed", seed, minimum=0)
         generator = torch.Generator().manual_seed(seed)
-        permutation = torch.randperm(self.n_total, generator=generator)
-        values = self.values.flatten()[permutation].reshape(self.values.shape)
-        return HeadMask(values, model=self.model, metadata={**self.metadata, "shuffled_seed": seed})
+        if within == "model":
+            permutation = torch.randperm(self.n_total, generator=generator)
+            values = self.values.flatten()[permutation].reshape(self.values.shape)
+        else:
+            columns = torch.stack([torch.randperm(self.n_heads, generator=generator) for _ in range(self.n_layers)])
+            values = torch.gather(self.values, 1, columns)
+        metadata = {**self.metadata, "shuffled_seed": seed} | ({} if within == "model" else {"shuffled_within": within})
+        return HeadMask(values, model=self.model, metadata=metadata)
 
     def removal_order(self) -> list[Head]:
         """Every head, in ascending order of weight (the order of the one-by-one removal sweep).
@@ -510,3 +521,12 @@ def shape_of(model_or_shape: Any, name: str = "model_or_shape") -> tuple[int, in
         return _check_mask_shape(model_or_shape)
     except TypeError as error:
         raise TypeError(str(error).replace("model_or_shape", name)) from error
+
+
+def _load_mask_first(value: object) -> str | None:
+    if isinstance(value, (str, os.PathLike)):
+        return f"read it first: hl.HeadMask.load({str(value)!r}, model)"
+    return None
+
+
+advise(HeadMask, _load_mask_first)  # a mask file's path where a HeadMask is wanted

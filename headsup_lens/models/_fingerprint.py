@@ -20,6 +20,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ._builtin import BUILTIN_MODELS, builtin_model_dir
+from ._builtin import portable_name as portable_name
 from ._sharding import local_tensor, sharded_samples
 
 # Elements hashed per weight tensor, at a fixed stride from the first: every tensor of a fine-tuned
@@ -139,13 +140,6 @@ def display_name(source: str) -> str:
         if folder is not None and folder.resolve() == path:
             return builtin
     return path.name
-
-
-def portable_name(name: str) -> str:
-    """`name` without a machine's layout: an absolute or home-relative path becomes its base name."""
-    if name.startswith("~") or Path(name).is_absolute():
-        return Path(name).name
-    return name
 
 
 def weights_hash(model: nn.Module) -> str:

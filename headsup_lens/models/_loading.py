@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,11 +13,11 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers.utils import logging as hf_logging
 
 from .._progress import activity
-from .._typecheck import checked
+from .._typecheck import advise, checked
 from .._validate import DEVICE_FORMS, check_device
-from ._builtin import BUILTIN_MODELS, builtin_model_dir
+from ._builtin import builtin_model_dir, check_model_name, looks_local
 from ._fingerprint import remember_weights_hash, weights_hash
-from ._gguf import GGUF_MODELS, fetch_model, is_gguf_source
+from ._gguf import fetch_model, is_gguf_source
 from ._sharding import load_sharded
 from ._templates import STYLES, set_prompt_format
 
@@ -113,26 +112,6 @@ def _check_shard(device_map: str | dict | None, dtype: str | torch.dtype | None,
         )
 
 
-def builtin_model_names() -> list[str]:
-    """The names `load_model` knows without a hub: the organism and the GGUF models of the package index."""
-    return sorted({*BUILTIN_MODELS, *GGUF_MODELS})
-
-
-def check_model_name(source: str) -> None:
-    """Refuse a name that is a near miss of a built-in name (`SmolLM2`, `smollm`, `organsim`) at once,
-    with the name meant, instead of asking the hub for it (which retries for tens of seconds)."""
-    known = builtin_model_names()
-    if source in known or "/" in source or os.sep in source or Path(source).expanduser().exists():
-        return
-    lowered = {name.lower(): name for name in known}
-    close = difflib.get_close_matches(source.lower(), list(lowered), n=1, cutoff=0.75)
-    if close:
-        raise ValueError(
-            f"unknown model {source!r}; did you mean {lowered[close[0]]!r}? (built-in models: {', '.join(known)}; "
-            "or a hub name such as 'Qwen/Qwen2.5-0.5B-Instruct', a local Hugging Face folder or a .gguf file)"
-        )
-
-
 @checked
 def load_model(
     name_or_path: str | os.PathLike = "organism",
@@ -199,12 +178,10 @@ def load_model(
             )
         source = str(builtin)
     local = Path(source).expanduser()
-    looks_local = local.exists() or source.startswith((".", "/", "~")) or os.sep * 2 in source
-    if looks_local and not (local / "config.json").is_file():
-        raise ValueError(f"{source!r} is not a Hugging Face model directory (no config.json found there)")
+    local_folder = looks_local(source)  # a folder with config.json: checked with the name (check_model_name)
     if shard is not None:
         with _quiet_weight_loading(), activity(f"loading {name_or_path} sharded over the ranks"):
-            model = load_sharded(str(local) if looks_local else source, device=device, dtype=dtype)
+            model = load_sharded(str(local) if local_folder else source, device=device, dtype=dtype)
         weights_hash(model)  # from the shards, by every rank together: kept for every later fingerprint
         set_prompt_format(model, prompt_format.replace("-", "_"))
         return model
@@ -213,7 +190,9 @@ def load_model(
             {"device": str(device)} if device_map is None else {"device_map": device_map, "max_memory": max_memory}
         )
         with _quiet_weight_loading(), activity(f"loading {name_or_path}"):
-            model = TransformerBridge.boot_transformers(str(local) if looks_local else source, dtype=dtype, **placement)
+            model = TransformerBridge.boot_transformers(
+                str(local) if local_folder else source, dtype=dtype, **placement
+            )
     except (OSError, ValueError, ConnectionError) as error:
         offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
         raise ValueError(
@@ -223,10 +202,19 @@ def load_model(
             f"and pass the directory: load_model('/path/to/DIR'). Cause: {error}"
         ) from error
     if dtype == torch.float16:
-        _remember_checkpoint_hash(model, str(local) if looks_local else source)
+        _remember_checkpoint_hash(model, str(local) if local_folder else source)
     model.eval()
     set_prompt_format(model, prompt_format.replace("-", "_"))
     if freeze:
         for parameter in model.parameters():
             parameter.requires_grad_(False)  # masks are trained, never the model
     return model
+
+
+def _load_model_first(value: object) -> str | None:
+    if isinstance(value, (str, os.PathLike)):
+        return f"load it first: hl.load_model({str(value)!r})"
+    return None
+
+
+advise(TransformerBridge, _load_model_first)  # a model's name where a loaded model is wanted

@@ -18,6 +18,7 @@ from jaxtyping import Int
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._device import to_device
 from .._typecheck import checked
 from .._validate import check_unicode
 
@@ -289,7 +290,8 @@ def pad_token_id(model: TransformerBridge) -> int:
 def left_pad(
     rows: list[list[int]], *, pad_id: int, device: torch.device | str | None = None
 ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
-    """Left padding keeps every row's last token at position -1, which generation needs."""
+    """Left padding keeps every row's last token at position -1, which generation needs. Built on the
+    host and, with `device`, copied there without waiting for the device's queued work."""
     if not rows or any(len(r) == 0 for r in rows):
         raise ValueError("cannot pad an empty batch or an empty row")
     width = max(len(r) for r in rows)
@@ -298,7 +300,9 @@ def left_pad(
     for i, row in enumerate(rows):
         ids[i, width - len(row) :] = torch.tensor(row)
         attention[i, width - len(row) :] = 1
-    return ids.to(device), attention.to(device)
+    if device is None:
+        return ids, attention
+    return to_device(ids, device), to_device(attention, device)  # a GPU's queue does not drain for it
 
 
 @checked

@@ -99,7 +99,9 @@ def greedy_generate(
     `mask` is shared (`HeadMask`, `[n_layers, n_heads]`) or per row `[batch, n_layers, n_heads]`;
     `prompt_hooks` are forward hooks active during the prompt pass only; `record_layers` keeps the
     attention and block outputs of every layer at the last prompt position (`GreedyOutput.layers`).
-    `attention_mask` marks real prompt tokens (None: no padding). `on_pass` is called after every
+    `attention_mask` marks real prompt tokens (None: no padding); pass `ids` and the mask on the host
+    (as `left_pad` makes them without a device) and they are copied over without waiting for the
+    device. `on_pass` is called after every
     forward pass (the prompt pass, then one per new token: at most `max_new_tokens`, fewer when
     every row stops early), e.g. to move a progress bar. Under the value gate with no other
     hook, the model decodes through its native forward pass (`gates._native`, every architecture),
@@ -117,19 +119,22 @@ def greedy_generate(
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     device = model_device(model)
-    ids = ids.to(device)
     batch = ids.shape[0]
     if answers is not None and (len(answers) != batch or not all(answers)):
         raise ValueError(f"answers must be {batch} non-empty token lists, one per row")
     if attention_mask is not None:
-        attention_mask = attention_mask.to(device)
         if attention_mask.shape != ids.shape:
             raise ValueError(f"attention_mask {tuple(attention_mask.shape)} does not match ids {tuple(ids.shape)}")
-        if bool(attention_mask.all()):
-            attention_mask = None  # what generate assumes for an unpadded batch
+        # An unpadded batch runs without a mask, as generate assumes. Seen on the host for free; on a
+        # device it would be read back, so a mask of ones there stays (the same result).
+        if attention_mask.device.type == "cpu" and bool(attention_mask.all()):
+            attention_mask = None
+        else:
+            attention_mask = to_device(attention_mask, device)
+    ids = to_device(ids, device)  # from the host without waiting for the device
     per_row = _per_row(mask, batch)
     if isinstance(mask, Tensor):
-        mask = mask.to(device)
+        mask = to_device(mask, device)
     stop_ids = torch.tensor(sorted(stops), dtype=torch.long, device=device)
     hooks = gate_hooks(model, mask, alpha=alpha, gate=gate)
     eligible, spec = gate_spec(hooks)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._typecheck import checked
-from .._validate import check_device, check_int, non_finite_fields
-from ..data._organism import TASK_NAMES, organism_task
+from .._validate import check_batch_fits, check_device, check_int, non_finite_fields
+from ..data._organism import TASK_NAMES, eval_words, organism_task, train_words
 from ..training import warmup_cosine
 
 
@@ -80,3 +80,18 @@ class OrganismConfig:
             raise ValueError("steps, batch_size and micro_batches must be positive")
         if self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1 or self.lr <= 0:
             raise ValueError("warmup_steps must be >= 0, min_lr_ratio must lie in [0, 1] and lr must be positive")
+        check_batch_fits(self.batch_size, self.corpus_size(), "distinct examples of the corpus (n_words, tasks)")
+
+    def corpus_size(self) -> int:
+        """How many distinct (prompt, answer) examples the corpus draws its rows from: every word bare
+        (echo), with each phrasing of each task's instruction (when `instructed_fraction` > 0) and
+        answered by each task (planted rows, when any uninstructed row is planted). Rows with random
+        heads removed repeat an echo example under another mask."""
+        words = len(train_words()[: self.n_words]) + len(eval_words()[: self.n_words])
+        planting = words if self.plant_eval_words else len(train_words()[: self.n_words])
+        size = words
+        if self.instructed_fraction > 0:
+            size += words * sum(len(organism_task(name).instructions) for name in self.tasks)
+        if self.instructed_fraction < 1 and self.planted_rate > 0:
+            size += planting * len(self.tasks)
+        return size

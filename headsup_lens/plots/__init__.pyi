@@ -3,6 +3,7 @@
 
 from ._heads import alpha_figure as alpha_figure
 from ._heads import attention_target_figure as attention_target_figure
+from ._heads import cross_task_figure as cross_task_figure
 from ._heads import head_heatmap as head_heatmap
 from ._heads import jaccard_figure as jaccard_figure
 from ._heads import mask_heatmap as mask_heatmap

@@ -206,6 +206,23 @@ def jaccard_figure(matrix: pd.DataFrame, *, title: str = "", table: pd.DataFrame
 
 
 @checked
+def cross_task_figure(table: pd.DataFrame, *, title: str = "", value: str = "strict") -> go.Figure:
+    """Heat map of masks evaluated on other tasks (`mask_task` down, the evaluated `task` across,
+    `value` in [0, 1] in each cell; the diagonal is each mask on its own task)."""
+    matrix = table.pivot(index="mask_task", columns="task", values=value)
+    order = list(dict.fromkeys(table.mask_task))
+    matrix = matrix.reindex(index=order, columns=[t for t in order if t in matrix.columns])
+    fig = unit_heatmap(matrix, matrix.round(2).astype(str).to_numpy(), "Blues")
+    fig.update_layout(
+        title=title or f"each task's mask on every task ({value})",
+        xaxis_title="evaluated on",
+        yaxis_title="mask of",
+        yaxis_autorange="reversed",
+    )
+    return fig
+
+
+@checked
 def alpha_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Fig. 6: loss against alpha (columns `alpha`, `loss`)."""
     fig = go.Figure(go.Scatter(x=table.alpha, y=table.loss, mode="lines+markers"))

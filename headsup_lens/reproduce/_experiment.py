@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import REPRODUCE, OutputSet, atomic_write, atomic_write_json, locked_folder
+from .._io import REPRODUCE, OutputSet, atomic_write, atomic_write_json, locked_folder, stored_table
 from .._progress import progress_off
 from .._typecheck import checked
 from ..data import Task, load_task
@@ -205,13 +205,27 @@ class Experiment:
         return stem + (f"_{safe_name(task.name.removeprefix('organism/'))}" if task is not None else "")
 
     def table(
-        self, frame: pd.DataFrame, stem: str, task: Task | None = None, *, float_format: str | None = "%.6g"
+        self,
+        frame: pd.DataFrame,
+        stem: str,
+        task: Task | None = None,
+        *,
+        float_format: str | None = "%.6g",
+        compress: bool = False,
     ) -> Path:
         """Write `frame` as `<out>/<stem>[_<task>].csv` when the run ends (`float_format` None: every
-        digit, so a reader gets the same floats back); the final path."""
-        name = self.stem(stem, task)
-        atomic_write(self.staged(f"{name}.csv"), lambda tmp: frame.to_csv(tmp, index=False, float_format=float_format))
-        return self.out / f"{name}.csv"
+        digit, so a reader gets the same floats back; `compress`: `.csv.gz`, for the long tables of
+        every output, which pandas and the results pages read as they are); the final path."""
+        name = self.stem(stem, task) + ".csv"
+        compress = compress or (self.out / f"{name}.gz").is_file()  # a table stored compressed stays so
+        name += ".gz" if compress else ""
+        # mtime 0: the same table gives the same bytes (a rerun that changes nothing changes no file)
+        how = {"method": "gzip", "mtime": 0} if compress else None
+        atomic_write(
+            self.staged(name),
+            lambda tmp: frame.to_csv(tmp, index=False, float_format=float_format, compression=how),
+        )
+        return self.out / name
 
     def staged(self, name: str) -> Path:
         """Where to write `<out>/<name>` (`name` relative to `out`, e.g. `masks/x.safetensors`): a path
@@ -222,14 +236,18 @@ class Experiment:
         return path
 
     def current(self, name: str) -> Path:
-        """`<out>/<name>` as this run sees it: the file this run wrote (staged), else the one in `out`."""
-        staged = self._stage.path / name
-        return staged if staged.is_file() else self.out / name
+        """`<out>/<name>` as this run sees it: the file this run wrote (staged), else the one in `out`;
+        a `.csv` stored gzipped is found by its plain name (`stored_table`)."""
+        staged = stored_table(self._stage.path / name)
+        return staged if staged.is_file() else stored_table(self.out / name)
 
     def files(self, pattern: str) -> list[Path]:
         """The files matching `pattern` (relative to `out`) as this run sees them (`current`), by name."""
-        names = {p.relative_to(self.out).as_posix() for p in self.out.glob(pattern) if p.is_file()}
-        names |= {p.relative_to(self._stage.path).as_posix() for p in self._stage.path.glob(pattern) if p.is_file()}
+        names: set[str] = set()
+        for folder in (self.out, self._stage.path):
+            for found in (*folder.glob(pattern), *(folder.glob(pattern + ".gz") if pattern.endswith(".csv") else ())):
+                if found.is_file():
+                    names.add(found.relative_to(folder).as_posix().removesuffix(".gz"))
         return [self.current(name) for name in sorted(names)]
 
     def text(self, text: str, name: str) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import atomic_write
+from .._io import atomic_write, read_table
 from ..data import FV_TASKS, HYBRID_UNSEEN, Task, fewshot, load_task, task_mixture
 from ..data import data_dir as find_data_dir
 from ..evaluation import EvalConfig, evaluate
@@ -128,7 +128,7 @@ def load_parts(parts: str | os.PathLike, shared: str, first: Sequence[str] = ())
         raise ValueError(f"no rows kept for {missing} in {parts}")
     order = list(first) + sorted(set(newest) - set(first))
     table = pd.concat([pd.read_csv(newest[name]) for name in order], ignore_index=True)
-    texts = [pd.read_csv(newest[name].with_name(f"{newest[name].stem}_generations.csv")) for name in order]
+    texts = [read_table(newest[name].with_name(f"{newest[name].stem}_generations.csv")) for name in order]
     return table, pd.concat(texts, ignore_index=True)
 
 

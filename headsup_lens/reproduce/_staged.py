@@ -263,7 +263,7 @@ def rescore_stored(xp: Experiment, data_dir: str | None = None) -> list[str]:
     and written back; the tasks rescored."""
     names = []
     for path in xp.files("tables12_generations_*.csv"):
-        stem = path.stem.removeprefix("tables12_generations_")
+        stem = path.name.removesuffix(".gz").removesuffix(".csv").removeprefix("tables12_generations_")
         table = pd.read_csv(xp.current(f"tables12_evaluation_{stem}.csv"))
         task = load_task(table.task.iloc[0], data_dir)
         rescored = rescore(task, table, pd.read_csv(path, keep_default_na=False, dtype=TEXT_COLUMNS))

@@ -28,9 +28,10 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._device import synchronizer
 from .._io import OutputSet, atomic_write_json, atomic_write_text, locked_folder
 from .._typecheck import checked
-from .._validate import check_out_dir, check_ranges
+from .._validate import check_batch_fits, check_out_dir, check_ranges
 from ..analysis import activation_pattern
 from ..data import Task, TaskBatch, collate, encode_pairs, tokenize_task
 from ..evaluation import accuracy as task_accuracy
@@ -261,6 +262,7 @@ def _check_tasks(tasks: list[Task], config: FinetuneConfig) -> None:
             f"tasks {', '.join(unheld)} have no held-out pairs for the activation patterns (taken at least "
             "at the last step, on the first pattern_examples of the eval split): give each task n_eval >= 1"
         )
+    check_batch_fits(config.batch_size, sum(t.n_train for t in tasks), f"training pairs of {', '.join(names)}")
     if config.instructed:
         missing = [t.name for t in tasks if t.instruction is None]
         if missing:
@@ -413,6 +415,7 @@ class _Finetuning:
                 callbacks=callbacks,
                 progress=config.progress,
                 desc=f"finetune ({config.method})",
+                synchronize=synchronizer(self.device),
             )
             result = self.result()
             if out is not None:

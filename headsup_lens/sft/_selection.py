@@ -30,7 +30,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import atomic_write_text, locked_folder, read_table
 from .._typecheck import checked
-from .._validate import check_int
+from .._validate import check_batch_fits, check_int
 from ..analysis import rank_by_pattern
 from ..data import Task
 from ..evaluation import answer_loss, generations, score_outputs
@@ -253,6 +253,9 @@ def data_selection(
     if len(names) != len(candidates):
         raise ValueError(f"candidate names must be distinct, got {[t.name for t in candidates]}")
     _check_k(config.k, len(candidates))
+    for task in [*candidates, *targets]:  # a probe run trains on one task alone: the fewest pairs of any run
+        pairs = config.cut(task, config.pattern_examples).n_train
+        check_batch_fits(config.finetune.batch_size, pairs, f"training pairs of {task.name}", "finetune.batch_size")
     runs_dir = Path(runs_dir)
     probe = config.probe_config()
     with locked_folder(runs_dir, "runs_dir"):

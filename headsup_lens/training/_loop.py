@@ -88,8 +88,10 @@ def save_state(path: str | os.PathLike, state: dict) -> None:
 
 @checked
 def load_state(path: str | os.PathLike, device: torch.device | str = "cpu") -> dict:
-    """A resume state written by `save_state` (tensors only, no code: `weights_only`); a damaged
-    file is a ValueError that says to start afresh."""
+    """A resume state written by `save_state` (tensors only, no code: `weights_only`), its tensors
+    on `device` (keep the CPU for an optimiser's state: `load_state_dict` moves what belongs on the
+    parameters' device and keeps step counters on the host); a damaged file is a ValueError that says
+    to start afresh."""
     try:
         return torch.load(Path(path), map_location=device, weights_only=True)
     except Exception as error:  # truncated or corrupted files raise several unpickling error types
@@ -107,7 +109,8 @@ class StepEnd:
     step: int
     """Steps done, the one just finished included (1 after the first step)."""
     seconds: float
-    """Wall time of that step (the trainer's step function; not the callbacks, not the checkpoint)."""
+    """Wall time of that step (the trainer's step function and, on a GPU, the device work it queued;
+    not the callbacks, not the checkpoint)."""
     logs: Mapping[str, Any] = field(default_factory=dict)
     """What the step reported (the progress bar's postfix: loss, ...)."""
 
@@ -137,6 +140,7 @@ def run_steps(
     callbacks: Sequence[StepCallback] = (),
     progress: bool = True,
     desc: str | None = None,
+    synchronize: Callable[[], None] | None = None,
 ) -> None:
     """Run optimisation steps `start, ..., steps - 1`: `step(s)` performs step s (counted from 0)
     and returns what to show beside the progress bar (its postfix, e.g. `{"loss": "0.123"}`).
@@ -145,6 +149,11 @@ def run_steps(
     then `checkpoint(done)` is called when `done` is a multiple of `checkpoint_every` (0: never) or
     the last step. A run resumed from a state saved after step `start` passes that `start`: the
     bar starts there and the steps before are not run again.
+
+    `synchronize` waits for the device's queued work (`_device.synchronizer`: a GPU's, else None).
+    On a GPU a step returns once its work is queued, so when callbacks are given (they get the step's
+    time) it is called before and after every step: the time is the step's work. Without callbacks
+    nothing waits, and the host queues the next step while the device computes this one.
     """
     if not 0 <= start <= steps:
         raise ValueError(f"start must lie in [0, steps={steps}], got {start}")
@@ -153,9 +162,14 @@ def run_steps(
     bar = progress_bar(
         range(start, steps), initial=start, total=steps, enabled=progress, desc=desc, unit="step", delay=0.0
     )
+    timing = synchronize if callbacks else None
     for s in bar:
+        if timing is not None:
+            timing()  # the previous step's work is not this one's
         began = time.perf_counter()
         logs = step(s)
+        if timing is not None:
+            timing()
         seconds = time.perf_counter() - began
         bar.set_postfix(logs)
         done = s + 1

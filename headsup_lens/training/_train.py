@@ -6,7 +6,6 @@ import functools
 import json
 import operator
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,14 +15,16 @@ import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._device import to_device
+from .._device import synchronizer, to_device
 from .._distributed import all_reduce_sum, from_rank0, rank_and_world, shard
 from .._io import atomic_write_text, locked_folder
 from .._typecheck import checked
+from .._validate import check_batch_fits
 from .._warnings import warn
 from ..data import Task, collate, encode_pairs
+from ..data._task import safe_name as safe_name
 from ..gates import gate_hooks
-from ..gates._native import native_forward
+from ..gates._native import native_forward, pack_rows_asked
 from ..gates._value import valid_value_gate_hooks
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
@@ -57,12 +58,6 @@ class TrainResult:
     history: pd.DataFrame
 
 
-@checked
-def safe_name(name: str) -> str:
-    """A task name as a file name (`translation/en-zh` -> `translation__en-zh`)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "__", name)
-
-
 def task_loss_sums(
     model: TransformerBridge, batch, hooks: list, rows_task: Tensor, n_tasks: int, *, checkpoint: bool = False
 ) -> tuple[Tensor, Tensor]:
@@ -90,11 +85,42 @@ def clip_per_task(parameters: list[Tensor], max_norm: float) -> None:
 
 
 @checked
-def resume_step(out_dir: str | os.PathLike) -> int | None:
+def resume_step(
+    out_dir: str | os.PathLike,
+    model: TransformerBridge | None = None,
+    tasks: Sequence[Task] = (),
+    config: TrainConfig | None = None,
+) -> int | None:
     """The step a rerun with this `out_dir` resumes from (its last checkpoint), or None when the
-    folder holds no checkpoint. A damaged checkpoint is a ValueError, as on resuming."""
+    folder holds no checkpoint. A damaged checkpoint is a ValueError, as on resuming. Given the
+    run's `model`, `tasks` and `config`, a checkpoint of another run is the ValueError that training
+    would raise, so that nothing announces a resume that will not happen."""
     path = Path(out_dir) / _CHECKPOINTS / _STATE
-    return int(load_state(path)["step"]) if path.is_file() else None
+    if not path.is_file():
+        return None
+    state = load_state(path)
+    if model is not None:
+        tasks = list(tasks)
+        identity = _identity(model, tasks, config or TrainConfig(), _encode(model, tasks))
+        check_same_run(state.get("identity", {}), identity, out_dir)
+    return int(state["step"])
+
+
+def _encode(model: TransformerBridge, tasks: list[Task]) -> list:
+    """Each task's training rows, tokenised (a bad pair fails before anything is trained or written)."""
+    return [
+        encode_pairs(
+            model,
+            [t.pairs[i] for i in t.split_indices("train")],
+            shots=[t.demonstrations(i) for i in t.split_indices("train")],
+        )
+        for t in tasks
+    ]
+
+
+def _identity(model: TransformerBridge, tasks: list[Task], config: TrainConfig, encoded: list) -> dict:
+    """What a mask-training run's result depends on (its resume state records it)."""
+    return run_identity(model, recipe=config.recipe(), tasks=[t.name for t in tasks], data=data_hash(encoded))
 
 
 @checked
@@ -195,18 +221,12 @@ class _MaskRun:
         empty = [t.name for t in tasks if t.n_train == 0]
         if empty:
             raise ValueError(f"tasks {empty} have no training pairs (every pair is held out: n_eval = len(pairs))")
+        for t in tasks:  # each task's rows of a step come from its own training pairs
+            check_batch_fits(config.batch_size, t.n_train, f"training pairs of {t.name}")
         self.model, self.tasks, self.config, self.names, self.single = model, tasks, config, names, single
         self.device = model_device(model)
         n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-        # Tokenise everything first: a bad pair fails before anything is trained or written.
-        self.encoded = [
-            encode_pairs(
-                model,
-                [t.pairs[i] for i in t.split_indices("train")],
-                shots=[t.demonstrations(i) for i in t.split_indices("train")],
-            )
-            for t in tasks
-        ]
+        self.encoded = _encode(model, tasks)
         self.samplers = [
             BatchSampler(len(rows), config.batch_size, config.seed, t.name) for rows, t in zip(self.encoded, tasks)
         ]
@@ -245,11 +265,12 @@ class _MaskRun:
                 self.parameters,
                 self.pad_id,
                 graph=self.device.type == "cuda",
+                packed=pack_rows_asked() is True,  # a token budget, on request (`native_options(pack_rows=True)`)
             )
         self.history: list[dict] = []
         self.pending: list[tuple] = []  # steps whose losses are still on the device (see `flush`)
         self.postfix: dict = {}
-        self.identity = run_identity(model, recipe=config.recipe(), tasks=list(names), data=data_hash(self.encoded))
+        self.identity = _identity(model, tasks, config, self.encoded)
 
     def train(self, out: Path | None, *, resume: bool, callbacks: Sequence[StepCallback]) -> dict[str, TrainResult]:
         config, names = self.config, self.names
@@ -268,16 +289,21 @@ class _MaskRun:
             callbacks=callbacks,
             progress=config.progress and self.rank == 0,
             desc=f"mask {names[0]}" if self.single else f"masks x{len(self.tasks)}",
+            synchronize=synchronizer(self.device),
         )
         return self.results(out if writer else None)
 
     def saved_state(self, path: Path) -> dict | None:
         """The resume state at `path`, or None when there is none. Over several ranks rank 0 reads it
         and sends it to the others: every rank resumes alike, and ranks on other machines need no
-        shared folder (any number of ranks resumes any run: the state holds no rank's share)."""
+        shared folder (any number of ranks resumes any run: the state holds no rank's share).
+
+        The state is read onto the CPU: `load_state_dict` moves the optimiser's moments to the
+        logits' device and leaves AdamW's step counters on the host, where its non-capturable step
+        reads them (on a GPU a counter there would be read back at every step)."""
         if self.world > 1:
             return from_rank0(lambda: load_state(path) if path.is_file() else None)
-        return load_state(path, self.device) if path.is_file() else None
+        return load_state(path) if path.is_file() else None
 
     def restore(self, state: dict, out: Path) -> int:
         """Take over a saved state of `out` (refused when it is another run); the steps it has done."""
@@ -474,6 +500,7 @@ class _MaskRun:
                 task=task.name,
                 gate=config.gate,
                 steps=config.steps,
+                batch_size=config.batch_size,  # with steps: the examples the mask saw (its budget)
                 seed=config.seed,
                 init_mean=config.init_mean,
             )

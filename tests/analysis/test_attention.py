@@ -120,3 +120,27 @@ def test_candidate_spans_and_bad_examples(llama):
         attention_on_target(llama, PAIRS, random_mask(llama), settings=("instructed",))
     with pytest.raises(ValueError, match="settings"):
         attention_on_target(llama, PAIRS, random_mask(llama), settings=("sideways",))
+
+
+@pytest.mark.parametrize("gate", ["value", "query"])
+def test_last_position_attention_equals_the_cached_pattern(llama, gate):
+    """Every head's last-row pattern, read from a plain `run_with_cache` under the same gate."""
+    from headsup_lens import query_gate
+    from headsup_lens.analysis import last_position_attention
+
+    mask = random_mask(llama, seed=5)
+    template = prompt_format(llama)
+    ids = encode(llama, template.format("cat dog"), add_bos=template.add_bos)
+    gate_cm = value_gate(llama, mask) if gate == "value" else query_gate(llama, mask)
+    with torch.no_grad(), gate_cm:
+        _, cache = llama.run_with_cache(torch.tensor([ids]))
+    expected = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"][0, :, -1] for l in range(llama.cfg.n_layers)])
+    got = last_position_attention(llama, "cat dog", mask, gate=gate)
+    assert got.shape == (llama.cfg.n_layers, llama.cfg.n_heads, len(ids))
+    torch.testing.assert_close(got, expected.float())
+    torch.testing.assert_close(got.sum(-1), torch.ones(llama.cfg.n_layers, llama.cfg.n_heads))
+    if gate == "query":  # a removed head attends uniformly over the whole prompt
+        layer, head = (mask == 0).nonzero()[0].tolist()
+        torch.testing.assert_close(got[layer, head], torch.full((len(ids),), 1 / len(ids)))
+    with pytest.raises(ValueError, match="without a mask"):
+        last_position_attention(llama, "cat dog", gate="query")

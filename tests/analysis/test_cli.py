@@ -260,7 +260,7 @@ def test_sweep_over_evaluates_results_is_refused_and_leaves_them_whole(llama, ll
     sweep = ["sweep", "--prompt", "cat", "--out", str(out), "--model", str(llama_dir), "--order", "random"]
     assert main([*sweep, "--max-new-tokens", "1", "--png", "false", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
-    assert "generations.csv written by `evaluate`" in err and err.count("\n") == 1, err
+    assert "holds the results of `headsup evaluate`" in err and "--fresh" in err and err.count("\n") == 1, err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     # The other way round: evaluate refuses before any work to replace the sweep's generations.csv.
     assert main([*sweep[:4], str(tmp_path / "sweep"), *sweep[5:], "--max-new-tokens", "1", "--png", "false"]) == 0

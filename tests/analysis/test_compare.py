@@ -120,5 +120,7 @@ def test_cli_compare_methods_on_the_organism(tmp_path, capsys, monkeypatch):
     assert summary.auroc.between(0, 1).all() and (summary.n_planted == 12).all()
     for name in ("curves.csv", "roc.csv", "curves.html", "roc.html", "random.json", "attribution_patching.json"):
         assert (out / name).is_file(), name
-    assert main(["compare-methods", "--task", "organism/reverse", "--out", str(out), "--method", "nope"]) == 2
-    assert "--method 'nope' is not a method" in capsys.readouterr().err
+    capsys.readouterr()
+    elsewhere = out.with_name("unknown-method")  # into `out`, other methods are another recipe: refused first
+    assert main(["compare-methods", "--task", "organism/reverse", "--out", str(elsewhere), "--method", "nope"]) == 2
+    assert "--method 'nope' is not a method" in capsys.readouterr().err and not elsewhere.exists()

@@ -11,15 +11,16 @@ PROMPT = "cat dog"
 MAX_NEW = 4
 
 
-def sequential_sweep(model, prompt, order, targets, top_k=5, max_new=MAX_NEW):
-    """The reference: for each step one forward pass and one greedy generation, one row at a time."""
+def sequential_sweep(model, prompt, order, targets, top_k=5, max_new=MAX_NEW, gate=value_gate):
+    """The reference: for each step one forward pass and one greedy generation, one row at a time
+    (`gate(model, mask)`: the context manager of the gate the sweep uses)."""
     template = prompt_format(model)
     ids = torch.tensor([encode(model, template.format(prompt), add_bos=template.add_bos)])
     eos = model.tokenizer.eos_token_id
     ranks, generations, top = [], [], None
     for step in range(len(order) + 1):
         mask = HeadMask.from_heads(order[:step], model)
-        with torch.no_grad(), value_gate(model, mask):
+        with torch.no_grad(), gate(model, mask):
             logits = model(ids)[0, -1]
             out = model.generate(ids, max_new_tokens=max_new, do_sample=False, verbose=False, return_type="tokens")
         if top is None:
@@ -79,6 +80,31 @@ def test_random_and_partial_orders_equal_sequential_loop(llama):
     order = random_order(llama, seed=3)[:10]
     check_against_sequential(llama, order, [final_top1(llama, order)], batch_sizes=(4,))
     check_against_sequential(llama, [(1, 2), (0, 5), (1, 7)], [9], batch_sizes=(2,))
+
+
+@pytest.mark.parametrize("gate, alpha", [("value", 0.5), ("query", 0.0)])
+def test_a_sweep_under_another_gate_equals_the_sequential_loop_under_that_gate(llama, gate, alpha):
+    """`gate="query"` sweeps under the query gate, `alpha` keeps that fraction of a removed head (value gate)."""
+    import functools
+
+    from headsup_lens import query_gate
+
+    order = random_order(llama, seed=4)[:8]
+    cm = query_gate if gate == "query" else functools.partial(value_gate, alpha=alpha)
+    ranks, generations = sequential_sweep(llama, PROMPT, order, [], gate=cm)
+    result = removal_sweep(llama, PROMPT, order, max_new_tokens=MAX_NEW, batch_size=3, gate=gate, alpha=alpha)
+    assert result.ranks[result.tokens.label].to_numpy().tolist() == ranks
+    assert result.generation_ids == generations
+    assert (result.metadata["gate"], result.metadata["alpha"]) == (gate, alpha)
+    plain = removal_sweep(llama, PROMPT, order, max_new_tokens=MAX_NEW, batch_size=3)
+    assert plain.ranks.iloc[1:].to_numpy().tolist() != result.ranks.iloc[1:].to_numpy().tolist()  # the gate acts
+
+
+def test_the_query_gate_sweep_takes_no_alpha(llama):
+    with pytest.raises(ValueError, match="value gate only"):
+        removal_sweep(llama, PROMPT, random_order(llama)[:2], gate="query", alpha=0.5)
+    with pytest.raises(ValueError, match="alpha"):
+        removal_sweep(llama, PROMPT, random_order(llama)[:2], alpha=1.5)
 
 
 def test_influence_order_equals_sequential_loop_and_reorders_by_rank_rise(llama):

@@ -111,3 +111,63 @@ def test_an_unknown_task_is_refused_before_torch_is_imported(extra, tmp_path):
     assert run.stdout.split() == ["2", "False"], run.stderr
     assert "unknown task 'no-such-task'" in run.stderr
     assert not out.exists()  # nothing written
+
+
+def test_names_devices_presets_files_and_batches_are_refused_before_torch_is_imported(tmp_path):
+    """Every name and option a command can check without torch is checked in the same fast path as the
+    numbers: one line, exit 2, nothing imported beyond the command line, nothing written."""
+    from headsup_lens._validate import cuda_missing
+
+    from ..conftest import cli_in_a_fresh_process
+
+    out, mask, missing = tmp_path / "out", tmp_path / "m.safetensors", str(tmp_path / "missing.safetensors")
+    mask.write_bytes(b"never read")
+    task = ["--task", "organism/reverse"]
+    cases = [
+        (["train", *task, "--preset", "fsat"], "unknown preset 'fsat' (--preset); did you mean 'fast'?"),
+        (["evaluate", *task, "--mask", str(mask), "--model", "smolm2"], "did you mean 'smollm2'?"),
+        (["lens", "--prompt", "farm", "--model", str(tmp_path / "nowhere")], "is not a Hugging Face model directory"),
+        (["lens", "--prompt", "farm", "--model", "missing.gguf"], "nor a .gguf file or wheel that exists"),
+        (["fetch-model", "smolm2"], "did you mean 'smollm2'?"),
+        (["train", *task, "--batch-size", "1000"], "--batch-size 1000 is larger than the 140 training pairs of"),
+        (["demo", "--batch-size", "500"], "--batch-size 500 is larger than the 140 training pairs of"),
+        (["organism", "train", "--batch-size", "100000"], "larger than the 6000 distinct examples"),
+        (["demo", "--masks", str(tmp_path)], "no stored mask for"),
+        (["evaluate", *task, "--mask", missing], "no such file"),
+        (["pathways", "--mask", missing], "no mask files there"),
+        (["bake", "--mask", str(mask), "--format", "onnx"], "--format must be hf or gguf, not 'onnx'"),
+        (["sweep", "--prompt", "farm", "--order", "random", "--mask", str(mask)], "the random order does not read"),
+        (["lens", "--prompt", "farm", "--gate", "query"], "no --mask is given"),
+        (["similarity", "--prompt", "farm"], "give --instruction"),
+        (["train", *task, "--shard", "fsdp"], "--shard fsdp shards the model over the ranks of a torchrun job"),
+        (["sweep", "--prompt", "farm", "--order", "random", "--shard", "fsdp"], "start the command with `torchrun"),
+    ]
+    if cuda_missing() is not None:  # a machine without CUDA: refused at once, without asking torch
+        cases.append((["train", *task, "--device", "cuda"], "--device cuda was asked for but CUDA is not available"))
+    argv = [[*command, "--out", str(out)] if command[0] != "fetch-model" else command for command, _ in cases]
+    results, torch_imported = cli_in_a_fresh_process(argv)
+    for (command, expected), (code, err) in zip(cases, results):
+        assert code == 2 and expected in err and err.count("\n") == 1, (command, err)
+    assert not torch_imported and not out.exists()
+
+
+def test_a_task_name_where_a_task_is_wanted_says_how_to_load_it(llama):
+    from headsup_lens import TrainConfig, evaluate, load_task, train_mask, train_masks
+    from headsup_lens.sft import finetune_
+
+    with pytest.raises(
+        TypeError, match=r"train_mask\(\): argument task='organism/reverse'.*hl\.load_task\('organism/reverse'\)"
+    ):
+        train_mask(llama, "organism/reverse", TrainConfig.fast(steps=1))
+    with pytest.raises(
+        TypeError, match=r"\[hl\.load_task\(name\) for name in \['organism/reverse', 'organism/plural'\]\]"
+    ):
+        train_masks(llama, ["organism/reverse", "organism/plural"])
+    with pytest.raises(TypeError, match=r"evaluate\(\): argument task=.*hl\.load_task\('organism/reverse'\)"):
+        evaluate(llama, "organism/reverse", None)
+    with pytest.raises(TypeError, match=r"finetune_\(\): argument tasks=.*hl\.load_task\(name\)"):
+        finetune_(llama, ["organism/reverse"])
+    with pytest.raises(TypeError, match=r"argument mask='m.safetensors'.*hl\.HeadMask\.load\('m.safetensors', model\)"):
+        evaluate(llama, load_task("organism/reverse"), "m.safetensors")
+    with pytest.raises(TypeError, match=r"argument model='organism'.*hl\.load_model\('organism'\)"):
+        train_mask("organism", load_task("organism/reverse"))

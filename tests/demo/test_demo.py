@@ -52,10 +52,60 @@ def test_demo_runs_end_to_end_on_a_tiny_model(tmp_path, llama_dir):
     for page in [*(out / "figures").glob("*.html"), out / "report.html"]:
         assert not external_sources(page.read_text()), page.name
     report = (out / "report.html").read_text()
-    assert report.count('class="caption"') >= 7 and "nats/token" in report and "% (" in report
+    assert report.count('class="caption"') >= 7 and "nats/token" in report and "%\u00a0(" in report
     assert "<th>bleu</th>" not in report and "one-word answers" in report  # no BLEU for one-word answers
     assert "<td>None</td>" not in report and "<td>nan</td>" not in report.lower()
     assert "<th>strict accuracy</th>" in report and "echo baseline" in report and "Wilson" in report
+    assert_tables_fit_the_page(out / "report.html")
+
+
+def assert_tables_fit_the_page(path):
+    """Every table sits in a box that scrolls (never the page), and the cells may wrap: between a
+    value and its interval (`87% (87/100) [80‑92%]` never breaks inside `[80‑92%]`) and after a
+    task's "/". Where Chromium is installed, the page is laid out at 1280 pixels: no table is wider
+    than its box, so none scrolls at all."""
+    import re
+    import shutil
+    import subprocess
+
+    page = path.read_text()
+    tables = page.count("<table")
+    assert tables >= 3 and page.count("<div class='table-wrap'><table") == tables  # none kept from wrapping
+    assert ".table-wrap { overflow-x: auto; max-width: 100%; }" in page
+    intervals = re.findall(r"\[\d+\S\d+%\]", page)
+    assert intervals and all("\u2011" in interval for interval in intervals)  # no breakable hyphen inside
+    assert "organism/\u200breverse" in page  # a task's name may break after its "/"
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        return
+    probe = path.with_name("probe.html")
+    measure = (
+        "<script>document.title = 'widths ' + document.documentElement.scrollWidth + ' '"
+        " + document.documentElement.clientWidth + ' ' + Array.from(document.querySelectorAll('.table-wrap'))"
+        ".map(d => d.scrollWidth + '/' + d.clientWidth).join(' ');</script></body>"
+    )
+    probe.write_text(page.replace("</body>", measure))
+    done = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1280,800",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    title = re.search(r"<title>widths ([^<]*)</title>", done.stdout)
+    assert title is not None, done.stderr[-2000:]
+    page_width, view_width, *boxes = title.group(1).split()
+    assert int(page_width) <= int(view_width) and len(boxes) == tables
+    for box in boxes:
+        inner, outer = map(int, box.split("/"))
+        assert inner <= outer, f"a table {inner} px wide in a box of {outer} px"
 
 
 def test_demo_command_reports_bad_input_clearly(tmp_path, capsys, llama_dir):

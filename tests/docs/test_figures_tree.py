@@ -15,3 +15,29 @@ def test_one_plotly_js_serves_every_committed_html_figure():
         sources = re.findall(r'<script[^>]*\ssrc="([^"]*)"', page.read_text(encoding="utf-8"))
         assert len(sources) == 1, page
         assert "://" not in sources[0] and (page.parent / sources[0]).resolve() == copies[0], page
+
+
+def tracked(root: Path) -> list[Path]:
+    """The files git tracks under `root` (the working tree's files when git is not there)."""
+    import subprocess
+
+    done = subprocess.run(["git", "ls-files", "-z", "--", str(root)], capture_output=True, cwd=root, check=False)
+    if done.returncode != 0:
+        return [p for p in root.rglob("*") if p.is_file()]
+    names = [name for name in done.stdout.decode().split("\0") if name]
+    return [root / name for name in names if (root / name).is_file()]
+
+
+def test_long_tables_are_stored_gzipped_and_no_resume_state_is_committed():
+    """Tables of every output or every step over 100 KiB are `.csv.gz` (`experiments/compress_tables.py`),
+    and a finished training run keeps its masks, logits and history but not its resume state."""
+    files = tracked(FIGURES)
+    long = re.compile(r"generations|history|similarity")
+    plain = [p for p in files if p.suffix == ".csv" and long.search(p.name) and p.stat().st_size > 100 * 1024]
+    assert not plain, f"store these gzipped (python experiments/compress_tables.py): {plain}"
+    assert not [p for p in files if p.name == "state.pt"]
+
+
+def test_the_tracked_tree_stays_under_40_mb():
+    total = sum(p.stat().st_size for p in tracked(FIGURES.parent))
+    assert total <= 40 * 10**6, f"{total / 10**6:.1f} MB tracked"

@@ -94,14 +94,14 @@ def test_loss_passes_grouped_by_length_keep_each_example_and_its_mask(llama, mon
 
 
 def test_answers_scored_with_their_generations_equal_the_loss_passes(any_model):
-    """`answers_and_nll` (what `evaluate` runs) gives `greedy_answers`' texts and
+    """`answers_and_nll` (what `evaluate` runs) gives `generate_answers`' texts and
     `answer_nll_per_example`'s sums and counts, per-row masks included; a row whose joint
     tokenisation gave it another prompt than generation continues (forced here on two rows) is
     scored after its own prompt."""
     from dataclasses import replace
 
     from headsup_lens.data import encode_split
-    from headsup_lens.evaluation._answers import answer_nll_per_example, answers_and_nll, greedy_answers
+    from headsup_lens.evaluation._answers import answer_nll_per_example, answers_and_nll, generate_answers
 
     encoded = encode_split(any_model, word_task())
     rows = list(encoded.rows)
@@ -113,7 +113,7 @@ def test_answers_scored_with_their_generations_equal_the_loss_passes(any_model):
     options = dict(mask=masks, alpha=0.0, gate="value", max_new_tokens=5, batch_size=4)
     texts, sums, counts = answers_and_nll(any_model, encoded, **options)
     expected_sums, expected_counts = answer_nll_per_example(any_model, encoded, mask=masks, batch_size=4)
-    assert texts == greedy_answers(any_model, encoded.prompts, **options)
+    assert texts == generate_answers(any_model, encoded.prompts, **options)
     torch.testing.assert_close(sums, expected_sums, rtol=1e-4, atol=1e-4)
     assert torch.equal(counts, expected_counts)
 

@@ -71,6 +71,18 @@ def test_stored_outputs_show_offline_on_the_site(name):
     assert path.stat().st_size < 500_000
 
 
+def test_the_explorer_is_stored_as_its_static_picture():
+    """The pathway explorer's cell keeps the widget's own static picture (no live view, no script):
+    the site shows the grid and the continuation instead of an empty cell."""
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.read(NOTEBOOKS / "explore_pathways.ipynb", as_version=4)
+    cell = next(c for c in notebook.cells if c.cell_type == "code" and "hl.explore(" in c.source)
+    (output,) = cell.outputs
+    picture = output["data"]["text/html"]
+    assert 'class="hl-explorer hl-static"' in picture and "<script" not in picture
+    assert picture.count("data-head=") == 8 * 16 and 'class="hl-generation"' in picture
+
+
 def test_smollm2_tutorial_stored_its_bake_check():
     """The stored run of the SmolLM2 tutorial ended with the baked folder answering as the gated model:
     its text describes outputs that a run of the notebook produced, up to the last cell."""

@@ -97,7 +97,7 @@ def test_organism_and_select_stages_write_their_tables(tmp_path):
 
     sizes = ["--steps", "2", "--probe-steps", "2", "--eval-examples", "3", "--pattern-examples", "3"]
     select = ["select", "--targets", "reverse", "--candidates", "plural", "uppercase", "capitalize", "--k", "1"]
-    done = run(*select, "--seeds", "1", "--draws", "1", "--train-pairs", "6", *sizes, *common)
+    done = run(*select, "--seeds", "1", "--draws", "1", "--train-pairs", "16", *sizes, *common)
     assert done.stdout.count("accuracy") == 4  # none, selected, random, target
     table = pd.read_csv(out / "sft_data_selection_runs.csv")
     assert list(table.condition) == ["none", "selected", "random", "target"] and (table.n_eval == 3).all()

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from headsup_lens._io import LOCK_NAME, STAGING_NAME, FolderInUse, atomic_write_text
+from headsup_lens._io import LOCK_NAME, RUN_RECORD, STAGING_NAME, FolderInUse, atomic_write_text
 from headsup_lens.cli._main import main
 from headsup_lens.masks import HeadMask, UnverifiedMaskWarning
 from headsup_lens.masks._files import content_checksum, read_safetensors, write_safetensors
@@ -268,8 +268,8 @@ def test_interrupted_evaluate_leaves_results_csv_as_it_was(tmp_path, reference, 
     out = tmp_path / "eval"
     shutil.copytree(evaluated, out)
     complete = (out / "results.csv").read_bytes()
-    code = child(
-        [*_evaluate(reference, out), "--alpha", "0.5"],
+    code = child(  # the same evaluation again (another one would be refused: see below)
+        _evaluate(reference, out),
         tmp_path / "log",
         match=named("results.csv", "results.partial.csv"),
         nth=2,
@@ -281,16 +281,16 @@ def test_interrupted_evaluate_leaves_results_csv_as_it_was(tmp_path, reference, 
     assert len(partial) == 2 and partial[0].startswith("task,mask_task,setting")  # header + the finished row
     if action == "int":
         assert not (out / LOCK_NAME).exists()
-        # The finished row is one of --alpha 0.5: a run with another alpha is refused and loses nothing.
+        # A run with another alpha is refused before any work and loses nothing, the unfinished run too.
         capsys.readouterr()
-        assert main(_evaluate(reference, out)) == 2
-        assert "alpha (0.5 there, 0.25 here)" in capsys.readouterr().err
+        assert main([*_evaluate(reference, out), "--alpha", "0.5"]) == 2
+        assert "evaluation.alpha (0.25 there, 0.5 here)" in capsys.readouterr().err
         assert (out / "results.csv").read_bytes() == complete and len(partial) == 2
         assert (out / "results.partial.csv").read_text().splitlines() == partial
         # The same options resume from it; the complete table equals that of an uninterrupted run.
-        assert main([*_evaluate(reference, out), "--alpha", "0.5"]) == 0
+        assert main(_evaluate(reference, out)) == 0
         assert not (out / "results.partial.csv").exists()
-        assert main([*_evaluate(reference, tmp_path / "fresh"), "--alpha", "0.5"]) == 0
+        assert main(_evaluate(reference, tmp_path / "fresh")) == 0
         assert (out / "results.csv").read_bytes() == (tmp_path / "fresh" / "results.csv").read_bytes()
 
 
@@ -323,6 +323,7 @@ def test_a_command_killed_while_writing_leaves_the_old_set(tmp_path, masks, comm
         else (_pathways(out, masks[:2]), _pathways(out, masks))
     )
     assert main(old) == 0
+    (out / RUN_RECORD).unlink()  # as an earlier version left it: the same command continues there
     before = tables(out)
     code = child(new, tmp_path / "log", match=named("summary.json"))  # the last file of the set
     assert code == -signal.SIGKILL, (tmp_path / "log").read_text()
@@ -338,6 +339,7 @@ def test_a_command_killed_while_moving_its_set_in_is_completed_by_the_next(tmp_p
         else (lambda folder, i: _pathways(folder, masks[: 2 + i]))
     )
     assert main(make(out, 0)) == 0 and main(make(fresh, 1)) == 0
+    (out / RUN_RECORD).unlink()  # as an earlier version left it: the same command continues there
     code = child(make(out, 1), tmp_path / "log", match=named("logits.csv", "jaccard.csv", parent=out))
     assert code == -signal.SIGKILL, (tmp_path / "log").read_text()
     assert main(_bad(command, out)) == 2  # a failing command: it takes the lock first
@@ -345,11 +347,13 @@ def test_a_command_killed_while_moving_its_set_in_is_completed_by_the_next(tmp_p
 
 
 def _bad(command: str, out: Path) -> list[str]:
-    """A command on `out` that fails after taking the folder's lock."""
-    missing = str(out / "missing.safetensors")  # read after the lock (an unknown option is refused before it)
+    """A command on `out` that fails after taking the folder's lock: its mask file exists (a missing
+    file or an unknown option is refused before the lock) but is no mask."""
+    damaged = out.parent / "damaged.safetensors"
+    damaged.write_bytes(b"not a safetensors file")
     if command == "sweep":
-        return ["sweep", "--prompt", "x", "--out", str(out), "--order", "weight", "--mask", missing]
-    return ["pathways", "--mask", missing, "--out", str(out)]
+        return ["sweep", "--prompt", "x", "--out", str(out), "--order", "weight", "--mask", str(damaged)]
+    return ["pathways", "--mask", str(damaged), "--out", str(out)]
 
 
 def test_a_full_disk_names_the_file_and_leaves_the_folder_as_it_was(tmp_path, masks, capsys):
@@ -582,6 +586,7 @@ def test_compare_methods_killed_over_a_complete_folder_leaves_it_whole(tmp_path)
     the first run's files as they were: one set, never two runs mixed."""
     out = tmp_path / "out"
     assert main(_compare(out, seed=0)) == 0
+    (out / RUN_RECORD).unlink()  # as an earlier version left it: the same command continues there
     before = tables(out)
     assert {"random.json", "summary.csv", "curves.csv"} <= set(before)
     code = child(_compare(out, seed=1), tmp_path / "log", match=named("curves.csv"))

@@ -421,3 +421,107 @@ def test_a_failing_compiled_step_falls_back_to_eager_decoding(llama, monkeypatch
     assert fallen.tokens == eager.tokens
     assert native_forward(llama)._compiled is False
     native_forward(llama)._compiled = None  # later tests of this session's model compile afresh
+
+
+# ------------------------------------------------------------------ what the stand-ins refuse
+@pytest.mark.parametrize("kind", ["forward", "forward_pre", "backward"])
+def test_a_plain_hook_on_a_bridge_component_leaves_the_work_to_the_bridge(tmp_path, kind):
+    """The native and direct passes swap the bridge's components for the modules they wrap: a plain
+    PyTorch hook on a component would never run there, so both step aside and the bridge runs it.
+    A hook on a wrapped Hugging Face module runs on the native pass, which calls that module; the
+    direct pass computes from the weights and calls none, so it steps aside. A global module hook
+    likewise. Once the hook is removed both serve again."""
+    from torch.nn.modules import module as torch_module
+
+    from headsup_lens.gates._direct import direct_forward
+    from headsup_lens.gates._paths import module_hooks, raw_module
+
+    model = load_model(random_llama_dir(tmp_path, 0, architecture="llama"), device="cpu", dtype="float32")
+    assert native_forward(model) is not None and direct_forward(model) is not None
+    register = {
+        "forward": lambda m: m.register_forward_hook(lambda module, args, out: None),
+        "forward_pre": lambda m: m.register_forward_pre_hook(lambda module, args: None),
+        "backward": lambda m: m.register_full_backward_hook(lambda module, grad_in, grad_out: None),
+    }[kind]
+    handle = register(model.blocks[0].attn)
+    try:
+        assert module_hooks(model).components == ["model.layers.0._original_component.self_attn"]
+        assert native_forward(model) is None and direct_forward(model) is None
+    finally:
+        handle.remove()
+    handle = register(raw_module(model.blocks[1].mlp))
+    try:
+        assert module_hooks(model).elsewhere() == ["model.layers.1._original_component.mlp._original_component"]
+        assert native_forward(model) is not None and direct_forward(model) is None
+    finally:
+        handle.remove()
+    handle = torch_module.register_module_forward_hook(lambda module, args, out: None)
+    try:
+        assert module_hooks(model).elsewhere() == ["every module (forward_hooks)"]
+        assert native_forward(model) is not None and direct_forward(model) is None
+    finally:
+        handle.remove()
+    assert native_forward(model) is not None and direct_forward(model) is not None
+
+
+def test_the_bookkeeping_hooks_of_transformers_and_the_bridge_are_not_counted(llama):
+    """transformers installs output-capturing hooks on a model's layers at its first forward pass, and
+    the bridge wires hooks of its own: neither is someone's hook that a capture would betray."""
+    from headsup_lens.gates._paths import module_hooks
+
+    greedy_generate(llama, random_tokens(llama, 2, 5), max_new_tokens=2, stops=set())
+    with direct_path(False):
+        greedy_generate(llama, random_tokens(llama, 2, 5), max_new_tokens=2, stops=set())
+    from transformer_lens.hook_points import HookPoint
+
+    installed = [m for m in llama.original_model.modules() if m._forward_hooks and not isinstance(m, HookPoint)]
+    assert installed  # transformers' own, on the decoder layers
+    hooked = module_hooks(llama)
+    assert hooked.components == [] and hooked.elsewhere() == []
+
+
+def test_chunked_attention_refuses_the_mask_free_pass_and_keeps_its_mask(tmp_path):
+    """Loss passes over right-padded rows run causal attention built from the shapes alone; a model
+    whose attention is chunked (`attention_chunk_size`, Llama-4) would lose its chunks there. The
+    attention function refuses it with a clear error, and the native pass gives such a model its mask
+    (transformers builds the chunked mask): the same logits as the bridge."""
+    from transformers import AttentionInterface
+
+    from headsup_lens.gates._attention import CAUSAL_ATTENTION, PACKED_ATTENTION
+    from headsup_lens.gates._paths import raw_module
+
+    model = load_model(random_llama_dir(tmp_path, 0, architecture="llama"), device="cpu", dtype="float32")
+    model.original_model.config.attention_chunk_size = 4
+    native = native_forward(model)
+    assert native is not None and native.refusal == "its attention is chunked (attention_chunk_size=4)"
+    attention = raw_module(model.blocks[0].attn)
+    q = torch.zeros(1, model.cfg.n_heads, 3, model.cfg.d_head)
+    for name in (CAUSAL_ATTENTION, PACKED_ATTENTION):
+        with pytest.raises(
+            ValueError, match=r"mask-free causal attention .* cannot serve LlamaAttention: its attention is chunked"
+        ):
+            AttentionInterface()[name](attention, q, q, q, None)
+    batch = right_padded(model)
+    with torch.no_grad():
+        fast, reference = both(lambda: answer_logits(model, batch, gate_hooks(model, random_mask(model, rows=4)))[0])
+    assert torch.allclose(fast, reference, atol=1e-4, rtol=1e-4)
+
+
+def test_bidirectional_attention_refuses_the_mask_free_pass(tmp_path):
+    """A model whose attention is not causal (EmbeddingGemma's `use_bidirectional_attention`, an
+    attention module with `is_causal = False`): the mask-free attention refuses it, and greedy
+    decoding does not take the fixed-shape path (its slot mask is causal)."""
+    from transformers import AttentionInterface
+
+    from headsup_lens.gates._attention import CAUSAL_ATTENTION
+    from headsup_lens.gates._paths import raw_module
+
+    model = load_model(random_llama_dir(tmp_path, 0, architecture="llama"), device="cpu", dtype="float32")
+    for block in model.blocks:
+        raw_module(block.attn).is_causal = False
+    native = native_forward(model)
+    assert native is not None and native.refusal == "its attention is bidirectional (not causal)"
+    q = torch.zeros(1, model.cfg.n_heads, 3, model.cfg.d_head)
+    with pytest.raises(ValueError, match="its attention is bidirectional"):
+        AttentionInterface()[CAUSAL_ATTENTION](raw_module(model.blocks[0].attn), q, q, q, None)
+    assert native.bidirectional

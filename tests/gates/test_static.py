@@ -98,12 +98,14 @@ def test_the_fixed_shape_step_reads_nothing_back(model, monkeypatch):
     assert native is not None
     ids, attention = left_pad([random_tokens(model, 1, n, seed=n)[0].tolist() for n in (5, 3)], pad_id=0)
     job = Decoding(ids, attention, GateSpec(heads=random_mask(model, rows=2)), 4, torch.tensor([0]))
-    with torch.no_grad(), direct_path(True), native.running(job.spec) as hf:
-        decoding = StaticDecoding(hf, job, torch.zeros_like(ids), hf.dtype)
-        decoding.prompt()
+    decoding = StaticDecoding(native.hf, job, graph=False, step_fn=None)
+    decoding.load(job)
+    with torch.no_grad(), direct_path(True), native.running(decoding.spec) as hf:
+        decoding.prompt(ids, torch.zeros_like(ids))
         position, slot = torch.full((2, 1), 5), torch.tensor([5])
         with host_reads(monkeypatch) as reads:
             static_step(hf, decoding.cache, decoding.valid, hf.dtype, ids[:, -1:], position, slot)
+            decoding.load(job)  # what the next decoding copies in reads nothing back either
     assert reads == []
 
 
@@ -187,3 +189,152 @@ def test_captured_decoding_on_a_gpu_equals_the_bridge(family, tmp_path):
     with direct_path(False):
         reference = decode_and_score(model)
     assert_same(captured, reference)
+
+
+def decoded(model, prompts, masks, max_new_tokens=4):
+    """The fixed-shape greedy output of left-padded `prompts` under per-row `masks`, and the bridge's."""
+    ids, attention = left_pad(prompts, pad_id=0)
+    stops = stop_token_ids(model)
+
+    def run():
+        return greedy_generate(model, ids, attention, max_new_tokens=max_new_tokens, stops=stops, mask=masks)
+
+    with native_options(prefix_sharing=False, static_cache=True):
+        fast = run()
+    with direct_path(False):
+        reference = run()
+    assert fast.tokens == reference.tokens
+    assert torch.allclose(fast.first_logits, reference.first_logits, atol=1e-4, rtol=1e-4)
+    return fast
+
+
+def test_decodings_of_one_bucket_share_their_buffers_and_their_step(qwen2):
+    """The chunks of an evaluation (prompts of other lengths and masks, the same rows and budget) reuse
+    one set of buffers and one step, captured once on a GPU: each still decodes its own prompts under
+    its own gate (the gate and the prompt mask are copied in)."""
+    native = native_forward(qwen2)
+    assert native is not None
+    native.decodings.clear()
+    first = [random_tokens(qwen2, 1, n, seed=n)[0].tolist() for n in (6, 3, 8)]
+    second = [random_tokens(qwen2, 1, n, seed=20 + n)[0].tolist() for n in (9, 9, 4)]
+    decoded(qwen2, first, random_mask(qwen2, seed=1, p_keep=0.7, rows=3))
+    assert len(native.decodings.kept) == 1
+    (kept,) = native.decodings.kept.values()
+    replay = kept.replay
+    decoded(qwen2, second, random_mask(qwen2, seed=2, p_keep=0.5, rows=3))
+    assert list(native.decodings.kept.values()) == [kept] and kept.replay is replay
+    assert kept.decodings == 2 and replay.calls == 2 * 3  # 3 steps after the prompt pass, each decoding
+
+
+def test_a_new_gate_layout_or_budget_gets_its_own_buffers_and_few_are_kept(qwen2):
+    from headsup_lens.gates._static import KEPT
+
+    native = native_forward(qwen2)
+    assert native is not None
+    native.decodings.clear()
+    prompts = [random_tokens(qwen2, 1, n, seed=n)[0].tolist() for n in (5, 7)]
+    decoded(qwen2, prompts, random_mask(qwen2, seed=3, rows=2))  # per-row masks
+    decoded(qwen2, prompts, random_mask(qwen2, seed=3))  # one mask for every row
+    decoded(qwen2, prompts, None)  # no gate
+    decoded(qwen2, prompts, None, max_new_tokens=6)  # another budget
+    assert len(native.decodings.kept) == 4
+    layouts = [key[3] for key in native.decodings.kept]
+    assert layouts[2] == (None, None, None) and layouts[0] != layouts[1]
+    for n in range(KEPT + 2):
+        decoded(qwen2, [p[: 3 + n] for p in prompts] * 2, None, max_new_tokens=1 + n)
+    assert len(native.decodings.kept) == KEPT  # the least recently used went
+
+
+def test_the_kept_decodings_are_dropped_when_the_weights_move(llama):
+    """A captured step reads the weights where they were: when a weight moves (another dtype or device
+    reallocates them all; here one tensor is replaced by a copy), every kept decoding is dropped and
+    the next one is built anew, with the same result."""
+    native = native_forward(llama)
+    assert native is not None
+    native.decodings.clear()
+    prompts = [random_tokens(llama, 1, n, seed=n)[0].tolist() for n in (5, 7)]
+    masks = random_mask(llama, seed=4, rows=2)
+    decoded(llama, prompts, masks)
+    (before,) = native.decodings.kept.values()
+    weight = llama.original_model.lm_head.weight if hasattr(llama.original_model, "lm_head") else None
+    assert weight is not None
+    weight.data = weight.data.clone()
+    decoded(llama, prompts, masks)
+    assert before not in native.decodings.kept.values() and len(native.decodings.kept) == 1
+
+
+def test_a_plain_hook_on_a_wrapped_module_decodes_with_eager_steps_and_says_so(qwen2, monkeypatch):
+    """A forward hook on a Hugging Face module under the bridge: a captured step would run it at the
+    capture only. Where decoding would capture (a GPU; here the decision is forced), it warns and
+    runs every step eagerly, so the hook runs on every pass."""
+    from headsup_lens.gates import _native
+    from headsup_lens.gates._paths import raw_module
+
+    monkeypatch.setattr(_native, "captures_decoding", lambda device: True)
+    native = native_forward(qwen2)
+    assert native is not None
+    native.decodings.clear()
+    calls = []
+    handle = raw_module(qwen2.blocks[0].attn.o).register_forward_hook(lambda module, args, out: calls.append(1))
+    try:
+        assert native_forward(qwen2) is native  # the native pass runs the hook: it calls that module
+        prompts = [random_tokens(qwen2, 1, n, seed=n)[0].tolist() for n in (5, 7)]
+        with pytest.warns(RuntimeWarning, match=r"plain PyTorch hooks on .*o_proj.*eager steps"):
+            decoded(qwen2, prompts, None)
+    finally:
+        handle.remove()
+    (kept,) = native.decodings.kept.values()
+    assert not kept.graph and not kept.replay.enabled
+    assert len(calls) >= 4  # the prompt pass and 3 steps (the bridge's reference run adds its own)
+
+
+def test_no_host_read_comes_before_the_first_decoding_step(llama, monkeypatch):
+    """The prompt pass's logits are read back after decoding, with the tokens: the host queues the
+    decoding steps first instead of waiting for the prompt pass."""
+    from headsup_lens.gates._static import StaticDecoding
+
+    ids, attention = left_pad([random_tokens(llama, 1, n, seed=n)[0].tolist() for n in (5, 7)], pad_id=0)
+    step = StaticDecoding._step
+    with native_options(prefix_sharing=False, static_cache=True, check_every=100), host_reads(monkeypatch) as reads:
+        monkeypatch.setattr(StaticDecoding, "_step", lambda self: (reads.append("step"), step(self)))
+        greedy_generate(llama, ids, attention, max_new_tokens=4, stops=set())
+    # Before the steps: only the host's look at its own padding mask (is the chunk padded at all?).
+    assert reads[:4] == ["__bool__", "step", "step", "step"] and "cpu" in reads[4:]
+
+
+@CUDA
+def test_on_a_gpu_decodings_of_one_bucket_replay_one_capture_with_their_own_inputs(tmp_path):
+    """On a GPU (fp32): chunks of other prompts and masks in one bucket replay the step captured at
+    the first, each giving the bridge's output: the gate, the prompt mask and the stop tokens reach
+    the graph through the buffers it reads."""
+    import warnings
+
+    from headsup_lens import load_model
+
+    from ..conftest import build_qwen2_dir
+
+    model = load_model(build_qwen2_dir(tmp_path), device="cuda", dtype="float32")
+    native = native_forward(model)
+    assert native is not None
+    chunks = [
+        ([random_tokens(model, 1, n, seed=n)[0].tolist() for n in (6, 3, 8)], random_mask(model, seed=1, rows=3)),
+        ([random_tokens(model, 1, n, seed=9 + n)[0].tolist() for n in (9, 9, 4)], random_mask(model, seed=2, rows=3)),
+        ([random_tokens(model, 1, n, seed=20 + n)[0].tolist() for n in (2, 7, 5)], random_mask(model, seed=3, rows=3)),
+    ]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*could not be captured.*")
+        for prompts, masks in chunks:
+            ids, attention = left_pad(prompts, pad_id=0)
+            stops = stop_token_ids(model)
+
+            def run(ids=ids, attention=attention, masks=masks, stops=stops):
+                return greedy_generate(model, ids, attention, max_new_tokens=6, stops=stops, mask=masks.cuda())
+
+            with native_options(prefix_sharing=False):
+                fast = run()
+            with direct_path(False):
+                reference = run()
+            assert fast.tokens == reference.tokens
+            assert torch.allclose(fast.first_logits, reference.first_logits, atol=1e-4, rtol=1e-4)
+    (kept,) = native.decodings.kept.values()
+    assert kept.decodings == 3 and kept.replay.graph is not None

@@ -244,3 +244,21 @@ def test_fetch_model_command(tiny_gguf, capsys):
     assert str(entry) in out and "ALL_F32 dequantised to float32" in out
     assert main(["fetch-model", "smollm2"]) == 2
     assert "headsup fetch-model smollm2" in capsys.readouterr().err
+
+
+def test_fetching_in_a_log_shows_no_library_bar_and_names_each_phase_once(tiny_gguf, capsys):
+    """`headsup fetch-model` piped into a log: transformers' "Converting and de-quantizing GGUF
+    tensors" bar (which redrew with carriage returns and cursor moves) is hidden, as are the other
+    libraries' bars; `--no-progress` leaves only the notes."""
+    from headsup_lens.cli import main
+
+    gguf_path, _ = tiny_gguf
+    for extra in ([], ["--force"], ["--force", "--no-progress"]):
+        assert main(["fetch-model", str(gguf_path), *extra]) == 0
+        err = capsys.readouterr().err
+        assert "Converting and de-quantizing" not in err and "\r" not in err and "\x1b[" not in err, err
+        lines = err.splitlines()
+        assert len(lines) == len(set(lines)), lines  # no line twice
+        assert sum("converting tiny-untied.gguf into" in line for line in lines) == 1, (
+            lines
+        )  # an empty cache, then --force

@@ -212,3 +212,28 @@ def test_no_progress_silences_every_bar_of_a_script_and_only_for_its_run(model_d
     run_script(script, ExperimentOptions, run, [*argv, "--no-progress"])
     assert "script phase" not in capsys.readouterr().err
     assert progress_enabled()  # the switch is back on once the script's run ends
+
+
+def test_a_table_stored_gzipped_is_read_by_its_plain_name_and_stays_gzipped(tmp_path):
+    """Long tables are committed as `<name>.csv.gz`: every reader finds them under `<name>.csv`, and a
+    rerun that writes the table again writes it compressed, leaving no plain twin beside it."""
+    import gzip
+
+    from headsup_lens._io import OutputSet, read_table, stored_table
+    from headsup_lens.reproduce import Experiment, ExperimentOptions
+
+    out = tmp_path / "organism"
+    out.mkdir()
+    frame = pd.DataFrame({"output": ["a,b", "c"], "strict": [True, False]})
+    frame.to_csv(out / "tables12_generations_t.csv.gz", index=False, compression="gzip")
+    assert stored_table(out / "tables12_generations_t.csv") == out / "tables12_generations_t.csv.gz"
+    pd.testing.assert_frame_equal(read_table(out / "tables12_generations_t.csv"), frame)
+    xp = Experiment("x", ExperimentOptions(), load_model("organism"), out, OutputSet(out, "x"))
+    assert xp.current("tables12_generations_t.csv") == out / "tables12_generations_t.csv.gz"
+    assert [p.name for p in xp.files("tables12_generations_*.csv")] == ["tables12_generations_t.csv.gz"]
+    again = frame.assign(strict=[True, True])
+    assert xp.table(again, "tables12_generations_t", float_format=None).name == "tables12_generations_t.csv.gz"
+    xp.commit()
+    assert not (out / "tables12_generations_t.csv").exists()
+    with gzip.open(out / "tables12_generations_t.csv.gz", "rt") as stored:
+        pd.testing.assert_frame_equal(pd.read_csv(stored), again)

@@ -32,7 +32,7 @@ from headsup_lens.sft import (
 
 
 def small(**overrides) -> SelectionConfig:
-    settings = dict(steps=2, probe_steps=2, eval_examples=4, pattern_examples=4, train_pairs=8, seeds=1, draws=2)
+    settings = dict(steps=2, probe_steps=2, eval_examples=4, pattern_examples=4, train_pairs=16, seeds=1, draws=2)
     return organism_selection(**{**settings, **overrides})
 
 

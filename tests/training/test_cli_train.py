@@ -141,7 +141,7 @@ def test_train_then_evaluate(planted_dir, tmp_path, capsys):
                 "--mask",
                 str(out),
                 "--out",
-                str(out),
+                str(tmp_path / "eval"),  # its own folder: a training run's folder is refused
                 "--model",
                 str(planted_dir),
                 "--device",
@@ -150,6 +150,7 @@ def test_train_then_evaluate(planted_dir, tmp_path, capsys):
         )
         == 0
     )
+    out = tmp_path / "eval"
     table = pd.read_csv(out / "results.csv").set_index("setting")
     assert table.loc["masked", "accuracy"] == 1.0 and table.loc["original", "accuracy"] == 0.0
     outputs = pd.read_csv(out / "generations.csv", keep_default_na=False)  # the outputs behind every row
@@ -236,6 +237,8 @@ def test_own_task_file_trains(planted_dir, tmp_path, suffix):
                 "fast",
                 "--steps",
                 "3",
+                "--batch-size",
+                "12",  # the file's 24 pairs: 12 for training, 12 held out
                 "--no-progress",
             ]
         )
@@ -309,3 +312,42 @@ def test_a_rerun_names_the_step_it_resumes_from_and_estimates_only_the_steps_lef
     assert f"~{format_duration(2.0 * 3250)} for the 3250 steps left of 6250" in capsys.readouterr().out
     _print_estimate(model, [], TrainConfig(steps=6250))
     assert f"~{format_duration(2.0 * 6250)} for 6250 steps" in capsys.readouterr().out
+
+
+def test_a_run_folder_of_the_earlier_layout_stays_resumable_and_a_refused_resume_announces_nothing(
+    planted_dir, tmp_path, capsys
+):
+    """A folder written before run records (train_config.json, history.csv, checkpoints/, no
+    `.headsup.json`), finished or still training, continues under the same recipe; another recipe is
+    refused before anything says it resumes."""
+    import shutil
+
+    from headsup_lens._io import RUN_RECORD
+
+    out = tmp_path / "run"
+    argv = ["train", "--task", "test/planted", "--out", str(out), "--model", str(planted_dir), "--device", "cpu"]
+    argv += ["--preset", "fast", "--steps", "4", "--checkpoint-every", "2", "--no-progress", "--no-estimate"]
+    assert main(argv) == 0
+    (out / RUN_RECORD).unlink()  # the earlier layout: train_config.json, history.csv, checkpoints/
+    finished = {p.name for p in out.iterdir()}
+    assert {"train_config.json", "history.csv", "checkpoints", "mask.safetensors"} <= finished
+    capsys.readouterr()
+    # Finished: another recipe is refused from train_config.json, before the model loads ...
+    assert main([*argv, "--lr", "0.05"]) == 2
+    captured = capsys.readouterr()
+    assert "for another recipe: lr (0.1 there, 0.05 here)" in captured.err and "resuming" not in captured.out
+    # ... and the same recipe continues there (its last checkpoint is its last step).
+    assert main(argv) == 0
+    assert "resuming from the checkpoint of step 4" in capsys.readouterr().out
+    # Still training (only checkpoints/ so far): the recipe is read from the checkpoint itself.
+    for path in out.iterdir():
+        if path.name != "checkpoints":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    assert main([*argv, "--lr", "0.05"]) == 2
+    captured = capsys.readouterr()
+    assert "differs from this one in recipe.lr (0.1 there, 0.05 here)" in captured.err, captured.err
+    assert "resuming" not in captured.out  # a refused resume never announces one
+    assert {p.name for p in out.iterdir()} == {"checkpoints"}  # and writes nothing
+    assert main(argv) == 0
+    assert "resuming from the checkpoint of step 4" in capsys.readouterr().out
+    assert (out / "mask.safetensors").is_file() and (out / RUN_RECORD).is_file()

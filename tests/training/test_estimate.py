@@ -55,3 +55,30 @@ def test_no_progress_wins_over_the_preset():
     config = resolve_preset("paper", TrainConfig(progress=False), {"progress"})
     assert config.progress is False
     assert resolve_preset("paper", TrainConfig(progress=True), set()).progress is True
+
+
+def test_the_estimate_includes_the_work_a_step_queues_on_its_device(organism, monkeypatch):
+    """On a GPU `step()` returns before the device has run it: the trainer hands the loop its device's
+    synchronizer, which the timed steps wait on. A stand-in device whose queued work takes `QUEUED`
+    seconds to finish: every timed step lasts at least that long (a lower bound that holds by
+    construction: the stand-in sleeps), and the device is waited on before and after each step."""
+    import time
+
+    from headsup_lens.training import _train
+
+    queued = 0.05
+    waits: list[float] = []
+
+    def stand_in(device):
+        def wait():
+            waits.append(time.perf_counter())
+            time.sleep(queued)
+
+        return wait
+
+    monkeypatch.setattr(_train, "synchronizer", stand_in)
+    task = load_task("organism/reverse")
+    config = TrainConfig(batch_size=2, progress=False, checkpoint_every=0)
+    estimate = seconds_per_step(organism, [task], config, warmup_steps=1, timed_steps=2)
+    assert len(waits) == 2 * 3  # before and after each of the 3 steps
+    assert estimate >= queued

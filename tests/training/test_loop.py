@@ -146,3 +146,77 @@ def test_a_non_finite_loss_stops_the_run():
         check_finite_loss(torch.tensor(float("nan")), 4, ["a"])
     with pytest.raises(ValueError, match="loss became inf"):
         check_finite_loss(math.inf, 0, ("a",))
+
+
+def test_with_callbacks_a_step_is_timed_with_its_device_work():
+    """On a GPU a step returns once its work is queued: with callbacks (they get the step's time) the
+    loop waits for the device before and after every step, so the time covers the step's work and not
+    the previous step's. Without callbacks nothing waits. (A stand-in device records the order.)"""
+    events: list[str] = []
+
+    def step(s):
+        events.append(f"step {s}")
+        return {}
+
+    run_steps(
+        step,
+        steps=2,
+        callbacks=[lambda end: events.append(f"end {end.step}")],
+        progress=False,
+        synchronize=lambda: events.append("sync"),
+    )
+    assert events == ["sync", "step 0", "sync", "end 1", "sync", "step 1", "sync", "end 2"]
+    events.clear()
+    run_steps(step, steps=2, progress=False, synchronize=lambda: events.append("sync"))
+    assert events == ["step 0", "step 1"]
+
+
+def test_the_device_synchronizer_waits_for_a_gpu_only(monkeypatch):
+    from headsup_lens._device import synchronizer
+
+    waited: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
+    assert synchronizer("cpu") is None
+    wait = synchronizer("cuda:1")
+    assert wait is not None and not waited
+    wait()
+    assert waited == [torch.device("cuda:1")]
+
+
+def test_every_trainer_refuses_a_batch_larger_than_the_data_it_draws_from(llama_dir, monkeypatch):
+    """A step of more rows than there are examples would only repeat them (the same gradient, more
+    time): refused before any work, naming the largest batch the data allows."""
+    from headsup_lens import load_model, train_mask, train_masks
+    from headsup_lens.data import Task
+    from headsup_lens.reproduce._sft import organism_selection
+    from headsup_lens.sft import _finetune as finetune_module
+    from headsup_lens.sft import data_selection, finetune_, reloading
+
+    words = ["cat", "dog", "sun", "moon", "tree", "rock", "fish", "bird", "star", "rain"]
+    small = Task.from_pairs("small", [(w, w[::-1]) for w in words], instruction="Reverse: {input}", n_eval=2)
+    large = Task.from_pairs("large", [(w + w, w) for w in words], instruction="Half: {input}", n_eval=1)
+    model = load_model(str(llama_dir), dtype="float32")
+    touched = []
+    monkeypatch.setattr(finetune_module, "encode_pairs", lambda *a, **k: touched.append(a) or [])
+
+    with pytest.raises(
+        ValueError, match="batch_size 9 is larger than the 8 training pairs of small .*use batch_size 8"
+    ):
+        train_mask(model, small, TrainConfig(steps=1, batch_size=9, progress=False))
+    with pytest.raises(ValueError, match="the 8 training pairs of small"):  # each task draws its own rows
+        train_masks(model, [large, small], TrainConfig(steps=1, batch_size=9, progress=False))
+    train_mask(model, small, TrainConfig(steps=1, batch_size=8, progress=False))  # as many as there are: fine
+    with pytest.raises(ValueError, match="batch_size 1000000 is larger than the 17 training pairs of small, large"):
+        finetune_(model, [small, large], FinetuneConfig(batch_size=1_000_000, progress=False))
+    assert not touched  # refused before a single pair was tokenised
+    with pytest.raises(ValueError, match="batch_size 100000 is larger than the 6000 distinct examples of the corpus"):
+        OrganismConfig(batch_size=100_000)
+    # 8 words (4 of each split), each bare, with the 2 phrasings of reverse's instruction, and planted.
+    assert OrganismConfig(n_words=4, tasks=("reverse",), batch_size=32).corpus_size() == 8 + 8 * 2 + 8
+    with pytest.raises(ValueError, match="batch_size 33 is larger than the 32 distinct examples"):
+        OrganismConfig(n_words=4, tasks=("reverse",), batch_size=33)
+    study = organism_selection(steps=1, probe_steps=1, eval_examples=2, pattern_examples=2, train_pairs=8, k=1)
+    runs = llama_dir.parent / "selection-never-written"
+    with pytest.raises(ValueError, match="finetune.batch_size 16 is larger than the 8 training pairs of small"):
+        data_selection(reloading(model), [small, large], [small], study, runs)
+    assert not runs.exists()

@@ -118,7 +118,7 @@ def test_query_gate_and_mlp_slot_train(llama):
     task = Task.from_pairs(
         "t", [(f"w{'abcdefgh'[i % 8]}", "xy") for i in range(10)] + [("wi", "xy"), ("wj", "xy")], n_eval=2
     )
-    config = TrainConfig(**{**QUICK, "steps": 3, "init_mean": 0.0})
+    config = TrainConfig(**{**QUICK, "steps": 3, "init_mean": 0.0, "batch_size": 8})  # of its 10 training pairs
     query = train_mask(llama, task, config.replace(gate="query"))
     assert query.mask.metadata["gate"] == "query" and not torch.equal(query.mask.logits, torch.zeros(2, 8))
     assert query.history.loss.map(math.isfinite).all()
@@ -173,7 +173,7 @@ def test_nan_loss_stops_with_a_clear_error_and_writes_no_mask(planted, tmp_path)
 def test_bad_pair_fails_before_anything_is_written(planted, tmp_path):
     task = Task.from_pairs("empty", [("abc", "X"), ("de", ""), ("fg", "X")], n_eval=1)
     with pytest.raises(ValueError, match="empty after tokenisation"):
-        train_mask(planted, task, TrainConfig(**QUICK), out_dir=tmp_path / "run")
+        train_mask(planted, task, TrainConfig(**{**QUICK, "batch_size": 2}), out_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 
@@ -360,3 +360,21 @@ def test_reading_losses_back_every_n_steps_changes_nothing(planted, tmp_path):
 def test_log_every_must_be_positive():
     with pytest.raises(ValueError, match="log_every must be >= 1"):
         TrainConfig(log_every=0).validate()
+
+
+def test_a_resumed_run_keeps_the_optimisers_step_counters_on_the_host(planted, tmp_path, monkeypatch):
+    """The resume state is read onto the CPU and `load_state_dict` moves it: AdamW's moments go to the
+    logits' device, its step counters stay on the host, where the non-capturable AdamW reads them (on
+    a GPU a counter on the device is read back at every step). The `meta` device stands in for a GPU."""
+    from headsup_lens.training import _train
+
+    config = TrainConfig(**{**QUICK, "steps": 4, "checkpoint_every": 2})
+    train_mask(planted, planted_task(), config, out_dir=tmp_path)
+    monkeypatch.setattr(_train, "model_device", lambda model: torch.device("meta"))
+    run = _train._MaskRun(planted, [planted_task()], config, single=True, distributed=False)
+    assert run.logits.device.type == "meta"
+    saved = run.saved_state(tmp_path / _train._CHECKPOINTS / _train._STATE)
+    assert saved is not None and run.restore(saved, tmp_path) == 4
+    state = run.optimizer.state[run.logits]
+    assert state["step"].device.type == "cpu" and float(state["step"]) == 4
+    assert state["exp_avg"].device.type == "meta" and state["exp_avg_sq"].device.type == "meta"

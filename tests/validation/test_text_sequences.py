@@ -4,7 +4,6 @@ package-wide: Python takes "abc" for a sequence of strings, which would be read 
 from __future__ import annotations
 
 import inspect
-import typing
 from collections.abc import Iterable, Sequence
 
 import pytest
@@ -13,7 +12,7 @@ from hypothesis import strategies as st
 
 from headsup_lens._typecheck import _build_check, _runtime_hint, _text_only_as_collection, checked_function
 
-from .test_type_checks import CALLABLES, checkable_parameters
+from .test_type_checks import CALLABLES, parameter_hints
 
 
 def text_sequence_parameters() -> list[tuple[str, object, str]]:
@@ -24,10 +23,8 @@ def text_sequence_parameters() -> list[tuple[str, object, str]]:
     conf = BeartypeConf(is_pep484_tower=True)
     found = []
     for name, fn in CALLABLES:
-        target = inspect.unwrap(fn.__init__ if inspect.isclass(fn) else fn)
-        hints = typing.get_type_hints(target)
-        for parameter in checkable_parameters(fn):
-            if _text_only_as_collection(_runtime_hint(hints[parameter]), conf):
+        for parameter, hint in parameter_hints(fn).items():
+            if _text_only_as_collection(_runtime_hint(hint), conf):
                 found.append((name, fn, parameter))
     return found
 

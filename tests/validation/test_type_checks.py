@@ -8,6 +8,7 @@ import inspect
 import typing
 
 import pytest
+import typing_extensions
 
 import headsup_lens
 from headsup_lens._typecheck import _MARK, _runtime_hint, checked_function
@@ -21,6 +22,7 @@ PACKAGES = [
             "data",
             "demo",
             "evaluation",
+            "explorer",
             "gates",
             "masks",
             "models",
@@ -57,8 +59,8 @@ def public_callables() -> list[tuple[str, object]]:
             if inspect.ismodule(obj) or not str(getattr(obj, "__module__", "")).startswith("headsup_lens"):
                 continue
             if inspect.isclass(obj):
-                if issubclass(obj, BaseException):
-                    continue
+                if issubclass(obj, BaseException) or typing_extensions.is_typeddict(obj):
+                    continue  # a TypedDict declares keyword options: checked where they are taken (below)
                 found[f"{obj.__module__}.{obj.__qualname__}"] = obj
                 for member, value in vars(obj).items():
                     if member.startswith("_") or isinstance(value, property):
@@ -70,19 +72,28 @@ def public_callables() -> list[tuple[str, object]]:
     return sorted(found.items())
 
 
-def checkable_parameters(fn) -> list[str]:
+def parameter_hints(fn) -> dict[str, object]:
+    """Each type-checked parameter of `fn` and its annotation; a `**options: Unpack[Options]`
+    parameter contributes each of its options."""
     target = fn.__init__ if inspect.isclass(fn) else fn
     raw = inspect.unwrap(target)
     hints = typing.get_type_hints(raw)
-    names = []
+    found: dict[str, object] = {}
     for parameter in inspect.signature(raw).parameters.values():
         hint = hints.get(parameter.name)
+        if parameter.kind is parameter.VAR_KEYWORD and typing.get_origin(hint) is typing_extensions.Unpack:
+            found.update(typing.get_type_hints(typing.get_args(hint)[0]))
+            continue
         if parameter.name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         if hint is None or hint in (typing.Any, object) or isinstance(hint, typing.TypeVar):
             continue
-        names.append(parameter.name)
-    return names
+        found[parameter.name] = hint
+    return found
+
+
+def checkable_parameters(fn) -> list[str]:
+    return list(parameter_hints(fn))
 
 
 CALLABLES = public_callables()
@@ -154,3 +165,19 @@ def test_internal_calls_are_checked_too():
 def test_no_helper_leaks_into_the_public_namespace():
     assert dir(headsup_lens) == headsup_lens.__all__
     assert not hasattr(headsup_lens, "attach_stub") and "lazy_loader" not in dir(headsup_lens)
+
+
+def test_shared_keyword_options_are_checked_by_name_and_type():
+    """`**options: Unpack[SplitOptions]` (the options `answer_loss`, `generations` and `accuracy` share,
+    declared once): an unknown option is refused with the list of options, a wrong type names it."""
+    from headsup_lens.evaluation import accuracy
+
+    check = checked_function(inspect.unwrap(accuracy))
+    with pytest.raises(
+        TypeError, match=r"accuracy\(\) got an unexpected keyword argument 'aplha'; its options are mask, alpha"
+    ):
+        check(object(), object(), aplha=0.5)
+    with pytest.raises(
+        TypeError, match=r"accuracy\(\): argument alpha='x' \(str\) does not have the type it needs: float"
+    ):
+        check(alpha="x")

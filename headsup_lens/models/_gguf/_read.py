@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +12,6 @@ from gguf import GGUFReader, GGUFValueType, LlamaFileType
 from gguf.quants import dequantize
 
 from ..._io import atomic_write_json
-from ..._progress import progress_enabled, progress_off
 
 
 def _metadata(gguf_path: Path) -> dict:
@@ -42,25 +38,6 @@ def _file_type(gguf_path: Path) -> str | None:
         return str(code)
 
 
-@contextlib.contextmanager
-def _library_bars_follow_progress() -> Iterator[None]:
-    """With progress off, transformers' bars off too: its GGUF reader draws a tqdm bar that no switch
-    of its own hides, and its "Loading weights" bar follows its logging switch (`progress_off`)."""
-    if progress_enabled():
-        yield
-        return
-    # deferred: transformers (and torch) load only for a conversion, not with `headsup fetch-model`
-    from transformers import modeling_gguf_pytorch_utils as reader
-
-    shown = getattr(reader, "tqdm")  # noqa: B009 (a name the module imports, not one it exports)
-    setattr(reader, "tqdm", functools.partial(shown, disable=True))  # noqa: B010
-    try:
-        with progress_off():
-            yield
-    finally:
-        setattr(reader, "tqdm", shown)  # noqa: B010
-
-
 def _dequantise(gguf_path: Path, out: Path, stage=lambda text: None) -> None:
     """Read the GGUF file with transformers and save it as an fp32 directory; `stage(text)` is told
     what is happening (each stage takes seconds to tens of seconds)."""
@@ -68,12 +45,11 @@ def _dequantise(gguf_path: Path, out: Path, stage=lambda text: None) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer  # deferred: seconds, and only a conversion needs it
 
     folder, name = str(gguf_path.parent), gguf_path.name
-    try:
-        with _library_bars_follow_progress():
-            stage("reading the tokenizer")
-            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
-            stage("dequantising the weights")
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)
+    try:  # the libraries' bars follow the progress switch and the log rule (`_progress`)
+        stage("reading the tokenizer")
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+        stage("dequantising the weights")
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, local_files_only=True)
     except (OSError, ValueError, KeyError, NotImplementedError) as error:
         raise ValueError(f"transformers could not read the GGUF file {gguf_path}: {error}") from error
     # The weights are plain floats now; a kept quantization_config would make loaders look for GGUF.

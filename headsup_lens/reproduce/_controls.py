@@ -1,0 +1,161 @@
+"""The controls a verdict needs, as stages over a model's stored masks (`experiments/smollm2.py
+controls` and `cross-task`): many random masks per task (`random_masks_<task>.csv`), Fig. 2 as switch
+rates over every held-out input (`fig2_switch_rates_<task>.csv`), Fig. 6 with per-example losses and
+random head sets (`fig6_alpha_control_<task>.csv`), and each task's mask evaluated on every other task
+(`cross_task_<task>.csv`, combined into `cross_task.csv`). Each artifact is written once per task and
+skipped when present, so an interrupted stage resumes task by task.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+
+from .._io import read_table
+from ..analysis import AlphaControl, SwitchRates, alpha_control, switch_rates
+from ..data import Task
+from ..evaluation import EvalConfig, RandomMaskControl, evaluate, random_mask_control
+from ..masks import HeadMask
+from ..plots import cross_task_figure
+from ..training import safe_name
+from ._experiment import Experiment, record_time
+from ._masks import mask_on_another_task
+
+CROSS_COLUMNS = ("mask_task", "task", "n_kept", "n_examples", "accuracy", "strict", "strict_low", "strict_high")
+CROSS_COLUMNS += ("answer_nll", "echo", "empty")
+
+
+def _done(xp: Experiment, name: str, redo: bool) -> bool:
+    done = xp.current(name).exists() and not redo
+    if done:
+        print(f"{name}: present (--redo to compute it again)", flush=True)
+    return done
+
+
+def random_masks_stage(
+    xp: Experiment, task: Task, mask: HeadMask, *, n_draws: int, batch_size: int, redo: bool = False
+) -> None:
+    """`random_masks_<task>.csv`: the learned mask and `n_draws` random masks with its per-layer
+    counts (`random_mask_control`), one row each, and every output behind them
+    (`random_masks_generations_<task>.csv.gz`); the summary `random_masks_summary_<task>.csv`."""
+    stem = safe_name(task.name)
+    if _done(xp, f"random_masks_{stem}.csv", redo):
+        return
+    start = time.perf_counter()
+    control = random_mask_control(xp.model, task, mask, EvalConfig(batch_size=batch_size), n_draws=n_draws)
+    xp.table(control.draws.assign(within=control.within), f"random_masks_{stem}", float_format=None)
+    xp.table(control.generations, f"random_masks_generations_{stem}", float_format=None, compress=True)
+    xp.table(control.summary(), f"random_masks_summary_{stem}", float_format=None)
+    record_time(xp.out, "controls", f"{task.name}: {n_draws} random masks", time.perf_counter() - start)
+
+
+def switch_rates_stage(xp: Experiment, task: Task, mask: HeadMask, *, stride: int, redo: bool = False) -> None:
+    """`fig2_switch_rates_<task>.csv` (every held-out input, weight and random order, up to the
+    mask's own number of removed heads, every `stride`-th step) and its summary."""
+    stem = safe_name(task.name)
+    if _done(xp, f"fig2_switch_rates_{stem}.csv", redo):
+        return
+    start = time.perf_counter()
+    rates = switch_rates(xp.model, task, mask, stride=stride, progress_bar=xp.options.progress)
+    xp.table(rates.table.assign(task=task.name), f"fig2_switch_rates_{stem}", float_format=None)
+    xp.table(rates.summary(), f"fig2_switch_summary_{stem}", float_format=None)
+    record_time(xp.out, "controls", f"{task.name}: switch rates (stride {stride})", time.perf_counter() - start)
+
+
+def alpha_control_stage(
+    xp: Experiment, task: Task, mask: HeadMask, *, n_random: int, batch_size: int, redo: bool = False
+) -> None:
+    """`fig6_alpha_control_<task>.csv` (`alpha_control`: per-example instructed loss over the alpha grid
+    and `n_random` random head sets at the tested alpha) and its summary."""
+    stem = safe_name(task.name)
+    if _done(xp, f"fig6_alpha_control_{stem}.csv", redo):
+        return
+    if task.instruction is None:
+        print(f"{task.name}: no instruction, no instructed loss to scale", flush=True)
+        return
+    start = time.perf_counter()
+    control = alpha_control(
+        xp.model, task, mask, n_random=n_random, batch_size=batch_size, progress_bar=xp.options.progress
+    )
+    table = control.table.assign(task=task.name, alpha_test=control.alpha_test, n_scaled=control.n_scaled)
+    xp.table(table, f"fig6_alpha_control_{stem}", float_format=None)
+    xp.table(control.summary(), f"fig6_alpha_summary_{stem}", float_format=None)
+    record_time(xp.out, "controls", f"{task.name}: alpha control", time.perf_counter() - start)
+
+
+def cross_task_stage(
+    xp: Experiment,
+    tasks: Sequence[Task],
+    masks: Mapping[str, HeadMask],
+    *,
+    batch_size: int,
+    redo: bool = False,
+    title: str,
+) -> pd.DataFrame:
+    """Every task's mask on every task's held-out inputs, no instruction (the "masked" setting):
+    `cross_task_<mask task>.csv` per mask (the own task's row included, so each file is one
+    comparison), then `cross_task.csv` over every mask file present and its heat map. A mask of
+    another task that scores like the own one points to a shared component (e.g. "answer tersely")
+    rather than a task's pathway."""
+    config = EvalConfig(batch_size=batch_size, settings=("masked",), progress=False)
+    for source in tasks:
+        stem = safe_name(source.name)
+        if _done(xp, f"cross_task_{stem}.csv", redo):
+            continue
+        start, rows, texts = time.perf_counter(), [], []
+        for target in tasks:
+            with mask_on_another_task():
+                result = evaluate(xp.model, target, masks[source.name], config)
+            row = result.table.loc[result.table.setting == "masked"].iloc[0]
+            rows.append(
+                {"mask_task": source.name, **{c: row[c] for c in CROSS_COLUMNS if c in row and c != "mask_task"}}
+            )
+            texts.append(result.generations.assign(mask_task=source.name))
+            print(f"{source.name} mask on {target.name}: strict {row.strict:.2f}", flush=True)
+        xp.table(pd.DataFrame(rows), f"cross_task_{stem}", float_format=None)
+        xp.table(
+            pd.concat(texts, ignore_index=True), f"cross_task_generations_{stem}", float_format=None, compress=True
+        )
+        record_time(xp.out, "cross-task", f"{source.name} mask on {len(tasks)} tasks", time.perf_counter() - start)
+    parts = [pd.read_csv(path) for path in xp.files("cross_task_*.csv")]
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(CROSS_COLUMNS))
+    xp.table(table, "cross_task", float_format=None)
+    if len(table):
+        xp.figure(
+            cross_task_figure(table, title=f"{title}: each task's mask on every task (strict accuracy)"), "cross_task"
+        )
+    return table
+
+
+def combine_controls(xp: Experiment) -> list[str]:
+    """The summaries of the controls over every task present, computed again from the per-task tables
+    (`random_masks_<task>.csv`, `fig2_switch_rates_<task>.csv`, `fig6_alpha_control_<task>.csv`):
+    `random_masks_summary.csv`, `fig2_switch_summary.csv` and `fig6_alpha_summary.csv`, what the results
+    pages show. The names of the tables written."""
+    summaries = {
+        "random_masks": (
+            "random_masks_summary",
+            lambda t: RandomMaskControl(str(t.task.iloc[0]), str(t.within.iloc[0]), t, pd.DataFrame()).summary(),
+        ),
+        "fig2_switch_rates": ("fig2_switch_summary", lambda t: SwitchRates(str(t.task.iloc[0]), t).summary()),
+        "fig6_alpha_control": (
+            "fig6_alpha_summary",
+            lambda t: AlphaControl(
+                str(t.task.iloc[0]), float(t.alpha_test.iloc[0]), int(t.n_scaled.iloc[0]), t
+            ).summary(),
+        ),
+    }
+    written = []
+    for artifact, (name, summarize) in summaries.items():
+        paths = [
+            p
+            for p in xp.files(f"{artifact}_*.csv")
+            if not p.name.startswith((f"{artifact}_summary", f"{artifact}_generations"))
+        ]
+        parts = [summarize(read_table(path, keep_default_na=False, na_values=[""])) for path in paths]
+        if parts:
+            xp.table(pd.concat(parts, ignore_index=True), name, float_format=None)
+            written.append(name)
+    return written

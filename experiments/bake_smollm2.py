@@ -1,7 +1,7 @@
 """A mask outside the toolkit: SmolLM2's antonym mask baked into a Hugging Face checkpoint and into its GGUF file.
 
     python experiments/bake_smollm2.py --update-figures   # writes figures/smollm2/bake/ (checkpoints to --work)
-    python experiments/bake_smollm2.py --model gemma3-270m --mask figures/gemma3-270m/masks/antonym.safetensors \
+    python experiments/bake_smollm2.py --model gemma3-270m --mask figures/gemma3-270m/masks_short/antonym.safetensors \
         --work outputs/bake_gemma3 --update-figures       # Gemma-3-270M's mask into its Q4_K_M file: figures/gemma3-270m/bake/
 
 The committed mask `figures/smollm2/masks/antonym.safetensors` is baked with `hl.bake` (alpha 0) into a

@@ -617,6 +617,7 @@ IDENTIFIERS = [
     r"\bIWSLT\s*2017\b",
     r"\bXNLI(?:\s*1\.0)?\b",
     r"\bICML\s*2025\b",
+    r"\b[WQ]\d+\b",  # the rebuttal's items (W1, Q1)
     r"\bseeds?[\s-]\d+(?:\s*(?:and|/|,)\s*\d+)*",
     r"\btop-\d+\b",
     r"\bS_t\b",

@@ -119,7 +119,8 @@ def cross_task_stage(
             pd.concat(texts, ignore_index=True), f"cross_task_generations_{stem}", float_format=None, compress=True
         )
         record_time(xp.out, "cross-task", f"{source.name} mask on {len(tasks)} tasks", time.perf_counter() - start)
-    parts = [pd.read_csv(path) for path in xp.files("cross_task_*.csv")]
+    per_mask = [p for p in xp.files("cross_task_*.csv") if not p.name.startswith("cross_task_generations")]
+    parts = [read_table(path) for path in per_mask]
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(CROSS_COLUMNS))
     xp.table(table, "cross_task", float_format=None)
     if len(table):

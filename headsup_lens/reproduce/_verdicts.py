@@ -25,8 +25,9 @@ mask it judges (`steps`, `batch_size`, `examples` = steps × batch, the paper's 
 - **scaling the heads outside the mask lowers the instructed loss** (Fig. 6,
   `fig6_alpha_control_<task>.csv`): at α = `alpha_test` (0.25, fixed in advance) the mean drop of the
   instructed answer loss has a 95% bootstrap interval above 0, is at least `MIN_RELATIVE_DROP` of the
-  loss at α = 1 (below that it is within the noise of a small model's loss), and is larger than the
-  drop of every random head set of the same size scaled the same way.
+  loss at α = 1 (below that it is within the noise of a small model's loss), and its interval lies above
+  the drop of every random head set of the same size scaled the same way (a mean drop that only edges
+  past a random set's is a tie).
 
 The last four claims are about *how* a mask does the task, so they are judged only where the mask
 elicits it ("cannot be tested here" otherwise). A claim whose table is missing is "not run". The
@@ -75,12 +76,13 @@ FAST = TrainConfig.fast()
 
 @dataclass(frozen=True)
 class Verdict:
-    """One rule's answer: the verdict, the numbers it read and its test's p-value (NaN: none)."""
+    """One rule's answer: the verdict, the numbers it read, its test's p-value and matcher (NaN and
+    None where no test ran: empty cells in the CSV)."""
 
     verdict: str
     evidence: str
     p: float = math.nan
-    matcher: str = ""
+    matcher: str | None = None
 
 
 @dataclass(frozen=True)
@@ -219,9 +221,12 @@ def _with(run: _Run, artifact: str, rule: Callable[[pd.DataFrame, str], Verdict]
 
 
 def _gated(elicits: Verdict, verdict: Verdict) -> Verdict:
-    """A claim about *how* the mask does the task is testable only where it does the task."""
-    if elicits.verdict == REPRODUCES or verdict.verdict == NOT_RUN:
+    """A claim about *how* the mask does the task is testable only where it does the task (whether or
+    not its control was run); where the settings table itself is missing, nothing was run."""
+    if elicits.verdict == REPRODUCES:
         return verdict
+    if elicits.verdict == NOT_RUN:
+        return Verdict(NOT_RUN, elicits.evidence)
     return Verdict(UNTESTABLE, "the mask does not elicit the task")
 
 
@@ -341,7 +346,7 @@ def _fig6(table: pd.DataFrame, task: str) -> Verdict:
     summary = control.summary()
     own = summary.loc[summary.head_set == "outside the mask"].iloc[0]
     random = summary.loc[summary.head_set != "outside the mask"]
-    beats = bool((own.loss_drop > random.loss_drop).all()) if len(random) else False
+    beats = bool((own.loss_drop_low > random.loss_drop).all()) if len(random) else False
     evidence = (
         f"instructed loss {own.loss_at_1:.3f} at α 1.0, {own.loss_at_test:.3f} at α {own.alpha_test:g}: drop "
         f"{own.loss_drop:.3f} [{own.loss_drop_low:.3f}, {own.loss_drop_high:.3f}] ({own.relative_drop:.0%}); "

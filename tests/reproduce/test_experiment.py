@@ -237,3 +237,25 @@ def test_a_table_stored_gzipped_is_read_by_its_plain_name_and_stays_gzipped(tmp_
     assert not (out / "tables12_generations_t.csv").exists()
     with gzip.open(out / "tables12_generations_t.csv.gz", "rt") as stored:
         pd.testing.assert_frame_equal(pd.read_csv(stored), again)
+
+
+def test_cross_task_swaps_evaluate_every_mask_on_every_task_and_combine_one_row_per_pair(model_dir, tmp_path):
+    """Each mask's table holds its row on every task; the combined table reads those tables only (not
+    the gzipped generations beside them), so a second run adds nothing twice."""
+    import torch
+
+    from headsup_lens.reproduce._controls import cross_task_stage
+
+    tasks = [tiny_task("tiny/reverse"), Task("tiny/copy", tuple((w, w) for w in WORDS), "Copy: {input}", n_eval=4)]
+    for run in range(2):
+        with open_experiment("demo_script", options(model_dir, tmp_path), tmp_path) as xp:
+            n_layers, n_heads = xp.model.cfg.n_layers, xp.model.cfg.n_heads
+            masks = {
+                task.name: HeadMask(torch.ones(n_layers, n_heads).index_fill_(1, torch.tensor([i]), 0.0))
+                for i, task in enumerate(tasks)
+            }
+            table = cross_task_stage(xp, tasks, masks, batch_size=2, redo=run == 1, title="tiny")
+        assert sorted(zip(table.mask_task, table.task)) == sorted((a.name, b.name) for a in tasks for b in tasks)
+    stored = pd.read_csv(tmp_path / "tiny" / "cross_task.csv")
+    assert len(stored) == 4 and set(stored.n_kept) == {n_layers * n_heads - n_layers}
+    assert (tmp_path / "tiny" / "cross_task_generations_tiny__reverse.csv.gz").is_file()

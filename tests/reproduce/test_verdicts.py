@@ -146,6 +146,7 @@ def test_every_claim_reproduces_on_tables_that_show_it(tmp_path):
         ({"cosines": (0.8, 0.9)}, "fig4"),  # the masked run is further from the instructed one
         ({"cosines": (0.8005, 0.8)}, "fig4"),  # closer by noise only
         ({"drops": (0.5, 0.6)}, "fig6"),  # a random head set scaled the same way does better
+        ({"drops": (0.5, 0.49)}, "fig6"),  # a random set's drop inside the mask's interval: a tie
         ({"drops": (0.05, 0.0)}, "fig6"),  # a drop of 2.5%: below the noise threshold
         ({"drops": (0.01, 0.0), "loss": 0.05}, "fig6"),  # 20% of a tiny loss, but its interval reaches 0
     ],
@@ -207,6 +208,9 @@ def test_a_missing_table_is_not_run(missing, tmp_path):
     claim = {"fig2_switch_rates_t.csv": "fig2", "fig4_similarity_t.csv": "fig4", "fig6_alpha_control_t.csv": "fig6"}
     row = claim_verdicts(folder, ["t"]).set_index("claim").loc[claim[missing]]
     assert row.verdict == NOT_RUN and row.evidence == f"no {missing}"
+    weak = write(tmp_path / "weak", masked=3)  # where the mask does not elicit the task, running it would not help
+    (weak / missing).unlink()
+    assert verdicts(weak)[claim[missing]] == UNTESTABLE
 
 
 def test_the_budget_of_a_checkpoint_mask_comes_from_its_run(tmp_path):

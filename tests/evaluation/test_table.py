@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from headsup_lens import HeadMask, load_task
-from headsup_lens._io import read_table
+from headsup_lens._io import read_table, stored_table
 from headsup_lens.data import Task
 from headsup_lens.evaluation import EvalConfig, evaluate, rescore
 
@@ -102,8 +102,8 @@ def test_rescore_reproduces_the_committed_smollm2_tables(path, shared_data_dir):
     gives every score column (the losses need the model and are not recomputed): counts, labels and
     texts exactly, floats to a relative 1e-9."""
     table = pd.read_csv(path)
-    texts = pd.read_csv(
-        path.with_name(path.name.replace("evaluation", "generations")), keep_default_na=False, dtype=TEXT
+    texts = pd.read_csv(  # a long table of outputs is committed gzipped (stored_table finds it)
+        stored_table(path.with_name(path.name.replace("evaluation", "generations"))), keep_default_na=False, dtype=TEXT
     )
     task = load_task(table.task.iloc[0], shared_data_dir)
     scores = [c for c in table.columns if c not in KEPT]
@@ -114,7 +114,9 @@ def test_rescore_reproduces_the_committed_smollm2_tables(path, shared_data_dir):
     combined = pd.read_csv(path.with_name("tables12_evaluation.csv"))
     rows = combined[combined.task == table.task.iloc[0]].reset_index(drop=True)[list(table.columns)]
     _assert_scores_equal(again.table, rows.astype(table.dtypes.to_dict()))
-    stored = pd.read_csv(path.with_name(path.name.replace("evaluation", "generations")), keep_default_na=False)
+    stored = pd.read_csv(
+        stored_table(path.with_name(path.name.replace("evaluation", "generations"))), keep_default_na=False
+    )
     pd.testing.assert_frame_equal(_round_trip_texts(again.generations), stored, check_exact=True)
     assert {"accuracy", "strict", "p_vs_original"} <= set(scores) and len(table) >= 8
 

@@ -23,7 +23,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._names import Gate
 from .._typecheck import checked
-from .._validate import check_float, check_int
+from .._validate import check_float, check_gate_alpha, check_int
 from ..analysis._common import check_heads
 from ..gates import verify_query_gate
 from ..masks import Head, HeadMask
@@ -475,11 +475,7 @@ def explore(
     check_int("top_k", top_k, minimum=0)
     check_int("lens_k", lens_k, minimum=1)
     check_int("cache_size", cache_size, minimum=1)
-    alpha = check_float("alpha", alpha, 0.0, 1.0)
-    if gate == "query" and alpha != 0.0:
-        raise ValueError(
-            f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0"
-        )
+    alpha = check_gate_alpha(gate, alpha)
     if isinstance(targets, (int, str)):
         targets = [targets]
     runner = ExplorerRunner(

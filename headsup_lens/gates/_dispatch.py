@@ -11,7 +11,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._names import GATES as GATES
 from .._names import Gate as Gate
 from .._typecheck import checked
-from .._validate import check_float
+from .._validate import check_float, check_gate_alpha
 from ..masks import HeadMask
 from ._masks import hooked
 from ._paths import GateHooks, GateSpec
@@ -40,10 +40,7 @@ def gate_hooks(
         return GateHooks(_mlp_hooks(model, mlp), GateSpec(mlp=_mlp_rows(mlp)))
     if mean is not None:
         raise ValueError("mean ablation is defined for the value gate only")
-    if alpha != 0.0:
-        raise ValueError(
-            f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0"
-        )
+    check_gate_alpha(gate, alpha)
     verify_query_gate(model)
     hooks = query_gate_hooks(model, mask)
     if mlp is None and isinstance(mask, HeadMask):

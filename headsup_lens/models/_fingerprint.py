@@ -21,7 +21,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ._builtin import BUILTIN_MODELS, builtin_model_dir
 from ._builtin import portable_name as portable_name
-from ._sharding import local_tensor, sharded_samples
+from ._sharding import is_sharded, local_tensor, sharded_samples
 
 # Elements hashed per weight tensor, at a fixed stride from the first: every tensor of a fine-tuned
 # twin differs almost everywhere, so a few thousand samples tell two checkpoints apart.
@@ -103,7 +103,8 @@ def _short(value: Any) -> Any:
 def fingerprint(model: TransformerBridge, *, content: bool = True) -> ModelFingerprint:
     """The fingerprint of a loaded model: its TransformerLens config plus a hash of its weights.
 
-    The hash (`weights_hash`) is cached per model and recomputed only when a weight changes.
+    The hash (`weights_hash`) is cached per model and recomputed only when a weight changes (a
+    model loaded sharded keeps the hash its ranks read together at load).
     `content=False` skips it (structure only, for checks that need nothing more).
     """
     cfg = model.cfg
@@ -155,9 +156,15 @@ def weights_hash(model: nn.Module) -> str:
     `load_model(dtype="fp16")` therefore records the hash of the checkpoint itself
     (`remember_weights_hash`); a model cast to fp16 by other means hashes as other weights.
     """
+    cached = _CACHE.get(model)
+    if cached is not None and is_sharded(model):
+        # FSDP registers gathered tensors in place of a unit's shards between its forward and its
+        # reshard, so parameter identity cannot tell an edit there; a sharded model's weights are
+        # frozen, and its hash is read once, at load, by every rank together. Recomputing it here
+        # would be a collective that one rank may make alone (rank 0 writing a run record).
+        return cached[1]
     parameters = list(getattr(model, "original_model", model).parameters())
     key = _weights_key(parameters)
-    cached = _CACHE.get(model)
     if cached is not None and cached[0] == key:
         return cached[1]
     digest = hashlib.sha256()
@@ -185,7 +192,7 @@ def remember_weights_hash(model: nn.Module, value: str) -> None:
 
 def _weights_key(parameters: list[nn.Parameter]) -> tuple:
     # Parameter identity and in-place version counters change whenever a weight is replaced or edited
-    # (a sharded weight's: of the shard this rank holds).
+    # (a sharded model's hash is kept from its load instead: see `weights_hash`).
     local = [local_tensor(p) for p in parameters]
     return tuple((id(p), t.data_ptr(), t._version, tuple(p.shape)) for p, t in zip(parameters, local))
 

@@ -225,7 +225,6 @@ def test_two_ranks_llama(tmp_path):
     check_ranks(build_llama_dir(tmp_path / "model", num_hidden_layers=3), 2, tmp_path)
 
 
-@pytest.mark.slow  # about half its runs end in a gloo collective mismatch (rank 0 aborts): an open bug
 def test_three_ranks_gemma3(tmp_path):
     check_ranks(build_gemma3_dir(tmp_path / "model"), 3, tmp_path)
 

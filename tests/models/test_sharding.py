@@ -50,6 +50,29 @@ def test_a_sharded_model_computes_what_the_plain_model_computes(one_rank, llama_
     assert not any(p.requires_grad for p in model.parameters())
 
 
+def test_the_weights_hash_is_kept_while_fsdp_holds_a_unit_gathered(one_rank, llama_dir, monkeypatch):
+    """Between a unit's forward and its reshard FSDP registers gathered tensors in place of the shards
+    (and a unit whose last module a pass skips, such as the unembedding, stays gathered): the hash read
+    at load must be kept then too, with no collective. Over several ranks a collective that one rank
+    makes alone (rank 0 writing a run record) desynchronises them: the ranks then abort on a gloo size
+    mismatch, whenever the allocator happens to place the gathered tensors elsewhere."""
+    from torch.distributed.fsdp import FSDPModule
+
+    model = load_model(llama_dir, device="cpu", dtype="float32", shard="fsdp")
+    loaded = fingerprint(model).content_hash
+    hf = model.original_model
+    unit = next(m for m in hf.modules() if isinstance(m, FSDPModule) and m is not hf)
+    unit.unshard()
+    try:
+        assert any(type(p).__name__ != "DTensor" for p in hf.parameters())  # the unit's gathered tensors
+        collectives: list = []
+        monkeypatch.setattr(dist, "all_reduce", lambda *args, **kwargs: collectives.append(args))
+        assert fingerprint(model).content_hash == loaded
+        assert not collectives
+    finally:
+        unit.reshard()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

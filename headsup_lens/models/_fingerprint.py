@@ -161,7 +161,7 @@ def weights_hash(model: nn.Module) -> str:
         # FSDP registers gathered tensors in place of a unit's shards between its forward and its
         # reshard, so parameter identity cannot tell an edit there; a sharded model's weights are
         # frozen, and its hash is read once, at load, by every rank together. Recomputing it here
-        # would be a collective that one rank may make alone (rank 0 writing a run record).
+        # would be a collective made only by the ranks whose gathered tensors moved.
         return cached[1]
     parameters = list(getattr(model, "original_model", model).parameters())
     key = _weights_key(parameters)

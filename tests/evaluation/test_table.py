@@ -102,9 +102,9 @@ def test_rescore_reproduces_the_committed_smollm2_tables(path, shared_data_dir):
     gives every score column (the losses need the model and are not recomputed): counts, labels and
     texts exactly, floats to a relative 1e-9."""
     table = pd.read_csv(path)
-    texts = pd.read_csv(  # a long table of outputs is committed gzipped (stored_table finds it)
-        stored_table(path.with_name(path.name.replace("evaluation", "generations"))), keep_default_na=False, dtype=TEXT
-    )
+    # A long table of outputs is committed gzipped (stored_table finds it).
+    generations = stored_table(path.with_name(path.name.replace("evaluation", "generations")))
+    texts = pd.read_csv(generations, keep_default_na=False, dtype=TEXT)
     task = load_task(table.task.iloc[0], shared_data_dir)
     scores = [c for c in table.columns if c not in KEPT]
     blank = table.assign(**dict.fromkeys(scores, float("nan")))  # nothing to copy: every score is recomputed
@@ -114,9 +114,7 @@ def test_rescore_reproduces_the_committed_smollm2_tables(path, shared_data_dir):
     combined = pd.read_csv(path.with_name("tables12_evaluation.csv"))
     rows = combined[combined.task == table.task.iloc[0]].reset_index(drop=True)[list(table.columns)]
     _assert_scores_equal(again.table, rows.astype(table.dtypes.to_dict()))
-    stored = pd.read_csv(
-        stored_table(path.with_name(path.name.replace("evaluation", "generations"))), keep_default_na=False
-    )
+    stored = pd.read_csv(generations, keep_default_na=False)
     pd.testing.assert_frame_equal(_round_trip_texts(again.generations), stored, check_exact=True)
     assert {"accuracy", "strict", "p_vs_original"} <= set(scores) and len(table) >= 8
 

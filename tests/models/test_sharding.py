@@ -53,9 +53,9 @@ def test_a_sharded_model_computes_what_the_plain_model_computes(one_rank, llama_
 def test_the_weights_hash_is_kept_while_fsdp_holds_a_unit_gathered(one_rank, llama_dir, monkeypatch):
     """Between a unit's forward and its reshard FSDP registers gathered tensors in place of the shards
     (and a unit whose last module a pass skips, such as the unembedding, stays gathered): the hash read
-    at load must be kept then too, with no collective. Over several ranks a collective that one rank
-    makes alone (rank 0 writing a run record) desynchronises them: the ranks then abort on a gloo size
-    mismatch, whenever the allocator happens to place the gathered tensors elsewhere."""
+    at load must be kept then too, with no collective. Over several ranks, a rank whose allocator placed
+    the gathered tensors elsewhere would hash again alone, a collective the others do not make: the
+    ranks then abort on a gloo size mismatch."""
     from torch.distributed.fsdp import FSDPModule
 
     model = load_model(llama_dir, device="cpu", dtype="float32", shard="fsdp")

@@ -21,7 +21,8 @@ weight and random order (Fig. 2), similarity to the instructed run (Fig. 4), log
 the alpha grid (Fig. 6) per task, then the combined tables, Table 5 and the mask heat map. `evaluate`
 redoes only the settings tables (a task whose generations are stored is skipped, except for the rows of
 seed masks stored since). `fewshot` evaluates each task's stored mask on `--shots`-shot prompts beside
-the few-shot baseline (demonstrations, no instruction, no mask): `fewshot_evaluation_<task>.csv`.
+the few-shot baseline (demonstrations, no instruction, no mask): `fewshot_evaluation_<task>.csv`, all
+tasks in `fewshot_evaluation.csv`.
 `controls` writes, per task and skipping what is present, the controls the verdicts need
 (`reproduce._controls`): `--draws` random masks with the mask's per-layer counts
 (`random_masks_<task>.csv`), Fig. 2 as switch rates over every held-out input
@@ -37,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from headsup_lens.data import FV_TASKS, load_task
+from headsup_lens.data import FV_TASKS, fewshot, load_task
 from headsup_lens.masks import HeadMask
 from headsup_lens.options import check_counts, option
 from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script, stored_mask_path
@@ -51,6 +52,7 @@ from headsup_lens.reproduce._controls import (
 from headsup_lens.reproduce._staged import (
     add_seed_rows,
     analyze_task,
+    combine_fewshot,
     combine_tables,
     fewshot_table,
     rescore_stored,
@@ -126,11 +128,13 @@ def run(xp: Experiment, o: Options):
         train_stored_masks(xp, [load_task(n, data) for n in o.tasks], xp.train_config(), o.runs)
         return None
     if o.stage == "fewshot":
-        names = o.tasks or seed0_tasks(xp)
-        for name in names:
-            task = load_task(name, data)
-            mask = HeadMask.load(xp.current(f"masks/{stored_mask_path('', task).name}"), xp.model)
+        tasks = [load_task(name, data) for name in o.tasks or seed0_tasks(xp)]
+        masks = [HeadMask.load(xp.current(f"masks/{stored_mask_path('', t).name}"), xp.model) for t in tasks]
+        for task in tasks:  # every task's demonstrations before any evaluation: a refusal loses no work
+            fewshot(task, k=o.shots, dev=0)
+        for task, mask in zip(tasks, masks):
             fewshot_table(xp, task, mask, shots=o.shots, alpha=o.alpha, batch_size=batch)
+        combine_fewshot(xp)  # fewshot_evaluation.csv: every task's few-shot rows
         return None
     if o.stage in ("controls", "cross-task"):
         names = o.tasks or seed0_tasks(xp)

@@ -3,6 +3,7 @@
 
 from ._dispatch import GATES as GATES
 from ._dispatch import Gate as Gate
+from ._dispatch import GatedOptions as GatedOptions
 from ._dispatch import gate_hooks as gate_hooks
 from ._dispatch import gated as gated
 from ._masks import MaskLike as MaskLike
@@ -12,5 +13,6 @@ from ._paths import direct_path as direct_path
 from ._query import query_gate as query_gate
 from ._query import query_gate_hooks as query_gate_hooks
 from ._query import verify_query_gate as verify_query_gate
+from ._value import ValueGateOptions as ValueGateOptions
 from ._value import value_gate as value_gate
 from ._value import value_gate_hooks as value_gate_hooks

@@ -74,17 +74,12 @@ def _causal_attention(
 
 
 def _packed_attention(
-    module: torch.nn.Module,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attention_mask: Tensor | None,
-    sliding_window: int | None = None,
-    **kwargs,
+    module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None, **kwargs
 ) -> tuple[Tensor, None]:
     """`_causal_attention` of packed tokens `[1, heads, tokens, d_head]` in their rows' padded slots
     (`unpacking`); the output `[1, tokens, heads, d_head]` as transformers' attention functions
-    return it. A padded slot holds zeros and follows its row's tokens: no real token sees it."""
+    return it. A padded slot holds zeros and follows its row's tokens: no real token sees it. The
+    keyword arguments (the layer's `sliding_window`, SDPA's options) pass through unchanged."""
     _refuse(module)
     slots, rows, width = _UNPACKING[-1]
 
@@ -93,9 +88,7 @@ def _packed_attention(
         padded = x.new_zeros(rows * width, x.shape[1], x.shape[3]).index_copy(0, slots, x.squeeze(0).transpose(0, 1))
         return padded.view(rows, width, x.shape[1], x.shape[3]).transpose(1, 2)
 
-    out, _ = _causal_attention(
-        module, unpack(query), unpack(key), unpack(value), None, sliding_window=sliding_window, **kwargs
-    )
+    out, _ = _causal_attention(module, unpack(query), unpack(key), unpack(value), None, **kwargs)
     return out.reshape(rows * width, *out.shape[2:])[slots][None], None
 
 

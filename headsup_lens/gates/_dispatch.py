@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
+from typing_extensions import Unpack
 
 from .._names import GATES as GATES
 from .._names import Gate as Gate
@@ -16,7 +17,7 @@ from ..masks import HeadMask
 from ._masks import hooked
 from ._paths import GateHooks, GateSpec
 from ._query import query_gate_hooks, verify_query_gate
-from ._value import _mlp_hooks, _mlp_rows, value_gate_hooks
+from ._value import ValueGateOptions, _mlp_hooks, _mlp_rows, value_gate_hooks
 
 
 @checked
@@ -48,19 +49,20 @@ def gate_hooks(
     return hooks + (_mlp_hooks(model, mlp) if mlp is not None else [])
 
 
+class GatedOptions(ValueGateOptions, total=False):
+    """The keyword options of `gated` (and of `gate_hooks`, which takes them one by one)."""
+
+    gate: Gate
+    """Where the mask acts: "value" (default; `alpha` and `mean` apply there only) or "query"."""
+
+
 @checked
 @contextlib.contextmanager
 def gated(
-    model: TransformerBridge,
-    mask: HeadMask | Tensor | None,
-    *,
-    alpha: float = 0.0,
-    gate: Gate = "value",
-    mlp: Tensor | None = None,
-    mean: Tensor | None = None,
+    model: TransformerBridge, mask: HeadMask | Tensor | None, **options: Unpack[GatedOptions]
 ) -> Iterator[TransformerBridge]:
     """Context manager form of `gate_hooks`; a no-op for `mask=None`."""
-    hooks = gate_hooks(model, mask, alpha=alpha, gate=gate, mlp=mlp, mean=mean)
+    hooks = gate_hooks(model, mask, **options)
     if not hooks:
         yield model
         return

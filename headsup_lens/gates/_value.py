@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypedDict
 
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import TransformerBridge
+from typing_extensions import Unpack
 
 from .._typecheck import checked
 from .._validate import check_finite, check_float, check_mask_values, check_shape, check_tensor
@@ -17,6 +19,17 @@ from ._masks import MaskLike, check_model_arg, hooked, layer_of, mask_tensor, re
 from ._paths import GateHooks, GateSpec
 
 Hook = tuple[str, Callable]
+
+
+class ValueGateOptions(TypedDict, total=False):
+    """The keyword options of `value_gate` (and of `value_gate_hooks`, which takes them one by one)."""
+
+    alpha: float
+    """Scale of the heads with mask 0, in [0, 1] (default 0.0: removed)."""
+    mlp: Float[Tensor, " n_layers"] | Float[Tensor, "batch n_layers"] | None
+    """A gate on each layer's MLP output (appendix C.3.3; default: a `HeadMask`'s own, else none)."""
+    mean: Float[Tensor, "*mean_shape"] | None
+    """`[n_layers, n_heads, d_head]`, e.g. `mean_z` over a reference set: mean ablation (default None: zero)."""
 
 
 @checked
@@ -94,11 +107,7 @@ def _mlp_hooks(model: TransformerBridge, mlp: Tensor) -> list[Hook]:
 @checked
 @contextmanager
 def value_gate(
-    model: TransformerBridge,
-    mask: MaskLike,
-    alpha: float = 0.0,
-    mlp: Float[Tensor, " n_layers"] | Float[Tensor, "batch n_layers"] | None = None,
-    mean: Float[Tensor, "*mean_shape"] | None = None,  # [n_layers, n_heads, d_head], checked with a clear error
+    model: TransformerBridge, mask: MaskLike, **options: Unpack[ValueGateOptions]
 ) -> Iterator[TransformerBridge]:
     """Gate heads at `blocks.L.attn.hook_z` (value side, before `W_O`), the paper's main method.
 
@@ -114,5 +123,5 @@ def value_gate(
     `HeadMask` is checked against the model's structure; whether it was made for these weights is
     checked where it meets the model (`HeadMask.load(path, model)`, `HeadMask.check_model`).
     """
-    with hooked(model, value_gate_hooks(model, mask, alpha=alpha, mlp=mlp, mean=mean)):
+    with hooked(model, value_gate_hooks(model, mask, **options)):
         yield model

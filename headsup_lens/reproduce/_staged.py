@@ -219,7 +219,9 @@ def fewshot_table(
     stem, start = safe_name(task.name), time.perf_counter()
     config = EvalConfig(alpha=alpha, batch_size=batch_size, random_seed=0)
     with mask_on_another_task():  # the zero-shot mask on k-shot prompts
-        result = evaluate(xp.model, fewshot(task, k=shots), mask, config)
+        # dev=0: nothing trains here, so no rows are kept out for a dev set (a task with fewer than
+        # k + 100 training pairs still gets the reference's demonstrations: the shuffle's first k)
+        result = evaluate(xp.model, fewshot(task, k=shots, dev=0), mask, config)
     record_time(xp.out, "fewshot", f"{task.name}: evaluate {shots}-shot", time.perf_counter() - start)
     table = result.table.assign(task=task.name, shots=shots)
     _full(xp, table, f"fewshot_evaluation_{stem}")
@@ -347,7 +349,7 @@ def analyze_task(xp: Experiment, task: Task, mask: HeadMask, *, new_tokens: int,
 
 def combine_tables(xp: Experiment, *, title: str) -> pd.DataFrame:
     """The combined tables over every analysed task (`tables12_evaluation`, `fig2_summary`,
-    `fig6_alpha_grid`), Table 5 (Jaccard vs the random expectation) and the mask heat map over every
+    `fig6_alpha_grid`; `combine_fewshot`), Table 5 (Jaccard vs the random expectation) and the mask heat map over every
     stored mask, and `tables12_summary.md` (`summary_markdown`); reads the per-task files only.
     Returns the combined settings table."""
     stored = seed0_tasks(xp)
@@ -358,6 +360,7 @@ def combine_tables(xp: Experiment, *, title: str) -> pd.DataFrame:
         parts = [xp.current(f"{artifact}_{safe_name(n)}.csv") for n in names]
         if any(p.exists() for p in parts):  # a task only evaluated (the evaluate stage) has no sweeps
             _full(xp, pd.concat([read_table(p) for p in parts if p.exists()]), artifact)
+    combine_fewshot(xp)
     every = {n: HeadMask.load(xp.current(f"masks/{safe_name(n)}.safetensors"), xp.model) for n in stored}
     every |= seed_masks(xp)
     table5 = jaccard_table(every)
@@ -368,6 +371,14 @@ def combine_tables(xp: Experiment, *, title: str) -> pd.DataFrame:
     summary = pd.read_csv(xp.current("tables12_evaluation.csv"))
     xp.text(summary_markdown(summary), "tables12_summary.md")
     return summary
+
+
+def combine_fewshot(xp: Experiment) -> None:
+    """`fewshot_evaluation.csv`: the few-shot rows (`fewshot_table`) of every task with a stored
+    seed-0 mask, in the task-selection order; nothing when no task has them."""
+    parts = [xp.current(f"fewshot_evaluation_{safe_name(n)}.csv") for n in seed0_tasks(xp)]
+    if any(p.exists() for p in parts):
+        _full(xp, pd.concat([read_table(p) for p in parts if p.exists()]), "fewshot_evaluation")
 
 
 def summary_markdown(table: pd.DataFrame) -> str:

@@ -138,7 +138,21 @@ def test_the_guides_have_python_blocks_that_run():
     assert {p.parent.name for p in python_pages()} >= {"guide"}
 
 
-@pytest.mark.parametrize("page", python_pages(), ids=lambda p: p.relative_to(DOCS).as_posix())
+# Pages whose blocks train masks and run many commands (minutes each on a busy core): in the slow suite,
+# which CI runs after the README's command (`pytest -m slow tests/docs/test_pages.py`).
+SLOW_PAGES = {"guide/analyses.md", "guide/training.md"}
+
+
+def page_params() -> list:
+    names = [p.relative_to(DOCS).as_posix() for p in python_pages()]
+    assert set(names) >= SLOW_PAGES, f"a slow page is gone: {sorted(SLOW_PAGES - set(names))}"
+    return [
+        pytest.param(page, id=name, marks=[pytest.mark.slow] if name in SLOW_PAGES else [])
+        for page, name in zip(python_pages(), names)
+    ]
+
+
+@pytest.mark.parametrize("page", page_params())
 def test_every_python_block_runs_as_written(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

@@ -199,6 +199,10 @@ def test_smollm2_script_trains_a_stored_mask_and_names_a_missing_stage_input(tmp
     run_script("smollm2.py", "fewshot", "--tasks", "organism/antonym", "--shots", "2", *common)
     fewshot = pd.read_csv(tmp_path / "out" / "tiny" / "fewshot_evaluation_organism__antonym.csv")
     assert {"original", "instructed", "masked"} <= set(fewshot.setting) and (fewshot.shots == 2).all()
+    # Every task's demonstrations are checked before any evaluation: a refusal loses no work.
+    failed = run_script("smollm2.py", "fewshot", "--tasks", "organism/antonym", "--shots", "100000", *common, expect=2)
+    assert "too few for k=100000" in failed.stderr and "[fewshot]" not in failed.stdout
+    assert pd.read_csv(tmp_path / "out" / "tiny" / "fewshot_evaluation_organism__antonym.csv").equals(fewshot)
     run_script("smollm2.py", "verdicts", *common)  # the stored mask's task; nothing evaluated yet
     verdicts = pd.read_csv(tmp_path / "out" / "tiny" / "verdicts.csv")
     assert set(verdicts.task) == {"organism/antonym"} and set(verdicts.verdict) == {"not run"}

@@ -147,6 +147,16 @@ def test_select_train_analyze_from_stored_masks(tmp_path):
         assert seed0_tasks(xp) == TASKS
         table = combine_tables(xp, title="tiny")
     assert list(table.task.unique()) == TASKS and not table.duplicated(["task", "setting"]).any()
+    assert not (folder / "fewshot_evaluation.csv").exists()  # no task has few-shot rows yet
+
+    # Few-shot rows of one task: the combined few-shot table holds them, and only them.
+    with stage(model_dir, out) as xp:
+        mask = HeadMask.load(xp.current("masks/organism__antonym.safetensors"), xp.model)
+        fewshot_table(xp, load_task(TASKS[0]), mask, shots=2, alpha=0.25, batch_size=8)
+        combine_tables(xp, title="tiny")
+    pd.testing.assert_frame_equal(
+        pd.read_csv(folder / "fewshot_evaluation.csv"), pd.read_csv(folder / "fewshot_evaluation_organism__antonym.csv")
+    )
 
 
 def test_selection_table_and_markdown_of_a_scan():
@@ -208,3 +218,12 @@ def test_fewshot_table_scores_the_stored_mask_on_k_shot_prompts(tmp_path):
         assert len(ids[0]) > len(encode_prompt(model, users[i]))  # the demonstrations are in the prompt
         tokens = greedy_generate(model, ids, max_new_tokens=task.max_new_tokens, stops=set(stop_token_ids(model)))
         assert original.output.iloc[i] == model.tokenizer.decode(tokens.tokens[0], skip_special_tokens=True)
+
+    # A task with fewer than k + 100 training pairs (SmolLM2's country-capital has 97): nothing trains
+    # here, so none are kept out as a dev set, and it is evaluated on the same held-out inputs.
+    small = replace(task, pairs=task.pairs[-(task.n_eval + 4) :])
+    with pytest.raises(ValueError, match="too few for k=2"):
+        fewshot(small, k=2)
+    with stage(model_dir, tmp_path / "small") as xp:
+        table = fewshot_table(xp, small, mask, shots=2, alpha=0.25, batch_size=8)
+    assert (table.loc[table.setting == "original", "n_examples"] == n_eval).all()

@@ -181,3 +181,20 @@ def test_shared_keyword_options_are_checked_by_name_and_type():
         TypeError, match=r"accuracy\(\): argument alpha='x' \(str\) does not have the type it needs: float"
     ):
         check(alpha="x")
+
+
+@pytest.mark.parametrize(("name", "options"), [("value_gate", "alpha, mlp, mean"), ("gated", "alpha, mlp, mean, gate")])
+def test_the_gates_context_managers_check_their_keyword_options(name, options):
+    """`value_gate` and `gated` take `**options: Unpack[...]` (declared once beside their hooks
+    functions): a misspelt option is refused before any hook, with the options listed."""
+    from headsup_lens import gates
+
+    check = checked_function(inspect.unwrap(getattr(gates, name)))
+    with pytest.raises(
+        TypeError, match=rf"{name}\(\) got an unexpected keyword argument 'aplha'; its options are {options}$"
+    ):
+        check(object(), None, aplha=0.5)
+    with pytest.raises(
+        TypeError, match=rf"{name}\(\): argument alpha='x' \(str\) does not have the type it needs: float"
+    ):
+        check(alpha="x")

@@ -10,7 +10,10 @@ mask it judges (`steps`, `batch_size`, `examples` = steps × batch, the paper's 
   outputs must also beat always answering the majority label (exact McNemar test on the strict hits,
   p < 0.05) and their balanced accuracy's 95% bootstrap interval must lie above chance (1 / labels).
   A mask that fails this rule after fewer examples than the paper's schedule shows is **not elicited
-  at this budget**, not a failure of the claim: "does not reproduce" needs at least the paper's budget;
+  at this budget**, not a failure of the claim: "does not reproduce" needs at least the paper's budget.
+  Every seed's mask in the settings table (`masked`, `masked, seed k`) is judged by the rule; the claim
+  holds when one of them passes it with its McNemar p (masked vs original) below 0.05 / seeds
+  (Bonferroni over the seeds tried), and `eliciting_seeds` counts those that do;
 - **the mask, not the number of removed heads** (the random-mask control): with `random_draws` ≥ 2
   (`random_masks_<task>.csv`), no random mask of its per-layer shape scores as many strict hits
   (permutation p = (1 + draws at least as good) / (1 + draws) < 0.05); with the settings table's
@@ -30,7 +33,8 @@ mask it judges (`steps`, `batch_size`, `examples` = steps × batch, the paper's 
   past a random set's is a tie).
 
 The last four claims are about *how* a mask does the task, so they are judged only where the mask
-elicits it ("cannot be tested here" otherwise). A claim whose table is missing is "not run". The
+elicits it ("cannot be tested here" otherwise): the random-mask control for the first eliciting seed
+(its own random draws), Figs. 2, 4 and 6 for the seed-0 mask their tables analysed. A claim whose table is missing is "not run". The
 p-value beside a verdict is from the test and matcher its rule uses.
 
 `claim_verdicts` judges the masks stored in a model's folder (`masks/<task>.safetensors`, schedule as
@@ -43,6 +47,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +75,7 @@ CLAIMS = {
 ALPHA = 0.05  # the level of every test a rule runs
 MIN_RELATIVE_DROP = 0.05  # Fig. 6: a drop below 5% of the loss counts as no drop
 BUDGET_COLUMNS = ("schedule", "steps", "batch_size", "examples", "paper_examples", "seeds", "random_draws")
+ANALYSED_SEED = 0  # the seed whose mask the sweeps, similarity and α tables (Figs. 2, 4, 6) analyse
 PAPER = TrainConfig()  # the paper's schedule (Sec. 3.2): its examples are the budget a "does not reproduce" needs
 FAST = TrainConfig.fast()
 
@@ -168,7 +174,7 @@ def _runs(folder: Path, task: str) -> list[_Run]:
 # ---------------------------------------------------------------------------------------------- verdicts
 def claim_verdicts(folder: str | os.PathLike, tasks: list[str]) -> pd.DataFrame:
     """One row per task, schedule and claim (`CLAIMS`): `task`, the budget (`BUDGET_COLUMNS`),
-    `claim` (its key), `statement`, `verdict` (`VERDICTS`), `evidence` (the numbers the rule read),
+    `eliciting_seeds` (how many seeds' masks pass the elicitation rule), `claim` (its key), `statement`, `verdict` (`VERDICTS`), `evidence` (the numbers the rule read),
     `p_value` and `matcher` (of the rule's test), from the tables `experiments/smollm2.py` writes
     into `folder`."""
     rows = []
@@ -177,7 +183,7 @@ def claim_verdicts(folder: str | os.PathLike, tasks: list[str]) -> pd.DataFrame:
             budget = mask_budget(run.mask)
             draws = run.read("random_masks")
             n_draws = int((draws["mask"] == "random").sum()) if draws is not None else 1
-            found = _judge_run(run, budget)
+            found, eliciting = _judge_run(run, budget)
             for claim, verdict in found.items():
                 rows.append(
                     {
@@ -189,6 +195,7 @@ def claim_verdicts(folder: str | os.PathLike, tasks: list[str]) -> pd.DataFrame:
                         "paper_examples": PAPER.steps * PAPER.batch_size,
                         "seeds": run.seeds,
                         "random_draws": n_draws,
+                        "eliciting_seeds": len(eliciting),
                         "claim": claim,
                         "statement": CLAIMS[claim],
                         "verdict": verdict.verdict,
@@ -200,19 +207,21 @@ def claim_verdicts(folder: str | os.PathLike, tasks: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _judge_run(run: _Run, budget: Budget) -> dict[str, Verdict]:
+def _judge_run(run: _Run, budget: Budget) -> tuple[dict[str, Verdict], list[int]]:
+    """Every claim's verdict on one run, and the seeds whose masks elicit the task."""
     table, texts = run.read("tables12_evaluation"), run.read("tables12_generations")
     if table is None or texts is None:
-        elicits = Verdict(NOT_RUN, "no tables12_evaluation / tables12_generations")
+        elicits, eliciting = Verdict(NOT_RUN, "no tables12_evaluation / tables12_generations"), []
     else:
-        elicits = _elicits(table, texts, budget)
+        elicits, eliciting = _elicits(table, texts, budget)
+    control = _random_control(run, table, eliciting[0] if eliciting else ANALYSED_SEED)
     return {
         "elicits": elicits,
-        "random": _gated(elicits, _random_control(run, table)),
-        "fig2": _gated(elicits, _with(run, "fig2_switch_rates", _fig2)),
-        "fig4": _gated(elicits, _with(run, "fig4_similarity", _fig4)),
-        "fig6": _gated(elicits, _with(run, "fig6_alpha_control", _fig6)),
-    }
+        "random": _gated(elicits, control),
+        "fig2": _analysed(elicits, eliciting, _with(run, "fig2_switch_rates", _fig2)),
+        "fig4": _analysed(elicits, eliciting, _with(run, "fig4_similarity", _fig4)),
+        "fig6": _analysed(elicits, eliciting, _with(run, "fig6_alpha_control", _fig6)),
+    }, eliciting
 
 
 def _with(run: _Run, artifact: str, rule: Callable[[pd.DataFrame, str], Verdict]) -> Verdict:
@@ -230,6 +239,31 @@ def _gated(elicits: Verdict, verdict: Verdict) -> Verdict:
     return Verdict(UNTESTABLE, "the mask does not elicit the task")
 
 
+def _analysed(elicits: Verdict, eliciting: list[int], verdict: Verdict) -> Verdict:
+    """`_gated` for a claim judged on the tables of the analysed mask (seed `ANALYSED_SEED`): where only
+    another seed's mask elicits the task, the analyses of that mask were not run."""
+    if elicits.verdict == REPRODUCES and ANALYSED_SEED not in eliciting:
+        seeds = ", ".join(map(str, eliciting))
+        return Verdict(
+            UNTESTABLE, f"the analysed mask (seed {ANALYSED_SEED}) does not elicit the task; seed {seeds}'s does"
+        )
+    return _gated(elicits, verdict)
+
+
+def _seeds(table: pd.DataFrame) -> dict[int, str]:
+    """Seed -> the settings-table row of its mask: `masked` (seed 0) and `masked, seed k`."""
+    found = {ANALYSED_SEED: "masked"} if "masked" in set(table.setting) else {}
+    for setting in table.setting:
+        match = re.fullmatch(r"masked, seed (\d+)", str(setting))
+        if match:
+            found[int(match.group(1))] = setting
+    return dict(sorted(found.items()))
+
+
+def _random_setting(seed: int) -> str:
+    return "random mask" if seed == ANALYSED_SEED else f"random mask, seed {seed}"
+
+
 def _row(table: pd.DataFrame, setting: str) -> pd.Series:
     return table.loc[table.setting == setting].iloc[0]
 
@@ -243,31 +277,45 @@ def _ci(row: pd.Series) -> str:
     return f"{row.strict:.2f} [{row.strict_low:.2f}, {row.strict_high:.2f}]"
 
 
-def _elicits(table: pd.DataFrame, texts: pd.DataFrame, budget: Budget) -> Verdict:
-    masked, original, instructed = (_row(table, s) for s in ("masked", "original", "instructed"))
-    p = mcnemar_exact(_hits(texts, "masked"), _hits(texts, "original"))
+def _elicits(table: pd.DataFrame, texts: pd.DataFrame, budget: Budget) -> tuple[Verdict, list[int]]:
+    """The elicitation rule on every seed's mask (`_seeds`); the evidence is the first eliciting seed's
+    (seed 0's when none elicits), and the seeds that elicit the task."""
+    judged = {seed: _elicits_seed(table, texts, setting) for seed, setting in _seeds(table).items()}
+    level = ALPHA / len(judged)  # Bonferroni: more seeds tried, more chances of one lucky mask
+    eliciting = [seed for seed, (holds, _, p) in judged.items() if holds and p < level]
+    shown = eliciting[0] if eliciting else next(iter(judged))
+    _, evidence, p = judged[shown]
+    if len(judged) > 1:
+        named = f" (seed {', '.join(map(str, eliciting))}, p < {level:.3g})" if eliciting else ""
+        evidence = f"seed {shown}: {evidence}; {len(eliciting)} of {len(judged)} seeds' masks elicit it{named}"
+    if eliciting:
+        return Verdict(REPRODUCES, evidence, p, "strict"), eliciting
+    if budget.examples >= PAPER.steps * PAPER.batch_size:
+        return Verdict(DOES_NOT, evidence, p, "strict"), []
+    evidence += f"; {budget.examples:,} training examples, the paper's {PAPER.steps * PAPER.batch_size:,}"
+    return Verdict(NOT_AT_BUDGET, evidence, p, "strict"), []
+
+
+def _elicits_seed(table: pd.DataFrame, texts: pd.DataFrame, setting: str) -> tuple[bool, str, float]:
+    """One mask (`setting`): whether it passes the rule, the numbers read and its McNemar p vs the original."""
+    masked, original, instructed = (_row(table, s) for s in (setting, "original", "instructed"))
+    p = mcnemar_exact(_hits(texts, setting), _hits(texts, "original"))
     above = masked.strict_low > original.strict_high
     reaches = masked.strict_high >= instructed.strict
     evidence = f"strict: masked {_ci(masked)}, original {_ci(original)}, instructed {_ci(instructed)} (p = {p:.2g})"
-    holds = above and reaches
+    holds = bool(above and reaches)
     if "majority label" in set(table.setting) and "gold_label" in texts:
-        label_holds, label_evidence = _beats_majority(table, texts)
+        label_holds, label_evidence = _beats_majority(table, texts, setting)
         holds, evidence = holds and label_holds, f"{evidence}; {label_evidence}"
-    if holds:
-        verdict = REPRODUCES
-    else:
-        verdict = DOES_NOT if budget.examples >= PAPER.steps * PAPER.batch_size else NOT_AT_BUDGET
-        if verdict == NOT_AT_BUDGET:
-            evidence += f"; {budget.examples:,} training examples, the paper's {PAPER.steps * PAPER.batch_size:,}"
-    return Verdict(verdict, evidence, p, "strict")
+    return holds, evidence, float(p)
 
 
-def _beats_majority(table: pd.DataFrame, texts: pd.DataFrame) -> tuple[bool, str]:
-    """A label task: the masked outputs beat always answering the majority label (McNemar on the strict
-    hits) and their balanced accuracy's bootstrap interval lies above chance."""
-    masked, majority = _hits(texts, "masked"), _hits(texts, "majority label")
+def _beats_majority(table: pd.DataFrame, texts: pd.DataFrame, setting: str) -> tuple[bool, str]:
+    """A label task: the masked outputs (`setting`) beat always answering the majority label (McNemar on
+    the strict hits) and their balanced accuracy's bootstrap interval lies above chance."""
+    masked, majority = _hits(texts, setting), _hits(texts, "majority label")
     p = mcnemar_exact(masked, majority)
-    part = texts.loc[texts.setting == "masked"].sort_values("example", kind="mergesort")
+    part = texts.loc[texts.setting == setting].sort_values("example", kind="mergesort")
     gold, predicted = part.gold_label.to_numpy(), part.predicted_label.to_numpy()
     labels = sorted(set(gold))
     chance = 1 / len(labels)
@@ -293,8 +341,10 @@ def _beats_majority(table: pd.DataFrame, texts: pd.DataFrame) -> tuple[bool, str
     return bool(better and low > chance), evidence
 
 
-def _random_control(run: _Run, table: pd.DataFrame | None) -> Verdict:
-    draws = run.read("random_masks")
+def _random_control(run: _Run, table: pd.DataFrame | None, seed: int) -> Verdict:
+    """The control of seed `seed`'s mask: the random masks drawn to its shape (`random_masks_<task>.csv`,
+    drawn for the analysed seed's mask) or the settings table's one draw."""
+    draws = run.read("random_masks") if seed == ANALYSED_SEED else None
     if draws is not None and int((draws["mask"] == "random").sum()) >= 2:
         within = str(draws.within.iloc[0])
         control = RandomMaskControl(task=run.task, within=within, draws=draws, generations=pd.DataFrame())
@@ -305,10 +355,13 @@ def _random_control(run: _Run, table: pd.DataFrame | None) -> Verdict:
             f"{row.at_least} as good"
         )
         return Verdict(REPRODUCES if row.p < ALPHA else DOES_NOT, evidence, float(row.p), "strict")
-    if table is None or "random mask" not in set(table.setting):
+    setting = _random_setting(seed)
+    if table is None or setting not in set(table.setting) or seed not in _seeds(table):
         return Verdict(NOT_RUN, "no random mask evaluated")
-    masked, shuffled = _row(table, "masked"), _row(table, "random mask")
+    masked, shuffled = _row(table, _seeds(table)[seed]), _row(table, setting)
     evidence = f"strict: one random mask {_ci(shuffled)}, masked {_ci(masked)}"
+    if seed != ANALYSED_SEED:
+        evidence = f"seed {seed}: {evidence}"
     return Verdict(REPRODUCES if shuffled.strict_high < masked.strict_low else DOES_NOT, evidence, matcher="strict")
 
 

@@ -65,15 +65,17 @@ def write(
     cosines: tuple[float, float] = (0.9, 0.8),
     drops: tuple[float, float] = (0.5, 0.05),
     loss: float = 2.0,
+    other_seeds: dict[int, int] | None = None,
 ) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "masks").mkdir(exist_ok=True)
     HeadMask(torch.ones(2, 3), metadata={"task": "t", "steps": steps, "batch_size": batch}).save(
         folder / "masks" / "t.safetensors"
     )
-    table, texts = settings_tables(
-        {"original": hits(0), "instructed": hits(instructed), "masked": hits(masked), "random mask": hits(0)}
-    )
+    strict = {"original": hits(0), "instructed": hits(instructed), "masked": hits(masked), "random mask": hits(0)}
+    for seed, k in (other_seeds or {}).items():  # the settings table's rows of other seeds' masks
+        strict |= {f"masked, seed {seed}": hits(k), f"random mask, seed {seed}": hits(0)}
+    table, texts = settings_tables(strict)
     table.to_csv(folder / "tables12_evaluation_t.csv", index=False)
     texts.to_csv(folder / "tables12_generations_t.csv", index=False)
     if random_draws is not None:
@@ -192,6 +194,34 @@ def test_a_label_task_must_beat_the_majority_label(tmp_path):
     texts.to_csv(folder / "tables12_generations_t.csv", index=False)
     row = claim_verdicts(folder, ["t"]).set_index("claim").loc["elicits"]
     assert row.verdict == REPRODUCES, row.evidence
+
+
+def test_every_seed_is_judged_and_the_analyses_only_on_the_seed_they_analysed(tmp_path):
+    table = claim_verdicts(write(tmp_path / "a", masked=3, other_seeds={1: 30}, random_draws=[0] * 20), ["t"])
+    rows = table.set_index("claim")
+    assert rows.loc["elicits"].verdict == REPRODUCES and set(table.eliciting_seeds) == {1}
+    assert rows.loc["elicits"].evidence.startswith("seed 1: strict: masked 0.30")
+    assert "1 of 2 seeds' masks elicit it" in rows.loc["elicits"].evidence
+    assert rows.loc["elicits"].p_value == pytest.approx(mcnemar_exact(hits(30), hits(0)))
+    # seed 1's control is its own random mask (the 20 draws match seed 0's mask)
+    assert rows.loc["random"].verdict == REPRODUCES and rows.loc["random"].evidence.startswith("seed 1: strict: one")
+    # Figs. 2, 4 and 6 were run on seed 0's mask, which does not do the task
+    for claim in ("fig2", "fig4", "fig6"):
+        assert rows.loc[claim].verdict == UNTESTABLE and "seed 1's does" in rows.loc[claim].evidence
+    both = verdicts(write(tmp_path / "b", masked=40, other_seeds={1: 30}, random_draws=[0] * 20))
+    assert set(both.values()) == {REPRODUCES}
+    assert set(claim_verdicts(tmp_path / "b", ["t"]).eliciting_seeds) == {2}
+
+
+def test_more_seeds_tried_need_a_smaller_p_value(tmp_path):
+    # 8 of 100 against 0: the interval rule holds and McNemar p = 2 / 2**8 ≈ 0.008: enough for one seed
+    assert verdicts(write(tmp_path / "one", masked=8))["elicits"] == REPRODUCES
+    # ... but not as the best of ten seeds (p < 0.005 needed), the others doing nothing
+    found = claim_verdicts(
+        write(tmp_path / "ten", masked=0, other_seeds=dict.fromkeys(range(1, 10), 0) | {9: 8}), ["t"]
+    )
+    row = found.set_index("claim").loc["elicits"]
+    assert row.verdict == NOT_AT_BUDGET and "0 of 10 seeds' masks elicit it" in row.evidence
 
 
 def test_one_random_draw_is_judged_by_its_interval(tmp_path):

@@ -48,6 +48,7 @@ from ._patterns import HeadOverlap as HeadOverlap
 from ._patterns import PatternFit as PatternFit
 from ._patterns import activation_pattern as activation_pattern
 from ._patterns import coefficient_of_variation as coefficient_of_variation
+from ._patterns import example_patterns as example_patterns
 from ._patterns import fit_pattern_change as fit_pattern_change
 from ._patterns import gini as gini
 from ._patterns import grouping_test as grouping_test

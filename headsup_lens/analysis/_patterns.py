@@ -53,7 +53,7 @@ def activation_pattern(
     """Per head, `E_x[ sum |A ⊙ ∂L_x/∂A| ]`, with A the head's attention probabilities
     (`blocks.L.attn.hook_pattern`, `[query, key]`, summed over both) and L_x the example's mean
     answer-token cross-entropy; `activation="z"` uses the head's output `blocks.L.attn.hook_z`
-    (`[pos, d_head]`) instead.
+    (`[pos, d_head]`) instead: the mean over the examples of `example_patterns`.
 
     `∂L/∂A` is the total derivative: the gradient reaching A through every later layer (A is an
     intermediate of one backward pass, not a detached copy). `data` is a `TaskBatch`
@@ -62,13 +62,40 @@ def activation_pattern(
     `activation_pattern(..., mask=m) - activation_pattern(...)`). Padding carries no gradient, so
     batching does not change the result.
     """
+    per_example = example_patterns(
+        model,
+        data,
+        mask=mask,
+        gate=gate,
+        instructed=instructed,
+        split=split,
+        batch_size=batch_size,
+        activation=activation,
+    )
+    return per_example.mean(0).float()
+
+
+@checked
+def example_patterns(
+    model: TransformerBridge,
+    data,
+    *,
+    mask: MaskLike | None = None,
+    gate: Gate = "value",
+    instructed: bool = False,
+    split: str = "train",
+    batch_size: int = 8,
+    activation: str = "pattern",
+) -> Float[Tensor, "n_examples n_layers n_heads"]:
+    """Every example's own activation pattern `sum |A ⊙ ∂L_x/∂A|` (float64; `activation_pattern` is
+    their mean), so that a statistic of the mean pattern can be bootstrapped over the examples."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {activation!r}")
     batch = _as_batch(model, data, split, instructed)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     n_layers = model.cfg.n_layers
-    total = torch.zeros(n_layers, model.cfg.n_heads, dtype=torch.float64)
+    scores = torch.zeros(len(batch), n_layers, model.cfg.n_heads, dtype=torch.float64)
     counts = (batch.labels != -100).sum(1)
     if (counts == 0).any():
         raise ValueError("some examples have no answer tokens")
@@ -110,8 +137,8 @@ def activation_pattern(
             product = (seen[layer] * grad).abs()
             # pattern: [batch, head, q, k]; z: [batch, pos, head, d_head]
             score = product.sum((-1, -2)) if activation == "pattern" else product.sum((1, 3))
-            total[layer] += score.double().sum(0).cpu()
-    return (total / len(batch)).float()
+            scores[rows, layer] = score.double().cpu()
+    return scores
 
 
 @checked
@@ -257,6 +284,9 @@ class GroupingTest:
     n_tasks: int
     n_assignments: int
     """Assignments the p-value counts (the observed one included)."""
+    min_p: float
+    """The smallest p-value any matrix could give with these group sizes (the share of assignments
+    that make the same groups): at or above the test's level, the test has no power."""
 
 
 @checked
@@ -298,6 +328,7 @@ def grouping_test(
         rng = np.random.default_rng(seed)
         draws = [label] + [rng.permutation(label) for _ in range(n - 1)]
     null = np.array([within(d) for d in draws])
+    same_groups = np.array([((d[:, None] == d[None, :]) == same).all() for d in draws])
     off = matrix.copy()
     np.fill_diagonal(off, -np.inf)
     nearest = int(sum(label[off[i].argmax()] == label[i] for i in range(len(names))))
@@ -308,6 +339,7 @@ def grouping_test(
         nearest_in_group=nearest,
         n_tasks=len(names),
         n_assignments=len(draws),
+        min_p=float(same_groups.mean()),
     )
 
 

@@ -155,6 +155,16 @@ def _own(hook: Callable) -> bool:
     return origin.partition(".")[0] not in _BOOKKEEPING
 
 
+_CACHES: set[str] = set()  # the attributes stand-ins are kept under (`cached_forward`)
+
+
+def forget_forwards(model: TransformerBridge) -> None:
+    """Drop the stand-ins kept on `model`: they hold the modules they call (or read), so after a
+    module is swapped for another (LoRA adapters in or out) they must be built again."""
+    for attr in _CACHES:
+        model.__dict__.pop(attr, None)
+
+
 def cached_forward(
     model: TransformerBridge, attr: str, build: Callable[[TransformerBridge], _F | None], *, runs_modules: bool
 ) -> _F | None:
@@ -167,6 +177,7 @@ def cached_forward(
     components are swapped for the modules they wrap), so the bridge runs; one on a Hugging Face
     module, or a global module hook, runs where the stand-in calls that module (`runs_modules`: the
     native pass does; the direct pass computes from the weights and calls none, so it steps aside)."""
+    _CACHES.add(attr)
     if not _ENABLED[0] or getattr(model, "compatibility_mode", False):
         return None
     cached = model.__dict__.get(attr)

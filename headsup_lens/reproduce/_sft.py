@@ -20,7 +20,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ..data import Task, load_task
+from ..analysis import example_patterns
+from ..data import Task, load_task, tokenize_task
 from ..masks import HeadMask
 from ..models import load_model
 from ..organism import TASK_NAMES, OrganismConfig, train_organism
@@ -29,20 +30,25 @@ from ..sft import (
     FinetuneConfig,
     FinetuneResult,
     SelectionConfig,
+    change_consistency,
     composition_fits,
     data_selection,
     finetune_,
     held_out_outputs,
+    input_overlap,
     mask_overlap,
+    pattern_subset,
     reloading,
     run_changes,
     run_tables,
     selection_summary,
     similarity_vs_loss,
+    statistic_changes,
     task_grouping,
 )
 from ._experiment import Experiment, model_slug
 from ._masks import stored_mask_path
+from ._verdicts import ANALYSED_SEED, eliciting_seeds
 
 # The organism's two composite tasks (a then b) whose pattern change is fitted from a's and b's.
 COMPOSITES = (("plural", "uppercase"), ("reverse", "uppercase"))
@@ -147,6 +153,7 @@ def smollm2_selection(**overrides) -> SelectionConfig:
 
 
 TIMES = "sft_times.csv"
+INTERVALS = "sft_table1_intervals"
 
 
 def _save(xp: Experiment, table: pd.DataFrame, stem: str, *, index: bool = False) -> None:
@@ -179,26 +186,56 @@ def sft_organism(xp: Experiment, *, base: str | Path, runs: str | Path, steps: i
 
 def sft_grouping(xp: Experiment) -> pd.DataFrame | None:
     """Fig. 2's grouping test (do related tasks have the more similar changes) from the stored change
-    correlation, as `sft_fig2_grouping.csv`; None when the matrix holds too few grouped tasks."""
+    correlation, as `sft_fig2_grouping.csv`: the related tasks, and again without the pairs that share
+    their inputs (`input_overlap`, written as `sft_input_overlap.csv`); None when the matrix holds too
+    few grouped tasks."""
     correlation = pd.read_csv(xp.current("sft_fig2_change_correlation.csv"), index_col=0)
-    table = task_grouping(correlation, SMOLLM2_GROUPS)
+    overlap = input_overlap([load_task(name) for name in correlation.index])
+    table = task_grouping(correlation, SMOLLM2_GROUPS, overlap)
     if table is not None:
         _save(xp, table, "sft_fig2_grouping")
+        _save(xp, overlap, "sft_input_overlap")
     return table
+
+
+def seed_statistics(xp: Experiment, changes: pd.DataFrame, seed: int) -> None:
+    """Table 1's changes with intervals of one seed (`statistic_changes`) into
+    `sft_table1_intervals.csv`, beside the other seeds' rows (a seed run again replaces its own),
+    and their reading over the seeds (`change_consistency`) as `sft_table1_seeds.csv`."""
+    path = xp.current(f"{INTERVALS}.csv")
+    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=["seed"])
+    kept: pd.DataFrame = old.loc[old["seed"] != seed]
+    table = pd.concat([kept, changes.assign(seed=seed)], ignore_index=True)
+    table = table.sort_values(by="seed", kind="stable", ignore_index=True)
+    _save(xp, table, INTERVALS)
+    _save(xp, change_consistency(table), "sft_table1_seeds")
+
+
+def _example_patterns(model, tasks: Sequence[Task], config: FinetuneConfig) -> dict[str, torch.Tensor]:
+    """Every held-out example's pattern, on the examples (and prompts) `finetune_` takes its patterns on."""
+    probes = [pattern_subset(t, config.pattern_examples) for t in tasks]
+    return {
+        t.name: example_patterns(model, tokenize_task(model, t, split="eval", instructed=config.instructed))
+        for t in probes
+    }
 
 
 def sft_smollm2(
     xp: Experiment, tasks: Sequence[str] | None, *, runs: str | Path, steps: int, seed: int, masks: str | None
 ) -> dict[str, Any]:
     """LoRA SFT of the loaded model on function-vector tasks (default `SMOLLM2_TASKS`): the run's
-    tables, the fine-tuned model's held-out outputs and scores, the grouping test and the overlap of
-    the changes with the Heads-up masks stored in `masks` (default `<out>/masks`). The recipe."""
+    tables, Table 1's changes with intervals over the held-out examples (`seed_statistics`), the
+    fine-tuned model's held-out outputs and scores, the grouping test and the overlap of the changes
+    with the Heads-up masks stored in `masks` (default `<out>/masks`). The recipe."""
     loaded = [load_task(n) for n in tasks or SMOLLM2_TASKS]
     config = smollm2_sft_config(steps, seed)
     # The run folder is named after the model (`smollm2_sft_seed0` for SmolLM2), so that another
     # model's run never resumes from SmolLM2's checkpoints.
     run_dir = Path(runs) / f"{model_slug(xp.options.model)}_sft_seed{seed}"
+    before = _example_patterns(xp.model, loaded, config)  # the model before SFT, example by example
     result = finetune_(xp.model, loaded, config, out_dir=run_dir)
+    after = _example_patterns(xp.model, loaded, config)
+    seed_statistics(xp, statistic_changes(before, after, seed=seed), seed)
     scores, shown = held_out_outputs(xp.model, loaded, config.pattern_examples, instructed=config.instructed)
     _save(xp, shown, "sft_generations")
     _save(xp, scores, "sft_final_scores")
@@ -206,7 +243,9 @@ def sft_smollm2(
     sft_grouping(xp)
     paths = {t.name: stored_mask_path(masks or xp.out / "masks", t) for t in loaded}
     found = {name: HeadMask.load(path) for name, path in paths.items() if path.is_file()}
-    _save(xp, mask_overlap(run_changes(result), found), "sft_mask_overlap")
+    # The stored masks are seed 0's: does that mask do its task (the verdicts' rule)?
+    eliciting = {name: ANALYSED_SEED in eliciting_seeds(xp.out, name) for name in found}
+    _save(xp, mask_overlap(run_changes(result), found, eliciting), "sft_mask_overlap")
     recipe = ("steps", "batch_size", "lr", "method", "lora_rank", "lora_alpha", "lora_targets", "instructed")
     return {k: getattr(config, k) for k in recipe}
 

@@ -207,6 +207,16 @@ def claim_verdicts(folder: str | os.PathLike, tasks: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def eliciting_seeds(folder: str | os.PathLike, task: str) -> list[int]:
+    """The seeds whose stored masks of `task` (in a model's `folder`, the schedule as trained) elicit
+    it by the verdicts' rule; none where the settings table is missing."""
+    run = _runs(Path(folder), task)[0]
+    table, texts = run.read("tables12_evaluation"), run.read("tables12_generations")
+    if table is None or texts is None:
+        return []
+    return _elicits(table, texts, mask_budget(run.mask))[1]
+
+
 def _judge_run(run: _Run, budget: Budget) -> tuple[dict[str, Verdict], list[int]]:
     """Every claim's verdict on one run, and the seeds whose masks elicit the task."""
     table, texts = run.read("tables12_evaluation"), run.read("tables12_generations")

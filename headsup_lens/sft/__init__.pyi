@@ -19,12 +19,15 @@ from ._selection import reloading as reloading
 from ._selection import selection_plan as selection_plan
 from ._selection import selection_summary as selection_summary
 from ._selection import similarity_vs_loss as similarity_vs_loss
+from ._study import change_consistency as change_consistency
 from ._study import composition_fits as composition_fits
 from ._study import held_out_outputs as held_out_outputs
+from ._study import input_overlap as input_overlap
 from ._study import mask_overlap as mask_overlap
 from ._study import pattern_changes as pattern_changes
 from ._study import pattern_dynamics as pattern_dynamics
 from ._study import run_changes as run_changes
 from ._study import run_tables as run_tables
+from ._study import statistic_changes as statistic_changes
 from ._study import statistics_before_after as statistics_before_after
 from ._study import task_grouping as task_grouping

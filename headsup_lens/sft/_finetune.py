@@ -35,6 +35,7 @@ from .._validate import check_batch_fits, check_out_dir, check_ranges
 from ..analysis import activation_pattern
 from ..data import Task, TaskBatch, collate, encode_pairs, tokenize_task
 from ..evaluation import accuracy as task_accuracy
+from ..gates._paths import forget_forwards
 from ..masks._files import write_safetensors
 from ..models import check_same_run, data_hash, model_device, pad_token_id, run_identity
 from ..models._sharding import is_sharded
@@ -225,6 +226,7 @@ def _inject_lora(model: TransformerBridge, config: FinetuneConfig) -> list[Tenso
             raise ValueError(
                 f"no linear layer of this model matches lora_targets={config.lora_targets}: {error}"
             ) from error
+    forget_forwards(model)  # a stand-in built before holds the layers the adapters now wrap
     parameters: list[Tensor] = [p for name, p in model.named_parameters() if "lora_" in name]
     for p in parameters:
         p.requires_grad_(True)
@@ -242,6 +244,7 @@ def remove_lora_(model: TransformerBridge) -> int:
         setattr(model.get_submodule(parent_name) if parent_name else model, child, module.get_base_layer())
     if "peft_config" in vars(model):  # peft records its configs on the model it injected into
         del model.peft_config
+    forget_forwards(model)  # and one built with the adapters holds them
     return len(layers)
 
 

@@ -1,7 +1,8 @@
 """The SFT paper's measurements on one fine-tuning run (Zhao, Du et al.): pattern changes, their
-statistics before and after (Table 1), their dynamics (Fig. 5), their grouping by related tasks
-(Fig. 2), the composition of a composite task's change from its basic tasks' (Eq. 3), their overlap
-with the heads a Heads-up mask removes, and the fine-tuned model's held-out outputs.
+statistics before and after (Table 1, with intervals over the held-out examples and a reading over
+seeds), their dynamics (Fig. 5), their grouping by related tasks (Fig. 2, also without the tasks that
+share their inputs), the composition of a composite task's change from its basic tasks' (Eq. 3),
+their overlap with the heads a Heads-up mask removes, and the fine-tuned model's held-out outputs.
 
 Each takes what `finetune_` returns (or its patterns) and gives one table; the recipes of the paper's
 runs live with the reproduction (`headsup_lens.reproduce._sft`).
@@ -10,18 +11,24 @@ runs live with the reproduction (`headsup_lens.reproduce._sft`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
+from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ..analysis import (
+    coefficient_of_variation,
     fit_pattern_change,
+    gini,
     grouping_test,
     head_overlap,
+    kurtosis,
     pattern_correlation,
     pattern_statistics,
     pattern_trajectory,
@@ -32,6 +39,11 @@ from ..data import Task
 from ..evaluation import generations, score_outputs, task_labels
 from ..masks import HeadMask
 from ._finetune import FinetuneResult, pattern_subset
+
+ALPHA = 0.05  # the level of every test read here
+STATISTICS = {"gini": gini, "cv": coefficient_of_variation, "kurtosis": kurtosis}
+SHARED_INPUTS = 0.1  # two tasks share their inputs when this share of the smaller one's inputs is the other's too
+RISES, FALLS, INCONCLUSIVE = "rises", "falls", "inconclusive"
 
 
 @checked
@@ -135,31 +147,59 @@ def composition_fits(
 
 
 @checked
-def task_grouping(correlation: pd.DataFrame, groups: Sequence[Sequence[str]]) -> pd.DataFrame | None:
+def task_grouping(
+    correlation: pd.DataFrame, groups: Sequence[Sequence[str]], overlap: pd.DataFrame | None = None
+) -> pd.DataFrame | None:
     """Fig. 2's grouping test (`grouping_test`) of `groups` restricted to the tasks of `correlation`
-    (tasks in no group stand alone): one row, `groups` ("a+b | c") and the test's fields; None when
-    no group has two of the tasks."""
+    (tasks in no group stand alone): a row `related tasks` with `groups` ("a+b | c"), the test's
+    fields and its reading (`grouped` at p < 0.05; `inconclusive` where even the best matrix could not
+    reach that, `min_p`; else `not grouped`). With `overlap` (`input_overlap`), a second row
+    `without shared inputs`: the groups whose tasks share their inputs (`SHARED_INPUTS`) are split,
+    since identical inputs alone can make two changes alike. None when no group has two tasks."""
     names = list(correlation.index)
     kept = [[t for t in group if t in names] for group in groups]
     kept = [g for g in kept if g] + [[t] for t in names if not any(t in g for g in groups)]
-    if all(len(g) < 2 for g in kept):
-        return None
-    result = grouping_test(correlation, kept)
-    return pd.DataFrame([{"groups": " | ".join("+".join(g) for g in kept), **dataclasses.asdict(result)}])
+    variants = {"related tasks": kept}
+    if overlap is not None:
+        close = overlap[overlap.share >= SHARED_INPUTS]
+        shared = {frozenset(pair) for pair in zip(close.task_a, close.task_b)}
+        variants["without shared inputs"] = [
+            part for g in kept for part in ([[t] for t in g] if any(frozenset(q) in shared for q in itertools.combinations(g, 2)) else [g])
+        ]  # fmt: skip
+    rows = []
+    for name, chosen in variants.items():
+        if all(len(g) < 2 for g in chosen):
+            if name == "related tasks":
+                return None
+            rows.append({"test": name, "groups": " | ".join("+".join(g) for g in chosen), "reading": INCONCLUSIVE})
+            continue
+        result = dataclasses.asdict(grouping_test(correlation, chosen))
+        reading = (
+            INCONCLUSIVE if result["min_p"] >= ALPHA else "grouped" if result["p_value"] < ALPHA else "not grouped"
+        )
+        rows.append({"test": name, "groups": " | ".join("+".join(g) for g in chosen), **result, "reading": reading})
+    return pd.DataFrame(rows)
 
 
 @checked
-def mask_overlap(changes: Mapping[str, Tensor], masks: Mapping[str, HeadMask]) -> pd.DataFrame:
+def mask_overlap(
+    changes: Mapping[str, Tensor], masks: Mapping[str, HeadMask], eliciting: Mapping[str, bool] | None = None
+) -> pd.DataFrame:
     """For each task with a learned Heads-up mask: the k heads whose pattern changed most (by
     |change| and by increase) against the k heads the mask removes (`head_overlap`: overlap, its
-    expectation by chance and the hypergeometric p-value). Tasks without a mask are skipped."""
-    columns = ["task", "score", "k", "overlap", "expected", "p_value", "n_heads"]
+    expectation by chance, the hypergeometric p-value and `min_p`, the p-value of a complete overlap).
+    The reading: `above chance` at p < 0.05 for a mask that elicits its task (`eliciting`; a mask
+    that does not may remove heads for other reasons), else `inconclusive`. Tasks without a mask are
+    skipped."""
+    columns = ["task", "score", "k", "overlap", "expected", "p_value", "min_p", "n_heads", "mask_elicits", "reading"]
+    eliciting = eliciting or {}
     rows = []
     for name, change in changes.items():
         if name not in masks:
             continue
         removed = (masks[name].values == 0).float()
         k = int(removed.sum())
+        elicits = bool(eliciting.get(name, False))
         for kind, score in (("|change|", change.abs()), ("increase", change)):
             overlap = head_overlap(top_heads(score, k), removed)
             rows.append(
@@ -170,10 +210,90 @@ def mask_overlap(changes: Mapping[str, Tensor], masks: Mapping[str, HeadMask]) -
                     "overlap": overlap.overlap,
                     "expected": overlap.expected,
                     "p_value": overlap.p_value,
+                    "min_p": head_overlap(removed, removed).p_value,
                     "n_heads": overlap.n,
+                    "mask_elicits": elicits,
+                    "reading": "above chance" if elicits and overlap.p_value < ALPHA else INCONCLUSIVE,
                 }
             )
     return pd.DataFrame(rows, columns=columns)
+
+
+@checked
+def statistic_changes(
+    before: Mapping[str, Float[Tensor, "_ n_layers n_heads"]],
+    after: Mapping[str, Float[Tensor, "_ n_layers n_heads"]],
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Table 1's changes with intervals. Per task (and `mean`, over the tasks) and statistic
+    (`STATISTICS`): the statistic of the mean pattern `before` and `after` SFT, the change, and its
+    percentile bootstrap interval over the held-out examples. Both patterns are taken on the same
+    examples, so each resample draws the same examples from `before` and `after` (the example
+    patterns of `analysis.example_patterns`). `mean`'s resample b is the mean of the tasks' b-th."""
+    missing = sorted(set(before) ^ set(after))
+    if missing:
+        raise ValueError(f"before and after must have the same tasks; {missing} are in only one")
+    if n_resamples < 1 or not 0 < confidence < 1:
+        raise ValueError(f"need n_resamples >= 1 and 0 < confidence < 1, got {n_resamples} and {confidence}")
+    rng = np.random.default_rng(seed)
+    tail = 100 * (1 - confidence) / 2
+    rows, draws = [], {name: [] for name in STATISTICS}
+    for task in before:
+        a, b = before[task].double(), after[task].double()
+        if a.shape != b.shape:
+            raise ValueError(f"{task}: before has shape {tuple(a.shape)}, after {tuple(b.shape)} (the same examples)")
+        index = torch.from_numpy(rng.integers(0, len(a), size=(n_resamples, len(a))))
+        resampled_a, resampled_b = a[index].mean(1), b[index].mean(1)  # [n_resamples, n_layers, n_heads]
+        for name, statistic in STATISTICS.items():
+            value_a, value_b = statistic(a.mean(0)), statistic(b.mean(0))
+            change = np.array([statistic(y) - statistic(x) for x, y in zip(resampled_a, resampled_b)])
+            draws[name].append(change)
+            rows.append({"task": task, "statistic": name, "before": value_a, "after": value_b, "change": value_b - value_a,
+                         "change_low": np.percentile(change, tail), "change_high": np.percentile(change, 100 - tail),
+                         "n_examples": len(a)})  # fmt: skip
+    table = pd.DataFrame(rows)
+    for name in STATISTICS:
+        own = table[table.statistic == name]
+        mean = np.mean(draws[name], axis=0)
+        rows.append({"task": "mean", "statistic": name, "before": own.before.mean(), "after": own.after.mean(),
+                     "change": own.change.mean(), "change_low": np.percentile(mean, tail),
+                     "change_high": np.percentile(mean, 100 - tail), "n_examples": int(own.n_examples.min())})  # fmt: skip
+    return pd.DataFrame(rows).assign(n_resamples=n_resamples, confidence=confidence)
+
+
+@checked
+def change_consistency(changes: pd.DataFrame) -> pd.DataFrame:
+    """Over seeds: `statistic_changes` tables with a `seed` column, one row per task and statistic:
+    the seeds, the mean, smallest and largest change, how many seeds' intervals lie above and below
+    0, and the reading: `rises` (or `falls`) when every seed's interval lies above (below) 0, else
+    `inconclusive` (some seed's interval holds 0, or the seeds disagree)."""
+    rows = []
+    for key, part in changes.groupby(["task", "statistic"], sort=False):
+        task, statistic = key  # type: ignore[misc]  (a two-column groupby: pairs)
+        above, below = int((part.change_low > 0).sum()), int((part.change_high < 0).sum())
+        seeds = part.seed.nunique()
+        reading = RISES if above == seeds else FALLS if below == seeds else INCONCLUSIVE
+        rows.append({"task": task, "statistic": statistic, "seeds": seeds, "change_mean": part.change.mean(),
+                     "change_min": part.change.min(), "change_max": part.change.max(), "seeds_above_0": above,
+                     "seeds_below_0": below, "reading": reading})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@checked
+def input_overlap(tasks: Sequence[Task]) -> pd.DataFrame:
+    """Every pair of `tasks`: how many distinct inputs they share and what share of the smaller task's
+    inputs that is (country-capital and country-currency ask about the same countries: 1.0)."""
+    inputs = {t.name: {x for x, _ in t.pairs} for t in tasks}
+    rows = []
+    for i, a in enumerate(inputs):
+        for b in list(inputs)[i + 1 :]:
+            shared = len(inputs[a] & inputs[b])
+            rows.append({"task_a": a, "task_b": b, "shared": shared,
+                         "share": shared / max(1, min(len(inputs[a]), len(inputs[b])))})  # fmt: skip
+    return pd.DataFrame(rows, columns=["task_a", "task_b", "shared", "share"])
 
 
 @checked

@@ -9,6 +9,7 @@ import torch
 from headsup_lens import activation_pattern
 from headsup_lens.analysis import (
     coefficient_of_variation,
+    example_patterns,
     fit_pattern_change,
     gini,
     grouping_test,
@@ -71,6 +72,15 @@ def test_activation_pattern_equals_the_brute_force_total_derivative(any_model):
         assert pattern.shape == (any_model.cfg.n_layers, any_model.cfg.n_heads)
         assert torch.allclose(pattern, expected, rtol=1e-4, atol=1e-7)
     assert (expected > 0).all()
+
+
+def test_example_patterns_are_each_examples_own_and_average_to_the_pattern(llama):
+    per_example = example_patterns(llama, PAIRS, batch_size=3)
+    assert per_example.shape == (len(PAIRS), llama.cfg.n_layers, llama.cfg.n_heads)
+    assert per_example.dtype == torch.float64
+    for i, pair in enumerate(PAIRS):  # a padded batch gives each example the pattern it has alone
+        assert torch.allclose(per_example[i].float(), manual_pattern(llama, [pair]), rtol=1e-4, atol=1e-7)
+    assert torch.allclose(per_example.mean(0).float(), activation_pattern(llama, PAIRS), rtol=1e-6, atol=1e-9)
 
 
 def test_detached_patterns_would_miss_the_paths_through_later_layers(llama):
@@ -192,6 +202,7 @@ def test_grouping_test_by_hand():
     # 24 label orders fall on 3 pairings, 8 each: only the observed pairing reaches 0.9.
     assert result.n_assignments == 24 and result.p_value == pytest.approx(1 / 3)
     assert result.nearest_in_group == 4 and result.n_tasks == 4
+    assert result.min_p == pytest.approx(1 / 3)  # no matrix could do better than 1 pairing in 3
     # Another pairing of the same matrix is at the bottom of its null distribution.
     wrong = grouping_test(corr, [["a", "c"], ["b", "d"]])
     assert wrong.within == pytest.approx(0.1) and wrong.p_value == pytest.approx(1.0)
@@ -199,6 +210,18 @@ def test_grouping_test_by_hand():
     # The sampled p-value (above max_exact) agrees with the exact one.
     sampled = grouping_test(corr, [["a", "b"], ["c", "d"]], max_exact=3, n=3000, seed=1)
     assert sampled.n_assignments == 3000 and sampled.p_value == pytest.approx(1 / 3, abs=0.04)
+
+
+@pytest.mark.parametrize(("groups", "min_p"), [([["a", "b"]], 1 / 15), ([["a", "b"], ["c", "d"]], 1 / 45)])
+def test_the_grouping_tests_power_is_its_smallest_p_value(groups, min_p):
+    # Six tasks: one pair is 1 of C(6,2) = 15 pairings; two pairs 1 of 45 (C(6,2)·C(4,2)/2).
+    names = list("abcdef")
+    singles = [[t] for t in names if not any(t in g for g in groups)]
+    corr = pd.DataFrame(np.eye(6) + 0.5 * (1 - np.eye(6)), index=names, columns=names)
+    corr.loc["a", "b"] = corr.loc["b", "a"] = 0.99
+    corr.loc["c", "d"] = corr.loc["d", "c"] = 0.98
+    result = grouping_test(corr, groups + singles)
+    assert result.min_p == pytest.approx(min_p) and result.p_value == pytest.approx(min_p)
 
 
 def test_grouping_test_refuses_bad_groups():

@@ -77,6 +77,20 @@ def test_lora_stage_on_another_model_writes_to_its_own_folders(tmp_path):
     assert list(pd.read_csv(out / "sft_accuracy.csv").step.unique()) == [0, 2]
     times = pd.read_csv(out / "sft_times.csv")
     assert list(times.stage) == [f"lora ({model})"] and '"method": "lora"' in times.settings.iloc[0]
+    # Table 1 with intervals: the example patterns average to the run's own pattern before SFT
+    intervals = pd.read_csv(out / "sft_table1_intervals.csv")
+    table1 = pd.read_csv(out / "sft_table1.csv").set_index("task")
+    gini = intervals[intervals.statistic == "gini"].set_index("task")
+    for task in ("organism/plural", "organism/uppercase"):
+        assert gini.loc[task, "before"] == pytest.approx(table1.loc[task, "gini_before"], rel=1e-4)
+        assert gini.loc[task, "after"] == pytest.approx(table1.loc[task, "gini_after"], rel=1e-4)
+    # a second seed adds its rows, a seed run again replaces its own; the reading is over both seeds
+    for seed in ("1", "0"):
+        run("lora", "--model", str(model), *tasks, "--steps", "2", "--seed", seed, "--runs", str(runs),
+            "--out", str(figures), "--no-png")  # fmt: skip
+    again = pd.read_csv(out / "sft_table1_intervals.csv")
+    assert sorted(again.seed.unique()) == [0, 1] and len(again) == 2 * len(intervals)
+    assert set(pd.read_csv(out / "sft_table1_seeds.csv").seeds) == {2}
 
 
 @pytest.mark.slow

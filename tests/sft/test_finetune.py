@@ -392,6 +392,30 @@ def test_adapters_come_out_again(llama_dir):
     assert remove_lora_(model) == 0
 
 
+def test_adapters_added_after_a_native_pass_are_in_the_next_one(llama_dir):
+    """The answer loss runs the model's native forward pass, which keeps the layers it calls: adapters
+    injected after it (or taken out) are in the next pass, as in the bridge's."""
+    from headsup_lens.objective import answer_nll
+    from headsup_lens.sft import add_lora_, remove_lora_
+
+    model = fresh(llama_dir)
+    batch = collate(encode_pairs(model, [("cat", "tac"), ("dog", "god")]), pad_id=pad_token_id(model))
+    plain = answer_nll(model, batch)[0]  # builds the native pass on the plain layers
+    parameters = add_lora_(model, FinetuneConfig.lora())
+    with torch.no_grad():
+        for p in parameters:
+            p.add_(0.5)
+    adapted = answer_nll(model, batch)[0]
+    through_bridge = answer_nll(model, batch, hooks=[("blocks.0.hook_resid_pre", lambda x, hook: x)])[0]
+    assert not torch.allclose(adapted, plain) and torch.allclose(adapted, through_bridge, atol=1e-5)
+    remove_lora_(model)
+    assert torch.allclose(answer_nll(model, batch)[0], plain, atol=1e-6)
+    # so that a pattern taken before a LoRA run (the SFT statistics) leaves the run able to train
+    activation_pattern(model, [("cat", "tac")])
+    result = finetune_(model, tasks(), config(method="lora", steps=2, lr=1e-2))
+    assert result.history.loss.notna().all()
+
+
 def test_a_batch_runs_in_passes_of_bounded_rows_with_the_same_update(llama_dir, monkeypatch):
     rows = []
     real = finetune_module.answer_nll

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from headsup_lens.analysis import gini
 from headsup_lens.data import Task
 from headsup_lens.masks import HeadMask
 from headsup_lens.models import load_model
@@ -15,16 +17,20 @@ from headsup_lens.reproduce._sft import base_organism, organism_sft_config, smol
 from headsup_lens.sft import (
     FinetuneConfig,
     FinetuneResult,
+    change_consistency,
     composition_fits,
     held_out_outputs,
+    input_overlap,
     mask_overlap,
     pattern_changes,
     pattern_dynamics,
     run_changes,
     run_tables,
+    statistic_changes,
     statistics_before_after,
     task_grouping,
 )
+from headsup_lens.sft._study import INCONCLUSIVE
 
 # [1, 0, 0, 0]: Gini = sum|xi - xj| / (2 n^2 mean) = 6 / (2 * 16 * 0.25) = 0.75; mean 1/4, population
 # variance 3/16, CV = sqrt(3); Pearson kurtosis = ((3/4)^4 + 3 (1/4)^4) / 4 / (3/16)^2 = 7/3.
@@ -111,9 +117,11 @@ def test_grouping_keeps_the_tasks_of_the_matrix():
     correlation = pd.DataFrame([[1.0, 0.8, 0.1], [0.8, 1.0, 0.2], [0.1, 0.2, 1.0]], index=names, columns=names)
     groups = [("antonym", "synonym"), ("country-capital", "country-currency"), ("sentiment", "ag_news")]
     row = task_grouping(correlation, groups).iloc[0]
-    assert row.groups == "antonym+synonym | sentiment"
+    assert row.test == "related tasks" and row.groups == "antonym+synonym | sentiment"
     assert row.within == pytest.approx(0.8) and row["between"] == pytest.approx(0.15) and row.nearest_in_group == 2
     assert row.n_assignments == 6 and row.p_value == pytest.approx(2 / 6)  # 2 of 3! orders give 0.8 within
+    # Three tasks, one pair: the best matrix reaches p = 1/3 only, so the test has no power.
+    assert row.min_p == pytest.approx(1 / 3) and row.reading == INCONCLUSIVE
     assert task_grouping(correlation.iloc[[0, 2], [0, 2]], groups) is None  # no group has two tasks
 
 
@@ -127,6 +135,96 @@ def test_mask_overlap_against_the_removed_heads():
     assert table.loc["increase", "expected"] == pytest.approx(2 * 2 / 6)
     assert table.loc["increase", "p_value"] == pytest.approx(1 / 15)  # C(2,2) / C(6,2)
     assert list(mask_overlap({"t": change}, {}).columns)[:3] == ["task", "score", "k"]
+    # A complete overlap of 2 heads among 6 has p = 1/15: above 0.05, so no overlap could count here.
+    assert table.min_p.tolist() == pytest.approx([1 / 15] * 2) and set(table.reading) == {INCONCLUSIVE}
+
+
+def test_an_overlap_counts_only_for_a_mask_that_elicits_its_task():
+    change = torch.zeros(6, 6)
+    change[0] = 1.0  # layer 0's heads change most
+    mask = HeadMask.from_heads([(0, h) for h in range(6)], (6, 6))  # and are the heads the mask removes
+    for elicits, reading in ((True, "above chance"), (False, INCONCLUSIVE)):
+        row = mask_overlap({"t": change}, {"t": mask}, {"t": elicits}).set_index("score").loc["increase"]
+        assert row.overlap == 6 and row.p_value < 1e-5 and row.mask_elicits == elicits and row.reading == reading
+
+
+def test_grouping_without_the_tasks_that_share_their_inputs():
+    names = ["antonym", "synonym", "country-capital", "country-currency", "sentiment", "ag_news"]
+    matrix = pd.DataFrame(0.1, index=names, columns=names)
+    for a, b in (("antonym", "synonym"), ("country-capital", "country-currency"), ("sentiment", "ag_news")):
+        matrix.loc[a, b] = matrix.loc[b, a] = 0.9
+    for n in names:
+        matrix.loc[n, n] = 1.0
+    overlap = pd.DataFrame(
+        [("antonym", "synonym", 600, 0.51), ("country-capital", "country-currency", 197, 1.0), ("sentiment", "ag_news", 0, 0.0)],
+        columns=["task_a", "task_b", "shared", "share"],
+    )  # fmt: skip
+    groups = [names[:2], names[2:4], names[4:]]
+    table = task_grouping(matrix, groups, overlap).set_index("test")
+    related, apart = table.loc["related tasks"], table.loc["without shared inputs"]
+    # three pairs among six tasks: 1 grouping in 15, so even this perfect matrix only reaches p = 1/15
+    assert related.p_value == pytest.approx(1 / 15) == related.min_p and related.reading == INCONCLUSIVE
+    assert apart.groups == "antonym | synonym | country-capital | country-currency | sentiment+ag_news"
+    assert apart.min_p == pytest.approx(1 / 15) and apart.reading == INCONCLUSIVE
+    # two pairs among six (1 grouping in 45) can show a grouping, or fail to
+    two = [names[:2], names[4:]]
+    matrix.loc["country-capital", "country-currency"] = matrix.loc["country-currency", "country-capital"] = 0.1
+    assert task_grouping(matrix, two).iloc[0].reading == "grouped"
+    flat = pd.DataFrame(0.1, index=names, columns=names) + 0.9 * pd.DataFrame(np.eye(6), index=names, columns=names)
+    assert task_grouping(flat, two).iloc[0].reading == "not grouped"
+
+
+def test_input_overlap_counts_the_inputs_two_tasks_share():
+    a = Task.from_pairs("a", [("x", "1"), ("y", "2"), ("z", "3"), ("w", "4")], instruction="{input}", n_eval=1)
+    b = Task.from_pairs("b", [("x", "9"), ("y", "8")], instruction="{input}", n_eval=1)
+    c = Task.from_pairs("c", [("q", "9"), ("r", "8")], instruction="{input}", n_eval=1)
+    table = input_overlap([a, b, c]).set_index(["task_a", "task_b"])
+    assert table.loc[("a", "b")].tolist() == [2, 1.0] and table.loc[("a", "c")].tolist() == [0, 0.0]
+    assert len(table) == 3
+
+
+def spread(pattern: torch.Tensor, n: int, noise: float, seed: int) -> torch.Tensor:
+    """n example patterns around `pattern` (non-negative): the pattern plus uniform noise in [0, noise)."""
+    generator = torch.Generator().manual_seed(seed)
+    return pattern.double() + noise * torch.rand(n, *pattern.shape, generator=generator, dtype=torch.float64)
+
+
+def test_statistic_changes_with_intervals_over_the_examples():
+    flat = torch.ones(4, 4)
+    peaked = torch.ones(4, 4)
+    peaked[0, 0] = 12.0
+    before = {"t": spread(flat, 32, 0.2, 0), "u": spread(flat, 32, 0.2, 1)}
+    after = {"t": spread(peaked, 32, 0.2, 2), "u": spread(flat, 32, 0.2, 3)}
+    table = statistic_changes(before, after, n_resamples=500, seed=0).set_index(["task", "statistic"])
+    t = table.loc[("t", "gini")]
+    # the change is the statistic of the mean patterns, after minus before
+    assert t.change == pytest.approx(gini(after["t"].mean(0)) - gini(before["t"].mean(0)))
+    assert t.change_low > 0.3 and t.change_low <= t.change <= t.change_high and t.n_examples == 32
+    u = table.loc[("u", "gini")]  # the same pattern before and after, other noise: the interval holds 0
+    assert u.change_low < 0 < u.change_high and abs(u.change) < 0.05
+    mean = table.loc[("mean", "cv")]
+    assert mean.change == pytest.approx((table.loc[("t", "cv")].change + table.loc[("u", "cv")].change) / 2)
+    assert mean.change_low > 0 and (table.n_resamples == 500).all()
+    with pytest.raises(ValueError, match="only one"):
+        statistic_changes(before, {"t": after["t"]})
+    with pytest.raises(ValueError, match="same examples"):
+        statistic_changes({"t": before["t"]}, {"t": after["t"][:5]})
+
+
+def test_a_direction_needs_every_seeds_interval_on_one_side():
+    rows = [
+        {"seed": s, "task": "t", "statistic": "gini", "change": c, "change_low": lo, "change_high": hi}
+        for s, (c, lo, hi) in enumerate([(0.2, 0.1, 0.3), (0.15, 0.05, 0.25), (0.1, 0.01, 0.2)])
+    ]
+    rows += [
+        {"seed": s, "task": "u", "statistic": "gini", "change": c, "change_low": lo, "change_high": hi}
+        for s, (c, lo, hi) in enumerate([(-0.2, -0.3, -0.1), (-0.01, -0.05, 0.03), (-0.1, -0.2, -0.01)])
+    ]
+    table = change_consistency(pd.DataFrame(rows)).set_index("task")
+    assert table.loc["t", "reading"] == "rises" and table.loc["t", "seeds_above_0"] == 3
+    # two seeds say it falls, one interval holds 0: inconclusive, not "falls"
+    assert table.loc["u", "reading"] == INCONCLUSIVE and table.loc["u", "seeds_below_0"] == 2
+    assert table.loc["u", "change_mean"] == pytest.approx(-0.31 / 3) and table.loc["u", "seeds"] == 3
 
 
 def test_held_out_outputs_score_every_generation(llama):

@@ -84,6 +84,7 @@ def run(xp: Experiment, o: Options) -> str | None:
     elif o.stage in ("smollm2", "lora"):
         stage = "smollm2" if o.model == "smollm2" else f"lora ({o.model})"
         settings = sft_smollm2(xp, o.tasks, steps=o.steps or 200, masks=o.masks, **where)
+        settings |= {"seed": o.seed}
     else:
         sizes = {k: getattr(o, k) for k in SIZES if getattr(o, k) is not None}
         preset = organism_selection if xp.is_organism else smollm2_selection

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+import scipy.stats
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -187,21 +189,28 @@ def mask_overlap(
 ) -> pd.DataFrame:
     """For each task with a learned Heads-up mask: the k heads whose pattern changed most (by
     |change| and by increase) against the k heads the mask removes (`head_overlap`: overlap, its
-    expectation by chance, the hypergeometric p-value and `min_p`, the p-value of a complete overlap).
-    The reading: `above chance` at p < 0.05 for a mask that elicits its task (`eliciting`; a mask
-    that does not may remove heads for other reasons), else `inconclusive`. Tasks without a mask are
-    skipped."""
-    columns = ["task", "score", "k", "overlap", "expected", "p_value", "min_p", "n_heads", "mask_elicits", "reading"]
+    expectation by chance and the hypergeometric p-value), and `power_p`, the p-value an overlap half
+    again above chance would get. The reading, only for a mask that elicits its task (`eliciting`; a
+    mask that does not may remove heads for other reasons): `above chance` at p < 0.05, `at chance`
+    where the test could have seen half again as much (`power_p` < 0.05); else `inconclusive`. Tasks
+    without a mask are skipped."""
+    columns = ["task", "score", "k", "overlap", "expected", "p_value", "power_p", "n_heads", "mask_elicits", "reading"]
     eliciting = eliciting or {}
     rows = []
     for name, change in changes.items():
         if name not in masks:
             continue
         removed = (masks[name].values == 0).float()
-        k = int(removed.sum())
+        k, n = int(removed.sum()), removed.numel()
         elicits = bool(eliciting.get(name, False))
+        power_p = float(scipy.stats.hypergeom.sf(math.ceil(1.5 * k * k / n) - 1, n, k, k))
         for kind, score in (("|change|", change.abs()), ("increase", change)):
             overlap = head_overlap(top_heads(score, k), removed)
+            reading = INCONCLUSIVE
+            if elicits and overlap.p_value < ALPHA:
+                reading = "above chance"
+            elif elicits and power_p < ALPHA:
+                reading = "at chance"
             rows.append(
                 {
                     "task": name,
@@ -210,10 +219,10 @@ def mask_overlap(
                     "overlap": overlap.overlap,
                     "expected": overlap.expected,
                     "p_value": overlap.p_value,
-                    "min_p": head_overlap(removed, removed).p_value,
+                    "power_p": power_p,
                     "n_heads": overlap.n,
                     "mask_elicits": elicits,
-                    "reading": "above chance" if elicits and overlap.p_value < ALPHA else INCONCLUSIVE,
+                    "reading": reading,
                 }
             )
     return pd.DataFrame(rows, columns=columns)

@@ -135,8 +135,8 @@ def test_mask_overlap_against_the_removed_heads():
     assert table.loc["increase", "expected"] == pytest.approx(2 * 2 / 6)
     assert table.loc["increase", "p_value"] == pytest.approx(1 / 15)  # C(2,2) / C(6,2)
     assert list(mask_overlap({"t": change}, {}).columns)[:3] == ["task", "score", "k"]
-    # A complete overlap of 2 heads among 6 has p = 1/15: above 0.05, so no overlap could count here.
-    assert table.min_p.tolist() == pytest.approx([1 / 15] * 2) and set(table.reading) == {INCONCLUSIVE}
+    # Half again the chance overlap (0.67 -> 1 head) has p = 1 - C(4,2)/C(6,2) = 0.6: the test has no power.
+    assert table.power_p.tolist() == pytest.approx([0.6] * 2) and set(table.reading) == {INCONCLUSIVE}
 
 
 def test_an_overlap_counts_only_for_a_mask_that_elicits_its_task():
@@ -146,6 +146,18 @@ def test_an_overlap_counts_only_for_a_mask_that_elicits_its_task():
     for elicits, reading in ((True, "above chance"), (False, INCONCLUSIVE)):
         row = mask_overlap({"t": change}, {"t": mask}, {"t": elicits}).set_index("score").loc["increase"]
         assert row.overlap == 6 and row.p_value < 1e-5 and row.mask_elicits == elicits and row.reading == reading
+
+
+def test_an_overlap_at_chance_is_read_only_where_the_test_could_see_more():
+    # 270 heads, 74 removed (SmolLM2's antonym mask): chance is 74²/270 ≈ 20.3 heads
+    removed = [(h // 9, h % 9) for h in range(74)]
+    mask = HeadMask.from_heads(removed, (30, 9))
+    change = torch.zeros(30, 9)
+    flat = change.view(-1)
+    flat[torch.arange(20)] = 1.0  # 20 of the most changed heads are removed ones ...
+    flat[torch.arange(100, 154)] = 1.0  # ... and 54 are not
+    row = mask_overlap({"t": change}, {"t": mask}, {"t": True}).set_index("score").loc["increase"]
+    assert row.overlap == 20 and row.p_value > 0.05 and row.power_p < 0.05 and row.reading == "at chance"
 
 
 def test_grouping_without_the_tasks_that_share_their_inputs():

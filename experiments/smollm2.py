@@ -139,7 +139,14 @@ def run(xp: Experiment, o: Options):
     if o.stage in ("controls", "cross-task"):
         names = o.tasks or seed0_tasks(xp)
         tasks = [load_task(n, data) for n in names]
-        masks = {t.name: HeadMask.load(xp.current(f"masks/{stored_mask_path('', t).name}"), xp.model) for t in tasks}
+        stored = {t.name: f"masks/{stored_mask_path('', t, seed=o.seed).name}" for t in tasks}
+        masks = {name: HeadMask.load(xp.current(path), xp.model) for name, path in stored.items()}
+        if o.stage == "controls" and o.seed:  # another seed's mask: its own random masks (the verdicts' control)
+            for task in tasks:
+                random_masks_stage(
+                    xp, task, masks[task.name], n_draws=o.draws, batch_size=batch, redo=o.redo, seed=o.seed
+                )
+            return None
         if o.stage == "cross-task":
             return cross_task_stage(xp, tasks, masks, batch_size=batch, redo=o.redo, title=title)[CROSS_SHOWN]
         for task in tasks:

@@ -35,12 +35,14 @@ def _done(xp: Experiment, name: str, redo: bool) -> bool:
 
 
 def random_masks_stage(
-    xp: Experiment, task: Task, mask: HeadMask, *, n_draws: int, batch_size: int, redo: bool = False
+    xp: Experiment, task: Task, mask: HeadMask, *, n_draws: int, batch_size: int, redo: bool = False, seed: int = 0
 ) -> None:
     """`random_masks_<task>.csv`: the learned mask and `n_draws` random masks with its per-layer
     counts (`random_mask_control`), one row each, and every output behind them
-    (`random_masks_generations_<task>.csv.gz`); the summary `random_masks_summary_<task>.csv`."""
-    stem = safe_name(task.name)
+    (`random_masks_generations_<task>.csv.gz`); the summary `random_masks_summary_<task>.csv`. For
+    another seed's mask (`seed` k > 0) the same tables named `random_masks_seed<k>_<task>.csv`, ...
+    (the verdicts read them; the combined summary holds seed 0's)."""
+    stem = safe_name(task.name) if seed == 0 else f"seed{seed}_{safe_name(task.name)}"
     if _done(xp, f"random_masks_{stem}.csv", redo):
         return
     start = time.perf_counter()
@@ -48,7 +50,8 @@ def random_masks_stage(
     xp.table(control.draws.assign(within=control.within), f"random_masks_{stem}", float_format=None)
     xp.table(control.generations, f"random_masks_generations_{stem}", float_format=None, compress=True)
     xp.table(control.summary(), f"random_masks_summary_{stem}", float_format=None)
-    record_time(xp.out, "controls", f"{task.name}: {n_draws} random masks", time.perf_counter() - start)
+    what = f"{task.name}{'' if seed == 0 else f' (seed {seed})'}: {n_draws} random masks"
+    record_time(xp.out, "controls", what, time.perf_counter() - start)
 
 
 def switch_rates_stage(xp: Experiment, task: Task, mask: HeadMask, *, stride: int, redo: bool = False) -> None:
@@ -153,7 +156,7 @@ def combine_controls(xp: Experiment) -> list[str]:
         paths = [
             p
             for p in xp.files(f"{artifact}_*.csv")
-            if not p.name.startswith((f"{artifact}_summary", f"{artifact}_generations"))
+            if not p.name.startswith((f"{artifact}_summary", f"{artifact}_generations", f"{artifact}_seed"))
         ]
         parts = [summarize(read_table(path, keep_default_na=False, na_values=[""])) for path in paths]
         if parts:

@@ -181,9 +181,9 @@ def claim_verdicts(folder: str | os.PathLike, tasks: list[str]) -> pd.DataFrame:
     for task in tasks:
         for run in _runs(Path(folder), task):
             budget = mask_budget(run.mask)
-            draws = run.read("random_masks")
-            n_draws = int((draws["mask"] == "random").sum()) if draws is not None else 1
             found, eliciting = _judge_run(run, budget)
+            draws = run.read(_draws_artifact(eliciting[0] if eliciting else ANALYSED_SEED))
+            n_draws = int((draws["mask"] == "random").sum()) if draws is not None else 1
             for claim, verdict in found.items():
                 rows.append(
                     {
@@ -270,6 +270,11 @@ def _seeds(table: pd.DataFrame) -> dict[int, str]:
     return dict(sorted(found.items()))
 
 
+def _draws_artifact(seed: int) -> str:
+    """The random masks drawn to the shape of seed `seed`'s mask (`smollm2.py controls --seed k`)."""
+    return "random_masks" if seed == ANALYSED_SEED else f"random_masks_seed{seed}"
+
+
 def _random_setting(seed: int) -> str:
     return "random mask" if seed == ANALYSED_SEED else f"random mask, seed {seed}"
 
@@ -352,14 +357,15 @@ def _beats_majority(table: pd.DataFrame, texts: pd.DataFrame, setting: str) -> t
 
 
 def _random_control(run: _Run, table: pd.DataFrame | None, seed: int) -> Verdict:
-    """The control of seed `seed`'s mask: the random masks drawn to its shape (`random_masks_<task>.csv`,
-    drawn for the analysed seed's mask) or the settings table's one draw."""
-    draws = run.read("random_masks") if seed == ANALYSED_SEED else None
+    """The control of seed `seed`'s mask: the random masks drawn to its shape (`random_masks_<task>.csv`
+    for seed 0, `random_masks_seed<k>_<task>.csv` for seed k) or the settings table's one draw."""
+    draws = run.read(_draws_artifact(seed))
+    prefix = "" if seed == ANALYSED_SEED else f"seed {seed}: "
     if draws is not None and int((draws["mask"] == "random").sum()) >= 2:
         within = str(draws.within.iloc[0])
         control = RandomMaskControl(task=run.task, within=within, draws=draws, generations=pd.DataFrame())
         row = control.summary(("strict",)).iloc[0]
-        evidence = (
+        evidence = prefix + (
             f"strict: masked {row.learned:.2f}, {row.n_draws} random masks of its per-{row.within} shape "
             f"mean {row.random_mean:.2f} [95% range {row.random_low:.2f}, {row.random_high:.2f}], "
             f"{row.at_least} as good"
@@ -369,9 +375,7 @@ def _random_control(run: _Run, table: pd.DataFrame | None, seed: int) -> Verdict
     if table is None or setting not in set(table.setting) or seed not in _seeds(table):
         return Verdict(NOT_RUN, "no random mask evaluated")
     masked, shuffled = _row(table, _seeds(table)[seed]), _row(table, setting)
-    evidence = f"strict: one random mask {_ci(shuffled)}, masked {_ci(masked)}"
-    if seed != ANALYSED_SEED:
-        evidence = f"seed {seed}: {evidence}"
+    evidence = f"{prefix}strict: one random mask {_ci(shuffled)}, masked {_ci(masked)}"
     return Verdict(REPRODUCES if shuffled.strict_high < masked.strict_low else DOES_NOT, evidence, matcher="strict")
 
 

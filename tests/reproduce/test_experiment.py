@@ -259,3 +259,28 @@ def test_cross_task_swaps_evaluate_every_mask_on_every_task_and_combine_one_row_
     stored = pd.read_csv(tmp_path / "tiny" / "cross_task.csv")
     assert len(stored) == 4 and set(stored.n_kept) == {n_layers * n_heads - n_layers}
     assert (tmp_path / "tiny" / "cross_task_generations_tiny__reverse.csv.gz").is_file()
+
+
+def test_another_seeds_random_masks_have_their_own_tables_outside_the_summary(model_dir, tmp_path):
+    """`controls --seed 1`: the random masks drawn to seed 1's mask are `random_masks_seed1_<task>`,
+    which the verdicts read; the combined summary holds seed 0's tables only."""
+    import torch
+
+    from headsup_lens.reproduce._controls import combine_controls, random_masks_stage
+
+    task = tiny_task("tiny/reverse")
+    with open_experiment("demo_script", options(model_dir, tmp_path), tmp_path) as xp:
+        n_layers, n_heads = xp.model.cfg.n_layers, xp.model.cfg.n_heads
+        mask = HeadMask(torch.ones(n_layers, n_heads).index_fill_(1, torch.tensor([0]), 0.0))
+        for seed in (0, 1):
+            random_masks_stage(xp, task, mask, n_draws=2, batch_size=2, seed=seed)
+        combine_controls(xp)
+    out = tmp_path / "tiny"
+    own = pd.read_csv(out / "random_masks_seed1_tiny__reverse.csv")
+    assert (own["mask"] == "random").sum() == 2 and (
+        out / "random_masks_generations_seed1_tiny__reverse.csv.gz"
+    ).is_file()
+    summary = pd.read_csv(out / "random_masks_summary.csv")
+    assert list(summary.task.unique()) == ["tiny/reverse"] and len(summary) == len(
+        pd.read_csv(out / "random_masks_summary_tiny__reverse.csv")
+    )

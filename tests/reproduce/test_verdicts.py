@@ -208,6 +208,13 @@ def test_every_seed_is_judged_and_the_analyses_only_on_the_seed_they_analysed(tm
     # Figs. 2, 4 and 6 were run on seed 0's mask, which does not do the task
     for claim in ("fig2", "fig4", "fig6"):
         assert rows.loc[claim].verdict == UNTESTABLE and "seed 1's does" in rows.loc[claim].evidence
+    # with random masks drawn to seed 1's shape (`smollm2.py controls --seed 1`), those are its control
+    seed1 = [{"mask": "learned", "draw": -1, "strict": 0.30, "answer_nll": 1.0, "within": "layer"}]
+    seed1 += [{"mask": "random", "draw": k, "strict": 0.0, "answer_nll": 2.0, "within": "layer"} for k in range(20)]
+    pd.DataFrame(seed1).to_csv(tmp_path / "a" / "random_masks_seed1_t.csv", index=False)
+    row = claim_verdicts(tmp_path / "a", ["t"]).set_index("claim").loc["random"]
+    assert row.verdict == REPRODUCES and row.random_draws == 20
+    assert row.evidence.startswith("seed 1: strict: masked 0.30, 20 random masks")
     both = verdicts(write(tmp_path / "b", masked=40, other_seeds={1: 30}, random_draws=[0] * 20))
     assert set(both.values()) == {REPRODUCES}
     assert set(claim_verdicts(tmp_path / "b", ["t"]).eliciting_seeds) == {2}

@@ -137,6 +137,8 @@ def run(xp: Experiment, o: Options):
         combine_fewshot(xp)  # fewshot_evaluation.csv: every task's few-shot rows
         return None
     if o.stage in ("controls", "cross-task"):
+        if o.stage == "cross-task" and o.seed:  # cross_task.csv holds the seed-0 masks' swaps: never mix
+            raise ValueError("cross-task swaps the seed-0 masks; --seed applies to the controls stage only")
         names = o.tasks or seed0_tasks(xp)
         tasks = [load_task(n, data) for n in names]
         stored = {t.name: f"masks/{stored_mask_path('', t, seed=o.seed).name}" for t in tasks}

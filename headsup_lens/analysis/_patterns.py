@@ -22,6 +22,7 @@ from ..gates import MaskLike
 from ..models import model_device
 from ..objective import answer_nll
 from ._common import Gate, gated
+from ._pathways import overlap_p_value
 
 
 def _as_batch(model: TransformerBridge, data, split: str, instructed: bool) -> TaskBatch:
@@ -91,9 +92,9 @@ def example_patterns(
     their mean), so that a statistic of the mean pattern can be bootstrapped over the examples."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, not {activation!r}")
-    batch = _as_batch(model, data, split, instructed)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    batch = _as_batch(model, data, split, instructed)
     n_layers = model.cfg.n_layers
     scores = torch.zeros(len(batch), n_layers, model.cfg.n_heads, dtype=torch.float64)
     counts = (batch.labels != -100).sum(1)
@@ -238,8 +239,7 @@ def head_overlap(
     if a.shape != b.shape:
         raise ValueError(f"selected has {a.size} heads, reference {b.size}")
     n, k, m, overlap = a.size, int(a.sum()), int(b.sum()), int((a & b).sum())
-    p_value = float(scipy.stats.hypergeom.sf(overlap - 1, n, m, k))
-    return HeadOverlap(overlap, k, m, n, k * m / n, p_value)
+    return HeadOverlap(overlap, k, m, n, k * m / n, overlap_p_value(overlap, m, k, n))
 
 
 @checked

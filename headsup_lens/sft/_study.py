@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import scipy.stats
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -31,6 +30,7 @@ from ..analysis import (
     grouping_test,
     head_overlap,
     kurtosis,
+    overlap_p_value,
     pattern_correlation,
     pattern_statistics,
     pattern_trajectory,
@@ -203,7 +203,7 @@ def mask_overlap(
         removed = (masks[name].values == 0).float()
         k, n = int(removed.sum()), removed.numel()
         elicits = bool(eliciting.get(name, False))
-        power_p = float(scipy.stats.hypergeom.sf(math.ceil(1.5 * k * k / n) - 1, n, k, k))
+        power_p = overlap_p_value(math.ceil(1.5 * k * k / n), k, k, n)  # half again the chance overlap
         for kind, score in (("|change|", change.abs()), ("increase", change)):
             overlap = head_overlap(top_heads(score, k), removed)
             reading = INCONCLUSIVE

@@ -11,6 +11,7 @@ Stages over the masks stored in `<out>/smollm2/masks/` (`--update-figures`: the 
     python experiments/smollm2.py rescore --update-figures    # the stored settings tables scored again from their generations
     python experiments/smollm2.py combine --update-figures    # only the combined tables
     python experiments/smollm2.py controls --tasks antonym --update-figures   # 20 random masks, Fig. 2 switch rates, Fig. 6 with controls
+    python experiments/smollm2.py controls --tasks ag_news --controls random-masks --update-figures   # only the random masks
     python experiments/smollm2.py cross-task --tasks antonym sentiment --update-figures   # each task's mask on every task
     python experiments/smollm2.py verdicts --tasks antonym --update-figures   # a verdict per claim, from the stored tables
 
@@ -77,6 +78,7 @@ STAGES = (
     "cross-task",
     "verdicts",
 )
+CONTROLS = ("random-masks", "switch-rates", "alpha-control")
 SHOWN = ["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]
 CROSS_SHOWN = ["mask_task", "task", "strict", "answer_nll"]
 
@@ -107,6 +109,9 @@ class Options(MultiTaskOptions):
     """controls: random masks per task, each with the learned mask's number of kept heads in every layer."""
     stride: int = 1
     """controls: Fig. 2 switch rates sweep every `stride`-th step up to the mask's own number of removed heads."""
+    controls: tuple[str, ...] = option(default=CONTROLS, choices=CONTROLS)
+    """controls: which controls to compute. Switch rates and the alpha control are judged only where the mask
+    elicits its task; `--controls random-masks` gives every other task its random-mask distribution."""
     random_sets: int = 5
     """controls: random head sets of the mask's size scaled at the tested alpha (Fig. 6's control)."""
     redo: bool = False
@@ -115,6 +120,8 @@ class Options(MultiTaskOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_counts(self, shots=1, draws=1, stride=1, random_sets=0)
+        if self.stage == "controls" and self.seed and "random-masks" not in self.controls:
+            raise ValueError("controls --seed draws only random masks (another seed's control); --controls omits them")
 
 
 def run(xp: Experiment, o: Options):
@@ -153,9 +160,12 @@ def run(xp: Experiment, o: Options):
             return cross_task_stage(xp, tasks, masks, batch_size=batch, redo=o.redo, title=title)[CROSS_SHOWN]
         for task in tasks:
             mask = masks[task.name]
-            random_masks_stage(xp, task, mask, n_draws=o.draws, batch_size=batch, redo=o.redo)
-            switch_rates_stage(xp, task, mask, stride=o.stride, redo=o.redo)
-            alpha_control_stage(xp, task, mask, n_random=o.random_sets, batch_size=batch, redo=o.redo)
+            if "random-masks" in o.controls:
+                random_masks_stage(xp, task, mask, n_draws=o.draws, batch_size=batch, redo=o.redo)
+            if "switch-rates" in o.controls:
+                switch_rates_stage(xp, task, mask, stride=o.stride, redo=o.redo)
+            if "alpha-control" in o.controls:
+                alpha_control_stage(xp, task, mask, n_random=o.random_sets, batch_size=batch, redo=o.redo)
         combine_controls(xp)
         return None
     if o.stage == "verdicts":

@@ -8,8 +8,10 @@ skipped when present, so an interrupted stage resumes task by task.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pandas as pd
 
@@ -41,7 +43,7 @@ def random_masks_stage(
     counts (`random_mask_control`), one row each, and every output behind them
     (`random_masks_generations_<task>.csv.gz`); the summary `random_masks_summary_<task>.csv`. For
     another seed's mask (`seed` k > 0) the same tables named `random_masks_seed<k>_<task>.csv`, ...
-    (the verdicts read them; the combined summary holds seed 0's)."""
+    (the verdicts read them; the combined summary gives each its `seed`)."""
     stem = safe_name(task.name) if seed == 0 else f"seed{seed}_{safe_name(task.name)}"
     if _done(xp, f"random_masks_{stem}.csv", redo):
         return
@@ -133,11 +135,18 @@ def cross_task_stage(
     return table
 
 
+def _mask_seed(path: Path, artifact: str) -> int:
+    """The seed of the mask a control table was drawn for: k in `<artifact>_seed<k>_<task>.csv`, else 0."""
+    found = re.match(rf"{artifact}_seed(\d+)_", path.name)
+    return int(found.group(1)) if found else 0
+
+
 def combine_controls(xp: Experiment) -> list[str]:
     """The summaries of the controls over every task present, computed again from the per-task tables
     (`random_masks_<task>.csv`, `fig2_switch_rates_<task>.csv`, `fig6_alpha_control_<task>.csv`):
     `random_masks_summary.csv`, `fig2_switch_summary.csv` and `fig6_alpha_summary.csv`, what the results
-    pages show. The names of the tables written."""
+    pages show. The random masks of every seed's mask are summarised, with the mask's `seed` (0 for
+    `random_masks_<task>.csv`, k for `random_masks_seed<k>_<task>.csv`). The names of the tables written."""
     summaries = {
         "random_masks": (
             "random_masks_summary",
@@ -156,9 +165,12 @@ def combine_controls(xp: Experiment) -> list[str]:
         paths = [
             p
             for p in xp.files(f"{artifact}_*.csv")
-            if not p.name.startswith((f"{artifact}_summary", f"{artifact}_generations", f"{artifact}_seed"))
+            if not p.name.startswith((f"{artifact}_summary", f"{artifact}_generations"))
         ]
-        parts = [summarize(read_table(path, keep_default_na=False, na_values=[""])) for path in paths]
+        parts = []
+        for path in sorted(paths, key=lambda p: (_mask_seed(p, artifact), p.name)):
+            part = summarize(read_table(path, keep_default_na=False, na_values=[""]))
+            parts.append(part.assign(seed=_mask_seed(path, artifact)) if artifact == "random_masks" else part)
         if parts:
             xp.table(pd.concat(parts, ignore_index=True), name, float_format=None)
             written.append(name)

@@ -43,3 +43,10 @@ def test_long_tables_are_stored_gzipped_and_no_resume_state_is_committed():
 def test_the_tracked_tree_stays_under_40_mb():
     total = sum(p.stat().st_size for p in tracked(FIGURES.parent))
     assert total <= 40 * 10**6, f"{total / 10**6:.1f} MB tracked"
+
+
+def test_figure_renders_stay_local():
+    """The pages embed each figure's HTML; its PNG render (written beside it by the scripts) is not
+    committed (`figures/.gitignore`)."""
+    renders = [p for p in tracked(FIGURES) if p.suffix == ".png"]
+    assert not renders, f"PNG renders are not committed: {renders[:5]}"

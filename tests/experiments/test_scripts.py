@@ -206,6 +206,15 @@ def test_smollm2_script_trains_a_stored_mask_and_names_a_missing_stage_input(tmp
     run_script("smollm2.py", "verdicts", *common)  # the stored mask's task; nothing evaluated yet
     verdicts = pd.read_csv(tmp_path / "out" / "tiny" / "verdicts.csv")
     assert set(verdicts.task) == {"organism/antonym"} and set(verdicts.verdict) == {"not run"}
+    # `--controls` picks the controls; a seed's control is its random masks, and cross-task is seed 0's.
+    run_script("smollm2.py", "controls", "--controls", "random-masks", "--draws", "2", *common)
+    written = {p.name for p in (tmp_path / "out" / "tiny").iterdir()}
+    assert "random_masks_organism__antonym.csv" in written
+    assert not [n for n in written if n.startswith(("fig2_switch", "fig6_alpha_control"))]
+    for refused in (["controls", "--seed", "1", "--controls", "switch-rates"], ["cross-task", "--seed", "1"]):
+        failed = run_script("smollm2.py", *refused, *common, expect=2)
+        assert "--seed" in failed.stderr and "[controls]" not in failed.stdout
+    assert {p.name for p in (tmp_path / "out" / "tiny").iterdir()} == written
 
 
 def test_translation_script_names_a_missing_option(tmp_path):

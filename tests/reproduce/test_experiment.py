@@ -261,9 +261,9 @@ def test_cross_task_swaps_evaluate_every_mask_on_every_task_and_combine_one_row_
     assert (tmp_path / "tiny" / "cross_task_generations_tiny__reverse.csv.gz").is_file()
 
 
-def test_another_seeds_random_masks_have_their_own_tables_outside_the_summary(model_dir, tmp_path):
+def test_another_seeds_random_masks_have_their_own_tables_and_rows_of_the_summary(model_dir, tmp_path):
     """`controls --seed 1`: the random masks drawn to seed 1's mask are `random_masks_seed1_<task>`,
-    which the verdicts read; the combined summary holds seed 0's tables only."""
+    which the verdicts read; the combined summary holds both seeds' rows, each with its `seed`."""
     import torch
 
     from headsup_lens.reproduce._controls import combine_controls, random_masks_stage
@@ -281,6 +281,10 @@ def test_another_seeds_random_masks_have_their_own_tables_outside_the_summary(mo
         out / "random_masks_generations_seed1_tiny__reverse.csv.gz"
     ).is_file()
     summary = pd.read_csv(out / "random_masks_summary.csv")
-    assert list(summary.task.unique()) == ["tiny/reverse"] and len(summary) == len(
-        pd.read_csv(out / "random_masks_summary_tiny__reverse.csv")
-    )
+    for seed, own_summary in (
+        (0, "random_masks_summary_tiny__reverse.csv"),
+        (1, "random_masks_summary_seed1_tiny__reverse.csv"),
+    ):
+        rows = summary[summary.seed == seed].drop(columns="seed").reset_index(drop=True)
+        pd.testing.assert_frame_equal(rows, pd.read_csv(out / own_summary))
+    assert list(summary.task.unique()) == ["tiny/reverse"]

@@ -122,6 +122,8 @@ class Options(MultiTaskOptions):
         check_counts(self, shots=1, draws=1, stride=1, random_sets=0)
         if self.stage == "controls" and self.seed and "random-masks" not in self.controls:
             raise ValueError("controls --seed draws only random masks (another seed's control); --controls omits them")
+        if self.stage == "cross-task" and self.seed:  # cross_task.csv holds the seed-0 masks' swaps: never mix
+            raise ValueError("cross-task swaps the seed-0 masks; --seed applies to the controls stage only")
 
 
 def run(xp: Experiment, o: Options):
@@ -144,8 +146,6 @@ def run(xp: Experiment, o: Options):
         combine_fewshot(xp)  # fewshot_evaluation.csv: every task's few-shot rows
         return None
     if o.stage in ("controls", "cross-task"):
-        if o.stage == "cross-task" and o.seed:  # cross_task.csv holds the seed-0 masks' swaps: never mix
-            raise ValueError("cross-task swaps the seed-0 masks; --seed applies to the controls stage only")
         names = o.tasks or seed0_tasks(xp)
         tasks = [load_task(n, data) for n in names]
         stored = {t.name: f"masks/{stored_mask_path('', t, seed=o.seed).name}" for t in tasks}

@@ -4,6 +4,8 @@ behind them is tested in the library (`tests/reproduce/`, `tests/analysis/`, ...
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -211,10 +213,25 @@ def test_smollm2_script_trains_a_stored_mask_and_names_a_missing_stage_input(tmp
     written = {p.name for p in (tmp_path / "out" / "tiny").iterdir()}
     assert "random_masks_organism__antonym.csv" in written
     assert not [n for n in written if n.startswith(("fig2_switch", "fig6_alpha_control"))]
-    for refused in (["controls", "--seed", "1", "--controls", "switch-rates"], ["cross-task", "--seed", "1"]):
-        failed = run_script("smollm2.py", *refused, *common, expect=2)
-        assert "--seed" in failed.stderr and "[controls]" not in failed.stdout
+    failed = run_script("smollm2.py", "controls", "--seed", "1", "--controls", "switch-rates", *common, expect=2)
+    assert "--seed draws only random masks" in failed.stderr and "[controls]" not in failed.stdout
     assert {p.name for p in (tmp_path / "out" / "tiny").iterdir()} == written
+
+
+def test_smollm2_script_refuses_a_seed_where_it_would_mix_outputs():
+    """`cross-task` writes the seed-0 masks' swaps, and `controls --seed k` writes only seed k's random
+    masks: a seed elsewhere is refused as the options are parsed, before any model is loaded."""
+    spec = importlib.util.spec_from_file_location(
+        "smollm2_script", Path(__file__).parents[2] / "experiments" / "smollm2.py"
+    )
+    assert spec is not None and spec.loader is not None
+    sys.modules["smollm2_script"] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(ValueError, match="seed-0 masks"):
+        module.Options(stage="cross-task", seed=1)
+    with pytest.raises(ValueError, match="only random masks"):
+        module.Options(stage="controls", seed=1, controls=("alpha-control",))
+    assert module.Options(stage="controls", seed=1).controls == module.CONTROLS  # random masks among them
 
 
 def test_translation_script_names_a_missing_option(tmp_path):

@@ -212,6 +212,20 @@ def run_script(script: str, *args: str, expect: int = 0) -> subprocess.Completed
     return done
 
 
+def load_script(script: str):
+    """`experiments/<script>` imported in this process (its `Options` and constants), once: dataclasses
+    look their module up in `sys.modules` while they are defined."""
+    import importlib.util
+
+    name = f"experiments_{Path(script).stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPOSITORY / "experiments" / script)
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 # Tiny decoders of further Hugging Face families (random weights, character tokenizer): the gates'
 # fast path runs each model's own code, so each family is compared with the hook_z reference. Each is
 # an architecture of `random_llama_dir` (untied embeddings here, Gemma-3 included) with these fields

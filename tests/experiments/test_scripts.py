@@ -4,8 +4,6 @@ behind them is tested in the library (`tests/reproduce/`, `tests/analysis/`, ...
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -14,7 +12,7 @@ import pytest
 from headsup_lens.masks import HeadMask
 from headsup_lens.reproduce import MODEL_RECORD
 
-from ..conftest import build_llama_dir, run_script
+from ..conftest import build_llama_dir, load_script, run_script
 
 TINY = ["--steps", "12", "--batch-size", "2", "--no-png", "--threads", "1"]
 DEFAULT_TASKS = {"organism__translate", "organism__reverse", "organism__uppercase", "organism__antonym"}
@@ -221,12 +219,7 @@ def test_smollm2_script_trains_a_stored_mask_and_names_a_missing_stage_input(tmp
 def test_smollm2_script_refuses_a_seed_where_it_would_mix_outputs():
     """`cross-task` writes the seed-0 masks' swaps, and `controls --seed k` writes only seed k's random
     masks: a seed elsewhere is refused as the options are parsed, before any model is loaded."""
-    spec = importlib.util.spec_from_file_location(
-        "smollm2_script", Path(__file__).parents[2] / "experiments" / "smollm2.py"
-    )
-    assert spec is not None and spec.loader is not None
-    sys.modules["smollm2_script"] = module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("smollm2.py")
     with pytest.raises(ValueError, match="seed-0 masks"):
         module.Options(stage="cross-task", seed=1)
     with pytest.raises(ValueError, match="only random masks"):

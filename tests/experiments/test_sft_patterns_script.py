@@ -3,7 +3,6 @@ standing in for the base organism (the measurements themselves are tested in tes
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 
 from headsup_lens.options import parse
 
-from ..conftest import build_gemma3_dir, build_llama_dir
+from ..conftest import build_gemma3_dir, build_llama_dir, load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "sft_patterns.py"
@@ -36,14 +35,8 @@ def test_help_lists_the_stages_and_options():
 
 
 def script_options():
-    """The script's `Options`, imported from its file (dataclasses look the module up while defining)."""
-    name = "sft_patterns_script"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return sys.modules[name].Options
+    """The script's `Options`, imported from its file."""
+    return load_script("sft_patterns.py").Options
 
 
 @pytest.mark.parametrize(

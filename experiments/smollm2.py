@@ -47,6 +47,7 @@ from headsup_lens.reproduce._controls import (
     alpha_control_stage,
     combine_controls,
     cross_task_stage,
+    fluent_random_masks_stage,
     random_masks_stage,
     switch_rates_stage,
 )
@@ -63,7 +64,7 @@ from headsup_lens.reproduce._staged import (
     settings_table,
     train_stored_masks,
 )
-from headsup_lens.reproduce._verdicts import claim_verdicts
+from headsup_lens.reproduce._verdicts import claim_verdicts, nearest_plan
 from headsup_lens.training import safe_name
 
 STAGES = (
@@ -78,7 +79,7 @@ STAGES = (
     "cross-task",
     "verdicts",
 )
-CONTROLS = ("random-masks", "switch-rates", "alpha-control")
+CONTROLS = ("random-masks", "fluent-random-masks", "switch-rates", "alpha-control")
 SHOWN = ["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]
 CROSS_SHOWN = ["mask_task", "task", "strict", "answer_nll"]
 
@@ -120,7 +121,7 @@ class Options(MultiTaskOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_counts(self, shots=1, draws=1, stride=1, random_sets=0)
-        if self.stage == "controls" and self.seed and "random-masks" not in self.controls:
+        if self.stage == "controls" and self.seed and not {"random-masks", "fluent-random-masks"} & set(self.controls):
             raise ValueError("controls --seed draws only random masks (another seed's control); --controls omits them")
         if self.stage == "cross-task" and self.seed:  # cross_task.csv holds the seed-0 masks' swaps: never mix
             raise ValueError("cross-task swaps the seed-0 masks; --seed applies to the controls stage only")
@@ -152,9 +153,23 @@ def run(xp: Experiment, o: Options):
         masks = {name: HeadMask.load(xp.current(path), xp.model) for name, path in stored.items()}
         if o.stage == "controls" and o.seed:  # another seed's mask: its own random masks (the verdicts' control)
             for task in tasks:
-                random_masks_stage(
-                    xp, task, masks[task.name], n_draws=o.draws, batch_size=batch, redo=o.redo, seed=o.seed
-                )
+                if "random-masks" in o.controls:
+                    random_masks_stage(
+                        xp, task, masks[task.name], n_draws=o.draws, batch_size=batch, redo=o.redo, seed=o.seed
+                    )
+                if "fluent-random-masks" in o.controls:
+                    fluent_random_masks_stage(
+                        xp,
+                        task,
+                        masks[task.name],
+                        nearest_plan(xp.out),
+                        n_draws=o.draws,
+                        batch_size=batch,
+                        redo=o.redo,
+                        seed=o.seed,
+                        data_dir=data,
+                    )
+            combine_controls(xp)
             return None
         if o.stage == "cross-task":
             return cross_task_stage(xp, tasks, masks, batch_size=batch, redo=o.redo, title=title)[CROSS_SHOWN]
@@ -162,6 +177,10 @@ def run(xp: Experiment, o: Options):
             mask = masks[task.name]
             if "random-masks" in o.controls:
                 random_masks_stage(xp, task, mask, n_draws=o.draws, batch_size=batch, redo=o.redo)
+            if "fluent-random-masks" in o.controls:
+                fluent_random_masks_stage(
+                    xp, task, mask, nearest_plan(xp.out), n_draws=o.draws, batch_size=batch, redo=o.redo, data_dir=data
+                )
             if "switch-rates" in o.controls:
                 switch_rates_stage(xp, task, mask, stride=o.stride, redo=o.redo)
             if "alpha-control" in o.controls:
@@ -170,11 +189,13 @@ def run(xp: Experiment, o: Options):
         return None
     if o.stage == "verdicts":
         combine_controls(xp)
-        verdicts = claim_verdicts(xp.out, o.tasks or seed0_tasks(xp))
+        verdicts = claim_verdicts(xp.out, data_dir=data)
         xp.table(verdicts, "verdicts", float_format=None)
         return verdicts[["task", "schedule", "examples", "claim", "verdict"]]
     if o.stage == "rescore":
         rescore_stored(xp, data)
+        if not seed0_tasks(xp):  # a folder of tables without stored masks (the organism's): nothing to combine
+            return None
     elif o.stage in ("analyze", "evaluate"):
         names, seeds = o.tasks or seed0_tasks(xp), seed_masks(xp)
         if not names:

@@ -10,9 +10,15 @@ from ._answers import generate_answers as generate_answers
 from ._answers import generations as generations
 from ._config import EvalConfig as EvalConfig
 from ._controls import RandomMaskControl as RandomMaskControl
+from ._controls import fluent_random_mask_control as fluent_random_mask_control
 from ._controls import random_mask_control as random_mask_control
 from ._evaluate import MaskTaskWarning as MaskTaskWarning
 from ._evaluate import evaluate as evaluate
+from ._fluency import FluentDraws as FluentDraws
+from ._fluency import fluent_random_masks as fluent_random_masks
+from ._fluency import head_effects as head_effects
+from ._fluency import neutral_loss as neutral_loss
+from ._fluency import neutral_rows as neutral_rows
 from ._metrics import bleu as bleu
 from ._metrics import first_line as first_line
 from ._metrics import rouge_l as rouge_l
@@ -27,6 +33,7 @@ from ._scoring import is_empty as is_empty
 from ._scoring import is_strict as is_strict
 from ._scoring import mcnemar_exact as mcnemar_exact
 from ._scoring import normalize as normalize
+from ._scoring import paper_hit as paper_hit
 from ._scoring import score_outputs as score_outputs
 from ._scoring import task_labels as task_labels
 from ._scoring import wilson_interval as wilson_interval

@@ -11,6 +11,7 @@ draws' mean and central 95% range beside the learned mask's score and its rank a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -25,6 +26,7 @@ from ..data import Task
 from ..masks import HeadMask, Shuffle
 from ._config import EvalConfig
 from ._evaluate import evaluate
+from ._fluency import fluent_random_masks
 
 LEARNED = "learned"
 RANDOM = "random"
@@ -107,18 +109,64 @@ def random_mask_control(
     check_int("seed", seed, minimum=0)
     if not isinstance(mask, HeadMask):
         mask = HeadMask(mask.detach().float().cpu())
+    draws = [(seed + k, mask.shuffled(seed + k, within=within), {}) for k in range(n_draws)]
+    return _evaluate_draws(model, task, mask, draws, config, within=within)
+
+
+def fluent_random_mask_control(
+    model: TransformerBridge,
+    task: Task,
+    mask: HeadMask,
+    neutral: Sequence[tuple[list[int], list[int]]],
+    config: EvalConfig = EvalConfig(),  # noqa: B008 (frozen: one shared default is safe)
+    *,
+    n_draws: int = 20,
+    pool: float = 2.0,
+    tolerance: float = 0.10,
+    max_candidates: int = 10,
+    seed: int = 0,
+) -> RandomMaskControl:
+    """`random_mask_control` with random masks that keep the model as fluent as `mask` on the neutral
+    text `neutral` (`fluent_random_masks`: rows of `neutral_rows`): `within="fluent"`, and every row
+    carries its `neutral_loss` (the learned mask's too). Fewer than `n_draws` kept masks (the filter
+    refused the rest within `max_candidates` tries each) is a ValueError that says how many."""
+    found = fluent_random_masks(
+        model, mask, neutral, n_draws=n_draws, pool=pool, tolerance=tolerance, max_candidates=max_candidates, seed=seed
+    )
+    if len(found.masks) < n_draws:
+        raise ValueError(
+            f"{task.name}: {len(found.masks)} of {n_draws} random masks kept the neutral loss within "
+            f"{tolerance:.0%} of the learned mask's {found.learned_loss:.3f} in {found.tried} tries"
+        )
+    draws = [(seed, draw, {"neutral_loss": loss}) for draw, loss in zip(found.masks, found.losses)]
+    return _evaluate_draws(
+        model, task, mask, draws, config, within="fluent", learned={"neutral_loss": found.learned_loss}
+    )
+
+
+def _evaluate_draws(
+    model: TransformerBridge,
+    task: Task,
+    mask: HeadMask,
+    draws: Sequence[tuple[int, HeadMask, dict]],
+    config: EvalConfig,
+    *,
+    within: str,
+    learned: dict | None = None,
+) -> RandomMaskControl:
+    """The learned mask, then every draw (seed, mask, extra columns), as the "masked" row of `evaluate`."""
     one = replace(config, settings=("masked",), progress=False)
-    masks = [(LEARNED, -1, None, mask)] + [
-        (RANDOM, k, seed + k, mask.shuffled(seed + k, within=within)) for k in range(n_draws)
+    masks = [(LEARNED, -1, None, mask, learned or {})] + [
+        (RANDOM, k, draw_seed, each, extra) for k, (draw_seed, each, extra) in enumerate(draws)
     ]
     rows, texts = [], []
     with progress(total=len(masks), desc=f"{task.name}: random masks", unit="mask", enabled=config.progress) as bar:
-        for kind, draw, draw_seed, each in masks:
+        for kind, draw, draw_seed, each, extra in masks:
             result = evaluate(model, task, each, one)
             row = result.table.loc[result.table.setting == "masked"].iloc[0].to_dict()
-            rows.append({"mask": kind, "draw": draw, "seed": draw_seed} | row)
+            rows.append({"mask": kind, "draw": draw, "seed": draw_seed} | row | extra)
             texts.append(result.generations.assign(mask=kind, draw=draw))
             bar.update(1)
-    draws = pd.DataFrame(rows).drop(columns=["setting"])
+    table = pd.DataFrame(rows).drop(columns=["setting"])
     generations = pd.concat(texts, ignore_index=True).drop(columns=["setting"])
-    return RandomMaskControl(task=task.name, within=within, draws=draws, generations=generations)
+    return RandomMaskControl(task=task.name, within=within, draws=table, generations=generations)

@@ -1,10 +1,13 @@
-"""A second reading of greedy outputs: a strict matcher, echo and empty outputs, label tasks,
-Wilson intervals and an exact paired test.
+"""How greedy outputs are scored: the paper's protocol (the primary metric), a strict matcher, echo
+and empty outputs, label tasks, Wilson intervals and an exact paired test.
 
-The paper's matcher (the answer is contained in / starts the output) rewards an output that only
-repeats the input, or contains the answer inside a longer word ("device" for "vice"). These
-scores let a table say how much of an accuracy survives a stricter reading and the obvious
-controls.
+The paper (App. B) greedily generates 10 new tokens and counts an output that contains the answer
+(that starts with it, for its extraction, capitalisation and letter tasks). Read as a plain substring
+test, as the reference code does, that rewards an output that contains the answer inside a longer
+word ("unaware" for "aware") or that only repeats the input. `paper_hit`, the primary metric, reads
+the same protocol on whole words and does not count an answer that the output copied from the input;
+the substring reading stays as `substring_accuracy`, and the strict matcher (the output's first line
+is the answer) as a robustness column.
 """
 
 from __future__ import annotations
@@ -49,6 +52,39 @@ def is_strict(output: str, answer: str) -> bool:
     words only, no substrings ("device" is not "vice", "Tunisia" is not "Tunis"), nothing around
     the answer ("The capital is Paris" is not "Paris")."""
     return normalize(first_line(output)) == normalize(answer) != ""
+
+
+@checked
+def paper_hit(output: str, answer: str, user_input: str, matcher: str, echo_min_words: int = ECHO_MIN_WORDS) -> bool:
+    """The primary metric: the paper's protocol on whole words, an echo of the input not a hit.
+
+    After `normalize` (case kept, as the paper's matcher keeps it), the answer's words must occur as
+    consecutive words of the output (`matcher="contains"`) or be its first words (`"starts_with"`), at an
+    occurrence that is not an echo: an occurrence is an echo when a run of the output's words covering it
+    also occurs as consecutive words of the input and either has at least min(`echo_min_words`, words of
+    the input) words and more words than the answer, or is the whole input. So "unaware" is no hit for
+    "aware", an extraction task's output that copies the input sentence from its start is no hit, and
+    "Nurbika Mamatuyeva." (the name alone) is one."""
+    check_int("echo_min_words", echo_min_words, minimum=1)
+    if matcher not in ("contains", "starts_with"):
+        raise ValueError(f"matcher must be 'contains' or 'starts_with', got {matcher!r}")
+    words, phrase, source = normalize(output).split(), normalize(answer).split(), normalize(user_input).split()
+    n = len(phrase)
+    if n == 0:
+        return False
+    starts = [0] if matcher == "starts_with" else range(len(words) - n + 1)
+    return any(words[i : i + n] == phrase and not _copied(words, i, n, source, echo_min_words) for i in starts)
+
+
+def _copied(words: Sequence[str], i: int, n: int, source: Sequence[str], min_words: int) -> bool:
+    """Whether `words[i:i + n]` lies inside a copy of the input (`paper_hit`'s echo)."""
+    need = max(min(min_words, len(source)), n + 1)
+    for start in range(i + 1):
+        for end in range(i + n, len(words) + 1):
+            run = list(words[start:end])
+            if (len(run) >= need or run == list(source)) and _contains_words(source, run):
+                return True
+    return False
 
 
 def _contains_words(words: Sequence[str], phrase: Sequence[str]) -> bool:
@@ -204,10 +240,12 @@ def score_outputs(
 ) -> tuple[dict[str, float | int | str], dict[str, list]]:
     """Every score of one setting's outputs: (row columns, per-example columns).
 
-    Row: `accuracy` (the paper's matcher, `task.is_correct`) and `strict` with their 95% Wilson
-    bounds (`accuracy_low` ...), `echo` and `empty` counts, and for label tasks
+    Row: `metric` ("paper"), `accuracy` (the primary metric, `paper_hit` with the task's matcher) and
+    `strict` with their 95% Wilson bounds (`accuracy_low` ...), `substring_accuracy` (the reference code's
+    plain substring test, `task.is_correct`), `echo` and `empty` counts, and for label tasks
     `balanced_accuracy` (of the predicted labels) and `predicted_labels` (their distribution, JSON).
-    Per example: `correct`, `strict`, `echo`, `empty` and for label tasks `gold_label` / `predicted_label`.
+    Per example: `correct` (the primary metric), `substring`, `strict`, `echo`, `empty` and for label tasks
+    `gold_label` / `predicted_label`.
     """
     for name, texts in (("outputs", outputs), ("inputs", inputs), ("answers", answers)):
         check_texts(name, texts)
@@ -217,16 +255,18 @@ def score_outputs(
         )
     n = len(outputs)
     per: dict[str, list] = {  # one entry per output: hits (bool), then the labels (str)
-        "correct": [task.is_correct(o, a) for o, a in zip(outputs, answers)],
+        "correct": [paper_hit(o, a, x, task.matcher) for o, a, x in zip(outputs, answers, inputs)],
+        "substring": [task.is_correct(o, a) for o, a in zip(outputs, answers)],
         "strict": [is_strict(o, a) for o, a in zip(outputs, answers)],
         "echo": [is_echo(o, x) for o, x in zip(outputs, inputs)],
         "empty": [is_empty(o) for o in outputs],
     }
-    row: dict[str, float | int | str] = {}
+    row: dict[str, float | int | str] = {"metric": "paper"}
     for column, key in (("accuracy", "correct"), ("strict", "strict")):
         hits = sum(per[key])
         row[column] = hits / n
         row[f"{column}_low"], row[f"{column}_high"] = wilson_interval(hits, n)
+    row["substring_accuracy"] = sum(per["substring"]) / n
     row["echo"], row["empty"] = sum(per["echo"]), sum(per["empty"])
     if labels is not None:
         per["gold_label"] = [labels.gold(x, a) for x, a in zip(inputs, answers)]

@@ -18,7 +18,15 @@ import pandas as pd
 from .._io import read_table
 from ..analysis import AlphaControl, SwitchRates, alpha_control, switch_rates
 from ..data import Task
-from ..evaluation import EvalConfig, RandomMaskControl, evaluate, random_mask_control
+from ..evaluation import (
+    EvalConfig,
+    RandomMaskControl,
+    evaluate,
+    fluent_random_mask_control,
+    neutral_rows,
+    random_mask_control,
+)
+from ..evaluation._plan import AnalysisPlan
 from ..masks import HeadMask
 from ..plots import cross_task_figure
 from ..training import safe_name
@@ -53,6 +61,47 @@ def random_masks_stage(
     xp.table(control.generations, f"random_masks_generations_{stem}", float_format=None, compress=True)
     xp.table(control.summary(), f"random_masks_summary_{stem}", float_format=None)
     what = f"{task.name}{'' if seed == 0 else f' (seed {seed})'}: {n_draws} random masks"
+    record_time(xp.out, "controls", what, time.perf_counter() - start)
+
+
+def fluent_random_masks_stage(
+    xp: Experiment,
+    task: Task,
+    mask: HeadMask,
+    plan: AnalysisPlan,
+    *,
+    n_draws: int,
+    batch_size: int,
+    redo: bool = False,
+    seed: int = 0,
+    data_dir: str | None = None,
+) -> None:
+    """`random_masks_fluent_<task>.csv`: the learned mask and `n_draws` random masks of its per-layer shape
+    that keep the neutral text's loss within the plan's tolerance of the learned mask's
+    (`fluent_random_mask_control`, the plan's `[controls]`), their outputs
+    (`random_masks_fluent_generations_<task>.csv.gz`) and summary; `seed` k > 0: another seed's mask,
+    `random_masks_fluent_seed<k>_<task>.csv`. The random control of the plan's verdicts reads them."""
+    stem = safe_name(task.name) if seed == 0 else f"seed{seed}_{safe_name(task.name)}"
+    if _done(xp, f"random_masks_fluent_{stem}.csv", redo):
+        return
+    start = time.perf_counter()
+    c = plan.controls
+    neutral = neutral_rows(xp.model, c.neutral_text, c.neutral_examples, task=task.name, data_dir=data_dir)
+    control = fluent_random_mask_control(
+        xp.model,
+        task,
+        mask,
+        neutral,
+        EvalConfig(batch_size=batch_size),
+        n_draws=n_draws,
+        pool=c.pool,
+        tolerance=c.fluency_tolerance,
+        max_candidates=c.max_candidates,
+    )
+    xp.table(control.draws.assign(within=control.within), f"random_masks_fluent_{stem}", float_format=None)
+    xp.table(control.generations, f"random_masks_fluent_generations_{stem}", float_format=None, compress=True)
+    xp.table(control.summary(), f"random_masks_fluent_summary_{stem}", float_format=None)
+    what = f"{task.name}{'' if seed == 0 else f' (seed {seed})'}: {n_draws} fluency-kept random masks"
     record_time(xp.out, "controls", what, time.perf_counter() - start)
 
 
@@ -147,11 +196,11 @@ def combine_controls(xp: Experiment) -> list[str]:
     `random_masks_summary.csv`, `fig2_switch_summary.csv` and `fig6_alpha_summary.csv`, what the results
     pages show. The random masks of every seed's mask are summarised, with the mask's `seed` (0 for
     `random_masks_<task>.csv`, k for `random_masks_seed<k>_<task>.csv`). The names of the tables written."""
+    def random(t):
+        return RandomMaskControl(str(t.task.iloc[0]), str(t.within.iloc[0]), t, pd.DataFrame()).summary()
     summaries = {
-        "random_masks": (
-            "random_masks_summary",
-            lambda t: RandomMaskControl(str(t.task.iloc[0]), str(t.within.iloc[0]), t, pd.DataFrame()).summary(),
-        ),
+        "random_masks": ("random_masks_summary", random),
+        "random_masks_fluent": ("random_masks_fluent_summary", random),
         "fig2_switch_rates": ("fig2_switch_summary", lambda t: SwitchRates(str(t.task.iloc[0]), t).summary()),
         "fig6_alpha_control": (
             "fig6_alpha_summary",
@@ -162,15 +211,13 @@ def combine_controls(xp: Experiment) -> list[str]:
     }
     written = []
     for artifact, (name, summarize) in summaries.items():
-        paths = [
-            p
-            for p in xp.files(f"{artifact}_*.csv")
-            if not p.name.startswith((f"{artifact}_summary", f"{artifact}_generations"))
-        ]
+        skip = (f"{artifact}_summary", f"{artifact}_generations")
+        skip += ("random_masks_fluent",) if artifact == "random_masks" else ()  # a table of its own
+        paths = [p for p in xp.files(f"{artifact}_*.csv") if not p.name.startswith(skip)]
         parts = []
         for path in sorted(paths, key=lambda p: (_mask_seed(p, artifact), p.name)):
             part = summarize(read_table(path, keep_default_na=False, na_values=[""]))
-            parts.append(part.assign(seed=_mask_seed(path, artifact)) if artifact == "random_masks" else part)
+            parts.append(part.assign(seed=_mask_seed(path, artifact)) if artifact.startswith("random_masks") else part)
         if parts:
             xp.table(pd.concat(parts, ignore_index=True), name, float_format=None)
             written.append(name)

@@ -39,6 +39,7 @@ from ..plots import alpha_figure, jaccard_figure, logit_lens_figure, mask_heatma
 from ..training import TrainConfig, TrainResult, safe_name, train_masks
 from ._experiment import Experiment, record_time
 from ._masks import mask_on_another_task, stored_mask_path
+from ._rescore import rescore_folder
 
 TEXT_COLUMNS = {"input": str, "answer": str, "output": str}  # stored generations: text stays text
 N_SIMILARITY = 10  # held-out inputs averaged in the layer-similarity figure
@@ -260,19 +261,19 @@ def add_seed_rows(xp: Experiment, task: Task, seeds: Mapping[str, HeadMask], *, 
     return added
 
 
-def rescore_stored(xp: Experiment, data_dir: str | None = None) -> list[str]:
-    """Every stored settings table whose generations are stored, scored again from them (`rescore`)
-    and written back; the tasks rescored."""
-    names = []
-    for path in xp.files("tables12_generations_*.csv"):
-        stem = path.name.removesuffix(".gz").removesuffix(".csv").removeprefix("tables12_generations_")
-        table = pd.read_csv(xp.current(f"tables12_evaluation_{stem}.csv"))
-        task = load_task(table.task.iloc[0], data_dir)
-        rescored = rescore(task, table, pd.read_csv(path, keep_default_na=False, dtype=TEXT_COLUMNS))
-        _write_pair(xp, stem, rescored.table, rescored.generations)
-        print(f"{task.name}: rescored", flush=True)
-        names.append(task.name)
-    return names
+def rescore_stored(xp: Experiment, data_dir: str | None = None) -> list[Path]:
+    """Every stored generations table of the model's folder (and of the folders below it: the runs on the
+    paper's schedule) scored again by the current metrics, with every table of scores read from them
+    (`rescore_folder`), written back with the run's outputs when it ends; the files rescored."""
+
+    def write(path: Path, frame: pd.DataFrame) -> None:
+        name = path.relative_to(xp.out).as_posix()
+        how = {"method": "gzip", "mtime": 0} if name.endswith(".gz") else None
+        atomic_write(xp.staged(name), lambda tmp: frame.to_csv(tmp, index=False, compression=how))
+
+    written = rescore_folder(xp.out, data_dir, write=write)
+    print(f"rescored {len(written)} tables", flush=True)
+    return written
 
 
 # ---------------------------------------------------------------------------------------------- analyses

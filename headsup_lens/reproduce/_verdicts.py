@@ -1,45 +1,26 @@
-"""A verdict per claim of the paper, read from a model's result tables (`experiments/smollm2.py verdicts`).
+"""A verdict per claim of the paper, judged by a results folder's analysis plan (`AnalysisPlan`).
 
-Each claim is judged by one rule on the committed CSVs of one task, stated here and in the
-`evidence` column beside the numbers it read, and every verdict carries the training budget of the
-mask it judges (`steps`, `batch_size`, `examples` = steps × batch, the paper's `paper_examples`,
-`seeds`, `random_draws`), so a results page shows verdicts no one typed:
+`claim_verdicts` reads the plan (`<folder>/analysis_plan.toml`; without one it judges nothing) and, for
+every entry, the committed tables of the masks it names: each planned seed's mask at the entry's budget
+(`masks/<task>[_seed<k>].safetensors` and the folder's settings tables, or a run trained on the paper's
+schedule, `paper_schedule/<task>[_seed<k>]/step<N>/<model>/`, its last evaluated step). The outputs are
+scored again by the plan's primary metric (`paper_hit`: the paper's protocol on whole words, echoes not
+hits) and judged by the plan's rules (`evaluation._rules`):
 
-- **the mask elicits the task** (Tables 1/2): by the strict matcher, the masked 95% interval lies
-  above the original's and its upper end reaches the instructed accuracy; on a label task the masked
-  outputs must also beat always answering the majority label (exact McNemar test on the strict hits,
-  p < 0.05) and their balanced accuracy's 95% bootstrap interval must lie above chance (1 / labels).
-  A mask that fails this rule after fewer examples than the paper's schedule shows is **not elicited
-  at this budget**, not a failure of the claim: "does not reproduce" needs at least the paper's budget.
-  Every seed's mask in the settings table (`masked`, `masked, seed k`) is judged by the rule; the claim
-  holds when one of them passes it with its McNemar p (masked vs original) below 0.05 / seeds
-  (Bonferroni over the seeds tried), and `eliciting_seeds` counts those that do;
-- **the mask, not the number of removed heads** (the random-mask control): with `random_draws` ≥ 2
-  (`random_masks_<task>.csv`), no random mask of its per-layer shape scores as many strict hits
-  (permutation p = (1 + draws at least as good) / (1 + draws) < 0.05); with the settings table's
-  one draw, the random mask's interval lies below the masked one;
-- **removal in weight order switches to the target** (Fig. 2, `fig2_switch_rates_<task>.csv`, every
-  held-out input): the share of inputs whose answer becomes the top-1 next token while the mask's
-  heads are removed one by one is higher in weight order than in random order (exact McNemar test,
-  p < 0.05);
-- **the masked run approaches the instructed run** (Fig. 4): at the last layer the block output's
-  cosine to the instructed run is higher for the masked run than for the original, on the same
-  inputs (one-sided Wilcoxon signed-rank test, p < 0.05);
-- **scaling the heads outside the mask lowers the instructed loss** (Fig. 6,
-  `fig6_alpha_control_<task>.csv`): at α = `alpha_test` (0.25, fixed in advance) the mean drop of the
-  instructed answer loss has a 95% bootstrap interval above 0, is at least `MIN_RELATIVE_DROP` of the
-  loss at α = 1 (below that it is within the noise of a small model's loss), and its interval lies above
-  the drop of every random head set of the same size scaled the same way (a mean drop that only edges
-  past a random set's is a tie).
+- **elicits** (Tables 1/2): the masked model against the original, the majority label (label tasks)
+  and, where it beats the original, the instructed model; exact McNemar tests on the same examples;
+- **random**: the learned mask against random masks of its per-layer shape that keep the model as
+  fluent as the learned mask (`random_masks_fluent_<task>.csv`, drawn by the plan's filter);
+- **specific**: the task's own mask against every other task's mask on its inputs (the cross-task swaps);
+- **fig4**: the masked run's last-layer block output closer to the instructed run's than the original's;
+- **fig6**: scaling the heads outside the mask lowers the instructed loss, more than random head sets;
+- **fig2**: removal in the mask's weight order switches to the answer earlier than a random order of
+  the same heads (`fig2_order_rates_<task>.csv`).
 
-The last four claims are about *how* a mask does the task, so they are judged only where the mask
-elicits it ("cannot be tested here" otherwise): the random-mask control for the first eliciting seed
-(its own random draws), Figs. 2, 4 and 6 for the seed-0 mask their tables analysed. A claim whose table is missing is "not run". The
-p-value beside a verdict is from the test and matcher its rule uses.
-
-`claim_verdicts` judges the masks stored in a model's folder (`masks/<task>.safetensors`, schedule as
-trained) and, where the paper's schedule was run (`paper_schedule/<task>/step<N>/<model>/`, the
-latest step evaluated), the same claims again at that budget.
+Claims after `elicits` are tested on the first planned seed whose mask elicits the task, in the plan's
+`sequence` (fixed-sequence testing: a claim is tested once every claim before it reproduces; one whose
+table was not run spends nothing). Every row carries the plan's sha256 and the entry's `preregistered`.
+A damaged table (unreadable, without its columns or rows, a NaN score) is a `ValueError` naming the file.
 """
 
 from __future__ import annotations
@@ -48,47 +29,75 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import bootstrap, wilcoxon
 
-from ..analysis import AlphaControl, SwitchRates
-from ..evaluation import RandomMaskControl, mcnemar_exact
+from ..analysis import AlphaControl
+from ..data import Task, load_task
+from ..evaluation import paper_hit
+from ..evaluation._plan import AnalysisPlan, ClaimPlan, PlanError, plan_path
+from ..evaluation._rules import (
+    NOT_RUN,
+    REPRODUCES,
+    UNTESTABLE,
+    Judgement,
+    headline_rows,
+    judge_elicits,
+    judge_paired_greater,
+    judge_random,
+    judge_specific,
+    null_outcome,
+)
+from ..evaluation._scoring import balanced_accuracy, is_strict, task_labels
 from ..masks import HeadMask
 from ..training import TrainConfig, safe_name
 
-REPRODUCES, DOES_NOT, UNTESTABLE, NOT_RUN = "reproduces", "does not reproduce", "cannot be tested here", "not run"
-NOT_AT_BUDGET = "not elicited at this budget"
-VERDICTS = (REPRODUCES, DOES_NOT, NOT_AT_BUDGET, UNTESTABLE, NOT_RUN)
 CLAIMS = {
     "elicits": "A mask learned without instruction makes the model do the task (Tables 1/2)",
-    "random": "The mask, not the number of removed heads, does it (random-mask control)",
-    "fig2": "Removing heads in order of the mask's weights switches the output to the target (Fig. 2)",
+    "random": "The mask, not the number of removed heads, does it (fluency-kept random masks)",
+    "specific": "The mask is the task's own: other tasks' masks do not do it (cross-task swaps)",
     "fig4": "The masked run's representations approach the instructed run's (Fig. 4)",
     "fig6": "Scaling the heads outside the mask lowers the instructed loss (Fig. 6)",
+    "fig2": "Removing the mask's heads in order of its weights switches to the answer sooner than in random order (Fig. 2)",
 }
-ALPHA = 0.05  # the level of every test a rule runs
-MIN_RELATIVE_DROP = 0.05  # Fig. 6: a drop below 5% of the loss counts as no drop
-BUDGET_COLUMNS = ("schedule", "steps", "batch_size", "examples", "paper_examples", "seeds", "random_draws")
-ANALYSED_SEED = 0  # the seed whose mask the sweeps, similarity and α tables (Figs. 2, 4, 6) analyse
-PAPER = TrainConfig()  # the paper's schedule (Sec. 3.2): its examples are the budget a "does not reproduce" needs
+ANALYSED_SEED = 0  # the seed whose mask the sweeps, similarity and alpha tables (Figs. 2, 4, 6) analyse
+PAPER = TrainConfig()
 FAST = TrainConfig.fast()
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One rule's answer: the verdict, the numbers it read, its test's p-value and matcher (NaN and
-    None where no test ran: empty cells in the CSV)."""
-
-    verdict: str
-    evidence: str
-    p: float = math.nan
-    matcher: str | None = None
+TEXT = {"input": str, "answer": str, "output": str, "setting": str, "task": str, "mask_task": str, "mask": str}
+COLUMNS = (
+    "task",
+    "claim",
+    "statement",
+    "verdict",
+    "headline",
+    "schedule",
+    "steps",
+    "batch_size",
+    "examples",
+    "paper_examples",
+    "seeds",
+    "seed_list",
+    "eliciting_seeds",
+    "judged_seed",
+    "random_draws",
+    "metric",
+    "accuracy",
+    "ci_low",
+    "ci_high",
+    "strict_accuracy",
+    "p_value",
+    "level",
+    "effect",
+    "effect_low",
+    "effect_high",
+    "min_effect",
+    "evidence",
+    "preregistered",
+    "plan_sha256",
+)
 
 
 @dataclass(frozen=True)
@@ -131,294 +140,449 @@ def mask_budget(path: str | os.PathLike) -> Budget:
     return Budget(int(steps), int(batch))
 
 
-# ---------------------------------------------------------------------------------------------- runs
+# ---------------------------------------------------------------------------------------------- tables
+def read_checked(path: Path, columns: tuple[str, ...] = (), *, texts: bool = False) -> pd.DataFrame:
+    """A committed table, or a ValueError naming the file: unreadable (truncated, not CSV), without a
+    row, or without one of `columns`. `texts`: a generations table, whose empty outputs stay empty
+    strings (elsewhere an empty cell is a missing number)."""
+    missing_values = {} if texts else {"na_values": [""]}
+    try:
+        frame = pd.read_csv(path, keep_default_na=False, dtype=dict(TEXT), **missing_values)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, EOFError, OSError) as error:
+        raise ValueError(f"{path}: damaged table, cannot be read ({str(error).splitlines()[0]})") from None
+    if frame.empty:
+        raise ValueError(f"{path}: damaged table, it holds no rows")
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: damaged table, no column {', '.join(map(repr, missing))}")
+    return frame
+
+
+def _find(folder: Path, *stems: str) -> Path | None:
+    for stem in stems:
+        for suffix in (".csv", ".csv.gz"):
+            if (folder / f"{stem}{suffix}").is_file():
+                return folder / f"{stem}{suffix}"
+    return None
+
+
 @dataclass(frozen=True)
 class _Run:
-    """The tables of one mask of one task: where they are and what they are called there."""
+    """Where one seed's mask of a task and its tables are: the folder holding its settings table, the
+    row naming it there, the mask file and the suffix of its own control tables."""
 
     task: str
+    seed: int
     folder: Path
+    setting: str
     mask: Path
-    seeds: int
+    own: str  # "" for tables of the folder's seed-0 mask, "_seed<k>" for another seed's
 
-    def path(self, artifact: str) -> Path | None:
-        """`<artifact>_<task>.csv` (a model's folder) or `<artifact>.csv` (a single-task folder), also gzipped."""
-        stem = safe_name(self.task)
-        for name in (f"{artifact}_{stem}", artifact):
-            for suffix in (".csv", ".csv.gz"):
-                if (self.folder / f"{name}{suffix}").is_file():
-                    return self.folder / f"{name}{suffix}"
-        return None
-
-    def read(self, artifact: str) -> pd.DataFrame | None:
-        path = self.path(artifact)
-        if path is None:
-            return None
-        text = {"input": str, "answer": str, "output": str, "setting": str, "gold_label": str, "predicted_label": str}
-        return pd.read_csv(path, keep_default_na=False, na_values=[""], dtype=text)
+    def table(self, artifact: str, own: bool = True) -> Path | None:
+        """`<artifact>_<task>.csv` (a model's folder) or `<artifact>.csv` (a single-task folder), also
+        gzipped; with `own`, this seed's own table (`<artifact>_seed<k>_<task>`: a control drawn for it)
+        rather than the folder's shared one (a settings table holds every seed's rows)."""
+        stem, suffix = safe_name(self.task), self.own if own else ""
+        return _find(self.folder, f"{artifact}{suffix}_{stem}", f"{artifact}{suffix}")
 
 
-def _runs(folder: Path, task: str) -> list[_Run]:
+def _candidates(folder: Path, task: str, seed: int) -> list[_Run]:
+    """The places a seed's mask of `task` may be: the model folder's masks, or a run on another schedule."""
     stem = safe_name(task)
-    seeds = 1 + len(list((folder / "masks").glob(f"{stem}_seed*.safetensors")))
-    runs = [_Run(task, folder, folder / "masks" / f"{stem}.safetensors", seeds)]
-    schedule = folder / "paper_schedule" / task
-    evaluated = sorted(schedule.glob("step*/*/tables12_evaluation*.csv"), key=lambda p: int(p.parts[-3][4:]))
+    suffix = "" if seed == 0 else f"_seed{seed}"
+    found = [
+        _Run(
+            task,
+            seed,
+            folder,
+            "masked" if seed == 0 else f"masked, seed {seed}",
+            folder / "masks" / f"{stem}{suffix}.safetensors",
+            suffix,
+        )
+    ]
+    schedule = folder / "paper_schedule" / f"{task}{suffix}"
+    evaluated = sorted(
+        schedule.glob("step*/*/tables12_evaluation*.csv"), key=lambda p: int(re.sub(r"\D", "", p.parts[-3]) or 0)
+    )
     if evaluated:
         last = evaluated[-1].parent
         step = last.parent.name
-        runs.append(_Run(task, last, schedule / "step_masks" / step / f"{stem}.safetensors", 1))
-    return runs
+        found.append(_Run(task, seed, last, "masked", schedule / "step_masks" / step / f"{stem}.safetensors", ""))
+    return [run for run in found if run.mask.is_file()]
+
+
+def _locate(folder: Path, entry: ClaimPlan, seed: int) -> _Run | None:
+    """The run of `seed` at the entry's budget, or None (not trained at that budget)."""
+    for run in _candidates(folder, entry.task, seed):
+        budget = mask_budget(run.mask)
+        if (budget.steps, budget.batch_size) == (entry.steps, entry.batch_size):
+            return run
+    return None
+
+
+class _Outputs:
+    """The settings table and generations of one folder and task, checked, with hits by the plan's metric."""
+
+    def __init__(self, run: _Run, task: Task, plan: AnalysisPlan) -> None:
+        self.task, self.plan = task, plan
+        path = run.table("tables12_evaluation", own=False)
+        texts = run.table("tables12_generations", own=False)
+        if path is None or texts is None:
+            raise FileNotFoundError(f"{run.folder}: no tables12_evaluation / tables12_generations of {task.name}")
+        self.path, self.texts_path = path, texts
+        self.table = read_checked(path, ("setting", "accuracy"))
+        self.texts = read_checked(texts, ("setting", "example", "input", "answer", "output"), texts=True)
+
+    def has(self, setting: str) -> bool:
+        return setting in set(self.table.setting)
+
+    def rows(self, setting: str) -> pd.DataFrame:
+        """The outputs of `setting`, examples 0..n-1 once each, as its table row counts them."""
+        found = self.table.loc[self.table.setting == setting]
+        if found.empty:
+            raise ValueError(f"{self.path}: damaged table, no {setting!r} row")
+        row = found.iloc[0]
+        if pd.isna(row.accuracy):
+            raise ValueError(f"{self.path}: damaged table, the {setting!r} row's accuracy is NaN (rescore it)")
+        part = self.texts.loc[self.texts.setting == setting].sort_values("example", kind="mergesort")
+        n = int(row.n_examples) if "n_examples" in row and pd.notna(row.n_examples) else len(part)
+        if part.empty or part.example.astype(int).tolist() != list(range(n)):
+            raise ValueError(
+                f"{self.texts_path}: damaged table, the outputs of {setting!r} are not examples 0..{n - 1} once each "
+                f"({len(part)} rows)"
+            )
+        return part
+
+    def hits(self, setting: str, metric: str | None = None) -> np.ndarray:
+        part = self.rows(setting)
+        metric = metric or self.plan.metric.primary
+        if metric == "strict":
+            return np.array([is_strict(o, a) for o, a in zip(part.output, part.answer)], dtype=bool)
+        words = self.plan.metric.echo_min_words
+        return np.array(
+            [paper_hit(o, a, x, self.task.matcher, words) for o, a, x in zip(part.output, part.answer, part.input)],
+            dtype=bool,
+        )
+
+    def inputs(self, setting: str) -> list[str]:
+        return self.rows(setting).input.tolist()
 
 
 # ---------------------------------------------------------------------------------------------- verdicts
-def claim_verdicts(folder: str | os.PathLike, tasks: list[str]) -> pd.DataFrame:
-    """One row per task, schedule and claim (`CLAIMS`): `task`, the budget (`BUDGET_COLUMNS`),
-    `eliciting_seeds` (how many seeds' masks pass the elicitation rule), `claim` (its key), `statement`, `verdict` (`VERDICTS`), `evidence` (the numbers the rule read),
-    `p_value` and `matcher` (of the rule's test), from the tables `experiments/smollm2.py` writes
-    into `folder`."""
+def claim_verdicts(
+    folder: str | os.PathLike, plan: AnalysisPlan | str | os.PathLike | None = None, data_dir: str | None = None
+) -> pd.DataFrame:
+    """One row per plan entry (claim, task, budget, seeds) with its verdict, judged by the plan (default
+    `<folder>/analysis_plan.toml`; `COLUMNS`). Without a plan nothing is judged (`PlanError`)."""
+    folder = Path(folder)
+    if not isinstance(plan, AnalysisPlan):
+        plan = AnalysisPlan.read(plan if plan is not None else plan_path(folder))
+    rows: list[dict] = []
+    for family in _families(plan):
+        rows += _judge_family(folder, plan, family, data_dir)
+    for row, headline in zip(rows, headline_rows(rows, plan)):
+        row["headline"] = headline
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def _families(plan: AnalysisPlan) -> list[list[ClaimPlan]]:
+    """The plan's entries grouped by task, budget and seeds, each group in the plan's `sequence`."""
+    groups: dict[tuple, list[ClaimPlan]] = {}
+    for entry in plan.claims:
+        groups.setdefault((entry.task, entry.steps, entry.batch_size, entry.seeds), []).append(entry)
+    order = {claim: i for i, claim in enumerate(plan.sequence)}
+    return [sorted(group, key=lambda e: order[e.claim]) for group in groups.values()]
+
+
+def _judge_family(folder: Path, plan: AnalysisPlan, family: list[ClaimPlan], data_dir: str | None) -> list[dict]:
+    first = family[0]
+    task = load_task(first.task, data_dir)
+    runs = {seed: _locate(folder, first, seed) for seed in first.seeds}
+    outputs = {seed: _Outputs(run, task, plan) for seed, run in runs.items() if run is not None and _has_tables(run)}
+    judged: dict[str, Judgement] = {}
+    blocked: str | None = None
+    eliciting: tuple[int, ...] = ()
+    for entry in family:
+        if entry.claim == "elicits":
+            judgement = _elicits(plan, entry, outputs, runs)
+            eliciting = judgement.passing
+        elif blocked is not None:
+            judgement = Judgement(UNTESTABLE, blocked)
+        else:
+            judgement = _secondary(folder, plan, entry, task, runs, outputs, eliciting)
+        judged[entry.claim] = judgement
+        if judgement.verdict == NOT_RUN and entry.claim != "elicits":
+            continue  # not tested: it spends nothing, the sequence goes on
+        if judgement.verdict != REPRODUCES and blocked is None:
+            blocked = (
+                "the mask does not elicit the task"
+                if entry.claim == "elicits"
+                else f"fixed sequence: {entry.claim!r} was not established ({judgement.verdict})"
+            )
+    accuracy = _accuracy(plan, first, outputs)
     rows = []
-    for task in tasks:
-        for run in _runs(Path(folder), task):
-            budget = mask_budget(run.mask)
-            found, eliciting = _judge_run(run, budget)
-            draws = run.read(_draws_artifact(eliciting[0] if eliciting else ANALYSED_SEED))
-            n_draws = int((draws["mask"] == "random").sum()) if draws is not None else 1
-            for claim, verdict in found.items():
-                rows.append(
-                    {
-                        "task": task,
-                        "schedule": budget.schedule,
-                        "steps": budget.steps,
-                        "batch_size": budget.batch_size,
-                        "examples": budget.examples,
-                        "paper_examples": PAPER.steps * PAPER.batch_size,
-                        "seeds": run.seeds,
-                        "random_draws": n_draws,
-                        "eliciting_seeds": len(eliciting),
-                        "claim": claim,
-                        "statement": CLAIMS[claim],
-                        "verdict": verdict.verdict,
-                        "evidence": verdict.evidence,
-                        "p_value": verdict.p,
-                        "matcher": verdict.matcher,
-                    }
-                )
-    return pd.DataFrame(rows)
+    for entry in family:
+        judgement = judged[entry.claim]
+        budget = Budget(entry.steps, entry.batch_size)
+        shown = eliciting[0] if eliciting else None
+        draws = _draws_count(runs.get(shown)) if entry.claim == "random" and shown is not None else None
+        rows.append(
+            {
+                "task": entry.task,
+                "claim": entry.claim,
+                "statement": CLAIMS[entry.claim],
+                "verdict": judgement.verdict,
+                "schedule": budget.schedule,
+                "steps": entry.steps,
+                "batch_size": entry.batch_size,
+                "examples": entry.examples,
+                "paper_examples": plan.paper_examples,
+                "seeds": len(entry.seeds),
+                "seed_list": " ".join(map(str, entry.seeds)),
+                "eliciting_seeds": len(eliciting),
+                "judged_seed": shown if entry.claim != "elicits" and shown is not None else math.nan,
+                "random_draws": draws if draws is not None else math.nan,
+                "metric": plan.metric.primary,
+                **accuracy,
+                "p_value": judgement.p,
+                "level": judgement.level,
+                "effect": judgement.effect,
+                "effect_low": judgement.effect_low,
+                "effect_high": judgement.effect_high,
+                "min_effect": entry.min_effect,
+                "evidence": judgement.evidence,
+                "preregistered": entry.preregistered,
+                "plan_sha256": plan.sha256 or "",
+            }
+        )
+    return rows
 
 
-def eliciting_seeds(folder: str | os.PathLike, task: str) -> list[int]:
-    """The seeds whose stored masks of `task` (in a model's `folder`, the schedule as trained) elicit
-    it by the verdicts' rule; none where the settings table is missing."""
-    run = _runs(Path(folder), task)[0]
-    table, texts = run.read("tables12_evaluation"), run.read("tables12_generations")
-    if table is None or texts is None:
-        return []
-    return _elicits(table, texts, mask_budget(run.mask))[1]
+def _has_tables(run: _Run) -> bool:
+    return (
+        run.table("tables12_evaluation", own=False) is not None
+        and run.table("tables12_generations", own=False) is not None
+    )
 
 
-def _judge_run(run: _Run, budget: Budget) -> tuple[dict[str, Verdict], list[int]]:
-    """Every claim's verdict on one run, and the seeds whose masks elicit the task."""
-    table, texts = run.read("tables12_evaluation"), run.read("tables12_generations")
-    if table is None or texts is None:
-        elicits, eliciting = Verdict(NOT_RUN, "no tables12_evaluation / tables12_generations"), []
-    else:
-        elicits, eliciting = _elicits(table, texts, budget)
-    control = _random_control(run, table, eliciting[0] if eliciting else ANALYSED_SEED)
+def _accuracy(plan: AnalysisPlan, entry: ClaimPlan, outputs: dict[int, _Outputs]) -> dict[str, float]:
+    """The masked models' accuracy by the primary metric, averaged over the entry's seeds that were run,
+    with its bootstrap interval over the examples, and the strict matcher's."""
+    found = {seed: out for seed, out in outputs.items() if seed in entry.seeds}
+    if not found:
+        return {"accuracy": math.nan, "ci_low": math.nan, "ci_high": math.nan, "strict_accuracy": math.nan}
+    settings = {seed: _setting(out, seed) for seed, out in found.items()}
+    hits = np.stack([found[s].hits(settings[s]) for s in found]).astype(float)
+    strict = np.stack([found[s].hits(settings[s], "strict") for s in found]).astype(float)
+    rng = np.random.default_rng(plan.bootstrap_seed)
+    index = rng.integers(0, hits.shape[1], size=(plan.bootstrap_resamples, hits.shape[1]))
+    means = hits[:, index].mean(-1).mean(0)
+    tail = (1 - plan.confidence) / 2 * 100
     return {
-        "elicits": elicits,
-        "random": _gated(elicits, control),
-        "fig2": _analysed(elicits, eliciting, _with(run, "fig2_switch_rates", _fig2)),
-        "fig4": _analysed(elicits, eliciting, _with(run, "fig4_similarity", _fig4)),
-        "fig6": _analysed(elicits, eliciting, _with(run, "fig6_alpha_control", _fig6)),
-    }, eliciting
+        "accuracy": float(hits.mean()),
+        "ci_low": float(np.percentile(means, tail)),
+        "ci_high": float(np.percentile(means, 100 - tail)),
+        "strict_accuracy": float(strict.mean()),
+    }
 
 
-def _with(run: _Run, artifact: str, rule: Callable[[pd.DataFrame, str], Verdict]) -> Verdict:
-    frame = run.read(artifact)
-    return rule(frame, run.task) if frame is not None else Verdict(NOT_RUN, f"no {artifact}_{safe_name(run.task)}.csv")
+def _setting(outputs: _Outputs, seed: int) -> str:
+    """The row of a seed's mask: its own folder's "masked", or "masked, seed k" beside seed 0's."""
+    name = f"masked, seed {seed}"
+    return name if seed and outputs.has(name) else "masked"
 
 
-def _gated(elicits: Verdict, verdict: Verdict) -> Verdict:
-    """A claim about *how* the mask does the task is testable only where it does the task (whether or
-    not its control was run); where the settings table itself is missing, nothing was run."""
-    if elicits.verdict == REPRODUCES:
-        return verdict
-    if elicits.verdict == NOT_RUN:
-        return Verdict(NOT_RUN, elicits.evidence)
-    return Verdict(UNTESTABLE, "the mask does not elicit the task")
-
-
-def _analysed(elicits: Verdict, eliciting: list[int], verdict: Verdict) -> Verdict:
-    """`_gated` for a claim judged on the tables of the analysed mask (seed `ANALYSED_SEED`): where only
-    another seed's mask elicits the task, the analyses of that mask were not run."""
-    if elicits.verdict == REPRODUCES and ANALYSED_SEED not in eliciting:
-        seeds = ", ".join(map(str, eliciting))
-        return Verdict(
-            UNTESTABLE, f"the analysed mask (seed {ANALYSED_SEED}) does not elicit the task; seed {seeds}'s does"
+def _elicits(
+    plan: AnalysisPlan, entry: ClaimPlan, outputs: dict[int, _Outputs], runs: dict[int, _Run | None]
+) -> Judgement:
+    missing = [s for s in entry.seeds if s not in outputs]
+    if missing:
+        why = ", ".join(
+            f"seed {s}: {'no mask trained at ' + f'{entry.steps}×{entry.batch_size}' if runs.get(s) is None else 'no settings table'}"
+            for s in missing
         )
-    return _gated(elicits, verdict)
+        return Judgement(NOT_RUN, why)
+    reference = outputs[entry.seeds[0]]
+    original = reference.hits("original")
+    for _seed, out in outputs.items():  # every seed's folder scored the same reference models
+        if out is not reference and out.hits("original").tolist() != original.tolist():
+            raise ValueError(f"{out.path}: its original model's outputs differ from {reference.path}'s")
+    instructed = reference.hits("instructed") if reference.has("instructed") else None
+    labels = task_labels(reference.task)
+    majority = reference.hits("majority label") if labels is not None and reference.has("majority label") else None
+    masked = {seed: outputs[seed].hits(_setting(outputs[seed], seed)) for seed in entry.seeds}
+    judgement = judge_elicits(plan, entry, masked, original, instructed, majority)
+    if labels is not None:
+        shown = judgement.passing[0] if judgement.passing else entry.seeds[0]
+        part = outputs[shown].rows(_setting(outputs[shown], shown))
+        gold = [labels.gold(x, a) for x, a in zip(part.input, part.answer)]
+        predicted = [labels.predicted(o, x) for o, x in zip(part.output, part.input)]
+        evidence = f"{judgement.evidence}; seed {shown}'s balanced accuracy {balanced_accuracy(gold, predicted):.2f}"
+        judgement = replace(judgement, evidence=evidence)
+    return judgement
 
 
-def _seeds(table: pd.DataFrame) -> dict[int, str]:
-    """Seed -> the settings-table row of its mask: `masked` (seed 0) and `masked, seed k`."""
-    found = {ANALYSED_SEED: "masked"} if "masked" in set(table.setting) else {}
-    for setting in table.setting:
-        match = re.fullmatch(r"masked, seed (\d+)", str(setting))
-        if match:
-            found[int(match.group(1))] = setting
-    return dict(sorted(found.items()))
+def _secondary(
+    folder: Path,
+    plan: AnalysisPlan,
+    entry: ClaimPlan,
+    task: Task,
+    runs: dict[int, _Run | None],
+    outputs: dict[int, _Outputs],
+    eliciting: tuple[int, ...],
+) -> Judgement:
+    """A claim about how the first eliciting seed's mask does its task."""
+    seed = eliciting[0]
+    run, out = runs[seed], outputs[seed]
+    assert run is not None
+    own = out.hits(_setting(out, seed))
+    prefix = f"seed {seed}: "
+    if entry.claim == "random":
+        judgement = _random(plan, entry, run, task)
+    elif entry.claim == "specific":
+        judgement = _specific(folder, plan, entry, task, own, out.inputs(_setting(out, seed)))
+    elif entry.claim == "fig4":
+        judgement = _fig4(plan, entry, run)
+    elif entry.claim == "fig6":
+        judgement = _fig6(plan, entry, run)
+    else:
+        judgement = _fig2(plan, entry, run)
+    return replace(judgement, evidence=prefix + judgement.evidence)
 
 
-def _draws_artifact(seed: int) -> str:
-    """The random masks drawn to the shape of seed `seed`'s mask (`smollm2.py controls --seed k`)."""
-    return "random_masks" if seed == ANALYSED_SEED else f"random_masks_seed{seed}"
+def _draws_count(run: _Run | None) -> int | None:
+    path = run.table("random_masks_fluent") if run is not None else None
+    if path is None:
+        return None
+    return int((read_checked(path, ("mask",))["mask"] == "random").sum())
 
 
-def _random_setting(seed: int) -> str:
-    return "random mask" if seed == ANALYSED_SEED else f"random mask, seed {seed}"
+def _random(plan: AnalysisPlan, entry: ClaimPlan, run: _Run, task: Task) -> Judgement:
+    path, texts = run.table("random_masks_fluent"), run.table("random_masks_fluent_generations")
+    if path is None or texts is None:
+        return Judgement(NOT_RUN, "no random_masks_fluent table (fluency-kept random masks) for this mask")
+    draws = read_checked(path, ("mask", "draw"))
+    generations = read_checked(texts, ("mask", "draw", "example", "input", "answer", "output"), texts=True)
+    words = plan.metric.echo_min_words
 
-
-def _row(table: pd.DataFrame, setting: str) -> pd.Series:
-    return table.loc[table.setting == setting].iloc[0]
-
-
-def _hits(texts: pd.DataFrame, setting: str, column: str = "strict") -> list[bool]:
-    part = texts.loc[texts.setting == setting].sort_values("example", kind="mergesort")
-    return part[column].astype(str).str.lower().eq("true").tolist()
-
-
-def _ci(row: pd.Series) -> str:
-    return f"{row.strict:.2f} [{row.strict_low:.2f}, {row.strict_high:.2f}]"
-
-
-def _elicits(table: pd.DataFrame, texts: pd.DataFrame, budget: Budget) -> tuple[Verdict, list[int]]:
-    """The elicitation rule on every seed's mask (`_seeds`); the evidence is the first eliciting seed's
-    (seed 0's when none elicits), and the seeds that elicit the task."""
-    judged = {seed: _elicits_seed(table, texts, setting) for seed, setting in _seeds(table).items()}
-    level = ALPHA / len(judged)  # Bonferroni: more seeds tried, more chances of one lucky mask
-    eliciting = [seed for seed, (holds, _, p) in judged.items() if holds and p < level]
-    shown = eliciting[0] if eliciting else next(iter(judged))
-    _, evidence, p = judged[shown]
-    if len(judged) > 1:
-        named = f" (seed {', '.join(map(str, eliciting))}, p < {level:.3g})" if eliciting else ""
-        evidence = f"seed {shown}: {evidence}; {len(eliciting)} of {len(judged)} seeds' masks elicit it{named}"
-    if eliciting:
-        return Verdict(REPRODUCES, evidence, p, "strict"), eliciting
-    if budget.examples >= PAPER.steps * PAPER.batch_size:
-        return Verdict(DOES_NOT, evidence, p, "strict"), []
-    evidence += f"; {budget.examples:,} training examples, the paper's {PAPER.steps * PAPER.batch_size:,}"
-    return Verdict(NOT_AT_BUDGET, evidence, p, "strict"), []
-
-
-def _elicits_seed(table: pd.DataFrame, texts: pd.DataFrame, setting: str) -> tuple[bool, str, float]:
-    """One mask (`setting`): whether it passes the rule, the numbers read and its McNemar p vs the original."""
-    masked, original, instructed = (_row(table, s) for s in (setting, "original", "instructed"))
-    p = mcnemar_exact(_hits(texts, setting), _hits(texts, "original"))
-    above = masked.strict_low > original.strict_high
-    reaches = masked.strict_high >= instructed.strict
-    evidence = f"strict: masked {_ci(masked)}, original {_ci(original)}, instructed {_ci(instructed)} (p = {p:.2g})"
-    holds = bool(above and reaches)
-    if "majority label" in set(table.setting) and "gold_label" in texts:
-        label_holds, label_evidence = _beats_majority(table, texts, setting)
-        holds, evidence = holds and label_holds, f"{evidence}; {label_evidence}"
-    return holds, evidence, float(p)
-
-
-def _beats_majority(table: pd.DataFrame, texts: pd.DataFrame, setting: str) -> tuple[bool, str]:
-    """A label task: the masked outputs (`setting`) beat always answering the majority label (McNemar on
-    the strict hits) and their balanced accuracy's bootstrap interval lies above chance."""
-    masked, majority = _hits(texts, setting), _hits(texts, "majority label")
-    p = mcnemar_exact(masked, majority)
-    part = texts.loc[texts.setting == setting].sort_values("example", kind="mergesort")
-    gold, predicted = part.gold_label.to_numpy(), part.predicted_label.to_numpy()
-    labels = sorted(set(gold))
-    chance = 1 / len(labels)
-
-    def balanced(index: np.ndarray) -> float:
-        g, q = gold[index], predicted[index]
-        return float(np.mean([np.mean(q[g == label] == label) for label in labels if (g == label).any()]))
-
-    value = balanced(np.arange(len(gold)))
-    low = bootstrap(
-        (np.arange(len(gold)),),
-        balanced,
-        n_resamples=2000,
-        method="percentile",
-        vectorized=False,
-        rng=np.random.default_rng(0),
-    ).confidence_interval.low
-    better = sum(masked) > sum(majority) and p < ALPHA
-    evidence = (
-        f"majority label strict {_row(table, 'majority label').strict:.2f} (masked vs majority p = {p:.2g}), "
-        f"balanced accuracy {value:.2f} [95% low {low:.2f}], chance {chance:.2f}"
-    )
-    return bool(better and low > chance), evidence
-
-
-def _random_control(run: _Run, table: pd.DataFrame | None, seed: int) -> Verdict:
-    """The control of seed `seed`'s mask: the random masks drawn to its shape (`random_masks_<task>.csv`
-    for seed 0, `random_masks_seed<k>_<task>.csv` for seed k) or the settings table's one draw."""
-    draws = run.read(_draws_artifact(seed))
-    prefix = "" if seed == ANALYSED_SEED else f"seed {seed}: "
-    if draws is not None and int((draws["mask"] == "random").sum()) >= 2:
-        within = str(draws.within.iloc[0])
-        control = RandomMaskControl(task=run.task, within=within, draws=draws, generations=pd.DataFrame())
-        row = control.summary(("strict",)).iloc[0]
-        evidence = prefix + (
-            f"strict: masked {row.learned:.2f}, {row.n_draws} random masks of its per-{row.within} shape "
-            f"mean {row.random_mean:.2f} [95% range {row.random_low:.2f}, {row.random_high:.2f}], "
-            f"{row.at_least} as good"
+    def hits(kind: str, draw: int) -> np.ndarray:
+        part = generations.loc[(generations["mask"] == kind) & (generations.draw.astype(int) == draw)]
+        part = part.sort_values("example", kind="mergesort")
+        if part.empty:
+            raise ValueError(f"{texts}: damaged table, no outputs of the {kind} mask {draw}")
+        return np.array(
+            [paper_hit(o, a, x, task.matcher, words) for o, a, x in zip(part.output, part.answer, part.input)]
         )
-        return Verdict(REPRODUCES if row.p < ALPHA else DOES_NOT, evidence, float(row.p), "strict")
-    setting = _random_setting(seed)
-    if table is None or setting not in set(table.setting) or seed not in _seeds(table):
-        return Verdict(NOT_RUN, "no random mask evaluated")
-    masked, shuffled = _row(table, _seeds(table)[seed]), _row(table, setting)
-    evidence = f"{prefix}strict: one random mask {_ci(shuffled)}, masked {_ci(masked)}"
-    return Verdict(REPRODUCES if shuffled.strict_high < masked.strict_low else DOES_NOT, evidence, matcher="strict")
+
+    numbers = sorted(int(d) for d in draws.loc[draws["mask"] == "random", "draw"])
+    if entry.draws is not None and len(numbers) < entry.draws:
+        return Judgement(NOT_RUN, f"{len(numbers)} fluency-kept random masks, the plan's {entry.draws} not all drawn")
+    numbers = numbers[: entry.draws] if entry.draws is not None else numbers
+    return judge_random(plan, entry, hits("learned", -1), [hits("random", k) for k in numbers])
 
 
-def _fig2(table: pd.DataFrame, task: str) -> Verdict:
-    summary = SwitchRates(task=task, table=table).summary().set_index("order")
-    weight, shuffled = summary.loc["weight"], summary.loc["random"]
-    p = float(weight.p_weight_vs_random)
-    evidence = (
-        f"answer top-1 while heads are removed: weight order {weight.switched}/{weight.n} inputs "
-        f"({weight.rate:.2f} [{weight.low:.2f}, {weight.high:.2f}]), random order {shuffled.switched}/{shuffled.n} "
-        f"({shuffled.rate:.2f} [{shuffled.low:.2f}, {shuffled.high:.2f}])"
-    )
-    holds = weight.rate > shuffled.rate and p < ALPHA
-    return Verdict(REPRODUCES if holds else DOES_NOT, evidence, p, "top-1 token")
+def _specific(
+    folder: Path, plan: AnalysisPlan, entry: ClaimPlan, task: Task, own: np.ndarray, inputs: list[str]
+) -> Judgement:
+    """The task's mask against every other task's (seed-0, fast) mask on the same held-out inputs."""
+    others: dict[str, np.ndarray] = {}
+    words = plan.metric.echo_min_words
+    for path in sorted(folder.glob("cross_task_generations_*.csv*")):
+        frame = read_checked(path, ("task", "mask_task", "example", "input", "answer", "output"), texts=True)
+        part = frame.loc[(frame.task == task.name) & (frame.mask_task != task.name)]
+        for mask_task, rows in part.groupby("mask_task", sort=True):
+            rows = rows.sort_values("example", kind="mergesort")
+            if rows.input.tolist() != inputs:
+                raise ValueError(
+                    f"{path}: the outputs of {mask_task}'s mask on {task.name} are not on its held-out inputs"
+                )
+            others[str(mask_task)] = np.array(
+                [paper_hit(o, a, x, task.matcher, words) for o, a, x in zip(rows.output, rows.answer, rows.input)]
+            )
+    return judge_specific(plan, entry, own, others)
 
 
-def _fig4(similarity: pd.DataFrame, task: str) -> Verdict:
-    last = similarity[similarity.layer == similarity.layer.max()]
+def _fig4(plan: AnalysisPlan, entry: ClaimPlan, run: _Run) -> Judgement:
+    path = run.table("fig4_similarity") if not run.own else None
+    if path is None:
+        return Judgement(NOT_RUN, "no fig4_similarity table for this mask")
+    table = read_checked(path, ("layer", "comparison", "block_out"))
+    last = table[table.layer == table.layer.max()]
     key = "example" if "example" in last else "input"  # the inputs pair the comparisons (older tables name them)
     by = last.pivot_table(index=key, columns="comparison", values="block_out")
-    masked, original = by["masked vs instructed"], by["original vs instructed"]
-    test: Any = wilcoxon(masked, original, alternative="greater") if len(by) > 1 else None  # scipy's result object
-    p = float(test.pvalue) if test is not None else math.nan
-    evidence = (
-        f"last layer's block output, cosine to the instructed run: masked {masked.mean():.3f}, "
-        f"original {original.mean():.3f} ({len(by)} inputs)"
-    )
-    return Verdict(REPRODUCES if masked.mean() > original.mean() and p < ALPHA else DOES_NOT, evidence, p, "cosine")
+    for needed in ("masked vs instructed", "original vs instructed"):
+        if needed not in by:
+            raise ValueError(f"{path}: damaged table, no {needed!r} rows at the last layer")
+    what = "last layer's block output, cosine to the instructed run: masked vs original"
+    return judge_paired_greater(plan, entry, by["masked vs instructed"], by["original vs instructed"], what)
 
 
-def _fig6(table: pd.DataFrame, task: str) -> Verdict:
+def _fig6(plan: AnalysisPlan, entry: ClaimPlan, run: _Run) -> Judgement:
+    path = run.table("fig6_alpha_control") if not run.own else None
+    if path is None:
+        return Judgement(NOT_RUN, "no fig6_alpha_control table for this mask")
+    table = read_checked(path, ("alpha_test", "n_scaled", "head_set"))
     control = AlphaControl(
-        task=task, alpha_test=float(table.alpha_test.iloc[0]), n_scaled=int(table.n_scaled.iloc[0]), table=table
+        task=entry.task, alpha_test=float(table.alpha_test.iloc[0]), n_scaled=int(table.n_scaled.iloc[0]), table=table
     )
-    summary = control.summary()
+    summary = control.summary(
+        confidence=plan.confidence, n_resamples=plan.bootstrap_resamples, seed=plan.bootstrap_seed
+    )
     own = summary.loc[summary.head_set == "outside the mask"].iloc[0]
     random = summary.loc[summary.head_set != "outside the mask"]
     beats = bool((own.loss_drop_low > random.loss_drop).all()) if len(random) else False
+    scale = float(own.loss_at_1)
+    low, high = float(own.loss_drop_low) / scale, float(own.loss_drop_high) / scale
     evidence = (
         f"instructed loss {own.loss_at_1:.3f} at α 1.0, {own.loss_at_test:.3f} at α {own.alpha_test:g}: drop "
         f"{own.loss_drop:.3f} [{own.loss_drop_low:.3f}, {own.loss_drop_high:.3f}] ({own.relative_drop:.0%}); "
-        f"{len(random)} random sets of {own.n_scaled} heads: drop up to {random.loss_drop.max():.3f}; "
-        f"lowest {own.best_loss:.3f} at α {own.best_alpha:.1f}"
+        f"{len(random)} random sets of {own.n_scaled} heads: drop up to {random.loss_drop.max():.3f}"
     )
-    holds = own.loss_drop_low > 0 and own.relative_drop >= MIN_RELATIVE_DROP and beats
-    return Verdict(REPRODUCES if holds else DOES_NOT, evidence, matcher="answer loss")
+    holds = own.loss_drop_low > 0 and own.relative_drop >= entry.min_effect and beats
+    verdict = REPRODUCES if holds else null_outcome(plan, entry, high)
+    return Judgement(verdict, evidence, math.nan, 1 - plan.confidence, float(own.relative_drop), low, high)
+
+
+def _fig2(plan: AnalysisPlan, entry: ClaimPlan, run: _Run) -> Judgement:
+    path = run.table("fig2_order_rates") if not run.own else None
+    if path is None:
+        return Judgement(NOT_RUN, "no fig2_order_rates table (weight order vs a random order of the same heads)")
+    table = read_checked(path, ("example", "order", "switch_step", "last_step", "stride"))
+    past = table.last_step + table.stride  # an input that never switches counts one step past the sweep
+    table = table.assign(step=table.switch_step.fillna(past) / table.last_step)
+    by = table.pivot_table(index="example", columns="order", values="step")
+    for needed in ("weight", "shuffled"):
+        if needed not in by:
+            raise ValueError(f"{path}: damaged table, no {needed!r} order")
+    what = "switch step as a share of the sweep, random order of the same heads vs weight order"
+    return judge_paired_greater(plan, entry, by["shuffled"], by["weight"], what)
+
+
+def nearest_plan(folder: str | os.PathLike) -> AnalysisPlan:
+    """The plan of a results folder: its own `analysis_plan.toml`, else the nearest one above it (a run
+    on the paper's schedule inside a model's folder is judged by the model's plan)."""
+    folder = Path(folder).resolve()
+    for here in (folder, *folder.parents):
+        if plan_path(here).is_file():
+            return AnalysisPlan.read(plan_path(here))
+    raise PlanError(f"{folder}: no analysis_plan.toml in it or above it (a verdict is judged only by a plan)")
+
+
+def eliciting_seeds(folder: str | os.PathLike, task: str, data_dir: str | None = None) -> list[int]:
+    """The seeds whose stored masks of `task` elicit it by the folder's plan (its first `elicits` entry of
+    the task); none where the plan has no such entry or its tables are missing."""
+    try:
+        plan = AnalysisPlan.read(plan_path(folder))
+    except PlanError:
+        return []
+    entries = plan.entries("elicits", task)
+    if not entries:
+        return []
+    entry = entries[0]
+    loaded = load_task(task, data_dir)
+    outputs = {}
+    for seed in entry.seeds:
+        run = _locate(Path(folder), entry, seed)
+        if run is not None and _has_tables(run):
+            outputs[seed] = _Outputs(run, loaded, plan)
+    return list(_elicits(plan, entry, outputs, dict.fromkeys(entry.seeds)).passing)

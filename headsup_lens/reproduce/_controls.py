@@ -196,8 +196,10 @@ def combine_controls(xp: Experiment) -> list[str]:
     `random_masks_summary.csv`, `fig2_switch_summary.csv` and `fig6_alpha_summary.csv`, what the results
     pages show. The random masks of every seed's mask are summarised, with the mask's `seed` (0 for
     `random_masks_<task>.csv`, k for `random_masks_seed<k>_<task>.csv`). The names of the tables written."""
+
     def random(t):
         return RandomMaskControl(str(t.task.iloc[0]), str(t.within.iloc[0]), t, pd.DataFrame()).summary()
+
     summaries = {
         "random_masks": ("random_masks_summary", random),
         "random_masks_fluent": ("random_masks_fluent_summary", random),

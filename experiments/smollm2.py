@@ -79,7 +79,7 @@ STAGES = (
     "cross-task",
     "verdicts",
 )
-CONTROLS = ("random-masks", "fluent-random-masks", "switch-rates", "alpha-control")
+CONTROLS = ("random-masks", "fluent-random-masks", "switch-rates", "order-rates", "alpha-control")
 SHOWN = ["task", "setting", "n_kept", "n_examples", "answer_nll", "accuracy"]
 CROSS_SHOWN = ["mask_task", "task", "strict", "answer_nll"]
 
@@ -183,6 +183,8 @@ def run(xp: Experiment, o: Options):
                 )
             if "switch-rates" in o.controls:
                 switch_rates_stage(xp, task, mask, stride=o.stride, redo=o.redo)
+            if "order-rates" in o.controls:
+                switch_rates_stage(xp, task, mask, stride=o.stride, baseline="shuffled", redo=o.redo)
             if "alpha-control" in o.controls:
                 alpha_control_stage(xp, task, mask, n_random=o.random_sets, batch_size=batch, redo=o.redo)
         combine_controls(xp)

@@ -34,6 +34,11 @@ LOWER_IS_BETTER = frozenset({"answer_nll", "perplexity", "echo", "empty"})
 SUMMARY_METRICS = ("accuracy", "strict", "answer_nll")
 
 
+class TooFewFluentDraws(ValueError):
+    """The fluency filter kept fewer random masks than asked for within its tries: by the plan's rule
+    the control is not run (`ControlsPlan`)."""
+
+
 @checked
 @dataclass
 class RandomMaskControl:
@@ -129,12 +134,12 @@ def fluent_random_mask_control(
     """`random_mask_control` with random masks that keep the model as fluent as `mask` on the neutral
     text `neutral` (`fluent_random_masks`: rows of `neutral_rows`): `within="fluent"`, and every row
     carries its `neutral_loss` (the learned mask's too). Fewer than `n_draws` kept masks (the filter
-    refused the rest within `max_candidates` tries each) is a ValueError that says how many."""
+    refused the rest within `max_candidates` tries each) is a `TooFewFluentDraws` that says how many."""
     found = fluent_random_masks(
         model, mask, neutral, n_draws=n_draws, pool=pool, tolerance=tolerance, max_candidates=max_candidates, seed=seed
     )
     if len(found.masks) < n_draws:
-        raise ValueError(
+        raise TooFewFluentDraws(
             f"{task.name}: {len(found.masks)} of {n_draws} random masks kept the neutral loss within "
             f"{tolerance:.0%} of the learned mask's {found.learned_loss:.3f} in {found.tried} tries"
         )

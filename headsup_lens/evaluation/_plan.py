@@ -354,12 +354,12 @@ def _unknown(where: str, keys: set[str], allowed: set[str]) -> None:
     for key in sorted(keys - allowed):
         close = difflib.get_close_matches(key, sorted(allowed), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else f"; allowed: {', '.join(sorted(allowed))}"
-        raise PlanError(f"{where}unknown field {key!r}{hint}")
+        raise PlanError(f"{where}{key}: unknown field{hint}")
 
 
 def _missing(where: str, keys: set[str], required: set[str]) -> None:
     for key in sorted(required - keys):
-        raise PlanError(f"{where}missing field {key!r}")
+        raise PlanError(f"{where}{key}: missing field")
 
 
 def _table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from .._io import read_table
 from ..analysis import AlphaControl, SwitchRates, alpha_control, switch_rates
+from ..analysis._switch import Baseline
 from ..data import Task
 from ..evaluation import (
     EvalConfig,
@@ -105,17 +106,29 @@ def fluent_random_masks_stage(
     record_time(xp.out, "controls", what, time.perf_counter() - start)
 
 
-def switch_rates_stage(xp: Experiment, task: Task, mask: HeadMask, *, stride: int, redo: bool = False) -> None:
+SWITCH_TABLES = {
+    "random": ("fig2_switch_rates", "fig2_switch_summary"),
+    "shuffled": ("fig2_order_rates", "fig2_order_summary"),
+}
+"""The tables of `switch_rates_stage` by baseline: a random order of every head, or of the mask's own."""
+
+
+def switch_rates_stage(
+    xp: Experiment, task: Task, mask: HeadMask, *, stride: int, baseline: Baseline = "random", redo: bool = False
+) -> None:
     """`fig2_switch_rates_<task>.csv` (every held-out input, weight and random order, up to the
-    mask's own number of removed heads, every `stride`-th step) and its summary."""
+    mask's own number of removed heads, every `stride`-th step) and its summary; with
+    `baseline="shuffled"`, `fig2_order_rates_<task>.csv` against a random order of the same heads."""
     stem = safe_name(task.name)
-    if _done(xp, f"fig2_switch_rates_{stem}.csv", redo):
+    table, summary = SWITCH_TABLES[baseline]
+    if _done(xp, f"{table}_{stem}.csv", redo):
         return
     start = time.perf_counter()
-    rates = switch_rates(xp.model, task, mask, stride=stride, progress_bar=xp.options.progress)
-    xp.table(rates.table.assign(task=task.name), f"fig2_switch_rates_{stem}", float_format=None)
-    xp.table(rates.summary(), f"fig2_switch_summary_{stem}", float_format=None)
-    record_time(xp.out, "controls", f"{task.name}: switch rates (stride {stride})", time.perf_counter() - start)
+    rates = switch_rates(xp.model, task, mask, stride=stride, baseline=baseline, progress_bar=xp.options.progress)
+    xp.table(rates.table.assign(task=task.name), f"{table}_{stem}", float_format=None)
+    xp.table(rates.summary(), f"{summary}_{stem}", float_format=None)
+    what = f"{task.name}: switch rates{'' if baseline == 'random' else ' (same heads shuffled)'} (stride {stride})"
+    record_time(xp.out, "controls", what, time.perf_counter() - start)
 
 
 def alpha_control_stage(
@@ -204,6 +217,7 @@ def combine_controls(xp: Experiment) -> list[str]:
         "random_masks": ("random_masks_summary", random),
         "random_masks_fluent": ("random_masks_fluent_summary", random),
         "fig2_switch_rates": ("fig2_switch_summary", lambda t: SwitchRates(str(t.task.iloc[0]), t).summary()),
+        "fig2_order_rates": ("fig2_order_summary", lambda t: SwitchRates(str(t.task.iloc[0]), t).summary()),
         "fig6_alpha_control": (
             "fig6_alpha_summary",
             lambda t: AlphaControl(

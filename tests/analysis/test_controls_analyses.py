@@ -57,6 +57,31 @@ def test_switch_steps_are_the_first_step_whose_top_token_is_the_answer(llama, ta
         assert row.at_start == (first == 0) and row.switched == (first is not None and first > 0)
 
 
+def test_the_shuffled_baseline_removes_the_same_heads_in_another_order(llama, task, mask):
+    from headsup_lens.analysis._switch import shuffled_order
+
+    rates = switch_rates(llama, task, mask, stride=3, baseline="shuffled", progress_bar=False)
+    table = rates.table
+    assert set(table.order) == {"weight", "shuffled"}
+    removed = llama.cfg.n_layers * llama.cfg.n_heads - mask.n_kept
+    learned = weight_order(mask)
+    steps = sorted(set(range(0, removed + 1, 3)) | {removed})
+    for row in table.loc[table.order == "shuffled"].itertuples():
+        order = shuffled_order(learned, removed, int(row.random_seed))
+        assert set(order[:removed]) == set(learned[:removed]) and order[removed:] == learned[removed:]
+        prompt = task.user_text(row.input)
+        target = token_id(llama, row.answer, after=prompt_text(llama, prompt))
+        tops = [top1_at(llama, prompt, order, s) for s in steps]
+        first = next((s for s, t in zip(steps, tops) if t == target), None)
+        assert (np.isnan(row.switch_step) and first is None) or row.switch_step == first
+    # both orders end at the masked model: the same top token at the last step
+    assert top1_at(llama, task.user_text(PAIRS[0][0]), learned, removed) == top1_at(
+        llama, task.user_text(PAIRS[0][0]), shuffled_order(learned, removed, 7), removed
+    )
+    summary = rates.summary()
+    assert summary.order.tolist() == ["weight", "shuffled"]
+
+
 def test_switch_summary_counts_rates_and_the_paired_test():
     rows = []
     weight = [True, True, True, False, True, True]

@@ -1,269 +1,299 @@
-"""A verdict per claim (`smollm2.py verdicts`): each rule is shown a constructed table on which it must
-say yes and tables on which it must say no; a mask below the paper's budget is "not elicited at this
-budget", never "does not reproduce"; a missing table is "not run"; and the committed verdicts are the
-rules applied to the committed tables."""
+"""`claim_verdicts` judged by a plan on constructed tables whose truth is known: each outcome
+(`reproduces`, `does not reproduce`, `inconclusive`, `not elicited at this budget`, `cannot be tested
+here`, `not run`) where its rule says so; a damaged table is a ValueError naming the file; and the
+committed verdicts are the committed plan's rules applied to the committed tables."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import tomllib
 import torch
 
 from headsup_lens import HeadMask
-from headsup_lens.evaluation import mcnemar_exact
-from headsup_lens.reproduce._verdicts import (
-    BUDGET_COLUMNS,
-    CLAIMS,
+from headsup_lens.evaluation._plan import AnalysisPlan
+from headsup_lens.evaluation._rules import (
     DOES_NOT,
+    INCONCLUSIVE,
     NOT_AT_BUDGET,
     NOT_RUN,
-    PAPER,
     REPRODUCES,
     UNTESTABLE,
-    claim_verdicts,
-    mask_budget,
+    headline_rows,
+    judge_elicits,
+    judge_random,
 )
+from headsup_lens.reproduce._verdicts import COLUMNS, claim_verdicts
 
 FIGURES = Path(__file__).resolve().parents[2] / "figures"
+TASK, STEM = "organism/uppercase", "organism__uppercase"
 N = 100
+CLAIMS = ("elicits", "random", "specific", "fig4")
 
 
-def hits(k: int, n: int = N, offset: int = 0) -> list[bool]:
-    """k hits among n examples, starting at `offset` (wrapping)."""
-    return [(i - offset) % n < k for i in range(n)]
+def plan(seeds=(0, 1), steps=300, instructed="beat", **top) -> AnalysisPlan:
+    """Gemma-3's committed plan (every claim's entry) with entries for `TASK` only."""
+    raw = tomllib.loads((FIGURES / "gemma3-270m" / "analysis_plan.toml").read_text(encoding="utf-8"))
+    template = {c["claim"]: c for c in raw["claims"]}
+    raw["claims"] = [
+        copy.deepcopy(template[claim]) | {"task": TASK, "steps": steps, "seeds": list(seeds)} for claim in CLAIMS
+    ]
+    raw |= {"instructed": instructed} | top
+    return AnalysisPlan.from_dict(raw, source="test plan", sha256="0" * 64)
 
 
-def settings_tables(strict: dict[str, list[bool]], labels: dict[str, list[str]] | None = None):
-    """A settings table and its generations from each setting's strict hits (and predicted labels)."""
-    from headsup_lens.evaluation import wilson_interval
+def hits(k: int, offset: int = 0) -> np.ndarray:
+    return np.array([(i - offset) % N < k for i in range(N)])
 
-    rows, texts = [], []
-    for setting, flags in strict.items():
-        k = sum(flags)
-        low, high = wilson_interval(k, len(flags))
-        rows.append({"setting": setting, "strict": k / len(flags), "strict_low": low, "strict_high": high})
-        for i, flag in enumerate(flags):
-            text = {"setting": setting, "example": i, "strict": flag, "correct": flag}
-            if labels is not None:
-                text |= {"gold_label": labels["gold"][i], "predicted_label": labels.get(setting, labels["gold"])[i]}
-            texts.append(text)
-    return pd.DataFrame(rows), pd.DataFrame(texts)
+
+def outputs(flags: np.ndarray) -> list[tuple[str, str, str]]:
+    """(input, answer, output) per example: a hit outputs the answer, a miss something else."""
+    return [(f"word{i}", f"WORD{i}", f"WORD{i}" if flag else "nothing") for i, flag in enumerate(flags)]
 
 
 def write(
     folder: Path,
     *,
-    masked: int = 40,
-    instructed: int = 10,
+    masked: dict[int, int] | None = None,
+    instructed: int = 0,
     steps: int = 300,
-    batch: int = 16,
-    random_draws: list[int] | None = None,
-    switches: tuple[int, int] = (60, 10),
+    draws: list[int] | None = None,
+    others: dict[str, int] | None = None,
     cosines: tuple[float, float] = (0.9, 0.8),
-    drops: tuple[float, float] = (0.5, 0.05),
-    loss: float = 2.0,
-    other_seeds: dict[int, int] | None = None,
 ) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "masks").mkdir(exist_ok=True)
-    HeadMask(torch.ones(2, 3), metadata={"task": "t", "steps": steps, "batch_size": batch}).save(
-        folder / "masks" / "t.safetensors"
-    )
-    strict = {"original": hits(0), "instructed": hits(instructed), "masked": hits(masked), "random mask": hits(0)}
-    for seed, k in (other_seeds or {}).items():  # the settings table's rows of other seeds' masks
-        strict |= {f"masked, seed {seed}": hits(k), f"random mask, seed {seed}": hits(0)}
-    table, texts = settings_tables(strict)
-    table.to_csv(folder / "tables12_evaluation_t.csv", index=False)
-    texts.to_csv(folder / "tables12_generations_t.csv", index=False)
-    if random_draws is not None:
-        draws = [{"mask": "learned", "draw": -1, "strict": masked / N, "answer_nll": 1.0, "within": "layer"}]
-        draws += [
-            {"mask": "random", "draw": k, "strict": v / N, "answer_nll": 2.0, "within": "layer"}
-            for k, v in enumerate(random_draws)
+    """A model folder's tables of `TASK`: each seed's masked hits (`masked`: seed -> hits), `draws` hits
+    of the fluency-kept random masks, `others` hits of other tasks' masks, Fig. 4 cosines."""
+    masked = {0: 40, 1: 40} if masked is None else masked
+    (folder / "masks").mkdir(parents=True, exist_ok=True)
+    settings = {"original": hits(0), "instructed": hits(instructed, offset=50)}
+    for seed, k in masked.items():
+        suffix = "" if seed == 0 else f"_seed{seed}"
+        HeadMask(torch.ones(2, 3), metadata={"task": TASK, "steps": steps, "batch_size": 16}).save(
+            folder / "masks" / f"{STEM}{suffix}.safetensors"
+        )
+        settings["masked" if seed == 0 else f"masked, seed {seed}"] = hits(k)
+    rows, texts = [], []
+    for setting, flags in settings.items():
+        rows.append({"task": TASK, "setting": setting, "accuracy": flags.mean(), "n_examples": N})
+        texts += [
+            {"task": TASK, "setting": setting, "example": i, "input": x, "answer": a, "output": o}
+            for i, (x, a, o) in enumerate(outputs(flags))
         ]
-        pd.DataFrame(draws).to_csv(folder / "random_masks_t.csv", index=False)
-    rows = []
-    for order, k in zip(("weight", "random"), switches):
-        for i, flag in enumerate(hits(k)):
-            rows.append({"example": i, "order": order, "switch_step": 5.0 if flag else np.nan, "switched": flag})
-    pd.DataFrame(rows).assign(at_start=False).to_csv(folder / "fig2_switch_rates_t.csv", index=False)
+    pd.DataFrame(rows).to_csv(folder / f"tables12_evaluation_{STEM}.csv", index=False)
+    pd.DataFrame(texts).to_csv(folder / f"tables12_generations_{STEM}.csv", index=False)
+    if draws is not None:
+        table = [{"mask": "learned", "draw": -1}] + [{"mask": "random", "draw": k} for k in range(len(draws))]
+        pd.DataFrame(table).to_csv(folder / f"random_masks_fluent_{STEM}.csv", index=False)
+        generated = [("learned", -1, hits(masked[0]))] + [("random", k, hits(v)) for k, v in enumerate(draws)]
+        pd.DataFrame(
+            [
+                {"mask": kind, "draw": k, "example": i, "input": x, "answer": a, "output": o}
+                for kind, k, flags in generated
+                for i, (x, a, o) in enumerate(outputs(flags))
+            ]
+        ).to_csv(folder / f"random_masks_fluent_generations_{STEM}.csv", index=False)
+    if others is not None:
+        pd.DataFrame(
+            [
+                {"task": TASK, "mask_task": name, "example": i, "input": x, "answer": a, "output": o}
+                for name, k in others.items()
+                for i, (x, a, o) in enumerate(outputs(hits(k)))
+            ]
+        ).to_csv(folder / "cross_task_generations_t.csv", index=False)
     rng = np.random.default_rng(0)
-    rows = []
-    for layer in (0, 5):
-        for comparison, cosine in zip(("masked vs instructed", "original vs instructed"), cosines):
-            for i in range(10):
-                rows.append(
-                    {"layer": layer, "comparison": comparison, "block_out": cosine + rng.normal(0, 0.01), "example": i}
-                )
-    pd.DataFrame(rows).to_csv(folder / "fig4_similarity_t.csv", index=False)
-    rows = []
-    own, random = drops
-    for i in range(50):
-        base = loss + rng.normal(0, 0.2)
-        rows.append({"head_set": "outside the mask", "draw": -1, "alpha": 1.0, "example": i, "nll": base})
-        rows.append(
-            {
-                "head_set": "outside the mask",
-                "draw": -1,
-                "alpha": 0.25,
-                "example": i,
-                "nll": base - own + rng.normal(0, 0.05),
-            }
-        )
-        rows.append(
-            {
-                "head_set": "random set",
-                "draw": 0,
-                "alpha": 0.25,
-                "example": i,
-                "nll": base - random + rng.normal(0, 0.05),
-            }
-        )
-    pd.DataFrame(rows).assign(alpha_test=0.25, n_scaled=3).to_csv(folder / "fig6_alpha_control_t.csv", index=False)
+    similarity = [
+        {"layer": layer, "comparison": comparison, "block_out": cosine + rng.normal(0, 0.01), "example": i}
+        for layer in (0, 5)
+        for comparison, cosine in zip(("masked vs instructed", "original vs instructed"), cosines)
+        for i in range(20)
+    ]
+    pd.DataFrame(similarity).to_csv(folder / f"fig4_similarity_{STEM}.csv", index=False)
     return folder
 
 
-def verdicts(folder: Path) -> dict[str, str]:
-    return claim_verdicts(folder, ["t"]).set_index("claim").verdict.to_dict()
+def verdicts(folder: Path, p: AnalysisPlan | None = None) -> dict[str, str]:
+    table = claim_verdicts(folder, p or plan())
+    assert list(table.columns) == list(COLUMNS)
+    return table.set_index("claim").verdict.to_dict()
 
 
-def test_every_claim_reproduces_on_tables_that_show_it(tmp_path):
-    table = claim_verdicts(write(tmp_path / "a", random_draws=[0] * 20), ["t"])
-    assert list(table.claim) == list(CLAIMS) and set(table.verdict) == {REPRODUCES}
-    row = table.set_index("claim").loc["elicits"]
-    assert row.p_value == pytest.approx(mcnemar_exact(hits(40), hits(0))) and row.matcher == "strict"
-    assert [row[c] for c in BUDGET_COLUMNS] == ["fast", 300, 16, 4800, PAPER.steps * PAPER.batch_size, 1, 20]
+FULL = {"draws": [0] * 20, "others": {"organism/reverse": 0, "organism/plural": 2}}
 
 
-@pytest.mark.parametrize(
-    ("change", "claim"),
-    [
-        ({"random_draws": [0] * 19 + [40]}, "random"),  # one random mask of its shape does as well
-        ({"random_draws": [0] * 9 + [41]}, "random"),  # one draw of ten does better
-        ({"switches": (30, 30)}, "fig2"),  # random order switches as often
-        ({"switches": (12, 8)}, "fig2"),  # more often, but not significantly (4 discordant inputs)
-        ({"cosines": (0.8, 0.9)}, "fig4"),  # the masked run is further from the instructed one
-        ({"cosines": (0.8005, 0.8)}, "fig4"),  # closer by noise only
-        ({"drops": (0.5, 0.6)}, "fig6"),  # a random head set scaled the same way does better
-        ({"drops": (0.5, 0.49)}, "fig6"),  # a random set's drop inside the mask's interval: a tie
-        ({"drops": (0.05, 0.0)}, "fig6"),  # a drop of 2.5%: below the noise threshold
-        ({"drops": (0.01, 0.0), "loss": 0.05}, "fig6"),  # 20% of a tiny loss, but its interval reaches 0
-    ],
-)
-def test_each_rule_says_no_when_its_numbers_do(change, claim, tmp_path):
-    found = verdicts(write(tmp_path / "a", **{"random_draws": [0] * 20, **change}))
-    assert found[claim] == DOES_NOT
-    assert {c: v for c, v in found.items() if c != claim} == dict.fromkeys(set(CLAIMS) - {claim}, REPRODUCES)
+# ------------------------------------------------------------------ every outcome where its rule says so
+def test_every_claim_reproduces_where_the_tables_show_it(tmp_path):
+    table = claim_verdicts(write(tmp_path, **FULL), plan())
+    assert table.verdict.tolist() == [REPRODUCES] * 4
+    assert table.plan_sha256.eq("0" * 64).all() and table.metric.eq("paper").all()
+    assert table.accuracy.iloc[0] == pytest.approx(0.40)
+    assert table.ci_low.iloc[0] < 0.40 < table.ci_high.iloc[0]
 
 
-@pytest.mark.parametrize(
-    "change",
-    [{"masked": 3}, {"masked": 20, "instructed": 60}],  # overlaps the original / clearly below the instructed model
-)
-def test_below_the_papers_budget_a_failure_is_not_elicited_at_this_budget(change, tmp_path):
-    found = verdicts(write(tmp_path / "fast", **change))
+def test_no_effect_at_the_papers_budget_does_not_reproduce_and_below_it_is_not_elicited(tmp_path):
+    at_paper = write(tmp_path / "paper", masked={0: 0, 1: 0}, steps=6250, **FULL)
+    assert verdicts(at_paper, plan(steps=6250))["elicits"] == DOES_NOT
+    fast = write(tmp_path / "fast", masked={0: 0, 1: 0}, **FULL)
+    found = verdicts(fast)
     assert found["elicits"] == NOT_AT_BUDGET
-    # how the mask does the task (Figs. 2, 4, 6 and the control) is untestable where it does not do it
-    assert {found[c] for c in ("random", "fig2", "fig4", "fig6")} == {UNTESTABLE}
-    at_paper = verdicts(write(tmp_path / "paper", steps=PAPER.steps, batch=PAPER.batch_size, **change))
-    assert at_paper["elicits"] == DOES_NOT
+    assert {found[c] for c in CLAIMS[1:]} == {UNTESTABLE}  # the sequence stops at the first claim
 
 
-def test_a_label_task_must_beat_the_majority_label(tmp_path):
-    folder = write(tmp_path / "a", masked=64)
-    gold = ["positive"] * 64 + ["negative"] * 36
-    always = ["positive"] * N
-    strict = {"original": hits(0), "instructed": hits(10), "masked": hits(64), "random mask": hits(0)}
-    strict["majority label"] = hits(64)
-    table, texts = settings_tables(strict, {"gold": gold, "masked": always, "majority label": always})
-    table.to_csv(folder / "tables12_evaluation_t.csv", index=False)
-    texts.to_csv(folder / "tables12_generations_t.csv", index=False)
-    row = claim_verdicts(folder, ["t"]).set_index("claim").loc["elicits"]
-    assert row.verdict == NOT_AT_BUDGET and "balanced accuracy 0.50" in row.evidence
-    # the same accuracy reached by answering both labels right on different examples does count
-    right = gold[:50] + ["positive" if g == "negative" else "negative" for g in gold[50:64]] + gold[64:]
-    strict["masked"] = [p == g for p, g in zip(right, gold)]
-    strict["majority label"] = [g == "positive" for g in gold]
-    k = sum(strict["masked"])
-    assert k < 64 + 36  # the masked run is wrong on the 14 flipped examples
-    table, texts = settings_tables(strict, {"gold": gold, "masked": right, "majority label": always})
-    table.to_csv(folder / "tables12_evaluation_t.csv", index=False)
-    texts.to_csv(folder / "tables12_generations_t.csv", index=False)
-    row = claim_verdicts(folder, ["t"]).set_index("claim").loc["elicits"]
-    assert row.verdict == REPRODUCES, row.evidence
+def test_an_effect_the_test_cannot_see_nor_rule_out_is_inconclusive(tmp_path):
+    # 6 hits against 0: exact McNemar p = 2 / 2**6 = 0.031, above alpha / 2 seeds, while the
+    # effect's interval reaches past the smallest effect that counts (0.10)
+    folder = write(tmp_path, masked={0: 6, 1: 6}, steps=6250, **FULL)
+    row = claim_verdicts(folder, plan(steps=6250)).iloc[0]
+    assert row.verdict == INCONCLUSIVE
+    assert row.p_value == pytest.approx(2 / 2**6) and row.p_value > row.level
+    assert row.effect_high > 0.10
 
 
-def test_every_seed_is_judged_and_the_analyses_only_on_the_seed_they_analysed(tmp_path):
-    table = claim_verdicts(write(tmp_path / "a", masked=3, other_seeds={1: 30}, random_draws=[0] * 20), ["t"])
-    rows = table.set_index("claim")
-    assert rows.loc["elicits"].verdict == REPRODUCES and set(table.eliciting_seeds) == {1}
-    assert rows.loc["elicits"].evidence.startswith("seed 1: strict: masked 0.30")
-    assert "1 of 2 seeds' masks elicit it" in rows.loc["elicits"].evidence
-    assert rows.loc["elicits"].p_value == pytest.approx(mcnemar_exact(hits(30), hits(0)))
-    # seed 1's control is its own random mask (the 20 draws match seed 0's mask)
-    assert rows.loc["random"].verdict == REPRODUCES and rows.loc["random"].evidence.startswith("seed 1: strict: one")
-    # Figs. 2, 4 and 6 were run on seed 0's mask, which does not do the task
-    for claim in ("fig2", "fig4", "fig6"):
-        assert rows.loc[claim].verdict == UNTESTABLE and "seed 1's does" in rows.loc[claim].evidence
-    # with random masks drawn to seed 1's shape (`smollm2.py controls --seed 1`), those are its control
-    seed1 = [{"mask": "learned", "draw": -1, "strict": 0.30, "answer_nll": 1.0, "within": "layer"}]
-    seed1 += [{"mask": "random", "draw": k, "strict": 0.0, "answer_nll": 2.0, "within": "layer"} for k in range(20)]
-    pd.DataFrame(seed1).to_csv(tmp_path / "a" / "random_masks_seed1_t.csv", index=False)
-    row = claim_verdicts(tmp_path / "a", ["t"]).set_index("claim").loc["random"]
-    assert row.verdict == REPRODUCES and row.random_draws == 20
-    assert row.evidence.startswith("seed 1: strict: masked 0.30, 20 random masks")
-    both = verdicts(write(tmp_path / "b", masked=40, other_seeds={1: 30}, random_draws=[0] * 20))
-    assert set(both.values()) == {REPRODUCES}
-    assert set(claim_verdicts(tmp_path / "b", ["t"]).eliciting_seeds) == {2}
+def test_half_of_the_seeds_is_enough_and_fewer_is_not(tmp_path):
+    half = write(tmp_path / "half", masked={0: 0, 1: 40}, **FULL)
+    assert verdicts(half)["elicits"] == REPRODUCES
+    third = write(tmp_path / "third", masked={0: 0, 1: 40, 2: 0}, **FULL)
+    assert verdicts(third, plan(seeds=(0, 1, 2)))["elicits"] != REPRODUCES
 
 
-def test_more_seeds_tried_need_a_smaller_p_value(tmp_path):
-    # 8 of 100 against 0: the interval rule holds and McNemar p = 2 / 2**8 ≈ 0.008: enough for one seed
-    assert verdicts(write(tmp_path / "one", masked=8))["elicits"] == REPRODUCES
-    # ... but not as the best of ten seeds (p < 0.005 needed), the others doing nothing
-    found = claim_verdicts(
-        write(tmp_path / "ten", masked=0, other_seeds=dict.fromkeys(range(1, 10), 0) | {9: 8}), ["t"]
-    )
-    row = found.set_index("claim").loc["elicits"]
-    assert row.verdict == NOT_AT_BUDGET and "0 of 10 seeds' masks elicit it" in row.evidence
+def test_the_instructed_model_counts_only_where_it_beats_the_original(tmp_path):
+    strong = write(tmp_path / "strong", instructed=80, **FULL)
+    assert verdicts(strong)["elicits"] != REPRODUCES  # 0.40 does not beat an instructed 0.80
+    assert verdicts(strong, plan(instructed="match"))["elicits"] != REPRODUCES
+    weak = write(tmp_path / "weak", instructed=1, **FULL)  # instructed 0.01 does not beat the original
+    assert verdicts(weak)["elicits"] == REPRODUCES
 
 
-def test_one_random_draw_is_judged_by_its_interval(tmp_path):
-    found = verdicts(write(tmp_path / "a"))  # no random_masks file: the settings table's one draw
-    assert found["random"] == REPRODUCES
-    row = claim_verdicts(tmp_path / "a", ["t"]).set_index("claim").loc["random"]
-    assert row.random_draws == 1 and row.evidence.startswith("strict: one random mask")
+def test_a_label_task_must_beat_the_majority_label():
+    p = plan(seeds=(0,))
+    entry = p.entries("elicits")[0]
+    found = judge_elicits(p, entry, {0: hits(40)}, hits(0), None, majority=hits(50))
+    assert found.verdict != REPRODUCES and "majority label 0.50" in found.evidence
+    assert judge_elicits(p, entry, {0: hits(40)}, hits(0), None, majority=hits(10)).verdict == REPRODUCES
 
 
-@pytest.mark.parametrize("missing", ["fig2_switch_rates_t.csv", "fig4_similarity_t.csv", "fig6_alpha_control_t.csv"])
-def test_a_missing_table_is_not_run(missing, tmp_path):
-    folder = write(tmp_path / "a")
-    (folder / missing).unlink()
-    claim = {"fig2_switch_rates_t.csv": "fig2", "fig4_similarity_t.csv": "fig4", "fig6_alpha_control_t.csv": "fig6"}
-    row = claim_verdicts(folder, ["t"]).set_index("claim").loc[claim[missing]]
-    assert row.verdict == NOT_RUN and row.evidence == f"no {missing}"
-    weak = write(tmp_path / "weak", masked=3)  # where the mask does not elicit the task, running it would not help
-    (weak / missing).unlink()
-    assert verdicts(weak)[claim[missing]] == UNTESTABLE
+def test_the_random_control_needs_its_draws_to_fall_behind(tmp_path):
+    assert verdicts(write(tmp_path / "a", draws=[40] + [0] * 19, others=FULL["others"]))["random"] != REPRODUCES
+    p = plan()
+    entry = p.entries("random")[0]
+    judged = judge_random(p, entry, hits(40), [hits(0)] * 20)
+    assert judged.verdict == REPRODUCES and judged.p == pytest.approx(1 / 21)
+    assert judge_random(p, entry, hits(40), [hits(45)] * 20).p == 1.0
 
 
-def test_the_budget_of_a_checkpoint_mask_comes_from_its_run(tmp_path):
-    run = tmp_path / "run"
-    (run / "step_masks" / "step500").mkdir(parents=True)
-    (run / "train_config.json").write_text('{"steps": 6250, "batch_size": 16}')
-    HeadMask(torch.ones(2, 2), metadata={"step": 500}).save(run / "step_masks" / "step500" / "t.safetensors")
-    budget = mask_budget(run / "step_masks" / "step500" / "t.safetensors")
-    assert (budget.steps, budget.batch_size, budget.examples) == (500, 16, 8000)
-    HeadMask(torch.ones(2, 2)).save(tmp_path / "bare.safetensors")
-    with pytest.raises(ValueError, match="no training budget"):
-        mask_budget(tmp_path / "bare.safetensors")
+def test_a_failed_control_stops_the_sequence_and_a_missing_one_spends_nothing(tmp_path):
+    failed = verdicts(write(tmp_path / "failed", draws=[40] * 20, others=FULL["others"]))
+    assert failed["random"] != REPRODUCES and failed["specific"] == failed["fig4"] == UNTESTABLE
+    missing = verdicts(write(tmp_path / "missing", others=FULL["others"]))
+    assert missing["random"] == NOT_RUN and missing["specific"] == REPRODUCES
 
 
+def test_a_shared_format_is_not_specific(tmp_path):
+    found = verdicts(write(tmp_path, draws=FULL["draws"], others={"organism/reverse": 40}))
+    assert found["specific"] != REPRODUCES
+
+
+def test_a_planned_seed_not_trained_is_not_run(tmp_path):
+    found = verdicts(write(tmp_path, masked={0: 40}, **FULL))
+    assert found["elicits"] == NOT_RUN
+
+
+def test_the_headline_is_the_largest_conclusive_budget():
+    p = plan()
+    rows = [
+        {"task": "t", "claim": "elicits", "examples": 4800, "preregistered": True, "verdict": REPRODUCES},
+        {"task": "t", "claim": "elicits", "examples": 100000, "preregistered": False, "verdict": INCONCLUSIVE},
+        {"task": "u", "claim": "elicits", "examples": 4800, "preregistered": False, "verdict": INCONCLUSIVE},
+        {"task": "u", "claim": "elicits", "examples": 4800, "preregistered": True, "verdict": INCONCLUSIVE},
+        {"task": "v", "claim": "elicits", "examples": 100000, "preregistered": False, "verdict": DOES_NOT},
+        {"task": "v", "claim": "elicits", "examples": 4800, "preregistered": True, "verdict": REPRODUCES},
+    ]
+    assert headline_rows(rows, p) == [True, False, False, True, True, False]
+
+
+# ------------------------------------------------------------------ damaged tables are named
+def _damage_nan(folder: Path) -> Path:
+    path = folder / f"tables12_evaluation_{STEM}.csv"
+    table = pd.read_csv(path)
+    table.loc[table.setting == "masked", "accuracy"] = np.nan
+    table.to_csv(path, index=False)
+    return path
+
+
+def _damage_header_only(folder: Path) -> Path:
+    path = folder / f"tables12_generations_{STEM}.csv"
+    path.write_text(path.read_text().splitlines()[0] + "\n")
+    return path
+
+
+def _damage_no_original(folder: Path) -> Path:
+    path = folder / f"tables12_evaluation_{STEM}.csv"
+    table = pd.read_csv(path)
+    table.loc[table.setting != "original"].to_csv(path, index=False)
+    return path
+
+
+def _damage_no_output(folder: Path) -> Path:
+    path = folder / f"tables12_generations_{STEM}.csv"
+    pd.read_csv(path).drop(columns="output").to_csv(path, index=False)
+    return path
+
+
+def _damage_truncated_fig4(folder: Path) -> Path:
+    path = folder / f"fig4_similarity_{STEM}.csv"
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2] + '\n"0,masked')
+    return path
+
+
+def _damage_missing_examples(folder: Path) -> Path:
+    path = folder / f"tables12_generations_{STEM}.csv"
+    table = pd.read_csv(path)
+    table.drop(index=table.index[table.setting == "masked"][:5]).to_csv(path, index=False)
+    return path
+
+
+def _damage_binary(folder: Path) -> Path:
+    path = folder / f"random_masks_fluent_generations_{STEM}.csv"
+    path.write_bytes(b"\x00\xff\xfe" * 50)
+    return path
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _damage_nan,
+        _damage_header_only,
+        _damage_no_original,
+        _damage_no_output,
+        _damage_truncated_fig4,
+        _damage_missing_examples,
+        _damage_binary,
+    ],
+    ids=lambda f: f.__name__.removeprefix("_damage_"),
+)
+def test_a_damaged_table_is_a_value_error_naming_it(damage, tmp_path):
+    folder = write(tmp_path, **FULL)
+    path = damage(folder)
+    with pytest.raises(ValueError) as error:
+        claim_verdicts(folder, plan())
+    assert str(path) in str(error.value) and "damaged" in str(error.value)
+
+
+# ------------------------------------------------------------------ the committed verdicts
 @pytest.mark.parametrize("model", ["smollm2", "gemma3-270m"])
-def test_the_committed_verdicts_are_the_rules_on_the_committed_tables(model):
-    committed = pd.read_csv(FIGURES / model / "verdicts.csv")
-    again = claim_verdicts(FIGURES / model, list(dict.fromkeys(committed.task)))
-    pd.testing.assert_frame_equal(again, committed, check_dtype=False)
+def test_the_committed_verdicts_are_the_plans_rules_on_the_committed_tables(model):
+    folder = FIGURES / model
+    committed = pd.read_csv(folder / "verdicts.csv", keep_default_na=False, na_values=[""])
+    fresh = claim_verdicts(folder)
+    assert list(committed.columns) == list(COLUMNS)
+    key = ["task", "claim", "steps", "batch_size", "seed_list"]
+    pd.testing.assert_frame_equal(
+        committed[[*key, "verdict", "headline", "preregistered", "plan_sha256"]].astype(str),
+        fresh[[*key, "verdict", "headline", "preregistered", "plan_sha256"]].astype(str),
+    )
+    np.testing.assert_allclose(committed.accuracy, fresh.accuracy, atol=1e-9)
+    np.testing.assert_allclose(committed.p_value, fresh.p_value, rtol=1e-9)

@@ -28,7 +28,10 @@ class LensCommand(FigureOptions, PromptOptions, ModelOptions):
 def check_lens(args: LensCommand, given: Given) -> None:
     if args.mask is None:
         refuse_unused(
-            args, given, ("lens.gate", "lens.alpha"), "they gate a mask, and no --mask is given (the run would be ungated)"
+            args,
+            given,
+            ("lens.gate", "lens.alpha"),
+            "they gate a mask, and no --mask is given (the run would be ungated)",
         )
     else:
         mask_file(args.mask)

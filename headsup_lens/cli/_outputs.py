@@ -108,6 +108,7 @@ def _is_number(text: str) -> bool:
 
 def refuse_unused(args, given: Given, fields: tuple[str, ...], reason: str) -> None:
     """Options typed on the command line that the chosen mode does not use are refused, not ignored."""
+
     def value(path: str):  # a nested config's field: `lens.gate`
         obj = args
         for name in path.split("."):

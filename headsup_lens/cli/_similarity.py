@@ -44,7 +44,10 @@ def check_similarity(args: SimilarityCommand, given: Given) -> None:
     instruction_of(args)
     if args.mask is None:
         refuse_unused(
-            args, given, ("similarity.gate", "similarity.alpha"), "they gate a mask, and no --mask is given (only original vs instructed would run)"
+            args,
+            given,
+            ("similarity.gate", "similarity.alpha"),
+            "they gate a mask, and no --mask is given (only original vs instructed would run)",
         )
     else:
         mask_file(args.mask)

@@ -45,11 +45,11 @@ def test_devices_torch_cannot_run_the_model_on_are_refused_with_the_accepted_for
 
 
 def test_device_names_are_read_in_any_case():
-    from headsup_lens.cli import command_parsers
+    from headsup_lens.cli import command_line
 
-    parser = command_parsers()["evaluate"]
+    line = command_line("evaluate")
     for typed, read in (("CPU", "cpu"), ("Cuda:1", "cuda:1"), ("cpu", "cpu")):
-        assert parser.parse_args([*EVALUATE[1:], "--out", "o", "--device", typed]).config.device == read
+        assert line.read([*EVALUATE[1:], "--out", "o", "--device", typed])[0].device == read
 
 
 @pytest.mark.parametrize("threads", ["0", "-1"])
@@ -69,7 +69,10 @@ def test_non_finite_numbers_are_refused_by_every_float_option(tmp_path, capsys, 
     ("argv", "expected"),
     [
         (["sweep", "--prompt", "p", "--out", "o", "--order", "random", "--memory-gb", "0"], "--memory-gb must lie in"),
-        (["sweep", "--prompt", "p", "--out", "o", "--order", "random", "--top-k", "-1"], "--top-k must be >= 0, got -1"),
+        (
+            ["sweep", "--prompt", "p", "--out", "o", "--order", "random", "--top-k", "-1"],
+            "--top-k must be >= 0, got -1",
+        ),
         (["sweep", "--prompt", "p", "--out", "o"], "the weight order needs --mask"),
         (["sweep", "--prompt", "p", "--out", "o", "--order", "backwards"], "invalid choice: 'backwards'"),
         (["lens", "--prompt", "p", "--out", "o", "--k", "0"], "--k must be >= 1, got 0"),

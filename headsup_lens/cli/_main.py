@@ -89,8 +89,9 @@ def command_lines() -> dict[str, CommandLine]:
 
 
 def _switches(config: type) -> dict[str, str]:
-    """The options of `headsup` around a command's config: `--fresh` where it writes an --out folder."""
-    return {FRESH: FRESH_HELP} if _claims_out(config) else {}
+    """The options of `headsup` around a command's config: `--no-progress`, and `--fresh` where it
+    writes an --out folder."""
+    return {NO_PROGRESS: NO_PROGRESS_HELP, **({FRESH: FRESH_HELP} if _claims_out(config) else {})}
 
 
 def _claims_out(config: type) -> bool:

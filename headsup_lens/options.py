@@ -384,7 +384,7 @@ class CommandLine:
         import tyro
         from tyro import _errors
 
-        if self._chooser is not None:
+        if self._chooser is not None or self._tyro_config is None:
             return self._read_subcommand(list(argv), known_only)
         tokens, typed, switches, rest = self._spelled(list(argv), known_only)
 
@@ -399,7 +399,7 @@ class CommandLine:
                 description=self._description(),
                 config=(tyro.conf.OmitArgPrefixes,),
             )
-        values = _values(parsed, self._tyro_config)
+        values = _values(parsed)
         try:
             built = _construct(self.config, values, "")
         except (ValueError, TypeError) as error:
@@ -407,11 +407,10 @@ class CommandLine:
         return built, Given(typed), switches, rest
 
     def _read_subcommand(self, argv: list[str], known_only: bool) -> tuple[Any, Given, set[str], list[str]]:
-        import sys as _sys
-
+        chooser = str(self._chooser)
         name = next((token for token in argv if not token.startswith("-")), None)
         if name is None and any(token in ("-h", "--help") for token in argv):
-            _sys.stdout.write(self.format_help())
+            sys.stdout.write(self.format_help())
             raise SystemExit(0)
         if name is None:
             raise UsageError("the following arguments are required: ACTION")
@@ -420,13 +419,13 @@ class CommandLine:
             raise UsageError(f"argument ACTION: invalid choice: {name!r} (choose from {choices})")
         argv.remove(name)
         built, typed, switches, rest = self.subcommands[name].read(argv, known_only=known_only)
-        given_options = Given({f"{self._chooser}.{path}": text for path, text in typed.typed.items()})
-        return self.config(**{self._chooser: built}), given_options, switches, rest
+        given_options = Given({f"{chooser}.{path}": text for path, text in typed.typed.items()})
+        return self.config(**{chooser: built}), given_options, switches, rest
 
     def _description(self) -> str | None:
-        lines = [self.description or (self.config.__doc__ or "").strip().split("\n")[0]]
-        lines += [f"{string}: {text}" for string, text in self.switches.items()]
-        return "\n\n".join(line for line in lines if line) or None
+        first = self.description or (self.config.__doc__ or "").strip().split("\n")[0]
+        switches = " ".join(f"{string}: {text}." for string, text in self.switches.items())
+        return "\n\n".join(text for text in (first, switches) if text) or None
 
     def _spelled(self, argv: list[str], known_only: bool) -> tuple[list[str], dict[str, str], set[str], list[str]]:
         """`argv` in today's spellings for tyro, the options given (field path -> the spelling
@@ -585,14 +584,14 @@ def _event_text(event: Any) -> str:
     return " ".join(str(event).split())
 
 
-def _values(parsed: Any, derived: type, prefix: str = "") -> dict[str, Any]:
+def _values(parsed: Any, prefix: str = "") -> dict[str, Any]:
     """Field path -> value of what tyro built (sections dissolved)."""
     values: dict[str, Any] = {}
     for f in dataclasses.fields(parsed):
         value = getattr(parsed, f.name)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             section = f.name[:1].isupper()  # a --help section, not a nested config
-            values.update(_values(value, type(value), prefix if section else f"{prefix}{f.name}."))
+            values.update(_values(value, prefix if section else f"{prefix}{f.name}."))
         else:
             values[f"{prefix}{f.name}"] = value
     return values

@@ -504,10 +504,12 @@ class CommandLine:
             lines += ["", "actions:"]
             lines += [f"  {name.ljust(width)}{line.description or ''}" for name, line in self.subcommands.items()]
             return "\n".join(lines) + "\n"
-        text = io.StringIO()
+        raw = io.BytesIO()
+        text = io.TextIOWrapper(raw, encoding="utf-8")  # a UTF-8 stream, as a terminal's: tyro draws its boxes
         with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
             self.read(["--help"])
-        return text.getvalue()
+        text.flush()
+        return raw.getvalue().decode("utf-8")
 
 
 def _default_hint(doc: str, f: dataclasses.Field, kind: str, required: bool) -> str | None:

@@ -292,7 +292,6 @@ class CommandLine:
         switches_of = switches if callable(switches) else (lambda _: switches or {})
         self.switches = dict(switches_of(config))
         self.options: dict[str, _Option] = {}  # option string -> option (aliases included)
-        self._positional: list[str] = []
         # A field with `subcommands` (`organism train|check`): one command line per sub-command.
         chosen = next((f for f in dataclasses.fields(config) if f.metadata.get("subcommands")), None)
         self._chooser = None if chosen is None else chosen.name
@@ -300,10 +299,10 @@ class CommandLine:
             name: CommandLine(child, f"{prog} {name}", (child.__doc__ or "").strip().split("\n")[0], switches_of(child))
             for name, child in (chosen.metadata["subcommands"].items() if chosen is not None else ())
         }
-        self._tyro_config = self._derive(config, "", None) if chosen is None else None
+        self._tyro_config = self._derive(config, "") if chosen is None else None
 
     # ------------------------------------------------------------------ the config tyro reads
-    def _derive(self, config: type, prefix: str, section: str | None) -> type:
+    def _derive(self, config: type, prefix: str) -> type:
         """A dataclass tyro reads for `config`: the same fields, their help and spellings as tyro
         markers (`Annotated`), the shared groups' and nested configs' fields in sections."""
         import tyro
@@ -321,12 +320,12 @@ class CommandLine:
             hint = hints[f.name]
             nested = _dataclass_of(hint)
             if nested is not None:  # its own section, titled by its `group`
-                derived = self._derive(nested, f"{path}.", None)
+                derived = self._derive(nested, f"{path}.")
                 default = dataclasses.field(default_factory=derived)
                 marker = tyro.conf.arg(name=meta.get("group") or f.name, help=docs.get(f.name, ""))
                 top.append((f.name, Annotated[derived, marker], default))
                 continue
-            title = section or GROUP_TITLES.get(owner.get(f.name, config))
+            title = GROUP_TITLES.get(owner.get(f.name, config))
             where = top if title is None or prefix else sections.setdefault(title, [])
             kind, element = _kind(hint)
             if meta.get("choices"):
@@ -340,7 +339,6 @@ class CommandLine:
             name = "--" + f.name.replace("_", "-")
             if meta.get("positional"):
                 markers.append(tyro.conf.Positional)
-                self._positional.append(path)
                 strings: tuple[str, ...] = ()
             else:
                 strings = (name, *meta.get("aliases", ()))
@@ -370,8 +368,8 @@ class CommandLine:
         for title, fields in sections.items():
             group = dataclasses.make_dataclass(_identifier(title), fields, kw_only=True)
             required = any(
-                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-                for f in dataclasses.fields(group)
+                x.default is dataclasses.MISSING and x.default_factory is dataclasses.MISSING
+                for x in dataclasses.fields(group)
             )
             default = dataclasses.field() if required else dataclasses.field(default_factory=group)
             top.append((_identifier(title), Annotated[group, tyro.conf.arg(name=title)], default))

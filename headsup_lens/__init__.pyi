@@ -17,6 +17,11 @@ from . import training as training
 from ._formats import FileFormatError as FileFormatError
 from ._io import FolderInUse as FolderInUse
 from ._version import __version__ as __version__
+from .analysis import AttentionConfig as AttentionConfig
+from .analysis import LensConfig as LensConfig
+from .analysis import PathwayConfig as PathwayConfig
+from .analysis import SimilarityConfig as SimilarityConfig
+from .analysis import SweepConfig as SweepConfig
 from .analysis import activation_pattern as activation_pattern
 from .analysis import attention_on_target as attention_on_target
 from .analysis import compare_methods as compare_methods
@@ -25,6 +30,7 @@ from .analysis import layer_similarity as layer_similarity
 from .analysis import logit_lens as logit_lens
 from .analysis import pathway_heads as pathway_heads
 from .analysis import removal_sweep as removal_sweep
+from .analysis import setting_similarity as setting_similarity
 from .data import Task as Task
 from .data import load_task as load_task
 from .data import translation_task as translation_task

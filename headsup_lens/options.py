@@ -8,30 +8,31 @@ config inherits the groups it takes (`ModelOptions`, `DataOptions`, `FigureOptio
 `class C(FigureOptions, ModelOptions)` shows the model options, then the figure options, then its
 own.) The groups are keyword-only, so a command's own fields may be required.
 
-`OptionParser` is plain argparse built from a dataclass: dashed options (the older `--under_score`
-spellings still accepted, not shown), `--x / --no-x` flags, lists that take several values or repeat,
-`--help` sections named for what they set ("Model", "Training", "Evaluation", ...). The config is
-built, and so validated by its `__post_init__`, while the command line is read: a value out of range
-is a usage error naming the option (exit 2). It records which options were given (`Given`), and
-`name_options` rewrites library argument names in an error message as the options the user typed.
-This module imports nothing heavy (no torch): `--help` answers at once.
+`CommandLine` is the command line of a dataclass, generated with tyro: dashed options (the older
+`--under_score` spellings still accepted), `--x / --no-x` flags, lists that take several values or
+repeat, `--help` sections named for what they set ("Model options", "Training options", ...), each
+field's docstring its help. The config is built, and so validated by its `__post_init__`, when the
+command line is read: a value out of range is a usage error naming the option (exit 2). It records
+which options were given (`Given`), and `name_options` rewrites library argument names in an error
+message as the options the user typed. tyro is imported only when a command line is read, and this
+module imports nothing heavy (no torch): `--help` answers at once.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import inspect
 import math
+import os
 import re
 import sys
 import textwrap
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from ._typecheck import checked
 from ._validate import check_device, check_float, check_int
@@ -249,254 +250,351 @@ def _class_docs(klass: type) -> dict[str, str]:
     return docs
 
 
-# --------------------------------------------------------------------------- converters and actions
-def _finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-
-
+# ------------------------------------------------------------------------------- the command line
 _BOOLS = {"true": True, "yes": True, "false": False, "no": False}  # `--png false`, as older scripts write it
 
 
-def _boolean(text: str) -> bool:
-    """An element of a list of booleans (`--checkpointing false true`)."""
-    if text.lower() not in _BOOLS:
-        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-    return _BOOLS[text.lower()]
+class UsageError(Exception):
+    """A command line that cannot be read: the option, its value and what is allowed, in one line."""
 
 
-_CONVERTERS: dict[Any, Any] = {int: _integer, float: _finite_float, str: str, bool: _boolean}
-_GIVEN_KEY = "_given_options"  # namespace attribute: field path -> the option string typed
-
-
-def _record(namespace: argparse.Namespace, path: str, option_string: str | None) -> None:
-    given_options = getattr(namespace, _GIVEN_KEY, None)
-    if given_options is None:
-        given_options = {}
-        setattr(namespace, _GIVEN_KEY, given_options)
-    given_options[path] = option_string or path
-
-
-class _Store(argparse.Action):
-    """A single value; the option is recorded as given with the spelling typed."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        _record(namespace, self.dest, option_string)
-        setattr(namespace, self.dest, values)
-
-
-class Collect(_Store):
-    """A list option that keeps every value: `--task a --task b` and `--task a b` both give [a, b]
-    (a given list replaces the default instead of extending it)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        typed = getattr(namespace, _GIVEN_KEY, None) or {}
-        current = getattr(namespace, self.dest, None) if self.dest in typed else None
-        super().__call__(parser, namespace, [*(current or []), *(values or [])], option_string)
-
-
-class _Flag(_Store):
-    """`--x` sets True, `--no-x` sets False."""
-
-    def __init__(self, option_strings, dest, **kwargs) -> None:
-        super().__init__(option_strings, dest, nargs=0, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        _record(namespace, self.dest, option_string)
-        setattr(namespace, self.dest, not (option_string or "").startswith("--no-"))
-
-
-# ------------------------------------------------------------------------------------- the parser
 @dataclass(frozen=True)
-class _Spec:
-    """One option of a config: where its value goes and how it becomes the field's value."""
+class _Option:
+    """One option of a config: its field path (`lr`, `train.lr`), how it reads values, and its spellings."""
 
-    path: str  # field path inside the config: `lr`, `train.lr`
-    kind: str  # "value", "list", "tuple"
+    path: str
+    kind: str  # "flag", "list", "value"
+    element: Any  # the type of one value (int, float, str, bool, a Literal)
+    strings: tuple[str, ...]
+    valued: bool = False  # a flag that may be None (`bool | None`): tyro reads it as `--x True|False|None`
 
 
-class OptionParser(argparse.ArgumentParser):
-    """argparse with one option style, built from dataclasses (`add_arguments`): dashed options,
-    `--x / --no-x` flags, the older underscore spellings (`--n_words`) accepted but not shown, no
-    abbreviations. The configs are built (and so validated) as the command line is read; a value a
-    config refuses is a usage error naming the option. Every option set is recorded (`given`)."""
+class CommandLine:
+    """The command line of a dataclass `config`, generated with tyro: one option per field (nested
+    configs flattened, `--x / --no-x` flags, lists that take several values and repeat, choices from
+    `Literal`s), each field's docstring its help, the shared groups and nested configs in sections
+    ("Model options", "Training options"). `read` returns the config, built and so validated by its
+    `__post_init__`, and which options were given; a value the config refuses is a `UsageError`
+    naming the option as typed. Older spellings are read as today's: `--n_words` as `--n-words`,
+    `--png false` as `--no-png`, and `--task a --task b` as `--task a b`.
 
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-        self._configs: dict[str, type] = {}  # namespace attribute -> config class built there
-        self._specs: dict[str, dict[str, _Spec]] = {}
-        self._dashed: set[str] = set()  # every option string, to accept its underscore spelling
-        self._flags: set[str] = set()  # `--x` of every flag, to accept `--x true` / `--x false`
-        self._sections: dict[str, Any] = {}  # --help section title -> its argument group
-        self.subcommands: dict[str, OptionParser] = {}  # `organism train`: the parser of each sub-command
+    `switches`: options of the program around the config (`--fresh`: option string -> help), read
+    and returned by `read` beside the config, listed by `--help`."""
 
-    # -------------------------------------------------------------------------- building
-    def add_arguments(self, config: type, dest: str = "config") -> None:
-        """One option per field of the dataclass `config` (nested configs included); the parsed
-        namespace holds the built config at `dest`."""
-        self._configs[dest] = config
-        self._specs[dest] = {}
-        self._add_fields(config, dest, "", None)
+    def __init__(
+        self,
+        config: type,
+        prog: str,
+        description: str | None = None,
+        switches: Mapping[str, str] | Callable[[type], Mapping[str, str]] | None = None,
+    ) -> None:
+        self.config, self.prog, self.description = config, prog, description
+        switches_of = switches if callable(switches) else (lambda _: switches or {})
+        self.switches = dict(switches_of(config))
+        self.options: dict[str, _Option] = {}  # option string -> option (aliases included)
+        # A field with `subcommands` (`organism train|check`): one command line per sub-command.
+        chosen = next((f for f in dataclasses.fields(config) if f.metadata.get("subcommands")), None)
+        self._chooser = None if chosen is None else chosen.name
+        self.subcommands: dict[str, CommandLine] = {
+            name: CommandLine(child, f"{prog} {name}", (child.__doc__ or "").strip().split("\n")[0], switches_of(child))
+            for name, child in (chosen.metadata["subcommands"].items() if chosen is not None else ())
+        }
+        self._tyro_config = self._derive(config, "") if chosen is None else None
 
-    def _section(self, title: str | None) -> Any:
-        if title is None:
-            return self
-        if title not in self._sections:
-            self._sections[title] = self.add_argument_group(title)
-        return self._sections[title]
+    # ------------------------------------------------------------------ the config tyro reads
+    def _derive(self, config: type, prefix: str) -> type:
+        """A dataclass tyro reads for `config`: the same fields, their help and spellings as tyro
+        markers (`Annotated`), the shared groups' and nested configs' fields in sections."""
+        import tyro
 
-    def _add_fields(self, config: type, dest: str, prefix: str, section: str | None) -> None:
         hints = typing.get_type_hints(config)
         docs = field_docs(config)
         owner = _declared_in(config)
+        top: list[tuple] = []
+        sections: dict[str, list[tuple]] = {}
         for f in dataclasses.fields(config):
             meta = f.metadata
-            if not meta.get("cmd", True) or not f.init:
+            if not meta.get("cmd", True):
                 continue
             path = f"{prefix}{f.name}"
             hint = hints[f.name]
-            if meta.get("subcommands"):
-                self._add_subcommands(dest, path, meta["subcommands"])
-                continue
             nested = _dataclass_of(hint)
-            if nested is not None:
-                title = meta.get("group") or GROUP_TITLES.get(nested) or docs.get(f.name, "").rstrip(".")
-                self._add_fields(nested, dest, f"{path}.", title or None)
+            if nested is not None:  # its own section, titled by its `group`
+                derived = self._derive(nested, f"{path}.")
+                default = dataclasses.field(default_factory=derived)
+                marker = tyro.conf.arg(name=meta.get("group") or f.name, help=docs.get(f.name, ""))
+                top.append((f.name, Annotated[derived, marker], default))
                 continue
-            title = section or GROUP_TITLES.get(owner.get(f.name, config))
-            self._add_field(self._section(title), f, hint, docs.get(f.name, ""), dest, path)
+            title = GROUP_TITLES.get(owner.get(f.name, config))
+            where = top if title is None or prefix else sections.setdefault(title, [])
+            kind, element = _kind(hint)
+            if meta.get("choices"):
+                element = Literal[tuple(meta["choices"])]  # type: ignore[valid-type]
+                hint = (
+                    tuple[element, ...]
+                    if typing.get_origin(hint) is tuple
+                    else (list[element] if kind == "list" else element)
+                )  # type: ignore[valid-type]
+            markers: list[Any] = []
+            name = "--" + f.name.replace("_", "-")
+            if meta.get("positional"):
+                markers.append(tyro.conf.Positional)
+                strings: tuple[str, ...] = ()
+            else:
+                strings = (name, *meta.get("aliases", ()))
+                if kind == "flag":
+                    strings += ("--no-" + name[2:],)
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            doc = docs.get(f.name, "")
+            markers.append(
+                tyro.conf.arg(
+                    help=doc,
+                    aliases=tuple(meta.get("aliases", ())) or None,
+                    metavar=meta.get("metavar"),
+                    help_behavior_hint=_default_hint(doc, f, kind, required),
+                )
+            )
+            default: Any = (
+                dataclasses.field()
+                if required
+                else dataclasses.field(default=f.default)
+                if f.default_factory is dataclasses.MISSING
+                else dataclasses.field(default_factory=f.default_factory)
+            )
+            where.append((f.name, Annotated[(hint, *markers)], default))  # type: ignore[misc]
+            valued = kind == "flag" and hint is not bool
+            for string in strings:
+                self.options[string] = _Option(path, kind, element, strings, valued)
+        for title, fields in sections.items():
+            group = dataclasses.make_dataclass(_identifier(title), fields, kw_only=True)
+            required = any(
+                x.default is dataclasses.MISSING and x.default_factory is dataclasses.MISSING
+                for x in dataclasses.fields(group)
+            )
+            default = dataclasses.field() if required else dataclasses.field(default_factory=group)
+            top.append((_identifier(title), Annotated[group, tyro.conf.arg(name=title)], default))
+        return dataclasses.make_dataclass(config.__name__, top, kw_only=True)
 
-    def _add_field(self, where: Any, f: dataclasses.Field, hint: Any, doc: str, dest: str, path: str) -> None:
-        meta = f.metadata
-        base, kind = _unwrap(hint)
-        kwargs: dict[str, Any] = {"dest": f"{dest}.{path}", "default": argparse.SUPPRESS}
-        choices = meta.get("choices")
-        if typing.get_origin(base) is Literal:
-            choices = choices or typing.get_args(base)
-            base = type(choices[0])
-        if base is bool and kind == "value":
-            kwargs["action"] = _Flag
-        else:
-            if base not in _CONVERTERS:
-                raise TypeError(f"{f.name}: options of type {hint} are not supported")
-            kwargs["type"] = _CONVERTERS[base]
-            kwargs["action"] = Collect if kind != "value" else _Store
-            if kind != "value":
-                kwargs["nargs"] = "+"
-            if choices:
-                kwargs["choices"] = choices
-            kwargs["metavar"] = meta.get("metavar") or (None if choices else f.name.upper())
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        kwargs["help"] = _help_text(doc, f, kwargs["action"] is _Flag, required).replace("%", "%%")
-        if meta.get("positional"):
-            kwargs.pop("dest")
-            name = f"{dest}.{path}"
-            where.add_argument(name, **kwargs)
-        else:
-            strings = [f"--{f.name.replace('_', '-')}"]
-            if kwargs["action"] is _Flag:
-                strings.append(f"--no-{f.name.replace('_', '-')}")
-                self._flags.add(strings[0])
-            strings += list(meta.get("aliases", ()))
-            kwargs["required"] = required
-            where.add_argument(*strings, **kwargs)
-            self._dashed.update(s for s in strings if "-" in s[2:])
-        self._specs[dest][f"{dest}.{path}"] = _Spec(path, kind)
+    # ------------------------------------------------------------------ reading
+    def read(self, argv: Sequence[str], *, known_only: bool = False) -> tuple[Any, Given, set[str], list[str]]:
+        """(the config, the options given, the switches given, the arguments not read: only with
+        `known_only`, else an unknown option is a `UsageError`)."""
+        import tyro
+        from tyro import _errors
 
-    def _add_subcommands(self, dest: str, path: str, choices: Mapping[str, type]) -> None:
-        sub = self.add_subparsers(dest=f"{dest}.{path}.command", required=True, metavar="ACTION")
-        self._specs[dest][f"{dest}.{path}"] = _Spec(path, "subcommand")
-        for name, config in choices.items():
-            child = sub.add_parser(name, help=(config.__doc__ or "").split("\n")[0], description=config.__doc__)
-            child.add_arguments(config, dest=f"{dest}.{path}")
-            self.subcommands[name] = child
+        if self._chooser is not None or self._tyro_config is None:
+            return self._read_subcommand(list(argv), known_only)
+        tokens, typed, switches, rest = self._spelled(list(argv), known_only)
 
-    def error(self, message: str):  # type: ignore[override]
-        """A usage error as one line on stderr (the option, its value, what is allowed), exit 2."""
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        def refuse(event: Any) -> None:
+            raise UsageError(_event_text(event))
 
-    # -------------------------------------------------------------------------- reading
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        """argparse's reading, after the older spellings are read as today's (`--n_words` as
-        `--n-words`, `--png false` as `--no-png`); then every config is built at its `dest`."""
-        argv, renamed = self._spelled(list(sys.argv[1:] if args is None else args))
-        namespace, rest = super().parse_known_args(argv, namespace)
-        typed = getattr(namespace, _GIVEN_KEY, None)
-        if typed is not None and renamed:  # the spelling typed, for messages
-            typed.update({path: renamed[spelling] for path, spelling in typed.items() if spelling in renamed})
-        for dest, config in self._configs.items():
-            self._build(namespace, dest, config)
-        return namespace, rest
+        with _errors.on_parse_error(refuse):
+            parsed = tyro.cli(
+                self._tyro_config,
+                args=tokens,
+                prog=self.prog,
+                description=self._description(),
+                config=(tyro.conf.OmitArgPrefixes,),
+            )
+        values = _values(parsed)
+        try:
+            built = _construct(self.config, values, "")
+        except (ValueError, TypeError) as error:
+            raise UsageError(_option_names(" ".join(str(error).split()), _names_of(self.config, typed))) from None
+        return built, Given(typed), switches, rest
 
-    def _spelled(self, argv: list[str]) -> tuple[list[str], dict[str, str]]:
-        """`argv` in today's spellings, and today's spelling -> the one typed (for messages)."""
+    def _read_subcommand(self, argv: list[str], known_only: bool) -> tuple[Any, Given, set[str], list[str]]:
+        chooser = str(self._chooser)
+        name = next((token for token in argv if not token.startswith("-")), None)
+        if name is None and any(token in ("-h", "--help") for token in argv):
+            sys.stdout.write(self.format_help())
+            raise SystemExit(0)
+        if name is None:
+            raise UsageError("the following arguments are required: ACTION")
+        if name not in self.subcommands:
+            choices = ", ".join(repr(c) for c in self.subcommands)
+            raise UsageError(f"argument ACTION: invalid choice: {name!r} (choose from {choices})")
+        argv.remove(name)
+        built, typed, switches, rest = self.subcommands[name].read(argv, known_only=known_only)
+        given_options = Given({f"{chooser}.{path}": text for path, text in typed.typed.items()})
+        return self.config(**{chooser: built}), given_options, switches, rest
+
+    def _description(self) -> str | None:
+        first = self.description or (self.config.__doc__ or "").strip().split("\n")[0]
+        switches = " ".join(f"{string}: {text}." for string, text in self.switches.items())
+        return "\n\n".join(text for text in (first, switches) if text) or None
+
+    def _spelled(self, argv: list[str], known_only: bool) -> tuple[list[str], dict[str, str], set[str], list[str]]:
+        """`argv` in today's spellings for tyro, the options given (field path -> the spelling
+        typed), the switches given and (with `known_only`) the tokens of unknown options."""
         out: list[str] = []
-        renamed: dict[str, str] = {}
+        lists: dict[str, int] = {}  # a list option's path -> its place in `out`, to gather repeats
+        typed: dict[str, str] = {}
+        switches: set[str] = set()
+        rest: list[str] = []
         i = 0
         while i < len(argv):
             token = argv[i]
             i += 1
             if token == "--":
-                out += argv[i - 1 :]
+                (rest if known_only else out).extend(argv[i - 1 :])
                 break
-            name, eq, value = token.partition("=")
-            dashed = name.replace("_", "-") if name.startswith("--") else name
-            if dashed not in self._dashed and dashed not in self._flags:
+            if not token.startswith("--") or token in ("--help",):
                 out.append(token)
                 continue
-            if dashed != name:
-                renamed[dashed] = name
-            if dashed in self._flags:
-                if not eq and i < len(argv) and argv[i].lower() in _BOOLS:  # `--png false` (the older style)
-                    value, eq = argv[i], "="
+            name, eq, value = token.partition("=")
+            dashed = name.replace("_", "-")
+            if dashed in self.switches:
+                switches.add(dashed)
+                continue
+            option = self.options.get(dashed)
+            if option is None:
+                if not known_only:
+                    out.append(token)
+                    continue
+                rest.append(token)
+                while not eq and i < len(argv) and not argv[i].startswith("-"):
+                    rest.append(argv[i])
                     i += 1
-                if eq:
-                    if value.lower() not in _BOOLS:
-                        self.error(f"argument {name}: expected true or false, got {value!r}")
-                    if not _BOOLS[value.lower()]:
-                        dashed = "--no-" + dashed[2:]
-                    renamed[dashed] = name
-                out.append(dashed)
                 continue
-            out.append(dashed + eq + value)
-        return out, renamed
+            typed[option.path] = name
+            values = [value] if eq else []
+            if option.kind == "flag":
+                if not eq and i < len(argv) and argv[i].lower() in _BOOLS:  # `--png false` (the older style)
+                    values, i = [argv[i]], i + 1
+                on = dashed != option.strings[-1]  # `--no-x` is the last spelling of a flag
+                if values:
+                    if values[0].lower() not in _BOOLS:
+                        raise UsageError(f"argument {name}: expected true or false, got {values[0]!r}")
+                    on = on == _BOOLS[values[0].lower()]
+                if option.valued:
+                    out += [option.strings[0], str(on)]
+                else:
+                    out.append(option.strings[0] if on else option.strings[-1])
+                continue
+            if not eq:
+                while i < len(argv) and not (argv[i].startswith("--") or argv[i] == "-h"):
+                    values.append(argv[i])
+                    i += 1
+                    if option.kind == "value":
+                        break
+            for text in values:
+                _check_value(name, text, option.element)
+            if option.kind == "list" and option.path in lists:
+                end = lists[option.path]
+                out[end:end] = values  # a repeat adds its values after the earlier ones
+                lists = {path: place + len(values) if place >= end else place for path, place in lists.items()}
+                continue
+            out += [option.strings[0], *values]
+            if option.kind == "list":
+                lists[option.path] = len(out)  # where its values end
+        return out, typed, switches, rest
 
-    def _build(self, namespace: argparse.Namespace, dest: str, config: type) -> None:
-        values: dict[str, Any] = {}
-        for attribute, spec in self._specs[dest].items():
-            if spec.kind == "subcommand":
-                values[spec.path] = getattr(namespace, attribute)
-            elif hasattr(namespace, attribute):
-                value = getattr(namespace, attribute)
-                values[spec.path] = tuple(value) if spec.kind == "tuple" else value
-            else:
-                continue
-            delattr(namespace, attribute)
+    def format_help(self) -> str:
+        """What `PROG --help` prints."""
+        import contextlib
+        import io
+
+        if self._chooser is not None:
+            width = max(map(len, self.subcommands)) + 2
+            lines = [f"usage: {self.prog} {{{','.join(self.subcommands)}}} ...", "", self.description or ""]
+            lines += ["", "actions:"]
+            lines += [f"  {name.ljust(width)}{line.description or ''}" for name, line in self.subcommands.items()]
+            return "\n".join(lines) + "\n"
+        raw = io.BytesIO()
+        text = io.TextIOWrapper(raw, encoding="utf-8")  # a UTF-8 stream, as a terminal's: tyro draws its boxes
+        with contextlib.redirect_stdout(text), contextlib.suppress(SystemExit):
+            self.read(["--help"])
+        text.flush()
+        return raw.getvalue().decode("utf-8")
+
+
+def _default_hint(doc: str, f: dataclasses.Field, kind: str, required: bool) -> str | None:
+    """What `--help` adds after a field's text: its default, once (not where the text says it, nor an
+    empty one), "(required)", or nothing for a flag (its two spellings say it)."""
+    if required:
+        return "(required)"
+    if kind == "flag" or "(default" in doc:
+        return ""
+    default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+    if default is None or default == "" or default in ((), []):
+        return ""
+    shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+    return f"(default: {shown})"
+
+
+def _identifier(title: str) -> str:
+    """A section's field name: its title as an identifier that starts upper case (`Distributed_torchrun`)."""
+    name = re.sub(r"\W+", "_", title).strip("_") or "Options"
+    return name[0].upper() + name[1:]
+
+
+def _kind(hint: Any) -> tuple[str, Any]:
+    """("flag" / "list" / "value", the type of one value) of a field's annotation."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(options) == 1:
+            hint = options[0]
+    origin = typing.get_origin(hint)
+    if origin in (list, tuple, Sequence):
+        return "list", typing.get_args(hint)[0]
+    return ("flag" if hint is bool else "value"), hint
+
+
+def _check_value(option: str, text: str, element: Any) -> None:
+    """The one-line refusals of a number that is none, or not finite (before tyro reads it)."""
+    if text.lower() == "none":  # an optional number left unset; tyro refuses it where it is not optional
+        return
+    if element is float:
         try:
-            built = _construct(config, values, "")
-        except (ValueError, TypeError) as error:
-            head = f"{dest}."
-            typed = {p[len(head) :]: o for p, o in _typed(namespace).items() if p.startswith(head)}
-            self.error(_option_names(" ".join(str(error).split()), _names_of(config, typed)))
-        setattr(namespace, dest, built)
+            number = float(text)
+        except ValueError:
+            raise UsageError(f"argument {option}: not a number: {text!r}") from None
+        if not math.isfinite(number):
+            raise UsageError(f"argument {option}: must be a finite number, got {text!r}")
+    elif element is int:
+        try:
+            int(text)
+        except ValueError:
+            raise UsageError(f"argument {option}: not a whole number: {text!r}") from None
 
 
-def _typed(namespace: argparse.Namespace) -> dict[str, str]:
-    return dict(getattr(namespace, _GIVEN_KEY, None) or {})
+def _event_text(event: Any) -> str:
+    """A tyro parse error as one line, in the words argparse used."""
+    from tyro import _errors
+
+    def option_of(argument: Any) -> str:
+        names = getattr(getattr(argument, "lowered", None), "name_or_flags", None) or ()
+        return "/".join(names) or str(getattr(getattr(argument, "field", None), "extern_name", "?"))
+
+    if isinstance(event, _errors.InvalidChoice):
+        choices = ", ".join(repr(c) for c in event.choices)
+        return f"argument {option_of(event.argument)}: invalid choice: {event.value!r} (choose from {choices})"
+    if isinstance(event, _errors.UnrecognizedArgs):
+        return f"unrecognized arguments: {' '.join(event.tokens)}"
+    if isinstance(event, _errors.MissingArgs):
+        names = [option_of(missing.arg) for missing in event.missing_arguments]
+        return f"the following arguments are required: {', '.join(names)}"
+    if isinstance(event, _errors.BadValue):
+        return f"argument {option_of(event.argument)}: expected a value"
+    if isinstance(event, _errors.InstantiationFailure):
+        where = f"argument {option_of(event.argument)}: " if event.argument is not None else ""
+        return where + " ".join(str(event.message).split("\n\n")[0].split())
+    return " ".join(str(event).split())
+
+
+def _values(parsed: Any, prefix: str = "") -> dict[str, Any]:
+    """Field path -> value of what tyro built (sections dissolved)."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(parsed):
+        value = getattr(parsed, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            section = f.name[:1].isupper()  # a --help section, not a nested config
+            values.update(_values(value, prefix if section else f"{prefix}{f.name}."))
+        else:
+            values[f"{prefix}{f.name}"] = value
+    return values
 
 
 def _construct(config: type, values: Mapping[str, Any], prefix: str) -> Any:
@@ -506,10 +604,13 @@ def _construct(config: type, values: Mapping[str, Any], prefix: str) -> Any:
     for f in dataclasses.fields(config):
         path = f"{prefix}{f.name}"
         nested = _dataclass_of(hints[f.name])
-        if path in values:
-            kwargs[f.name] = values[path]
-        elif nested is not None and not f.metadata.get("subcommands") and any(p.startswith(f"{path}.") for p in values):
+        if nested is not None and any(p.startswith(f"{path}.") for p in values):
             kwargs[f.name] = _construct(nested, values, f"{path}.")
+        elif path in values:
+            value = values[path]
+            kwargs[f.name] = (
+                tuple(value) if isinstance(value, list) and typing.get_origin(hints[f.name]) is tuple else value
+            )
     return config(**kwargs)
 
 
@@ -524,40 +625,6 @@ def _declared_in(config: type) -> dict[str, type]:
 
 def _dataclass_of(hint: Any) -> type | None:
     return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
-
-
-def _unwrap(hint: Any) -> tuple[Any, str]:
-    """(element type, kind) of a field's annotation: `X | None` -> X; `list[X]`, `tuple[X, ...]` -> X."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(options) == 1:
-            hint = options[0]
-    origin = typing.get_origin(hint)
-    if origin in (list, tuple, Sequence):
-        return typing.get_args(hint)[0], "tuple" if origin is tuple else "list"
-    return hint, "value"
-
-
-def _help_text(doc: str, f: dataclasses.Field, flag: bool, required: bool) -> str:
-    if required or flag or "(default" in doc:
-        return doc
-    default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
-    if default is None or default == "" or default in ((), []):
-        return doc
-    shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
-    return f"{doc} (default: {shown})"
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """argparse's help with the terminal's width and room for the option names."""
-
-    def __init__(self, prog: str, **kwargs) -> None:
-        kwargs.setdefault("max_help_position", 32)
-        super().__init__(prog, **kwargs)
-
-
-class _RawHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
-    """Keeps the line breaks of a script's docstring in its `--help`."""
 
 
 # --------------------------------------------------------------------------- which options given
@@ -579,11 +646,9 @@ class Given:
         return {p[len(head) :] for p in self.typed if p.startswith(head) and "." not in p[len(head) :]}
 
 
-@checked
-def given(namespace: argparse.Namespace, dest: str = "config") -> Given:
-    """The options `OptionParser` saw while filling `namespace`, relative to the config at `dest`."""
-    head = f"{dest}."
-    return Given({d[len(head) :]: option for d, option in _typed(namespace).items() if d.startswith(head)})
+def _exit_usage(prog: str, error: UsageError) -> typing.NoReturn:
+    sys.stderr.write(f"{prog}: error: {error}\n")
+    raise SystemExit(2)
 
 
 @checked
@@ -591,11 +656,14 @@ def parse(
     config: type[Config], argv: Sequence[str] | None = None, *, prog: str | None = None, description: str | None = None
 ) -> tuple[Config, Given]:
     """Read `config` (a dataclass of options) from `argv` (default: `sys.argv[1:]`) in the CLI's
-    style; the config and which options were given. `--help` prints every field's docstring."""
-    parser = OptionParser(prog=prog, description=description, formatter_class=_RawHelpFormatter)
-    parser.add_arguments(config, dest="config")
-    namespace = parser.parse_args(None if argv is None else list(argv))
-    return namespace.config, given(namespace)
+    style; the config and which options were given. `--help` prints every field's docstring; a
+    usage error is one line on stderr and exit code 2."""
+    name = prog or os.path.basename(sys.argv[0])
+    try:
+        built, given_options, _, _ = CommandLine(config, name, description).read(sys.argv[1:] if argv is None else argv)
+    except UsageError as error:
+        _exit_usage(name, error)
+    return built, given_options
 
 
 @checked
@@ -604,10 +672,13 @@ def parse_known(
 ) -> tuple[Config, Given, list[str]]:
     """`parse` for a program that passes the options it does not know on (e.g. to other scripts):
     the config, which of its options were given, and the other arguments in their order."""
-    parser = OptionParser(prog=prog, description=description, formatter_class=_RawHelpFormatter)
-    parser.add_arguments(config, dest="config")
-    namespace, rest = parser.parse_known_args(None if argv is None else list(argv))
-    return namespace.config, given(namespace), rest
+    name = prog or os.path.basename(sys.argv[0])
+    try:
+        line = CommandLine(config, name, description)
+        built, given_options, _, rest = line.read(sys.argv[1:] if argv is None else argv, known_only=True)
+    except UsageError as error:
+        _exit_usage(name, error)
+    return built, given_options, rest
 
 
 # --------------------------------------------------------------------- options in error messages

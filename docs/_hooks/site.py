@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "experiments" / "notebooks"
 TUTORIALS = "notebooks"  # site folder of the notebooks: experiments/notebooks/X.ipynb -> notebooks/X/
 CLI_PAGE = "reference/cli.md"
-HELP_WIDTH = 100  # argparse wraps --help to $COLUMNS: the page shows what a 100-column terminal shows
+HELP_WIDTH = 100  # tyro wraps --help to $COLUMNS: the page shows what a 100-column terminal shows
 
 log = logging.getLogger("mkdocs.hooks.site")
 

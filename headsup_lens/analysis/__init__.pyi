@@ -19,6 +19,11 @@ from ._compare import planted_heads as planted_heads
 from ._compare import precision_at as precision_at
 from ._compare import roc_points as roc_points
 from ._compare import summarize as summarize
+from ._config import AttentionConfig as AttentionConfig
+from ._config import LensConfig as LensConfig
+from ._config import PathwayConfig as PathwayConfig
+from ._config import SimilarityConfig as SimilarityConfig
+from ._config import SweepConfig as SweepConfig
 from ._lens import LogitLens as LogitLens
 from ._lens import lens_comparison as lens_comparison
 from ._lens import logit_lens as logit_lens
@@ -64,6 +69,7 @@ from ._similarity import LayerStates as LayerStates
 from ._similarity import Setting as Setting
 from ._similarity import layer_similarity as layer_similarity
 from ._similarity import layer_states as layer_states
+from ._similarity import setting_similarity as setting_similarity
 from ._similarity import sweep_similarity as sweep_similarity
 from ._sweep import RemovalSweep as RemovalSweep
 from ._sweep import auto_batch_size as auto_batch_size

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import torch
@@ -23,9 +24,10 @@ from ..gates import MaskLike
 from ..gates._masks import mask_tensor
 from ..models import left_pad, pad_token_id, prompt_format
 from ._common import Gate, check_gate_has_mask, gated, prompt_ids
+from ._config import AttentionConfig, configured
 
 Pair = tuple[str, str]
-SETTINGS = ("original", "instructed", "masked")
+SETTINGS = AttentionConfig().settings
 
 
 @checked
@@ -133,12 +135,8 @@ def attention_on_target(
     model: TransformerBridge,
     examples,
     mask: MaskLike,
-    *,
-    instruction: str | None = None,
-    settings: Sequence[str] = SETTINGS,
-    gate: Gate = "value",
-    split: str = "eval",
-    batch_size: int = 16,
+    config: AttentionConfig | None = None,
+    **options: Any,
 ) -> AttentionOnTarget:
     """Table 7: attention of the last prompt token to the target word, per head and setting.
 
@@ -150,20 +148,26 @@ def attention_on_target(
     `"masked+instructed"`. A `Task` contributes its `split` pairs: the held-out ones by default (the
     paper's 100), `"train"` or `"all"` otherwise. Heads "inside" the mask are those with value > 0. The paper's columns
     are: instructed = the `instructed` row's `all`; used / unused = the `masked` row's `inside` /
-    `outside`.
+    `outside`. `config` (an `AttentionConfig`) holds the instruction, settings, gate, split and
+    batch size; its fields may be given as keyword arguments instead (`settings=("original", "masked")`).
     """
+    config = configured(AttentionConfig, config, options, "attention_on_target")
+    instruction, settings, gate, split, batch_size = (
+        config.instruction,
+        config.settings,
+        config.gate,
+        config.split,
+        config.batch_size,
+    )
     if hasattr(examples, "pairs") and hasattr(examples, "user_text"):
         instruction = instruction or choice_instruction(examples.name) or examples.instruction
         pairs = [examples.pairs[i] for i in examples.split_indices(split)]
     else:
         pairs = [tuple(p) for p in examples]
-    if instruction is not None and "{input}" not in instruction:
+    if instruction is not None and "{input}" not in instruction:  # the task's own template
         raise ValueError(f"instruction template {instruction!r} lacks '{{input}}'")
     if not pairs:
         raise ValueError("no examples given")
-    known = ("original", "instructed", "masked", "masked+instructed")
-    if not settings or any(s not in known for s in settings):
-        raise ValueError(f"settings must be drawn from {known}, got {list(settings)}")
     if instruction is None and any("instructed" in s for s in settings):
         raise ValueError("the instructed settings need an instruction template (instruction=...)")
     inside = mask_tensor(model, mask)

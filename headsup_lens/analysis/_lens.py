@@ -5,6 +5,7 @@ the reference notebook, without it), and the same read-out compared across setti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import torch
@@ -15,11 +16,11 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ..gates import MaskLike
 from ..models import decode_residual, unembed, verify_readout
-from ._common import Gate, check_gate_has_mask, gated, prompt_ids, token_text
+from ._common import check_gate_has_mask, gated, prompt_ids, token_text
+from ._config import LENS_STREAMS, LensConfig, configured
 from ._similarity import Setting, as_setting
 
-# "embed": the token embedding, the residual stream before block 0 (the reference's hidden_states[0]); one row.
-STREAMS = {"resid": "hook_resid_post", "attn": "hook_attn_out", "embed": "hook_resid_pre"}
+STREAMS = LENS_STREAMS
 
 
 @checked
@@ -47,14 +48,12 @@ def decode_stream(
 def logit_lens(
     model: TransformerBridge,
     prompt: str,
-    k: int = 10,
+    k: int | None = None,
     mask: MaskLike | None = None,
+    config: LensConfig | None = None,
     *,
-    gate: Gate = "value",
-    alpha: float = 0.0,
     formatted: bool = False,
-    streams: tuple[str, ...] = ("resid", "attn"),
-    final_norm: bool = True,
+    **options: Any,
 ) -> LogitLens:
     """Top-`k` next tokens of each layer at the last prompt position, under an optional gate.
 
@@ -64,12 +63,11 @@ def logit_lens(
     residual as the reference notebook does (`lm_head` of Hugging Face's hidden states), where the
     last layer's row is still normed: Hugging Face's last hidden state is the final norm's output.
     With the norm, the resid stream of the last layer is the model's own prediction either way.
+    `config` (a `LensConfig`, default its defaults) holds `k`, the gate, alpha, the streams and the
+    norm; its fields may be given as keyword arguments instead (`k=5, final_norm=False`).
     """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    unknown = [s for s in streams if s not in STREAMS]
-    if unknown or not streams:
-        raise ValueError(f"unknown streams {unknown}; choose from {sorted(STREAMS)}")
+    config = configured(LensConfig, config, options if k is None else {**options, "k": k}, "logit_lens")
+    k, gate, alpha, streams, final_norm = config.k, config.gate, config.alpha, config.streams, config.final_norm
     check_gate_has_mask(mask, gate, alpha)
     ids = prompt_ids(model, prompt, formatted=formatted)
     n_layers = model.cfg.n_layers

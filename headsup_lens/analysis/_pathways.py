@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,7 +23,8 @@ from .._typecheck import checked
 from ..evaluation import answer_loss
 from ..masks import Head, HeadMask, random_jaccard
 from ..training import load_trajectory
-from ._common import Gate, check_heads
+from ._common import check_heads
+from ._config import PathwayConfig, configured
 
 Masks = Mapping[str, HeadMask] | Sequence[HeadMask]
 
@@ -164,21 +166,26 @@ def group_ablation(
     model: TransformerBridge,
     task,
     groups: Mapping[str, Sequence[Head]],
-    *,
-    n_random: int = 5,
-    seed: int = 0,
-    instructed: bool = True,
-    gate: Gate = "value",
-    split: str = "eval",
-    batch_size: int = 16,
+    config: PathwayConfig | None = None,
+    **options: Any,
 ) -> pd.DataFrame:
     """Table 6: remove each head group from the full model and measure the (instructed) answer loss,
     against removing `n_random` random groups of the same size.
 
     Columns: group, size, loss (group removed), random_mean / random_std (random groups),
     original (nothing removed). Losses are `evaluation.answer_loss` (mean answer-token NLL, nats).
+    `config` (a `PathwayConfig`) holds the random groups' count and seed, the prompts, gate, split and
+    batch size; its fields may be given as keyword arguments instead (`n_random=2`).
     """
-
+    config = configured(PathwayConfig, config, options, "group_ablation")
+    n_random, seed, instructed, gate, split, batch_size = (
+        config.n_random,
+        config.seed,
+        config.instructed,
+        config.gate,
+        config.split,
+        config.batch_size,
+    )
     shape = (model.cfg.n_layers, model.cfg.n_heads)
     loss_of = functools.partial(
         answer_loss, model, task, instructed=instructed, gate=gate, split=split, batch_size=batch_size

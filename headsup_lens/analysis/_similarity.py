@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import torch
@@ -13,6 +14,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ..gates import Gate, MaskLike
 from ._common import check_gate_has_mask, gated, prompt_ids
+from ._config import SimilarityConfig, configured
 from ._sweep import RemovalSweep
 
 
@@ -90,6 +92,34 @@ def layer_similarity(model: TransformerBridge, run_a: Setting | str, run_b: Sett
             "block_out": cosine(a.block_out, b.block_out).numpy(),
         }
     )
+
+
+@checked
+def setting_similarity(
+    model: TransformerBridge,
+    prompt: str,
+    mask: MaskLike | None = None,
+    config: SimilarityConfig | None = None,
+    **options: Any,
+) -> dict[str, pd.DataFrame]:
+    """Fig. 4: `layer_similarity` of each setting with the instructed run, for the user text `prompt`
+    (no instruction) and the template `config.instruction` (with `{input}`): "original vs instructed",
+    and with a `mask` (under `config.gate`, `config.alpha`) "masked vs instructed" and "masked vs
+    masked+instructed". The fields of `config` (a `SimilarityConfig`) may be keyword arguments instead."""
+    config = configured(SimilarityConfig, config, options, "setting_similarity")
+    if config.instruction is None:
+        raise ValueError("setting_similarity needs an instruction template with {input} (instruction=...)")
+    instructed_text = config.instruction.replace("{input}", prompt)
+    original, instructed = Setting(prompt), Setting(instructed_text)
+    comparisons = {"original vs instructed": (original, instructed)}
+    if mask is not None:
+        masked = Setting(prompt, mask=mask, gate=config.gate, alpha=config.alpha)
+        comparisons["masked vs instructed"] = (masked, instructed)
+        comparisons["masked vs masked+instructed"] = (
+            masked,
+            Setting(instructed_text, mask=mask, gate=config.gate, alpha=config.alpha),
+        )
+    return {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
 
 
 @checked

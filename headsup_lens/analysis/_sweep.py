@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,12 +22,12 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._distributed import all_min, gather, padded_share, rank_and_world, shard
 from .._progress import progress as progress_bar
 from .._typecheck import checked
-from .._validate import check_gate_alpha
 from ..masks import Head, HeadMask
 from ..models import model_device, stop_token_ids
 from ..models._sharding import is_sharded, lockstep
 from ..objective import greedy_generate
 from ._common import Gate, check_heads, prompt_ids, prompt_text, token_id, token_ranks, token_text
+from ._config import SweepConfig, configured
 
 _CPU_BUDGET_GB = 2.0
 
@@ -255,22 +256,20 @@ def removal_sweep(
     model: TransformerBridge,
     prompt: str,
     order: Sequence[Head] | HeadMask,
+    config: SweepConfig | None = None,
     *,
     target_tokens: Sequence[int | str] | int | str | None = None,
-    top_k: int = 5,
-    max_new_tokens: int = 20,
-    batch_size: int | None = None,
     record_layers: bool = False,
     steps: Sequence[int] | None = None,
     formatted: bool = False,
-    memory_gb: float | None = None,
     distributed: bool = False,
     progress: bool = True,
-    gate: Gate = "value",
-    alpha: float = 0.0,
+    **options: Any,
 ) -> RemovalSweep:
     """Remove heads one at a time in `order` and record what the model would say at each step.
 
+    `config` (a `SweepConfig`; its fields may be given as keyword arguments instead, or on top:
+    `top_k=3`) says what is tracked and how the steps are batched and gated.
     `prompt` is the user text, wrapped in the model's chat template unless `formatted=True`.
     `order` is a list of `(layer, head)` (see `weight_order`, `influence_order`, `random_order`),
     or a `HeadMask`, meaning its weight order. Tracked tokens: the full model's `top_k` next tokens
@@ -288,6 +287,14 @@ def removal_sweep(
     a removed head's output (0: removed, the paper's sweep), or the query gate (`"query"`, alpha 0),
     under which a removed head attends uniformly.
     """
+    config = configured(SweepConfig, config, options, "removal_sweep")
+    top_k, max_new_tokens, batch_size, memory_gb = (
+        config.top_k,
+        config.max_new_tokens,
+        config.batch_size,
+        config.memory_gb,
+    )
+    gate, alpha = config.gate, config.alpha
     # A sharded model's ranks share every pass: its sweeps are always split over them.
     rank, world = rank_and_world(required=True) if distributed or is_sharded(model) else (0, 1)
     if isinstance(order, HeadMask):
@@ -295,9 +302,6 @@ def removal_sweep(
     order = check_heads(model, order.removal_order() if isinstance(order, HeadMask) else list(order))
     if len(set(order)) != len(order):
         raise ValueError("the removal order lists a head twice")
-    if top_k < 0 or max_new_tokens < 0:
-        raise ValueError("top_k and max_new_tokens must be >= 0")
-    alpha = check_gate_alpha(gate, alpha)
     steps = list(range(len(order) + 1)) if steps is None else [int(s) for s in steps]
     if not steps or any(not 0 <= s <= len(order) for s in steps):
         raise ValueError(f"steps must be a non-empty list of values in 0..{len(order)}")
@@ -309,8 +313,6 @@ def removal_sweep(
     ids_list = prompt_ids(model, prompt, formatted=formatted)
     ids = torch.tensor([ids_list], device=model.cfg.device)
     rows: int = auto_batch_size(model, len(ids_list) + max_new_tokens, memory_gb) if batch_size is None else batch_size
-    if rows < 1:
-        raise ValueError(f"batch_size must be >= 1, got {rows}")
     if lockstep(model):  # free memory differs between GPUs; the chunks of every rank may not
         rows = all_min(rows, model_device(model))
     shape = (model.cfg.n_layers, model.cfg.n_heads)

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._io import OutputSet
-from .._names import Gate
-from .._validate import check_float
-from ..options import FigureOptions, Given, ModelOptions, PromptOptions, check_counts
+from ..analysis._config import LensConfig
+from ..options import FigureOptions, Given, ModelOptions, PromptOptions, option
 from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command, mask_file
 
@@ -22,25 +21,17 @@ class LensCommand(FigureOptions, PromptOptions, ModelOptions):
     """Output folder: lens.csv and one heat map per stream."""
     mask: str | None = None
     """Optional mask file (or `headsup train` output folder) to gate the model with."""
-    gate: Gate = "value"
-    """Gate for the mask: value or query."""
-    alpha: float = 0.0
-    """Scale of heads outside the mask (value gate)."""
-    k: int = 10
-    """Top-k tokens per layer."""
-    final_norm: bool = True
-    """Apply the final norm before the unembedding; --no-final-norm reads the raw residual (the reference notebook)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_counts(self, k=1)
-        check_float("alpha", self.alpha, 0.0, 1.0)
+    lens: LensConfig = option(default_factory=LensConfig, group="Lens")
+    """What each layer is read for (`logit_lens`'s config)."""
 
 
 def check_lens(args: LensCommand, given: Given) -> None:
     if args.mask is None:
         refuse_unused(
-            args, given, ("gate", "alpha"), "they gate a mask, and no --mask is given (the run would be ungated)"
+            args,
+            given,
+            ("lens.gate", "lens.alpha"),
+            "they gate a mask, and no --mask is given (the run would be ungated)",
         )
     else:
         mask_file(args.mask)
@@ -55,16 +46,7 @@ def run_lens(args: LensCommand, given: Given) -> int:
     out = check_out_dir(args.out)
     stage = OutputSet(out, "lens", option="--out", files=["lens.csv"])
     model = load(args)
-    lens = logit_lens(
-        model,
-        args.prompt,
-        args.k,
-        load_mask(args.mask, model),
-        gate=args.gate,
-        alpha=args.alpha,
-        formatted=args.formatted,
-        final_norm=args.final_norm,
-    )
+    lens = logit_lens(model, args.prompt, None, load_mask(args.mask, model), args.lens, formatted=args.formatted)
     write_csv(stage.path / "lens.csv", lens.table)
     files = ["lens.csv"]
     save_figures(stage.path, {f"lens_{s}": logit_lens_figure(lens, s) for s in lens.probs}, args.png, files)

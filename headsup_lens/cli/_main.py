@@ -1,5 +1,6 @@
-"""The `headsup` entry point: builds only the chosen command's parser, runs it, and turns every
-expected failure into one line on stderr and a non-zero exit code (tracebacks with `--debug`).
+"""The `headsup` entry point: reads the chosen command's options with the command line tyro generates
+from its config (`options.CommandLine`), runs it, and turns every expected failure into one line on
+stderr and a non-zero exit code (tracebacks with `--debug`).
 The library is imported inside the command, so that `headsup --help` starts without torch.
 """
 
@@ -16,13 +17,14 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import NoReturn
 
 from .._io import FolderLock, claimed_folder
 from .._progress import activity, progress_enabled, progress_off, quiet_libraries
 from .._validate import check_device_available
 from .._version import __version__
 from ..data import ENV_VAR, default_data_dir
-from ..options import Given, OptionParser, given, name_options
+from ..options import CommandLine, Given, UsageError, name_options
 from ._registry import (
     COMMANDS,
     LAZY,
@@ -35,6 +37,7 @@ from ._registry import (
     run_recipe,
 )
 
+DESCRIPTION = "Attention-head masks and functional pathways (Heads up!, ICML 2025)."
 NO_PROGRESS = "--no-progress"
 NO_PROGRESS_HELP = "no progress bars (quiet output for logs); accepted before or after the command"
 FRESH = "--fresh"
@@ -51,47 +54,49 @@ EXIT_OS_ERROR = 1
 EXIT_INTERRUPTED = 130
 
 
-class HeadsupParser(OptionParser):
-    """The `headsup` parser; `commands` holds each command's parser by name."""
+def top_help() -> str:
+    """What `headsup --help` prints: the commands and their one-line help (no command module imported)."""
+    names = sorted(set(LAZY) | set(COMMANDS))
+    width = max(map(len, names)) + 2
+    lines = [
+        "usage: headsup [-h] [--version] [--debug] [--no-progress] COMMAND ...",
+        "",
+        DESCRIPTION,
+        "",
+        "commands:",
+        *(f"  {name.ljust(width)}{COMMANDS[name].help if name in COMMANDS else LAZY[name][1]}" for name in names),
+        "",
+        "options:",
+        "  -h, --help     show this help message and exit",
+        "  --version      show the version and exit",
+        "  --debug        show Python tracebacks instead of one-line errors",
+        f"  {NO_PROGRESS}  {NO_PROGRESS_HELP}",
+        "",
+        "`headsup COMMAND --help` documents the options of a command.",
+    ]
+    return "\n".join(lines) + "\n"
 
-    commands: dict[str, OptionParser]
+
+def command_line(name: str) -> CommandLine:
+    """The command line of `headsup NAME`, generated from its config (its module is imported)."""
+    _import_command(name)
+    return CommandLine(COMMANDS[name].config, f"headsup {name}", COMMANDS[name].help, _switches)
 
 
-def build_parser(command: str | None = "*") -> HeadsupParser:
-    """The `headsup` parser. `command` picks the one sub-command whose options are built (its module
-    is imported); `"*"` builds every command (tests, docs); None builds none (`headsup --help`)."""
-    parser = HeadsupParser(
-        prog="headsup", description="Attention-head masks and functional pathways (Heads up!, ICML 2025)."
-    )
-    parser.add_argument("--version", action="version", version=f"headsup {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show Python tracebacks instead of one-line errors")
-    parser.add_argument(NO_PROGRESS, action="store_true", help=NO_PROGRESS_HELP)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OptionParser)
-    parser.commands = {}
-    for name in sorted(set(LAZY) | set(COMMANDS)):
-        wanted = command == "*" or command == name
-        if wanted:
-            _import_command(name)
-        help_text = COMMANDS[name].help if name in COMMANDS else LAZY[name][1]
-        child = sub.add_parser(name, help=help_text, description=help_text)
-        if wanted:
-            child.add_arguments(COMMANDS[name].config, dest="config")
-            child.add_argument(NO_PROGRESS, action="store_true", help=NO_PROGRESS_HELP)
-            for writer in [child, *child.subcommands.values()]:  # `organism train` writes, `organism check` not
-                if any(_claims_out(config) for config in writer._configs.values()):
-                    writer.add_argument(FRESH, action="store_true", help=FRESH_HELP)
-        parser.commands[name] = child
-    return parser
+def command_lines() -> dict[str, CommandLine]:
+    """Every command's command line (for tests and docs)."""
+    return {name: command_line(name) for name in sorted(set(LAZY) | set(COMMANDS))}
+
+
+def _switches(config: type) -> dict[str, str]:
+    """The options of `headsup` around a command's config: `--no-progress`, and `--fresh` where it
+    writes an --out folder."""
+    return {NO_PROGRESS: NO_PROGRESS_HELP, **({FRESH: FRESH_HELP} if _claims_out(config) else {})}
 
 
 def _claims_out(config: type) -> bool:
     """Whether a command with these options writes an --out folder under the one rule (`claim_folder`)."""
     return any(f.name == "out" for f in dataclasses.fields(config)) and getattr(config, "CLAIMS_OUT", True)
-
-
-def command_parsers() -> dict[str, OptionParser]:
-    """Every command's parser with its options built (for tests and docs)."""
-    return build_parser("*").commands
 
 
 def _import_command(name: str) -> None:
@@ -101,11 +106,42 @@ def _import_command(name: str) -> None:
         raise KeyError(f"command {name!r} did not register")
 
 
-def _chosen(argv: Sequence[str]) -> str | None:
-    for token in argv:
-        if not token.startswith("-"):
-            return token if token in LAZY or token in COMMANDS else None
-    return None
+def _usage(prog: str, message: str) -> NoReturn:
+    """A usage error: one line on stderr, exit code 2 (as argparse)."""
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
+def read_command_line(argv: Sequence[str]) -> argparse.Namespace:
+    """`headsup [--debug] COMMAND OPTIONS` read: the command's name, its config (built, so validated),
+    the options given and the switches; `--help` and `--version` print and exit 0, a usage error is one
+    line and exit 2."""
+    debug, i = False, 0
+    while i < len(argv) and argv[i].startswith("-"):
+        token = argv[i]
+        if token == "--version":
+            sys.stdout.write(f"headsup {__version__}\n")
+            raise SystemExit(0)
+        if token in ("-h", "--help"):
+            sys.stdout.write(top_help())
+            raise SystemExit(0)
+        if token != "--debug":
+            _usage("headsup", f"unrecognized arguments: {token}")
+        debug, i = True, i + 1
+    names = sorted(set(LAZY) | set(COMMANDS))
+    if i == len(argv):
+        _usage("headsup", "the following arguments are required: COMMAND")
+    name = argv[i]
+    if name not in names:
+        choices = ", ".join(repr(n) for n in names)
+        _usage("headsup", f"argument COMMAND: invalid choice: {name!r} (choose from {choices})")
+    try:
+        config, given_options, switches, _ = command_line(name).read(argv[i + 1 :])
+    except UsageError as error:
+        _usage(f"headsup {name}", str(error))
+    return argparse.Namespace(
+        command=name, config=config, given=given_options, fresh=FRESH in switches, debug=debug, no_progress=False
+    )
 
 
 def one_line(error: BaseException, config: object = None, given_options: Given | None = None) -> str:
@@ -169,8 +205,7 @@ def _one_line(message, category: type[Warning], filename: str, lineno: int, line
 
 
 def _main(argv: list[str]) -> int:
-    chosen = _chosen(argv)
-    args = build_parser(chosen).parse_args(argv)
+    args = read_command_line(argv)
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and threading.current_thread() is threading.main_thread():
         # torchrun stops the other ranks with SIGTERM when one ends early: leave as an interruption
         # does (files written whole or not at all, the folder's lock released), not mid-write.
@@ -199,8 +234,7 @@ def _ranked(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     name, config = args.command, args.config
-    args.fresh = getattr(args, "fresh", False)  # only commands that write --out have the option
-    options = given(args)  # which options the command line set: presets apply first, these win
+    options = args.given  # which options the command line set: presets apply first, these win
     try:
         _check_before_imports(name, config, options)
         with _output_lock(name, config), _claimed_output_folder(name, config, options, args.fresh):

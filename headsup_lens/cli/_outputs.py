@@ -108,7 +108,14 @@ def _is_number(text: str) -> bool:
 
 def refuse_unused(args, given: Given, fields: tuple[str, ...], reason: str) -> None:
     """Options typed on the command line that the chosen mode does not use are refused, not ignored."""
-    typed = [f"{given.typed[f]} {getattr(args, f)}" for f in fields if f in given]
+
+    def value(path: str):  # a nested config's field: `lens.gate`
+        obj = args
+        for name in path.split("."):
+            obj = getattr(obj, name)
+        return obj
+
+    typed = [f"{given.typed[f]} {value(f)}" for f in fields if f in given]
     if typed:
         raise ValueError(f"{', '.join(typed)}: {reason}")
 

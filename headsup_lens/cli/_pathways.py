@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._io import OutputSet, atomic_write_json
+from ..analysis._config import PathwayConfig
 from ..data import load_task
-from ..options import DataOptions, FigureOptions, Given, ModelOptions, check_counts
-from ._outputs import file_names, load, report, save_figures, write_csv
+from ..options import DataOptions, FigureOptions, Given, ModelOptions, option
+from ._outputs import file_names, load, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command
 
 
@@ -26,14 +27,13 @@ class PathwaysCommand(FigureOptions, DataOptions, ModelOptions):
     """With a task and a model: ablate heads used by all / by none vs random groups (Table 6)."""
     model: str | None = field(default=None, kw_only=True)
     """Model for the ablation (with --task): `organism`, `smollm2`, a `.gguf` file, a hub name or a local directory."""
-    n_random: int = 5
-    """Random groups of the same size per ablated group."""
     trajectory: str | None = None
     """Training output folder whose logit checkpoints to plot (Fig. 3)."""
+    ablation: PathwayConfig = option(default_factory=PathwayConfig, group="Ablation (with --task)")
+    """How the groups and their random controls are removed (`group_ablation`'s config)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_counts(self, n_random=1)
         if self.task is not None and self.model is None:
             raise ValueError("the ablation needs --model as well as --task")
 
@@ -59,6 +59,9 @@ def _mask_files(paths: list[str]) -> dict[str, Path]:
 
 def check_pathways(args: PathwaysCommand, given: Given) -> None:
     _mask_files(args.mask)
+    if args.task is None:
+        ablation = tuple(f"ablation.{name}" for name in given.within("ablation"))
+        refuse_unused(args, given, ablation, "they configure the ablation, which runs only with --task")
     if args.trajectory is not None and not Path(args.trajectory).expanduser().is_dir():
         raise ValueError(f"--trajectory {args.trajectory}: no such folder (a `headsup train` output)")
 
@@ -101,7 +104,7 @@ def run_pathways(args: PathwaysCommand, given: Given) -> int:
         for mask in masks.values():
             mask.check_model(model)
         groups = {"used by all": pathways.used_by_all(), "used by none": pathways.used_by_none()}
-        ablation = group_ablation(model, task, groups, n_random=args.n_random)
+        ablation = group_ablation(model, task, groups, args.ablation)
         write_csv(stage.path / "ablation.csv", ablation)
         summary["ablation"] = ablation.to_dict(orient="records")
     summary["figures"] = file_names(save_figures(stage.path, figures, args.png))

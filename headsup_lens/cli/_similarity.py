@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._io import OutputSet
-from .._names import Gate
+from ..analysis._config import SimilarityConfig
 from ..data import load_task
-from ..options import DataOptions, FigureOptions, Given, ModelOptions
+from ..options import DataOptions, FigureOptions, Given, ModelOptions, option
 from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command, mask_file
 
@@ -24,17 +24,15 @@ class SimilarityCommand(FigureOptions, DataOptions, ModelOptions):
     """Output folder: similarity.csv (one row per comparison and layer) and a figure."""
     mask: str | None = None
     """Mask file or folder for the masked settings (without it only original vs instructed is compared)."""
-    instruction: str | None = None
-    """Instruction template with `{input}` for the instructed settings (default: the --task's)."""
     task: str | None = None
     """Task whose instruction template to use, e.g. `antonym`."""
-    gate: Gate = "value"
-    """Gate for the mask: value or query."""
+    similarity: SimilarityConfig = option(default_factory=SimilarityConfig, group="Similarity")
+    """The settings compared (`setting_similarity`'s config)."""
 
 
 def instruction_of(args: SimilarityCommand) -> str:
     """The instructed settings' template: --instruction, else the --task's (with `{input}`)."""
-    instruction = args.instruction
+    instruction = args.similarity.instruction
     if instruction is None and args.task is not None:
         instruction = load_task(args.task, args.data_dir).instruction
     if instruction is None or "{input}" not in instruction:
@@ -46,7 +44,10 @@ def check_similarity(args: SimilarityCommand, given: Given) -> None:
     instruction_of(args)
     if args.mask is None:
         refuse_unused(
-            args, given, ("gate",), "it gates a mask, and no --mask is given (only original vs instructed would run)"
+            args,
+            given,
+            ("similarity.gate", "similarity.alpha"),
+            "they gate a mask, and no --mask is given (only original vs instructed would run)",
         )
     else:
         mask_file(args.mask)
@@ -57,25 +58,14 @@ def run_similarity(args: SimilarityCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
     import pandas as pd
 
-    from ..analysis import Setting, layer_similarity
+    from ..analysis import setting_similarity
     from ..plots import similarity_figure
 
-    instruction = instruction_of(args)
+    config = args.similarity.replace(instruction=instruction_of(args))
     out = check_out_dir(args.out)
     stage = OutputSet(out, "similarity", option="--out", files=["similarity.csv"])
     model = load(args)
-    mask = load_mask(args.mask, model)
-    instructed_text = instruction.replace("{input}", args.prompt)
-    original, instructed = Setting(args.prompt), Setting(instructed_text)
-    comparisons = {"original vs instructed": (original, instructed)}
-    if mask is not None:
-        masked = Setting(args.prompt, mask=mask, gate=args.gate)
-        comparisons["masked vs instructed"] = (masked, instructed)
-        comparisons["masked vs masked+instructed"] = (
-            masked,
-            Setting(instructed_text, mask=mask, gate=args.gate),
-        )
-    tables = {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
+    tables = setting_similarity(model, args.prompt, load_mask(args.mask, model), config)
     write_csv(stage.path / "similarity.csv", pd.concat([t.assign(comparison=name) for name, t in tables.items()]))
     files = ["similarity.csv"]
     save_figures(stage.path, {"similarity": similarity_figure(tables)}, args.png, files)

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .._io import OutputSet, atomic_write_json
-from .._validate import check_float
-from ..options import FigureOptions, Given, ModelOptions, PromptOptions, ShardOptions, check_counts
+from ..analysis._config import SweepConfig
+from ..options import FigureOptions, Given, ModelOptions, PromptOptions, ShardOptions, check_counts, option
 from ._outputs import file_names, load, load_mask, portable, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command, mask_file, ranks_of
 
@@ -31,24 +31,16 @@ class SweepCommand(ShardOptions, FigureOptions, PromptOptions, ModelOptions):
     """Target tokens as text (its first token is tracked; `8` is the text "8"); repeat --target or give several."""
     target_id: list[int] = field(default_factory=list)
     """Target tokens as token ids of the model's vocabulary, e.g. --target-id 8 42."""
-    top_k: int = 5
-    """Track the full model's top-k next tokens."""
-    max_new_tokens: int = 20
-    """Greedy continuation length at each step."""
-    batch_size: int | None = None
-    """Steps per forward pass (default: as many as fit the memory budget; 1 = sequential)."""
-    memory_gb: float | None = None
-    """Memory budget for a chunk of steps in GiB (default: half the free GPU memory, 2 GiB on CPU)."""
     seed: int = 0
     """Seed of the random order."""
     reference_prompt: str | None = None
     """Also compare every layer along the sweep with this prompt's run (e.g. the instructed user text; Fig. 5)."""
+    sweep: SweepConfig = option(default_factory=SweepConfig, group="Sweep")
+    """What each step tracks and how the steps run (`removal_sweep`'s config)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_counts(self, influence_k=1, top_k=1, max_new_tokens=0, batch_size=1, seed=0)
-        if self.memory_gb is not None:
-            check_float("memory_gb", self.memory_gb, 0.0, low_open=True)
+        check_counts(self, influence_k=1, seed=0)
         if self.order != "random" and self.mask is None:
             raise ValueError(f"the {self.order} order needs --mask")
         if self.order == "influence" and not (self.target or self.target_id):
@@ -105,9 +97,6 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
         model,
         args.prompt,
         target_tokens=targets,
-        top_k=args.top_k,
-        batch_size=args.batch_size,
-        memory_gb=args.memory_gb,
         formatted=args.formatted,
         distributed=rank is not None,
     )
@@ -117,9 +106,9 @@ def run_sweep(args: SweepCommand, given: Given) -> int:
         order = mask.removal_order()
     if args.order == "influence":
         k = args.influence_k or len(order)
-        first = sweep_of(order[:k], max_new_tokens=0)
+        first = sweep_of(order[:k], args.sweep.replace(max_new_tokens=0))
         order = influence_order(first, k=k) + order[k:]
-    sweep = sweep_of(order, max_new_tokens=args.max_new_tokens, record_layers=args.reference_prompt is not None)
+    sweep = sweep_of(order, args.sweep, record_layers=args.reference_prompt is not None)
     reference = None
     if args.reference_prompt is not None:  # a forward pass: every rank runs it
         reference = layer_states(model, Setting(args.reference_prompt, formatted=args.formatted))

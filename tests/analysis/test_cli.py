@@ -231,9 +231,9 @@ def test_lens_and_similarity_name_every_file_written(llama_dir, tmp_path, capsys
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["lens", "--alpha", "0.5", "--gate", "query"], "--gate query, --alpha 0.5: they gate a mask, and no --mask"),
+        (["lens", "--alpha", "0.5", "--gate", "value"], "--gate value, --alpha 0.5: they gate a mask, and no --mask"),
         (["lens", "--gate", "value"], "--gate value: they gate a mask, and no --mask"),
-        (["similarity", "--instruction", "Say {input}", "--gate", "query"], "--gate query: it gates a mask"),
+        (["similarity", "--instruction", "Say {input}", "--gate", "query"], "--gate query: they gate a mask"),
         (["sweep", "--order", "random", "--mask", "m.safetensors"], "--mask m.safetensors: the random order does not"),
         (["sweep", "--mask", "m.safetensors", "--seed", "3"], "--seed 3: --seed draws the random order only"),
         (["sweep", "--order", "random", "--influence-k", "4"], "--influence-k 4: --influence-k applies to --order"),

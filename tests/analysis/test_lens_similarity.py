@@ -126,8 +126,10 @@ def test_bad_inputs(llama):
 
 
 def test_a_gate_or_alpha_without_a_mask_is_refused_not_run_ungated(llama):
-    with pytest.raises(ValueError, match="gate='query' and alpha=0.5 without a mask"):
+    with pytest.raises(ValueError, match="the query gate takes alpha=0"):  # LensConfig, before any mask
         logit_lens(llama, "cat", gate="query", alpha=0.5)
+    with pytest.raises(ValueError, match="gate='query' without a mask"):
+        logit_lens(llama, "cat", gate="query")
     with pytest.raises(ValueError, match="alpha=0.25 without a mask"):
         logit_lens(llama, "cat", alpha=0.25)
     with pytest.raises(ValueError, match="Setting gate='query' without a mask"):

@@ -92,18 +92,16 @@ def test_library_argument_names_become_the_commands_flags():
 
 def test_the_option_is_named_as_typed(tmp_path, capsys):
     """The older underscore spelling is accepted, and an error names it as the user wrote it."""
-    from headsup_lens.cli import build_parser
+    from headsup_lens.cli import command_line
     from headsup_lens.cli._main import one_line
-    from headsup_lens.options import given
 
-    args = build_parser("train").parse_args(["train", "--task", "t", "--out", "o", "--max_grad_norm", "2"])
-    options = given(args)
+    config, options, _, _ = command_line("train").read(["--task", "t", "--out", "o", "--max_grad_norm", "2"])
     assert options.typed == {"task": "--task", "out": "--out", "train.max_grad_norm": "--max_grad_norm"}
     assert options.within("train") == {"max_grad_norm"}
-    assert one_line(ValueError("max_grad_norm must be >= 0"), args.config, options) == "--max_grad_norm must be >= 0"
+    assert one_line(ValueError("max_grad_norm must be >= 0"), config, options) == "--max_grad_norm must be >= 0"
     # a value the config refuses is a usage error while the command line is read, named as typed
     with pytest.raises(SystemExit) as refused:
-        build_parser("train").parse_args(["train", "--task", "t", "--out", "o", "--max_grad_norm", "-1"])
+        main(["train", "--task", "t", "--out", "o", "--max_grad_norm", "-1"])
     assert refused.value.code == 2 and "--max_grad_norm must be >= 0" in capsys.readouterr().err
 
 

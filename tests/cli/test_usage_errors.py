@@ -45,11 +45,11 @@ def test_devices_torch_cannot_run_the_model_on_are_refused_with_the_accepted_for
 
 
 def test_device_names_are_read_in_any_case():
-    from headsup_lens.cli import command_parsers
+    from headsup_lens.cli import command_line
 
-    parser = command_parsers()["evaluate"]
+    line = command_line("evaluate")
     for typed, read in (("CPU", "cpu"), ("Cuda:1", "cuda:1"), ("cpu", "cpu")):
-        assert parser.parse_args([*EVALUATE[1:], "--out", "o", "--device", typed]).config.device == read
+        assert line.read([*EVALUATE[1:], "--out", "o", "--device", typed])[0].device == read
 
 
 @pytest.mark.parametrize("threads", ["0", "-1"])
@@ -69,10 +69,14 @@ def test_non_finite_numbers_are_refused_by_every_float_option(tmp_path, capsys, 
     ("argv", "expected"),
     [
         (["sweep", "--prompt", "p", "--out", "o", "--order", "random", "--memory-gb", "0"], "--memory-gb must lie in"),
-        (["sweep", "--prompt", "p", "--out", "o", "--order", "random", "--top-k", "0"], "--top-k must be >= 1, got 0"),
+        (
+            ["sweep", "--prompt", "p", "--out", "o", "--order", "random", "--top-k", "-1"],
+            "--top-k must be >= 0, got -1",
+        ),
         (["sweep", "--prompt", "p", "--out", "o"], "the weight order needs --mask"),
         (["sweep", "--prompt", "p", "--out", "o", "--order", "backwards"], "invalid choice: 'backwards'"),
         (["lens", "--prompt", "p", "--out", "o", "--k", "0"], "--k must be >= 1, got 0"),
+        (["lens", "--prompt", "p", "--out", "o", "--gate", "query", "--alpha", "0.5"], "the query gate takes alpha=0"),
         (["pathways", "--mask", "m", "--out", "o", "--n-random", "0"], "--n-random must be >= 1, got 0"),
         (["pathways", "--mask", "m", "--out", "o", "--task", "t"], "the ablation needs --model as well as --task"),
         (["demo", "--steps", "0"], "--steps must be >= 1, got 0"),
@@ -92,7 +96,7 @@ def test_a_refused_value_costs_no_torch_import():
         "import sys\n"
         "from headsup_lens.cli import main\n"
         "try:\n"
-        "    main(['sweep', '--prompt', 'p', '--out', 'o', '--order', 'random', '--top-k', '0'])\n"
+        "    main(['sweep', '--prompt', 'p', '--out', 'o', '--order', 'random', '--top-k', '-1'])\n"
         "except SystemExit as e:\n"
         "    print(e.code, 'torch' in sys.modules)\n"
     )
@@ -135,6 +139,7 @@ def test_names_devices_presets_files_and_batches_are_refused_before_torch_is_imp
         (["demo", "--masks", str(tmp_path)], "no stored mask for"),
         (["evaluate", *task, "--mask", missing], "no such file"),
         (["pathways", "--mask", missing], "no mask files there"),
+        (["pathways", "--mask", str(mask), "--n-random", "2"], "--n-random 2: they configure the ablation, which runs"),
         (["bake", "--mask", str(mask), "--format", "onnx"], "--format must be hf or gguf, not 'onnx'"),
         (["sweep", "--prompt", "farm", "--order", "random", "--mask", str(mask)], "the random order does not read"),
         (["lens", "--prompt", "farm", "--gate", "query"], "no --mask is given"),

@@ -76,15 +76,15 @@ def test_every_readme_name_exists():
 
 
 def test_every_command_line_example_parses():
-    from headsup_lens.cli import command_parsers
+    from headsup_lens.cli import command_lines
 
-    parsers = command_parsers()
+    parsers = command_lines()
     lines = [line for block in blocks("bash") for line in block.splitlines() if line.startswith("headsup ")]
     assert lines
     for line in lines:
         command, *args = shlex.split(line.split("#")[0])[1:]
         assert command in parsers, f"README: unknown command in {line!r}"
-        parsers[command].parse_args(args)  # an unknown or misspelt option exits here
+        parsers[command].read(args)  # an unknown or misspelt option is a UsageError here
 
 
 def test_the_headline_table_is_generated_from_its_csv():

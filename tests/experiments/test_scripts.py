@@ -4,15 +4,19 @@ behind them is tested in the library (`tests/reproduce/`, `tests/analysis/`, ...
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from headsup_lens.evaluation._plan import AnalysisPlan
 from headsup_lens.masks import HeadMask
 from headsup_lens.reproduce import MODEL_RECORD
 
 from ..conftest import build_llama_dir, load_script, run_script
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TINY = ["--steps", "12", "--batch-size", "2", "--no-png", "--threads", "1"]
 DEFAULT_TASKS = {"organism__translate", "organism__reverse", "organism__uppercase", "organism__antonym"}
@@ -203,9 +207,17 @@ def test_smollm2_script_trains_a_stored_mask_and_names_a_missing_stage_input(tmp
     failed = run_script("smollm2.py", "fewshot", "--tasks", "organism/antonym", "--shots", "100000", *common, expect=2)
     assert "too few for k=100000" in failed.stderr and "[fewshot]" not in failed.stdout
     assert pd.read_csv(tmp_path / "out" / "tiny" / "fewshot_evaluation_organism__antonym.csv").equals(fewshot)
-    run_script("smollm2.py", "verdicts", *common)  # the stored mask's task; nothing evaluated yet
+    # No verdict without an analysis plan; with one, the plan's entries (nothing evaluated yet).
+    failed = run_script("smollm2.py", "verdicts", *common, expect=2)
+    assert "no analysis plan" in failed.stderr and len(failed.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out" / "tiny" / "verdicts.csv").exists()
+    plan = AnalysisPlan.read(ROOT / "figures" / "organism" / "analysis_plan.toml")
+    antonym = tuple(c for c in plan.claims if c.task == "organism/antonym")
+    replace(plan, claims=antonym).write(tmp_path / "out" / "tiny" / "analysis_plan.toml")
+    run_script("smollm2.py", "verdicts", *common)
     verdicts = pd.read_csv(tmp_path / "out" / "tiny" / "verdicts.csv")
-    assert set(verdicts.task) == {"organism/antonym"} and set(verdicts.verdict) == {"not run"}
+    assert set(verdicts.task) == {"organism/antonym"} and set(verdicts.verdict) == {"not run", "cannot be tested here"}
+    assert verdicts.verdict.iloc[0] == "not run"  # 2 steps is not the plan's budget
     # `--controls` picks the controls; a seed's control is its random masks, and cross-task is seed 0's.
     run_script("smollm2.py", "controls", "--controls", "random-masks", "--draws", "2", *common)
     written = {p.name for p in (tmp_path / "out" / "tiny").iterdir()}

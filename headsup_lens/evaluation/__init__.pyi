@@ -10,6 +10,7 @@ from ._answers import generate_answers as generate_answers
 from ._answers import generations as generations
 from ._config import EvalConfig as EvalConfig
 from ._controls import RandomMaskControl as RandomMaskControl
+from ._controls import TooFewFluentDraws as TooFewFluentDraws
 from ._controls import fluent_random_mask_control as fluent_random_mask_control
 from ._controls import random_mask_control as random_mask_control
 from ._evaluate import MaskTaskWarning as MaskTaskWarning
@@ -20,6 +21,19 @@ from ._fluency import head_effects as head_effects
 from ._fluency import neutral_loss as neutral_loss
 from ._fluency import neutral_rows as neutral_rows
 from ._metrics import bleu as bleu
+from ._plan import AnalysisPlan as AnalysisPlan
+from ._plan import CalibrationPlan as CalibrationPlan
+from ._plan import ClaimPlan as ClaimPlan
+from ._plan import ControlsPlan as ControlsPlan
+from ._plan import MetricPlan as MetricPlan
+from ._plan import PlanError as PlanError
+from ._rules import OUTCOMES as OUTCOMES
+from ._rules import Judgement as Judgement
+from ._rules import headline_rows as headline_rows
+from ._rules import judge_elicits as judge_elicits
+from ._rules import judge_paired_greater as judge_paired_greater
+from ._rules import judge_random as judge_random
+from ._rules import judge_specific as judge_specific
 from ._metrics import first_line as first_line
 from ._metrics import rouge_l as rouge_l
 from ._schedule import SCHEDULE_STEPS as SCHEDULE_STEPS

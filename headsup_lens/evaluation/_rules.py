@@ -206,13 +206,16 @@ def judge_paired_greater(
 def headline_rows(rows: Sequence[Mapping], plan: AnalysisPlan) -> list[bool]:
     """Which row is each (task, claim)'s headline (`plan.headline`): the verdict at the largest budget
     whose verdict is conclusive stands; at one budget a preregistered entry's stands over an exploratory
-    one; with none conclusive, the largest budget's."""
+    one; with none conclusive, the largest budget's. A row "not run" has no verdict: it is the headline
+    only where every row of its claim is "not run" (a run still going does not hide a judged one)."""
     chosen: dict[tuple[str, str], int] = {}
     groups: dict[tuple[str, str], list[int]] = {}
     for i, row in enumerate(rows):
         groups.setdefault((row["task"], row["claim"]), []).append(i)
     for key, members in groups.items():
-        ranked = sorted(members, key=lambda i: (-rows[i]["examples"], not rows[i]["preregistered"], i))
+        ranked = sorted(
+            members, key=lambda i: (rows[i]["verdict"] == NOT_RUN, -rows[i]["examples"], not rows[i]["preregistered"], i)
+        )
         conclusive = [i for i in ranked if rows[i]["verdict"] in CONCLUSIVE]
         chosen[key] = conclusive[0] if conclusive else ranked[0]
     return [chosen[(row["task"], row["claim"])] == i for i, row in enumerate(rows)]

@@ -210,8 +210,11 @@ def test_the_headline_is_the_largest_conclusive_budget():
         {"task": "u", "claim": "elicits", "examples": 4800, "preregistered": True, "verdict": INCONCLUSIVE},
         {"task": "v", "claim": "elicits", "examples": 100000, "preregistered": False, "verdict": DOES_NOT},
         {"task": "v", "claim": "elicits", "examples": 4800, "preregistered": True, "verdict": REPRODUCES},
+        {"task": "w", "claim": "elicits", "examples": 100000, "preregistered": True, "verdict": NOT_RUN},
+        {"task": "w", "claim": "elicits", "examples": 4800, "preregistered": False, "verdict": INCONCLUSIVE},
+        {"task": "x", "claim": "elicits", "examples": 100000, "preregistered": True, "verdict": NOT_RUN},
     ]
-    assert headline_rows(rows, p) == [True, False, False, True, True, False]
+    assert headline_rows(rows, p) == [True, False, False, True, True, False, False, True, True]
 
 
 # ------------------------------------------------------------------ damaged tables are named

@@ -21,6 +21,8 @@ from ._fluency import head_effects as head_effects
 from ._fluency import neutral_loss as neutral_loss
 from ._fluency import neutral_rows as neutral_rows
 from ._metrics import bleu as bleu
+from ._metrics import first_line as first_line
+from ._metrics import rouge_l as rouge_l
 from ._plan import AnalysisPlan as AnalysisPlan
 from ._plan import CalibrationPlan as CalibrationPlan
 from ._plan import ClaimPlan as ClaimPlan
@@ -34,8 +36,6 @@ from ._rules import judge_elicits as judge_elicits
 from ._rules import judge_paired_greater as judge_paired_greater
 from ._rules import judge_random as judge_random
 from ._rules import judge_specific as judge_specific
-from ._metrics import first_line as first_line
-from ._metrics import rouge_l as rouge_l
 from ._schedule import SCHEDULE_STEPS as SCHEDULE_STEPS
 from ._schedule import ScheduleCurve as ScheduleCurve
 from ._schedule import check_run_model as check_run_model

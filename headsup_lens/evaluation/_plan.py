@@ -69,7 +69,7 @@ from .._io import atomic_write_text
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+    import tomli as tomllib  # pyright: ignore[reportMissingImports]
 
 # ------------------------------------------------------------------------------------------ vocabulary
 # Each claim is judged by one test on one kind of measurement; a plan names both, and a plan that pairs
@@ -608,7 +608,7 @@ def _check_claim(plan: AnalysisPlan, i: int, c: ClaimPlan) -> None:
     _need(isinstance(c.preregistered, bool), where + "preregistered", "must be true or false", c.preregistered)
     if c.draws is not None or c.claim == "random":
         _need(
-            _is_int(c.draws) and c.draws >= 1,
+            isinstance(c.draws, int) and not isinstance(c.draws, bool) and c.draws >= 1,
             where + "draws",
             "must be an integer >= 1 (the random control's masks)",
             c.draws,

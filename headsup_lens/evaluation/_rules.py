@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import wilcoxon
 
 from ._plan import AnalysisPlan, ClaimPlan
@@ -30,6 +31,8 @@ UNTESTABLE = "cannot be tested here"
 NOT_RUN = "not run"
 OUTCOMES = (REPRODUCES, DOES_NOT, INCONCLUSIVE, NOT_AT_BUDGET, UNTESTABLE, NOT_RUN)
 CONCLUSIVE = (REPRODUCES, DOES_NOT)
+Hits = Sequence[bool] | np.ndarray
+"""True / False per example, the same examples in every array of a rule."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class Judgement:
     """`elicits`: the seeds whose masks pass, in the plan's order."""
 
 
-def _array(name: str, values: Sequence[bool] | np.ndarray) -> np.ndarray:
+def _array(name: str, values: Hits) -> np.ndarray:
     array = np.asarray(values)
     if array.dtype != bool:
         raise TypeError(f"{name} must be True/False per example, got dtype {array.dtype}")
@@ -80,10 +83,10 @@ def beats(a: np.ndarray, b: np.ndarray, level: float) -> tuple[bool, float]:
 def judge_elicits(
     plan: AnalysisPlan,
     entry: ClaimPlan,
-    masked: Mapping[int, Sequence[bool]],
-    original: Sequence[bool],
-    instructed: Sequence[bool] | None = None,
-    majority: Sequence[bool] | None = None,
+    masked: Mapping[int, Hits],
+    original: Hits,
+    instructed: Hits | None = None,
+    majority: Hits | None = None,
 ) -> Judgement:
     """The elicitation rule (the plan's `outcomes.elicits`): every planned seed's masked hits (`masked`,
     seed -> hits) against the original's, the majority label's (label tasks) and, where the instructed
@@ -141,9 +144,7 @@ def judge_elicits(
     return Judgement(verdict, evidence, float(p_of[shown]), level, effect, low, high, tuple(passing))
 
 
-def judge_random(
-    plan: AnalysisPlan, entry: ClaimPlan, learned: Sequence[bool], draws: Sequence[Sequence[bool]]
-) -> Judgement:
+def judge_random(plan: AnalysisPlan, entry: ClaimPlan, learned: Hits, draws: Sequence[Hits]) -> Judgement:
     """The random-mask control: the learned mask's hits against fluency-kept random masks' (one row
     per draw): permutation p = (1 + draws at least as good) / (1 + draws)."""
     mine = _array("learned", learned).astype(float)
@@ -162,9 +163,7 @@ def judge_random(
     return Judgement(verdict, evidence, p, level, effect, low, high)
 
 
-def judge_specific(
-    plan: AnalysisPlan, entry: ClaimPlan, own: Sequence[bool], others: Mapping[str, Sequence[bool]]
-) -> Judgement:
+def judge_specific(plan: AnalysisPlan, entry: ClaimPlan, own: Hits, others: Mapping[str, Hits]) -> Judgement:
     """The cross-task control: the task's own mask against every other task's mask on its inputs."""
     mine = _array("own", own)
     if not others:
@@ -185,9 +184,7 @@ def judge_specific(
     return Judgement(verdict, evidence, p, level, effect, low, high)
 
 
-def judge_paired_greater(
-    plan: AnalysisPlan, entry: ClaimPlan, a: Sequence[float], b: Sequence[float], what: str
-) -> Judgement:
+def judge_paired_greater(plan: AnalysisPlan, entry: ClaimPlan, a: ArrayLike, b: ArrayLike, what: str) -> Judgement:
     """`a` greater than `b` on the same inputs: one-sided Wilcoxon signed-rank test (Fig. 4: cosine of the
     masked vs the original run to the instructed run; Fig. 2: switch step in random vs weight order)."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
@@ -195,7 +192,7 @@ def judge_paired_greater(
         return Judgement(NOT_RUN, f"{what}: {len(x)} and {len(y)} paired values")
     level = plan.level(entry)
     diff = x - y
-    p = float(wilcoxon(x, y, alternative="greater").pvalue) if np.any(diff != 0) else 1.0
+    p = float(np.asarray(wilcoxon(x, y, alternative="greater")[1])) if np.any(diff != 0) else 1.0  # (statistic, p)
     effect = float(diff.mean())
     low, high = _bootstrap(plan, len(x), lambda i: diff[i].mean(-1))
     evidence = f"{what}: mean {x.mean():.3f} vs {y.mean():.3f} over {len(x)} inputs, difference {effect:+.3f} [{low:+.3f}, {high:+.3f}]"
@@ -214,7 +211,8 @@ def headline_rows(rows: Sequence[Mapping], plan: AnalysisPlan) -> list[bool]:
         groups.setdefault((row["task"], row["claim"]), []).append(i)
     for key, members in groups.items():
         ranked = sorted(
-            members, key=lambda i: (rows[i]["verdict"] == NOT_RUN, -rows[i]["examples"], not rows[i]["preregistered"], i)
+            members,
+            key=lambda i: (rows[i]["verdict"] == NOT_RUN, -rows[i]["examples"], not rows[i]["preregistered"], i),
         )
         conclusive = [i for i in ranked if rows[i]["verdict"] in CONCLUSIVE]
         chosen[key] = conclusive[0] if conclusive else ranked[0]

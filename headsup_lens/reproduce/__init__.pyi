@@ -13,11 +13,11 @@ from ._experiment import output_root as output_root
 from ._experiment import record_time as record_time
 from ._experiment import run_script as run_script
 from ._masks import TrainedMask as TrainedMask
-from ._verdicts import claim_verdicts as claim_verdicts
-from ._verdicts import nearest_plan as nearest_plan
 from ._masks import cached_masks as cached_masks
 from ._masks import mask_cache as mask_cache
 from ._masks import stored_mask_path as stored_mask_path
 from ._masks import weights_id as weights_id
 from ._options import ExperimentOptions as ExperimentOptions
 from ._options import MultiTaskOptions as MultiTaskOptions
+from ._verdicts import claim_verdicts as claim_verdicts
+from ._verdicts import nearest_plan as nearest_plan

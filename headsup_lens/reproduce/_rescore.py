@@ -17,6 +17,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 
@@ -136,7 +137,7 @@ def rescore_table(
     frame = pd.DataFrame(rows)
     _paired_tests(frame, hits)
     order = list(table.columns) + [c for c in ("metric", "substring_accuracy") if c not in table.columns]
-    return frame[[c for c in order if c in frame.columns]]
+    return cast(pd.DataFrame, frame[[c for c in order if c in frame.columns]])
 
 
 def _paired_tests(frame: pd.DataFrame, hits: dict[int, list[bool]]) -> None:
@@ -155,7 +156,7 @@ def _paired_tests(frame: pd.DataFrame, hits: dict[int, list[bool]]) -> None:
             ref = [int(i) for i in frame.index[same]]
             mine = hits.get(int(index))  # type: ignore[arg-type]
             if setting is None or not setting.paired or not ref or ref[0] not in hits or mine is None:
-                values.append(record[column] if pd.isna(record[column]) else math.nan)
+                values.append(record[column] if bool(pd.isna(record[column])) else math.nan)
                 continue
             values.append(mcnemar_exact(mine, hits[ref[0]]))
         frame[column] = values
@@ -326,7 +327,7 @@ def _random_summary(folder: Path, draws: pd.DataFrame, artifact: str, suffix: st
         return {}
     old = read_table(summary_path)
     control = RandomMaskControl(str(draws.task.iloc[0]), str(draws.within.iloc[0]), draws, pd.DataFrame())
-    return {summary_path: control.summary(tuple(old.metric))[list(old.columns)]}
+    return {summary_path: cast(pd.DataFrame, control.summary(tuple(old.metric))[list(old.columns)])}
 
 
 def _combined_random_summary(
@@ -347,7 +348,7 @@ def _combined_random_summary(
         for seed, _, part in sorted(parts, key=lambda p: p[:2])
     ]
     combined = pd.concat(parts, ignore_index=True)
-    return {path: combined[list(old.columns)]}
+    return {path: cast(pd.DataFrame, combined[list(old.columns)])}
 
 
 def stored_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:

@@ -145,9 +145,8 @@ def read_checked(path: Path, columns: tuple[str, ...] = (), *, texts: bool = Fal
     """A committed table, or a ValueError naming the file: unreadable (truncated, not CSV), without a
     row, or without one of `columns`. `texts`: a generations table, whose empty outputs stay empty
     strings (elsewhere an empty cell is a missing number)."""
-    missing_values = {} if texts else {"na_values": [""]}
     try:
-        frame = pd.read_csv(path, keep_default_na=False, dtype=dict(TEXT), **missing_values)
+        frame = pd.read_csv(path, keep_default_na=False, dtype=dict(TEXT), na_values=None if texts else [""])
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, EOFError, OSError) as error:
         raise ValueError(f"{path}: damaged table, cannot be read ({str(error).splitlines()[0]})") from None
     if frame.empty:

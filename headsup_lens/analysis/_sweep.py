@@ -21,7 +21,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._distributed import all_min, gather, padded_share, rank_and_world, shard
 from .._progress import progress as progress_bar
 from .._typecheck import checked
-from .._validate import check_gate_alpha
+from ..gates import check_gate
 from ..masks import Head, HeadMask
 from ..models import model_device, stop_token_ids
 from ..models._sharding import is_sharded, lockstep
@@ -297,7 +297,7 @@ def removal_sweep(
         raise ValueError("the removal order lists a head twice")
     if top_k < 0 or max_new_tokens < 0:
         raise ValueError("top_k and max_new_tokens must be >= 0")
-    alpha = check_gate_alpha(gate, alpha)
+    alpha = check_gate(gate, alpha)
     steps = list(range(len(order) + 1)) if steps is None else [int(s) for s in steps]
     if not steps or any(not 0 <= s <= len(order) for s in steps):
         raise ValueError(f"steps must be a non-empty list of values in 0..{len(order)}")

@@ -1,0 +1,56 @@
+"""The value gate (the paper's method): each query head's output `z` times its mask value, before `W_O`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._registry import GateKind, register_gate
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformer_lens.model_bridge import TransformerBridge
+
+
+@register_gate
+class ValueGate(GateKind):
+    """`blocks.L.attn.hook_z` scaled per head: a removed head keeps `alpha` of its output, or its
+    mean output with mean ablation (`value_gate`). A per-head scale of `W_O`'s input, so the passes
+    that stand in for the bridge apply it, and it bakes into the output projections' weights."""
+
+    name = "value"
+    label = "value (hook_z)"
+    hook_point = "attn.hook_z"
+    alpha = True
+    suffix = ""
+    stand_in = True
+
+    @classmethod
+    def hooks(
+        cls,
+        model: TransformerBridge,
+        mask: Any,
+        *,
+        alpha: float = 0.0,
+        mlp: Tensor | None = None,
+        mean: Tensor | None = None,
+    ) -> list:
+        from .._value import value_gate_hooks
+
+        return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp, mean=mean)
+
+    @classmethod
+    def training_hooks(cls, model: TransformerBridge, mask: Tensor, mlp: Tensor | None) -> list:
+        from .._value import valid_value_gate_hooks
+
+        return valid_value_gate_hooks(model, mask, mlp=mlp)
+
+    @classmethod
+    def check_model(cls, model: TransformerBridge) -> None:
+        from .._masks import require_hook_points
+
+        require_hook_points(model)
+
+    @classmethod
+    def baked(cls, values: Tensor, alpha: float) -> Tensor:
+        # The effective gate, m + alpha (1 - m): 1 for kept heads, alpha for removed ones.
+        return values + alpha * (1.0 - values)

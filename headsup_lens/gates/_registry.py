@@ -11,17 +11,18 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
+from .._typecheck import checked
 from .._validate import check_float
 
-if TYPE_CHECKING:
-    from torch import Tensor
-    from transformer_lens.model_bridge import TransformerBridge
+# The model (a TransformerBridge) and tensors (or None) are annotated `Any` here: this module imports no torch,
+# and the run-time type checks resolve annotations from the module itself.
+Model = Any
+Tensor = Any
 
-_K = TypeVar("_K", bound="type[GateKind]")
 
-
+@checked
 class GateKind:
     """A place where a head mask acts, and what it does there. A new kind subclasses this, sets the
     class attributes, implements `edit` (or `hooks`), and is decorated with `register_gate`.
@@ -46,6 +47,9 @@ class GateKind:
     captured training step, activation checkpointing) can apply it: they take a gate as a per-head
     scale of the heads' outputs before `W_O` (`GateSpec`); any other kind runs through the bridge."""
 
+    def __init__(self) -> None:
+        raise TypeError(f"{type(self).__name__} is a gate kind: use the class itself (GATES[name]), not an instance")
+
     @classmethod
     def edit(cls, activation: Tensor, gate: Tensor) -> Tensor:
         """`activation` at `blocks.L.<hook_point>` with the heads gated: `gate` is `[rows, n_heads]`
@@ -53,7 +57,7 @@ class GateKind:
         raise NotImplementedError(f"gate kind {cls.name!r} implements neither edit nor hooks")
 
     @classmethod
-    def head_hooks(cls, model: TransformerBridge, mask: Any) -> list:
+    def head_hooks(cls, model: Model, mask: Any) -> list:
         """Forward hooks gating the heads of `model` with `mask` (checked against the model here):
         `edit` at `blocks.L.<hook_point>` of every layer."""
         from ._masks import layer_of, mask_tensor, row_mask
@@ -69,12 +73,12 @@ class GateKind:
     @classmethod
     def hooks(
         cls,
-        model: TransformerBridge,
+        model: Model,
         mask: Any,
         *,
         alpha: float = 0.0,
-        mlp: Tensor | None = None,
-        mean: Tensor | None = None,
+        mlp: Tensor = None,
+        mean: Tensor = None,
     ) -> list:
         """Forward hooks for `model.hooks(fwd_hooks=...)` gating `model` with `mask` (`alpha` and
         `mean` are checked already: they come only to a kind whose `alpha` is True), plus the MLP
@@ -88,13 +92,13 @@ class GateKind:
         return hooks + (_mlp_hooks(model, mlp) if mlp is not None else [])
 
     @classmethod
-    def training_hooks(cls, model: TransformerBridge, mask: Tensor, mlp: Tensor | None) -> list:
+    def training_hooks(cls, model: Model, mask: Tensor, mlp: Tensor) -> list:
         """`hooks` for a training step's straight-through masks `[rows, n_layers, n_heads]`, which
         are valid by construction (a kind may skip reading them back to check them)."""
         return cls.hooks(model, mask, mlp=mlp)
 
     @classmethod
-    def check_model(cls, model: TransformerBridge) -> None:
+    def check_model(cls, model: Model) -> None:
         """Raise a ValueError where this gate cannot act on `model` (called before it is used)."""
         missing = [f"blocks.{l}.{cls.hook_point}" for l in range(model.cfg.n_layers)]
         missing = [name for name in missing if name not in model.hook_dict]
@@ -106,6 +110,9 @@ class GateKind:
         """The scale of each head's input to `W_O` (`[n_layers, n_heads]`) that puts this gate into the
         weights (`bake`), or a ValueError where no edit of the weights reproduces it."""
         raise ValueError(f"a mask of the {cls.name} gate cannot be baked: no edit of the weights reproduces it")
+
+
+_K = TypeVar("_K", bound=type[GateKind])
 
 
 class _Registry(Mapping[str, "type[GateKind]"]):
@@ -142,6 +149,7 @@ GATES: Mapping[str, type[GateKind]] = _Registry()
 """Every gate kind by name: "value" (the paper's), "query" (App. C.3.2) and any registered since."""
 
 
+@checked
 def register_gate(kind: _K) -> _K:
     """Class decorator: add a `GateKind` subclass to `GATES` under its `name`; a name registered
     already, or a class that does not declare the attributes of a kind, is a ValueError."""
@@ -157,6 +165,7 @@ def register_gate(kind: _K) -> _K:
     return kind
 
 
+@checked
 def unregister_gate(name: str) -> None:
     """Remove a registered gate kind (a test's own, once it is done); built-in kinds stay."""
     if name in importlib.import_module(f"{__package__}._kinds").BUILT_IN:
@@ -164,6 +173,7 @@ def unregister_gate(name: str) -> None:
     GATES._load().pop(name, None)  # type: ignore[attr-defined]
 
 
+@checked
 def gate_kind(name: str) -> type[GateKind]:
     """The registered kind named `name`; any other name is a ValueError that lists the registered ones."""
     kinds = GATES._load()  # type: ignore[attr-defined]
@@ -172,6 +182,7 @@ def gate_kind(name: str) -> type[GateKind]:
     return kinds[name]
 
 
+@checked
 def check_gate(gate: str, alpha: Any = 0.0) -> float:
     """`gate`'s name checked and `alpha` (the scale of removed heads) as a float in [0, 1], which must
     be 0 for a kind that does not scale (the query gate cuts a head's queries: there is nothing to

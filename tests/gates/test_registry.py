@@ -16,13 +16,13 @@ from headsup_lens.masks import HeadMask
 from ..training.planted import build_planted_dir, planted_task
 
 
-class NegatedGate(GateKind):
+class FlippedGate(GateKind):
     """A toy kind: a removed head's output counts against the residual stream (`-z`) at `hook_z`."""
 
-    name = "negated"
-    label = "negated (hook_z, -z)"
+    name = "flipped"
+    label = "flipped (hook_z, -z)"
     hook_point = "attn.hook_z"
-    suffix = "_negated"
+    suffix = "_flipped"
 
     @classmethod
     def edit(cls, activation, gate):
@@ -30,10 +30,10 @@ class NegatedGate(GateKind):
 
 
 @pytest.fixture(scope="module")
-def negated():
-    register_gate(NegatedGate)
-    yield NegatedGate
-    unregister_gate(NegatedGate.name)
+def flipped():
+    register_gate(FlippedGate)
+    yield FlippedGate
+    unregister_gate(FlippedGate.name)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_the_registry_imports_no_torch():
     assert out.split() == ["['value',", "'query']", "False"]
 
 
-def test_a_new_kind_gates_at_its_hook_point(planted, negated):
+def test_a_new_kind_gates_at_its_hook_point(planted, flipped):
     n_layers, n_heads = planted.cfg.n_layers, planted.cfg.n_heads
     mask = HeadMask.from_heads([(layer, h) for layer in range(n_layers) for h in range(0, n_heads, 2)], planted)
     tokens = torch.tensor([[1, 5, 7, 9]])
@@ -99,44 +99,44 @@ def test_a_new_kind_gates_at_its_hook_point(planted, negated):
     with torch.no_grad():
         with planted.hooks(fwd_hooks=hooks):
             reference = planted(tokens)
-        with gated(planted, mask, gate="negated"):
+        with gated(planted, mask, gate="flipped"):
             logits = planted(tokens)
         plain = planted(tokens)
     torch.testing.assert_close(logits, reference, rtol=0, atol=0)  # the same hook, the same float operations
     assert not torch.allclose(logits, plain)
-    with pytest.raises(ValueError, match="the negated gate takes alpha=0"):
-        gated(planted, mask, gate="negated", alpha=0.5).__enter__()
+    with pytest.raises(ValueError, match="the flipped gate takes alpha=0"):
+        gated(planted, mask, gate="flipped", alpha=0.5).__enter__()
 
 
-def test_a_new_kind_trains_evaluates_and_names_its_files(planted, negated):
+def test_a_new_kind_trains_evaluates_and_names_its_files(planted, flipped):
     from headsup_lens.reproduce._masks import stored_mask_path
 
     task = planted_task()
-    config = hl.TrainConfig(steps=6, lr=0.1, init_mean=2.0, gate="negated", checkpoint_every=0, progress=False)
+    config = hl.TrainConfig(steps=6, lr=0.1, init_mean=2.0, gate="flipped", checkpoint_every=0, progress=False)
     result = hl.train_mask(planted, task, config)
-    assert result.mask.metadata["gate"] == "negated" and len(result.history) == 6
+    assert result.mask.metadata["gate"] == "flipped" and len(result.history) == 6
     assert result.history.loss.notna().all()
-    evaluation = hl.evaluate(planted, task, result.mask, hl.EvalConfig(gate="negated", progress=False))
+    evaluation = hl.evaluate(planted, task, result.mask, hl.EvalConfig(gate="flipped", progress=False))
     # "instructed + scaled mask" needs a gate that scales heads: not offered for this one.
     assert "masked" in set(evaluation.table.setting)
     assert "instructed + scaled mask" not in set(evaluation.table.setting)
-    assert stored_mask_path("masks", task, gate="negated").name.endswith("_negated.safetensors")
+    assert stored_mask_path("masks", task, gate="flipped").name.endswith("_flipped.safetensors")
     with pytest.raises(ValueError, match="cannot be baked"):
         hl.bake(planted, result.mask, "never-written")
 
 
-def test_the_explorer_offers_a_new_kind_with_its_label(negated):
+def test_the_explorer_offers_a_new_kind_with_its_label(flipped):
     pytest.importorskip("anywidget")
     organism = hl.load_model("organism", device="cpu")
     word, _ = hl.load_task("organism/reverse").eval_pairs[0]
     removed = [(0, 3), (2, 9), (4, 1)]
-    explorer = hl.explore(organism, word, removed, gate="negated", k=3, max_new_tokens=4, max_k=3, progress=False)
-    assert [negated.name, negated.label, False] in explorer.config["gates"]
+    explorer = hl.explore(organism, word, removed, gate="flipped", k=3, max_new_tokens=4, max_k=3, progress=False)
+    assert [flipped.name, flipped.label, False] in explorer.config["gates"]
     assert explorer.config["gates"][0] == ["value", "value (hook_z)", True]
-    assert "negated gate" in explorer.snapshot()
+    assert "flipped gate" in explorer.snapshot()
     mask = HeadMask.from_heads(removed, organism)
     template = hl.models.prompt_format(organism)
     ids = torch.tensor([hl.models.encode(organism, template.format(word), add_bos=template.add_bos)])
     stops = set(hl.models.stop_token_ids(organism))
-    out = hl.objective.greedy_generate(organism, ids, max_new_tokens=4, stops=stops, mask=mask, gate="negated")
+    out = hl.objective.greedy_generate(organism, ids, max_new_tokens=4, stops=stops, mask=mask, gate="flipped")
     assert list(explorer.view.generation_ids) == out.tokens[0]

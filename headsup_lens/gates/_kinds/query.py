@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._registry import GateKind, register_gate
-
-if TYPE_CHECKING:
-    from torch import Tensor
-    from transformer_lens.model_bridge import TransformerBridge
+from .._registry import GateKind, Model, Tensor, register_gate
 
 
 @register_gate
@@ -25,13 +21,13 @@ class QueryGate(GateKind):
     stand_in = False
 
     @classmethod
-    def head_hooks(cls, model: TransformerBridge, mask: Any) -> list:
+    def head_hooks(cls, model: Model, mask: Any) -> list:
         from .._query import query_gate_hooks
 
         return query_gate_hooks(model, mask)
 
     @classmethod
-    def check_model(cls, model: TransformerBridge) -> None:
+    def check_model(cls, model: Model) -> None:
         from .._query import verify_query_gate
 
         verify_query_gate(model)

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._registry import GateKind, register_gate
-
-if TYPE_CHECKING:
-    from torch import Tensor
-    from transformer_lens.model_bridge import TransformerBridge
+from .._registry import GateKind, Model, Tensor, register_gate
 
 
 @register_gate
@@ -27,25 +23,25 @@ class ValueGate(GateKind):
     @classmethod
     def hooks(
         cls,
-        model: TransformerBridge,
+        model: Model,
         mask: Any,
         *,
         alpha: float = 0.0,
-        mlp: Tensor | None = None,
-        mean: Tensor | None = None,
+        mlp: Tensor = None,
+        mean: Tensor = None,
     ) -> list:
         from .._value import value_gate_hooks
 
         return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp, mean=mean)
 
     @classmethod
-    def training_hooks(cls, model: TransformerBridge, mask: Tensor, mlp: Tensor | None) -> list:
+    def training_hooks(cls, model: Model, mask: Tensor, mlp: Tensor) -> list:
         from .._value import valid_value_gate_hooks
 
         return valid_value_gate_hooks(model, mask, mlp=mlp)
 
     @classmethod
-    def check_model(cls, model: TransformerBridge) -> None:
+    def check_model(cls, model: Model) -> None:
         from .._masks import require_hook_points
 
         require_hook_points(model)

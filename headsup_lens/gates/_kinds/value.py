@@ -21,18 +21,10 @@ class ValueGate(GateKind):
     stand_in = True
 
     @classmethod
-    def hooks(
-        cls,
-        model: Model,
-        mask: Any,
-        *,
-        alpha: float = 0.0,
-        mlp: Tensor = None,
-        mean: Tensor = None,
-    ) -> list:
+    def hooks(cls, model: Model, mask: Any, **options: Any) -> list:
         from .._value import value_gate_hooks
 
-        return value_gate_hooks(model, mask, alpha=alpha, mlp=mlp, mean=mean)
+        return value_gate_hooks(model, mask, **options)  # alpha, mlp and mean: its spec carries them
 
     @classmethod
     def training_hooks(cls, model: Model, mask: Tensor, mlp: Tensor) -> list:

@@ -41,7 +41,8 @@ class GateKind:
     alpha: ClassVar[bool] = False
     """Whether `alpha` (the share of a removed head that is kept) and mean ablation apply."""
     suffix: ClassVar[str] = ""
-    """What a stored mask's file name carries after the task: `<task><suffix>.safetensors`."""
+    """What a stored mask's file name carries after the task: `<task><suffix>.safetensors` (one per
+    kind: "" is the value gate's)."""
     stand_in: ClassVar[bool] = False
     """Whether the forward passes that stand in for the bridge (the native and direct passes, a
     captured training step, activation checkpointing) can apply it: they take a gate as a per-head
@@ -151,8 +152,8 @@ GATES: Mapping[str, type[GateKind]] = _Registry()
 
 @checked
 def register_gate(kind: _K) -> _K:
-    """Class decorator: add a `GateKind` subclass to `GATES` under its `name`; a name registered
-    already, or a class that does not declare the attributes of a kind, is a ValueError."""
+    """Class decorator: add a `GateKind` subclass to `GATES` under its `name`; a name or a file suffix
+    registered already, or a class that does not declare the attributes of a kind, is a ValueError."""
     registry = GATES._load()  # type: ignore[attr-defined]
     if not (isinstance(kind, type) and issubclass(kind, GateKind)):
         raise ValueError(f"register_gate takes a GateKind subclass, got {kind!r}")
@@ -161,6 +162,11 @@ def register_gate(kind: _K) -> _K:
         raise ValueError(f"gate kind {kind.__name__} does not declare {', '.join(missing)}")
     if kind.name in registry:
         raise ValueError(f"a gate named {kind.name!r} is registered already ({registry[kind.name].__name__})")
+    if kind.mask_shape != GateKind.mask_shape:  # what mask_tensor checks and the training loop learns
+        raise ValueError(f"gate kind {kind.__name__}: masks are {GateKind.mask_shape!r}, got {kind.mask_shape!r}")
+    same_files = [other.name for other in registry.values() if other.suffix == kind.suffix]
+    if same_files:  # two kinds' stored masks would share one file name
+        raise ValueError(f"gate kind {kind.__name__}: the {same_files[0]} gate's masks have the suffix {kind.suffix!r}")
     registry[kind.name] = kind
     return kind
 

@@ -62,6 +62,12 @@ def test_the_built_in_kinds_declare_what_the_code_reads():
 def test_names_are_registered_once_and_checked():
     with pytest.raises(ValueError, match="registered already"):
         register_gate(type("Again", (GATES["value"],), {}))  # inherits the name "value"
+    with pytest.raises(ValueError, match="the value gate's masks have the suffix ''"):
+        register_gate(
+            type("Unsuffixed", (GateKind,), {"name": "unsuffixed", "label": "u", "hook_point": "attn.hook_z"})
+        )
+    with pytest.raises(ValueError, match="masks are 'n_layers n_heads'"):
+        register_gate(type("Kv", (FlippedGate,), {"name": "kv", "suffix": "_kv", "mask_shape": "n_layers n_kv_heads"}))
     with pytest.raises(ValueError, match="does not declare label, hook_point"):
         register_gate(type("Bare", (GateKind,), {"name": "bare"}))
     with pytest.raises(ValueError, match=r"gate must be one of \['query', 'value'\], got 'keys'"):

@@ -184,7 +184,7 @@ def gate_kind(name: str) -> type[GateKind]:
     """The registered kind named `name`; any other name is a ValueError that lists the registered ones."""
     kinds = GATES._load()  # type: ignore[attr-defined]
     if not isinstance(name, str) or name not in kinds:
-        raise ValueError(f"gate must be one of {sorted(kinds)}, got {name!r}")
+        raise ValueError(f"gate must be one of {list(kinds)}, got {name!r}")
     return kinds[name]
 
 

@@ -70,7 +70,7 @@ def test_names_are_registered_once_and_checked():
         register_gate(type("Kv", (FlippedGate,), {"name": "kv", "suffix": "_kv", "mask_shape": "n_layers n_kv_heads"}))
     with pytest.raises(ValueError, match="does not declare label, hook_point"):
         register_gate(type("Bare", (GateKind,), {"name": "bare"}))
-    with pytest.raises(ValueError, match=r"gate must be one of \['query', 'value'\], got 'keys'"):
+    with pytest.raises(ValueError, match=r"gate must be one of \['value', 'query'\], got 'keys'"):
         gate_kind("keys")
     with pytest.raises(ValueError, match="the query gate takes alpha=0"):
         check_gate("query", 0.5)
@@ -146,3 +146,21 @@ def test_the_explorer_offers_a_new_kind_with_its_label(flipped):
     stops = set(hl.models.stop_token_ids(organism))
     out = hl.objective.greedy_generate(organism, ids, max_new_tokens=4, stops=stops, mask=mask, gate="flipped")
     assert list(explorer.view.generation_ids) == out.tokens[0]
+
+
+def test_no_code_outside_the_gates_compares_gate_names():
+    """Kinds are looked up in the registry (`GATES`), not compared by name (the explorer's page too)."""
+    import re
+    from pathlib import Path
+
+    package = Path(hl.__file__).parent
+    names = "|".join(re.escape(name) for name in GATES)
+    compared = re.compile(rf"""(==|!=)=?\s*["']({names})["']|["']({names})["']\s*(==|!=)""")
+    found = [
+        f"{path.relative_to(package)}:{number}"
+        for path in [*package.rglob("*.py"), *package.rglob("*.js")]
+        if "gates" not in path.relative_to(package).parts[:1]
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if compared.search(line) and "gate" in line.lower()  # not another "value" (an option's kind)
+    ]
+    assert not found, found

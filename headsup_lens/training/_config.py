@@ -139,7 +139,7 @@ class TrainConfig:
         )
         if self.cuda_graph is True and (not kind.stand_in or self.activation_checkpointing):
             raise ValueError(
-                f"cuda_graph needs the value gate (a gate the native pass applies) and no activation checkpointing, got gate={self.gate!r}, "
+                f"cuda_graph needs the value gate and no activation checkpointing, got gate={self.gate!r}, "
                 f"activation_checkpointing={self.activation_checkpointing}"
             )
 

@@ -37,10 +37,10 @@ from .data import translation_task as translation_task
 from .evaluation import EvalConfig as EvalConfig
 from .evaluation import evaluate as evaluate
 from .explorer import explore as explore
+from .gates import bake as bake
 from .gates import query_gate as query_gate
 from .gates import value_gate as value_gate
 from .masks import HeadMask as HeadMask
-from .masks import bake as bake
 from .masks import random_jaccard as random_jaccard
 from .models import ModelFingerprint as ModelFingerprint
 from .models import PromptFormat as PromptFormat

@@ -3,9 +3,9 @@ them must not import torch): the gates' names."""
 
 from __future__ import annotations
 
-import typing
-from typing import Literal
+from typing import TypeAlias
 
-# Where a mask acts: "value" (hook_z, the paper's method) or "query" (uniform attention, App. C.3.2).
-Gate = Literal["value", "query"]
-GATES: tuple[str, ...] = typing.get_args(Gate)
+Gate: TypeAlias = str
+"""Where a mask acts: the name of a registered gate kind (`gates.GATES`: "value", hook_z, the paper's
+method; "query", uniform attention, App. C.3.2; any kind registered since). Kinds are registered at
+run time, so the name is checked against the registry (`gates.check_gate`), not by its type."""

@@ -91,18 +91,6 @@ def check_float(
     return value
 
 
-def check_gate_alpha(gate: str, alpha: Any) -> float:
-    """`alpha` (the scale of removed heads) as a float in [0, 1], and 0 for the query gate: scaling
-    is defined where a head's output is multiplied (the value gate), not where its queries are cut.
-    The one check of this pair for every entry point that takes both."""
-    alpha = check_float("alpha", alpha, 0.0, 1.0)
-    if gate == "query" and alpha != 0.0:
-        raise ValueError(
-            f"alpha={alpha} (scaled masks) is defined for the value gate only; the query gate takes alpha=0"
-        )
-    return alpha
-
-
 def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
     left = "(-inf" if low is None else f"{'(' if low_open else '['}{low:g}"
     right = "inf)" if high is None else f"{high:g}{')' if high_open else ']'}"

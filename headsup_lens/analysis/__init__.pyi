@@ -51,6 +51,7 @@ from ._pathways import weight_trajectories as weight_trajectories
 from ._patterns import GroupingTest as GroupingTest
 from ._patterns import HeadOverlap as HeadOverlap
 from ._patterns import PatternFit as PatternFit
+from ._patterns import PatternOptions as PatternOptions
 from ._patterns import activation_pattern as activation_pattern
 from ._patterns import coefficient_of_variation as coefficient_of_variation
 from ._patterns import example_patterns as example_patterns

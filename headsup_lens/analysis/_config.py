@@ -18,7 +18,8 @@ from typing import Any, Literal, TypeVar
 
 from .._names import Gate
 from .._typecheck import checked
-from .._validate import check_float, check_gate_alpha, check_int
+from .._validate import check_float, check_int
+from ..gates._registry import check_gate
 
 _Config = TypeVar("_Config")
 
@@ -78,7 +79,7 @@ class SweepConfig(_Replace):
             check_int("batch_size", self.batch_size, minimum=1)
         if self.memory_gb is not None:
             check_float("memory_gb", self.memory_gb, 0.0, low_open=True)
-        object.__setattr__(self, "alpha", check_gate_alpha(self.gate, self.alpha))
+        object.__setattr__(self, "alpha", check_gate(self.gate, self.alpha))
 
 
 @checked
@@ -99,7 +100,7 @@ class LensConfig(_Replace):
 
     def __post_init__(self) -> None:
         check_int("k", self.k, minimum=1)
-        object.__setattr__(self, "alpha", check_gate_alpha(self.gate, self.alpha))
+        object.__setattr__(self, "alpha", check_gate(self.gate, self.alpha))
         object.__setattr__(self, "streams", tuple(self.streams))
         unknown = [s for s in self.streams if s not in LENS_STREAMS]
         if unknown or not self.streams:
@@ -121,7 +122,7 @@ class SimilarityConfig(_Replace):
     def __post_init__(self) -> None:
         if self.instruction is not None and "{input}" not in self.instruction:
             raise ValueError(f"instruction must be a template with {{input}}, got {self.instruction!r}")
-        object.__setattr__(self, "alpha", check_gate_alpha(self.gate, self.alpha))
+        object.__setattr__(self, "alpha", check_gate(self.gate, self.alpha))
 
 
 @checked

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -15,6 +15,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
+from typing_extensions import Unpack
 
 from .._typecheck import checked
 from ..data import TaskBatch, tokenize_pairs, tokenize_task
@@ -39,17 +40,26 @@ def _as_batch(model: TransformerBridge, data, split: str, instructed: bool) -> T
 ACTIVATIONS = {"pattern": "attn.hook_pattern", "z": "attn.hook_z"}
 
 
+class PatternOptions(TypedDict, total=False):
+    """The keyword options of `activation_pattern` and `example_patterns`."""
+
+    mask: MaskLike | None
+    """A mask that gates the model while the patterns are taken (default None: ungated)."""
+    gate: Gate
+    """The gate `mask` acts through, a key of `gates.GATES` (default "value")."""
+    instructed: bool
+    """A `Task`'s prompts with its instruction (default False)."""
+    split: str
+    """The split of a `Task` (default "train")."""
+    batch_size: int
+    """Examples per backward pass (default 8)."""
+    activation: str
+    """"pattern" (the attention probabilities, `hook_pattern`; default) or "z" (the head's output, `hook_z`)."""
+
+
 @checked
 def activation_pattern(
-    model: TransformerBridge,
-    data,
-    *,
-    mask: MaskLike | None = None,
-    gate: Gate = "value",
-    instructed: bool = False,
-    split: str = "train",
-    batch_size: int = 8,
-    activation: str = "pattern",
+    model: TransformerBridge, data, **options: Unpack[PatternOptions]
 ) -> Float[Tensor, "n_layers n_heads"]:
     """Per head, `E_x[ sum |A ⊙ ∂L_x/∂A| ]`, with A the head's attention probabilities
     (`blocks.L.attn.hook_pattern`, `[query, key]`, summed over both) and L_x the example's mean
@@ -63,17 +73,7 @@ def activation_pattern(
     `activation_pattern(..., mask=m) - activation_pattern(...)`). Padding carries no gradient, so
     batching does not change the result.
     """
-    per_example = example_patterns(
-        model,
-        data,
-        mask=mask,
-        gate=gate,
-        instructed=instructed,
-        split=split,
-        batch_size=batch_size,
-        activation=activation,
-    )
-    return per_example.mean(0).float()
+    return example_patterns(model, data, **options).mean(0).float()
 
 
 @checked

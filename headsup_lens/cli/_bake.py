@@ -60,7 +60,8 @@ def check_bake(args: BakeCommand, given: Given) -> None:
 @command("bake", BakeCommand, check=check_bake)
 def run_bake(args: BakeCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
-    from ..masks import HeadMask, bake
+    from ..gates import bake
+    from ..masks import HeadMask
     from ..models import load_model
 
     mask_path = mask_file(args.mask)

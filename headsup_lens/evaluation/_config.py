@@ -8,6 +8,7 @@ from typing import Literal
 from .._names import Gate
 from .._typecheck import checked
 from .._validate import check_float, check_int
+from ..gates._registry import gate_kind
 from ..options import recipe_of
 
 TextMetrics = Literal["auto", "on", "off"]
@@ -24,7 +25,7 @@ class EvalConfig:
     alpha: float = 0.25
     """Scale of the heads outside the mask in the "instructed + scaled mask" setting (value gate only)."""
     gate: Gate = "value"
-    """Gate: value (hook_z, the paper's) or query (uniform attention, App. C.3.2)."""
+    """Gate, a key of `gates.GATES`: value (hook_z, the paper's) or query (uniform attention, App. C.3.2)."""
     split: Split = "eval"
     """Split to evaluate: eval (the held-out pairs, the last 100), train or all."""
     max_new_tokens: int | None = None
@@ -46,6 +47,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         check_float("alpha", self.alpha, 0.0, 1.0)
+        gate_kind(self.gate)
         if self.max_new_tokens is not None:
             check_int("max_new_tokens", self.max_new_tokens, minimum=1)
         check_int("batch_size", self.batch_size, minimum=1)

@@ -30,6 +30,7 @@ from .._validate import check_out_dir
 from .._warnings import warn
 from ..data import Task
 from ..data._tokenize import EncodedSplit, encode_split
+from ..gates import gate_kind
 from ..masks import HeadMask
 from ..models import fingerprint, identity_differences, run_identity
 from ..models._sharding import is_sharded
@@ -125,7 +126,7 @@ def _plan(
     labels = task_labels(task)
     have = {
         "instruction": task.instruction is not None,
-        "value gate": config.gate == "value",  # alpha scaling is defined for the value gate only
+        "value gate": gate_kind(config.gate).alpha,  # alpha scaling: a gate that scales heads (the value gate)
         "mask": head_mask is not None,
         "other mask": other is not None,
         "labels": labels is not None,

@@ -91,10 +91,13 @@ function render({ model, el }) {
       ([name, a, g]) => name === model.get("order") && a === model.get("alpha") && g === model.get("gate")
     );
 
+  const scales = (name) => (model.get("config").gates || []).some(([g, , alpha]) => g === name && alpha);
+
   const drawControls = () => {
     const config = model.get("config");
     setOptions(order, config.orders || []);
-    setOptions(gate, (config.gates || []).map((g) => [g, g === "value" ? "value (hook_z)" : "query (uniform attention)"]));
+    // [name, label, whether alpha applies] per gate, from the gate registry (gates.GATES) in Python
+    setOptions(gate, (config.gates || []).map(([name, label]) => [name, label]));
     setOptions(colour, config.color_by || []);
     slider.max = String(config.max_k ?? 0);
     order.value = model.get("order");
@@ -103,7 +106,7 @@ function render({ model, el }) {
     if (!slider.matches(":active")) slider.value = String(model.get("k"));
     kText.textContent = slider.value;
     alpha.value = String(model.get("alpha"));
-    alpha.disabled = model.get("gate") === "query";
+    alpha.disabled = !scales(model.get("gate"));
     alphaText.textContent = Number(model.get("alpha")).toFixed(2);
     sweep.hidden = swept();
   };
@@ -147,7 +150,7 @@ function render({ model, el }) {
     commit();
   });
   gate.addEventListener("change", () => {
-    if (gate.value === "query") model.set("alpha", 0);
+    if (!scales(gate.value)) model.set("alpha", 0);
     model.set("gate", gate.value);
     commit();
   });

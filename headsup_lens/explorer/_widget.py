@@ -23,9 +23,9 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._names import Gate
 from .._typecheck import checked
-from .._validate import check_float, check_gate_alpha, check_int
+from .._validate import check_float, check_int
 from ..analysis._common import check_heads
-from ..gates import verify_query_gate
+from ..gates import GATES, GateKind, check_gate, gate_kind
 from ..masks import Head, HeadMask
 from ..models import fingerprint
 from ..organism import load_planted
@@ -76,7 +76,8 @@ class Explorer(anywidget.AnyWidget):
 
     - `removed`: the removed heads, a list of `(layer, head)`; settable from code;
     - `k` and `order`: the slider, "remove the first k heads" of an order (`config["orders"]`);
-    - `alpha` (value gate only) and `gate` (`"value"` or `"query"`);
+    - `alpha` (a gate that scales heads only: the value gate) and `gate` (a key of `gates.GATES` that
+      can act on the model: `"value"`, `"query"`, or a kind registered since);
     - `selected`: `(layer, head)` whose attention is shown, or `[]`;
     - `color_by`: what colours the grid (`config["color_by"]`);
     - read-only: `generation` (the greedy continuation of the current set), `busy` (the model is
@@ -116,10 +117,11 @@ class Explorer(anywidget.AnyWidget):
         super().__init__()
         self._runner = runner
         self._planted = {task: _heads(heads) for task, heads in planted.items()}
-        self._gates = ["value"]
-        with contextlib.suppress(ValueError):  # an architecture whose attention the query gate cannot reach
-            verify_query_gate(runner.model)
-            self._gates.append("query")
+        self._gates: dict[str, type[GateKind]] = {}
+        for name, kind in GATES.items():
+            with contextlib.suppress(ValueError):  # a gate that cannot act on this architecture
+                kind.check_model(runner.model)
+                self._gates[name] = kind
         self._color_options = (["mask"] if runner.mask is not None else []) + ["rank"]
         if runner.target_positions():
             self._color_options.append("attention")
@@ -156,17 +158,17 @@ class Explorer(anywidget.AnyWidget):
     @traitlets.validate("alpha")
     def _valid_alpha(self, proposal) -> float:
         alpha = check_float("alpha", proposal["value"], 0.0, 1.0)
-        if alpha != 0.0 and self.gate == "query":
-            raise traitlets.TraitError("the query gate takes alpha=0; choose the value gate for a scaled mask")
+        if alpha != 0.0 and not gate_kind(self.gate).alpha:
+            raise traitlets.TraitError(f"the {self.gate} gate takes alpha=0; choose a gate that scales heads")
         return alpha
 
     @traitlets.validate("gate")
     def _valid_gate(self, proposal) -> str:
         gate = proposal["value"]
         if gate not in self._gates:
-            raise traitlets.TraitError(f"gate must be one of {self._gates} on this model, got {gate!r}")
-        if gate == "query" and self.alpha != 0.0:
-            raise traitlets.TraitError("the query gate takes alpha=0; set alpha=0 first")
+            raise traitlets.TraitError(f"gate must be one of {list(self._gates)} on this model, got {gate!r}")
+        if not self._gates[gate].alpha and self.alpha != 0.0:
+            raise traitlets.TraitError(f"the {gate} gate takes alpha=0; set alpha=0 first")
         return gate
 
     @traitlets.validate("order")
@@ -306,7 +308,8 @@ class Explorer(anywidget.AnyWidget):
                 "n_heads": runner.shape[1],
                 "max_k": runner.max_k,
                 "orders": [[name, ORDER_NAMES[name]] for name in runner.orders],
-                "gates": self._gates,
+                # [name, label, whether alpha applies] of every gate this model serves: the page's menu
+                "gates": [[name, kind.label, kind.alpha] for name, kind in self._gates.items()],
                 "color_by": [[option, self._color_label(option)] for option in self._color_options],
                 "swept": [
                     [name, alpha, gate] for (name, alpha, gate) in runner.sweeps
@@ -389,9 +392,12 @@ class Explorer(anywidget.AnyWidget):
             where = f"the first {n} of the {ORDER_NAMES[self.order]}"
         else:
             where = "a set of your own"
-        gate = f"value gate, α = {self.alpha:g}" if self.gate == "value" else "query gate"
+        gate = self._gate_text()
         source = "read from the precomputed sweep" if view.source == "sweep" else "one gated greedy pass"
         return f"{n} heads removed ({where}) · {gate} · {source}"
+
+    def _gate_text(self) -> str:
+        return f"{self.gate} gate" + (f", α = {self.alpha:g}" if self._gates[self.gate].alpha else "")
 
     def _refresh(self) -> None:
         started = time.perf_counter()
@@ -407,7 +413,7 @@ class Explorer(anywidget.AnyWidget):
 
     def snapshot(self) -> str:
         """The current view as self-contained HTML (no script): what an exported notebook shows."""
-        gate = f"value gate, α = {self.alpha:g}" if self.gate == "value" else "query gate"
+        gate = self._gate_text()
         controls = (
             f"{ORDER_NAMES[self.order]}: remove the first k heads, k = {self.k} of {self._runner.max_k} · "
             f"{gate} · (a static snapshot: run the notebook to explore)"
@@ -456,8 +462,8 @@ def explore(
     (`planted`, task -> heads, marks others).
 
     The widget shows a heads grid (click a head to remove or restore it; shift-click to see its
-    attention), a slider "remove the first k heads" of an order, the gate (`"value"`, with `alpha`
-    for removed heads, or `"query"`) and, for the current set, the greedy continuation of
+    attention), a slider "remove the first k heads" of an order, the gate (a key of `gates.GATES`:
+    `"value"`, with `alpha` for removed heads, or `"query"`) and, for the current set, the greedy continuation of
     `max_new_tokens` tokens with the tokens that differ from the full model marked, the ranks and
     logits of the tracked tokens (the full model's `top_k` and the targets), the logit lens (top
     tokens of each layer's residual stream) and the selected head's attention from the last prompt
@@ -475,7 +481,7 @@ def explore(
     check_int("top_k", top_k, minimum=0)
     check_int("lens_k", lens_k, minimum=1)
     check_int("cache_size", cache_size, minimum=1)
-    alpha = check_gate_alpha(gate, alpha)
+    alpha = check_gate(gate, alpha)
     if isinstance(targets, (int, str)):
         targets = [targets]
     runner = ExplorerRunner(

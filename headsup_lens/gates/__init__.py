@@ -1,4 +1,5 @@
-"""Interventions on attention heads; each is a context manager that restores the model on exit."""
+"""Interventions on attention heads: the gate kinds, registered by name in `GATES` (one class each, in
+`_kinds/`), each a context manager that restores the model on exit; baking a mask into weights."""
 
 import lazy_loader as _lazy_loader
 

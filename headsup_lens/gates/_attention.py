@@ -13,17 +13,18 @@ builds what it needs from the shapes alone:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 
 import torch
 from torch import Tensor
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from ._scope import Scope
+
 CAUSAL_ATTENTION = "headsup_causal_sdpa"
 PACKED_ATTENTION = "headsup_packed_sdpa"
 # The packed pass running now: (the padded slot of every packed token, rows, width).
-_UNPACKING: list[tuple[Tensor, int, int]] = []
+_UNPACKING: Scope[tuple[Tensor, int, int]] = Scope()
 
 
 def mask_free_refusal(module: torch.nn.Module) -> str | None:
@@ -81,7 +82,9 @@ def _packed_attention(
     return it. A padded slot holds zeros and follows its row's tokens: no real token sees it. The
     keyword arguments (the layer's `sliding_window`, SDPA's options) pass through unchanged."""
     _refuse(module)
-    slots, rows, width = _UNPACKING[-1]
+    current = _UNPACKING.current()
+    assert current is not None, "PACKED_ATTENTION runs inside `unpacking` only"
+    slots, rows, width = current
 
     def unpack(x: Tensor) -> Tensor:
         # squeeze, not x[0]: a view whose gradient is a view too (x[0]'s fills a zeroed copy)
@@ -92,20 +95,15 @@ def _packed_attention(
     return out.reshape(rows * width, *out.shape[2:])[slots][None], None
 
 
-@contextlib.contextmanager
-def unpacking(slots: Tensor, rows: int, width: int) -> Iterator[None]:
+def unpacking(slots: Tensor, rows: int, width: int) -> contextlib.AbstractContextManager[None]:
     """Inside the block, `PACKED_ATTENTION` puts packed token i in padded slot `slots[i]` of a
     `[rows, width]` batch."""
-    _UNPACKING.append((slots, rows, width))
-    try:
-        yield
-    finally:
-        _UNPACKING.pop()
+    return _UNPACKING.holding((slots, rows, width))
 
 
 def current_unpacking() -> tuple[Tensor, int, int] | None:
     """The `unpacking` block entered last and not yet ended, as its arguments, or None."""
-    return _UNPACKING[-1] if _UNPACKING else None
+    return _UNPACKING.current()
 
 
 AttentionInterface.register(CAUSAL_ATTENTION, _causal_attention)

@@ -87,7 +87,7 @@ def native_options(
     compiles for minutes; falls back to eager when compilation fails); `check_every`: greedy decoding reads
     the stop flags back every N tokens (default 4); `prefix_sharing`: greedy decoding of a
     Llama-family model runs the direct forward pass, which computes rows with the same tokens and
-    gates below a layer once (`gates._direct`; it reads the row groups back on every pass, so it
+    gates below a layer once (`gates._fast._direct`; it reads the row groups back on every pass, so it
     pays on a CPU only: the default is on for a model on the CPU, off on a GPU); `pack_rows`: a loss
     pass over right-padded rows runs as one packed sequence (`gates._packed`: the projections and
     MLPs compute no padding and no final tokens; its layout is built on the host, so a GPU

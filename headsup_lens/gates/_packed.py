@@ -20,7 +20,6 @@ benchmark to show; until it does, packing is on for a model on the CPU only
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +30,7 @@ from .._device import to_device
 from .._typecheck import checked
 from ..data import TaskBatch
 from ._paths import GateSpec
+from ._scope import Scope
 
 
 @checked
@@ -87,22 +87,17 @@ def token_gates(spec: GateSpec | None, rows: Int[Tensor, " tokens"]) -> GateSpec
 
 
 # The fixed layout a loss pass takes instead of packing its batch (`packed_as`): layout, rows, width.
-_GIVEN: list[tuple[Packing, int, int]] = []
+_GIVEN: Scope[tuple[Packing, int, int]] = Scope()
 
 
-@contextlib.contextmanager
-def packed_as(layout: Packing, rows: int, width: int) -> Iterator[None]:
+def packed_as(layout: Packing, rows: int, width: int) -> contextlib.AbstractContextManager[None]:
     """Inside the block, a loss pass on the native forward pass runs packed as `layout`, its attention
     on a padded layout of `rows x width` slots, instead of packing its own batch: a layout of fixed
     size (a token budget, filler tokens in rows of their own) whose tensors a captured CUDA graph
     reads in place (`training._graphed`). Its `answers` follow the batch's answer order."""
-    _GIVEN.append((layout, rows, width))
-    try:
-        yield
-    finally:
-        _GIVEN.pop()
+    return _GIVEN.holding((layout, rows, width))
 
 
 def given_packing() -> tuple[Packing, int, int] | None:
     """The `packed_as` block entered last and not yet ended, as its arguments, or None."""
-    return _GIVEN[-1] if _GIVEN else None
+    return _GIVEN.current()

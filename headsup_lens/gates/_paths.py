@@ -1,5 +1,5 @@
 """What the forward passes that stand in for the bridge share (`_native`: the model's own code, every
-architecture; `_direct`: greedy decoding that shares rows, Llama-family decoders): the value gate as
+architecture; `_fast._direct`: greedy decoding that shares rows, Llama-family decoders): the value gate as
 tensors (`GateSpec`, carried by the hooks `value_gate_hooks` makes), a greedy decoding job
 (`Decoding`), the switch that turns them off (`direct_path`) and when one may run (`cached_forward`).
 """

@@ -1,7 +1,6 @@
 # The public names of `headsup_lens.masks`: its one export list. At run time `lazy_loader` reads it
 # (`__all__`, each name imported on first use); type checkers and the API reference read it as the module.
 
-from ._bake import bake as bake
 from ._head_list import HeadList as HeadList
 from ._head_list import read_head_list as read_head_list
 from ._head_list import write_head_list as write_head_list

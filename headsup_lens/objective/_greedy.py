@@ -30,7 +30,7 @@ from .._distributed import all_agree
 from .._typecheck import checked
 from ..data import collate
 from ..gates import Gate, gate_hooks
-from ..gates._direct import direct_forward
+from ..gates._fast._direct import direct_forward
 from ..gates._native import decode_check_every, native_forward, prefix_sharing
 from ..gates._paths import Decoding, gate_spec
 from ..masks import HeadMask
@@ -105,7 +105,7 @@ def greedy_generate(
     forward pass (the prompt pass, then one per new token: at most `max_new_tokens`, fewer when
     every row stops early), e.g. to move a progress bar. Under the value gate with no other
     hook, the model decodes through its native forward pass (`gates._native`, every architecture),
-    and on a CPU a Llama-family model through its direct forward pass (`gates._direct`), which
+    and on a CPU a Llama-family model through its direct forward pass (`gates._fast._direct`), which
     computes rows with the same tokens and gates once; the result is the same (rounding aside:
     the fused attention kernel orders its float operations differently). `gates.direct_path(False)`
     turns both off.

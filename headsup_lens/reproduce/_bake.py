@@ -31,8 +31,8 @@ from transformers import AutoModelForCausalLM
 
 from ..data import Task, encode_prompt, task_prompts
 from ..evaluation import generations
-from ..gates import value_gate
-from ..masks import HeadMask, bake
+from ..gates import bake, value_gate
+from ..masks import HeadMask
 from ..models import gguf_file, gguf_source_of, load_model, stop_token_ids
 from ..training import safe_name
 from ._experiment import Experiment

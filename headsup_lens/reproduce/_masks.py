@@ -25,6 +25,7 @@ from .._typecheck import checked
 from .._version import __version__
 from ..data import Task
 from ..evaluation import MaskTaskWarning
+from ..gates import gate_kind
 from ..masks import HeadMask
 from ..models import fingerprint, prompt_format
 from ..models._fingerprint import portable_name
@@ -107,7 +108,7 @@ def stored_mask_path(
 ) -> Path:
     """`<folder>/<task>[_negative][_query][_mlp][_seed<k>].safetensors`: where a stored mask of this
     kind lives (`seed` 0, the paper's recipe, has no suffix)."""
-    suffix = ("_negative" if negative else "") + ("_query" if gate == "query" else "") + ("_mlp" if mlp else "")
+    suffix = ("_negative" if negative else "") + gate_kind(gate).suffix + ("_mlp" if mlp else "")
     suffix += f"_seed{seed}" if seed else ""
     name = task if isinstance(task, str) else task.name
     return Path(folder) / f"{safe_name(name)}{suffix}.safetensors"

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from .._names import Gate
 from .._typecheck import checked
 from .._validate import check_ranges
+from ..gates._registry import gate_kind
 from ..options import recipe_of
 from ._schedule import warmup_cosine
 
@@ -53,7 +54,7 @@ class TrainConfig:
     size_penalty: float = 0.0
     """Weight lambda of the mask-size penalty lambda * sum(sigmoid(M)) (0 in every run of the paper)."""
     gate: Gate = "value"
-    """Where the mask acts: "value" (hook_z, the paper's method) or "query" (uniform attention, App. C.3.2)."""
+    """Where the mask acts, a key of `gates.GATES`: "value" (hook_z, the paper's method) or "query" (uniform attention, App. C.3.2)."""
     mlp: bool = False
     """Also learn one mask slot per layer for the MLP output (App. C.3.3; hurt in the paper)."""
     seed: int = 0
@@ -101,8 +102,9 @@ class TrainConfig:
         return cls(**{"steps": 300, "lr": 0.1, "min_lr": 1e-3, "init_mean": 2.0, "checkpoint_every": 50, **overrides})
 
     def __post_init__(self) -> None:
-        """Every field in its range (NaN and infinities refused), and options that serve together; the
-        gate's name is checked with the types (`Literal`)."""
+        """Every field in its range (NaN and infinities refused), a registered gate, and options that
+        serve together."""
+        kind = gate_kind(self.gate)
         check_ranges(
             self,
             {
@@ -135,7 +137,7 @@ class TrainConfig:
                 "log_every": ">= 1",
             },
         )
-        if self.cuda_graph is True and (self.gate != "value" or self.activation_checkpointing):
+        if self.cuda_graph is True and (not kind.stand_in or self.activation_checkpointing):
             raise ValueError(
                 f"cuda_graph needs the value gate and no activation checkpointing, got gate={self.gate!r}, "
                 f"activation_checkpointing={self.activation_checkpointing}"

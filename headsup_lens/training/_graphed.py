@@ -34,7 +34,7 @@ from .._device import Staging
 from .._typecheck import checked
 from .._warnings import warn
 from ..data import TaskBatch, collate
-from ..gates import native_options
+from ..gates import gate_kind, native_options
 from ..gates._graph import Replay
 from ..gates._native import native_forward
 from ..gates._packed import Packing, packed_as, packing
@@ -68,7 +68,7 @@ def captures_step(
         return config.cuda_graph
     return (
         device.type == "cuda"
-        and config.gate == "value"
+        and gate_kind(config.gate).stand_in
         and not config.activation_checkpointing
         and native_forward(model) is not None
         and not module_hooks(model).elsewhere()

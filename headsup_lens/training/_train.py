@@ -23,9 +23,9 @@ from .._validate import check_batch_fits
 from .._warnings import warn
 from ..data import Task, collate, encode_pairs
 from ..data._task import safe_name as safe_name
-from ..gates import gate_hooks
+from ..gates import gate_kind
+from ..gates._dispatch import training_gate_hooks
 from ..gates._native import native_forward, pack_rows_asked
-from ..gates._value import valid_value_gate_hooks
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
 from ..models import check_same_run, data_hash, fingerprint, model_device, model_identity, pad_token_id, run_identity
@@ -213,7 +213,7 @@ class _MaskRun:
                 "cuda_graph=True: a captured step cannot hold the weight gathers of a model sharded with FSDP "
                 "(load_model(shard=...)); leave cuda_graph at None (off there) or False"
             )
-        if config.activation_checkpointing and (config.gate != "value" or native_forward(model) is None):
+        if config.activation_checkpointing and (not gate_kind(config.gate).stand_in or native_forward(model) is None):
             raise ValueError(
                 "activation_checkpointing needs the native forward pass: the value gate and no hook "
                 "attached to the model"
@@ -390,9 +390,7 @@ class _MaskRun:
             sums, _ = task_loss_sums(
                 model,
                 collate([rows[i] for i in members], pad_id=self.pad_id, device=device),
-                valid_value_gate_hooks(model, mask, mlp=mlp)  # straight-through masks are 0/1
-                if config.gate == "value"
-                else gate_hooks(model, mask, gate=config.gate, mlp=mlp),
+                training_gate_hooks(model, mask, config.gate, mlp),  # straight-through masks are 0/1
                 tasks_of,
                 n_tasks,
                 checkpoint=config.activation_checkpointing,
@@ -415,11 +413,7 @@ class _MaskRun:
         zeros = torch.zeros(1, *self.logits.shape[1:], device=device)
         mask = straight_through(self.logits[:1], zeros, tau)
         mlp = None if self.mlp_logits is None else straight_through(self.mlp_logits[:1], zeros[..., 0], tau)
-        hooks = (
-            valid_value_gate_hooks(model, mask, mlp=mlp)
-            if config.gate == "value"
-            else gate_hooks(model, mask, gate=config.gate, mlp=mlp)
-        )
+        hooks = training_gate_hooks(model, mask, config.gate, mlp)
         for _ in range(most - done):
             sums, _ = task_loss_sums(
                 model,

@@ -91,7 +91,7 @@ def test_config_defaults_are_the_papers_and_bad_values_are_refused():
         EvalConfig(max_new_tokens=0)
     with pytest.raises(ValueError, match="more than once"):
         EvalConfig(settings=("masked", "masked"))
-    with pytest.raises(TypeError, match="gate"):
-        EvalConfig(gate="key")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"gate must be one of \['value', 'query'\], got 'key'"):
+        EvalConfig(gate="key")  # a gate's name is checked by the registry (gates.GATES)
     with pytest.raises(TypeError, match="settings"):
         EvalConfig(settings=["masked"])  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ import torch
 
 from headsup_lens.data import collate
 from headsup_lens.gates import direct_path, gate_hooks, value_gate
-from headsup_lens.gates._direct import direct_forward
+from headsup_lens.gates._fast._direct import direct_forward
 from headsup_lens.models import left_pad, stop_token_ids
 from headsup_lens.objective import answer_logits, answer_nll, greedy_generate
 
@@ -107,7 +107,7 @@ def test_left_padded_prompts_and_per_row_masks_decode_as_the_bridge(qwen2):
 def test_rows_that_share_tokens_and_gates_are_computed_once_and_equal_their_own_pass(llama):
     """Sweep-like rows: one prompt, masks that differ only in some layers, duplicated rows. Each row
     equals its own unbatched pass, and the direct pass computes fewer rows than the batch has."""
-    import headsup_lens.gates._direct as direct
+    import headsup_lens.gates._fast._direct as direct
 
     prompt = random_tokens(llama, 1, 9, seed=3)
     base = random_mask(llama, seed=8, p_keep=0.9)

@@ -433,7 +433,7 @@ def test_a_plain_hook_on_a_bridge_component_leaves_the_work_to_the_bridge(tmp_pa
     likewise. Once the hook is removed both serve again."""
     from torch.nn.modules import module as torch_module
 
-    from headsup_lens.gates._direct import direct_forward
+    from headsup_lens.gates._fast._direct import direct_forward
     from headsup_lens.gates._paths import module_hooks, raw_module
 
     model = load_model(random_llama_dir(tmp_path, 0, architecture="llama"), device="cpu", dtype="float32")

@@ -28,10 +28,10 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from .._typecheck import checked
-from ..models import unembed
-from ..models._sharding import is_sharded
-from ._paths import Decoding, GateSpec, cached_forward, check_rows, raw_module
+from ..._typecheck import checked
+from ...models import unembed
+from ...models._sharding import is_sharded
+from .._paths import Decoding, GateSpec, cached_forward, check_rows, raw_module
 
 _DECODER_LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
 _CACHE_ATTR = "_headsup_direct_forward"

@@ -21,8 +21,7 @@ import headsup_lens as hl
 from headsup_lens import HeadMask, bake, fingerprint, load_model
 from headsup_lens.data import Task
 from headsup_lens.evaluation import EvalConfig, evaluate, generations
-from headsup_lens.gates import value_gate
-from headsup_lens.masks import _bake
+from headsup_lens.gates import _bake, value_gate
 from headsup_lens.models import _gguf
 
 from ..conftest import random_mask, random_tokens
@@ -264,7 +263,7 @@ def test_a_failed_write_leaves_no_folder(llama, tmp_path, monkeypatch):
 _KILLED_BAKE = """
 import os, signal, sys
 from headsup_lens import HeadMask, bake, load_model
-from headsup_lens.masks import _bake
+from headsup_lens.gates import _bake
 
 real = _bake._save_hf
 

@@ -29,10 +29,11 @@ from .._io import atomic_write_json, locked_folder
 from .._typecheck import checked
 from .._validate import check_choice, check_float, check_out_dir
 from .._version import __version__
+from ..masks import HeadMask
 from ..models import fingerprint, hf_model, plain_module, save_hf_tokenizer
 from ..models._fingerprint import portable_name
 from ..models._gguf import _usual_permissions, gguf_file, gguf_source_of, read_gguf_tensors, write_scaled_gguf
-from ._head_mask import HeadMask
+from ._registry import gate_kind
 
 FORMATS = ("hf", "gguf")
 BAKE_FORMAT = "headsup_lens.bake"
@@ -95,16 +96,12 @@ def bake(
         raise ValueError(f"out_dir {str(out)!r} exists; a bake writes a new folder: choose another or remove it")
     mask.check_model(model, allow_other_weights=allow_other_weights)
     gate = mask.metadata.get("gate", "value")
-    if gate == "query":
-        raise ValueError(
-            "this mask was trained through the query gate (a removed head attends uniformly to every "
-            "position), which depends on each input's attention scores: no edit of the weights reproduces "
-            "it, so it cannot be baked. Bake a value-gate mask (TrainConfig(gate='value'), the default)"
-        )
-    if gate != "value":
-        raise ValueError(f"the mask's metadata names gate {gate!r}; only value-gate masks can be baked")
+    try:
+        kind = gate_kind(gate)
+    except ValueError:
+        raise ValueError(f"the mask's metadata names gate {gate!r}, which is not a registered gate") from None
+    heads = kind.baked(mask.values, alpha)  # a ValueError for a gate no weight edit reproduces
     _check_binary(mask, allow_soft)
-    heads = mask.values + alpha * (1.0 - mask.values)  # the value gate's effective gate
     projections = _projections(model, mask.mlp_values is not None)
     info = _bake_info(model, mask, alpha, format)
 
@@ -269,7 +266,7 @@ def _bake_info(model: TransformerBridge, mask: HeadMask, alpha: float, format: s
         "version": 1,
         "headsup_lens_version": __version__,
         "output": format,
-        "gate": "value",
+        "gate": mask.metadata.get("gate", "value"),  # a gate that bakes (`GateKind.baked`)
         "alpha": alpha,
         "task": mask.metadata.get("task"),
         "source_model": replace(source, name=portable_name(source.name)).to_dict(),

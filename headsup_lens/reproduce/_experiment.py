@@ -317,7 +317,7 @@ def open_experiment(name: str, options: ExperimentOptions, root: str | os.PathLi
     ):
         model = load_model(options.model, **model_arguments(options))
         check_model_record(out, model, options.model)
-        xp = Experiment(name, options, model, out, OutputSet(out, name, owner=REPRODUCE, option="--out"))
+        xp = Experiment(name, options, model, out, OutputSet(out, name, owner=REPRODUCE, option="--out", adopt=True))
         yield xp
         xp.commit()
 

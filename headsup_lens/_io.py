@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import errno
+import gzip
 import io
 import json
 import os
@@ -27,6 +28,7 @@ import socket
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,14 +93,28 @@ def read_table(path: str | os.PathLike | io.TextIOBase, **options: Any) -> pd.Da
     exactly as written, so a resumed run returns the same numbers as the run that wrote them. Before
     3.1, pandas' default float parser gets the last bit of some wrong (3.9135956898331643 comes back
     as 3.913595689833164) and `float_precision="round_trip"` reads them exactly; 3.1 reads them
-    exactly by default and deprecates that option."""
+    exactly by default and deprecates that option. A file that pandas cannot parse (a truncated or
+    corrupt table, no header, not UTF-8) is a `FileFormatError` naming it."""
     import pandas as pd  # here, not above: modules that never read a table load without pandas
 
     major, minor = (int(part) for part in re.findall(r"\d+", pd.__version__)[:2])
     exact = {} if (major, minor) >= (3, 1) else {"float_precision": "round_trip"}
     if isinstance(path, (str, os.PathLike)):
         path = stored_table(path)
-    return pd.read_csv(path, **exact, **options)
+    try:
+        return pd.read_csv(path, **exact, **options)
+    except (
+        pd.errors.ParserError,
+        pd.errors.EmptyDataError,
+        UnicodeDecodeError,
+        EOFError,
+        zlib.error,
+        gzip.BadGzipFile,
+    ) as error:
+        if not isinstance(path, (str, os.PathLike)):
+            raise
+        reason = " ".join(str(error).split())[:200] or type(error).__name__
+        raise FileFormatError("table", path, "", f"cannot be read as CSV ({reason}); restore or delete it") from error
 
 
 def stored_table(path: str | os.PathLike) -> Path:

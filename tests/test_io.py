@@ -99,7 +99,9 @@ def test_a_file_that_no_set_lists_is_the_users_and_is_never_replaced(tmp_path):
     assert visible(tmp_path)["fig2.csv"] == "new\n"
 
 
-@pytest.mark.parametrize("text", ["[]", "3", '"lens"', "{", '{"command": 3}', '{"command": "lens", "recipe": []}', "\xff"])
+@pytest.mark.parametrize(
+    "text", ["[]", "3", '"lens"', "{", '{"command": 3}', '{"command": "lens", "recipe": []}', "\xff"]
+)
 def test_a_damaged_run_record_is_named_and_fresh_moves_it_aside(tmp_path, text):
     out = tmp_path / "out"
     out.mkdir()

@@ -116,7 +116,9 @@ class Explorer(anywidget.AnyWidget):
     ) -> None:
         super().__init__()
         self._runner = runner
-        self._planted = {task: check_heads(runner.model, list(heads), f"planted[{task!r}]") for task, heads in planted.items()}
+        self._planted = {
+            task: check_heads(runner.model, list(heads), f"planted[{task!r}]") for task, heads in planted.items()
+        }
         self._gates = ["value"]
         with contextlib.suppress(ValueError):  # an architecture whose attention the query gate cannot reach
             verify_query_gate(runner.model)

@@ -281,7 +281,10 @@ def test_a_truncated_gguf_is_one_error_naming_the_file_everywhere(tiny_gguf, tmp
         fetch_model(cut)
     mask = tmp_path / "mask.safetensors"
     mask.write_bytes(b"not read: the model fails first")
-    for argv in (["fetch-model", str(cut)], ["bake", "--model", str(cut), "--mask", str(mask), "--out", str(tmp_path / "b")]):
+    for argv in (
+        ["fetch-model", str(cut)],
+        ["bake", "--model", str(cut), "--mask", str(mask), "--out", str(tmp_path / "b")],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"could not read the GGUF file {cut}" in err and "Traceback" not in err, err

@@ -21,8 +21,8 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._names import Gate
-from .._validate import check_gate_alpha
 from .._typecheck import checked
+from .._validate import check_gate_alpha
 from ..analysis import (
     RemovalSweep,
     influence_order,

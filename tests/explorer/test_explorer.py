@@ -287,7 +287,7 @@ def test_a_head_outside_the_model_is_refused_everywhere(model, example, explorer
 
 
 def test_explore_refuses_bad_planted_heads_and_orders(model, example):
-    word, answer, _ = example
+    word, _, _ = example
     with pytest.raises(ValueError, match=r"planted\['mine'\]: head \(99, 0\) is outside"):
         hl.explore(model, word, planted={"mine": [(99, 0)]}, max_k=6, progress=False)
     with pytest.raises(ValueError, match=r"planted\['mine'\]: head \(0, 16\) is outside"):

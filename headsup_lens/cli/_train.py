@@ -9,6 +9,7 @@ import sys
 import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from .._io import atomic_write_json
 from .._validate import check_batch_fits
@@ -155,10 +156,7 @@ def run_train(args: TrainCommand, given: Given) -> int:
             else:
                 results = train_masks(model, tasks, config, out_dir=out, distributed=rank is not None)
     except KeyboardInterrupt:
-        raise Interrupted(
-            f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "
-            f"(every {config.checkpoint_every} steps), or add --fresh to start over"
-        ) from None
+        raise Interrupted(interrupted_message(out, config.checkpoint_every)) from None
     if rank:  # under torchrun rank 0 alone writes
         return 0
     written = atomic_write_json(out / "train_config.json", train_record(args, config))
@@ -168,6 +166,27 @@ def run_train(args: TrainCommand, given: Given) -> int:
     masks = [str(out / "mask.safetensors")] if len(tasks) == 1 else [str(out / "masks")]
     print(f"wrote {', '.join(masks)}, {out / 'history.csv'}, {out / 'checkpoints'}, {written}")
     return 0
+
+
+def interrupted_message(out: Path, every: int) -> str:
+    """What an interrupted training run left in `out`, and how to go on: the step of its saved state,
+    or that it had none yet (nothing to resume: a rerun starts over)."""
+    from ..training import resume_step  # deferred: keeps --help free of torch
+
+    try:
+        step = resume_step(out)
+    except ValueError:  # a damaged state: the rerun names it
+        step = None
+    if step is None:
+        return (
+            f"interrupted before the first checkpoint: {out} holds no saved state yet, so a rerun starts from "
+            "step 0"
+        )
+    return (
+        f"interrupted; the state of step {step} is saved in {out / 'checkpoints'}: rerun the same command to "
+        f"resume from there (checkpoints every {every} steps and where a run is stopped), or add --fresh to "
+        "start over"
+    )
 
 
 def _print_estimate(model, tasks, config: TrainConfig, done: int = 0) -> None:

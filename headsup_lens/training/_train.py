@@ -286,6 +286,10 @@ class _MaskRun:
             start=start,
             checkpoint_every=config.checkpoint_every,
             checkpoint=functools.partial(self.checkpoint, out) if writer and out is not None else None,
+            # One process saves where it stops; the ranks of a job stop where a signal lands (in lockstep).
+            on_interrupt=functools.partial(self.checkpoint, out, trajectory=False)
+            if writer and out is not None and self.world == 1
+            else None,
             callbacks=callbacks,
             progress=config.progress and self.rank == 0,
             desc=f"mask {names[0]}" if self.single else f"masks x{len(self.tasks)}",
@@ -454,8 +458,9 @@ class _MaskRun:
             "kept": kept_now[0] if self.single else kept_now,
         }
 
-    def checkpoint(self, out: Path, step: int) -> None:
-        """The logits of `step` (the trajectory) and the resume state, each written atomically."""
+    def checkpoint(self, out: Path, step: int, trajectory: bool = True) -> None:
+        """The logits of `step` (the trajectory, unless not `trajectory`: a state saved where a run was
+        interrupted is no point of it) and the resume state, each written atomically."""
         self.flush()
         tensors = {"logits": self.logits.detach().cpu().contiguous()}
         if self.mlp_logits is not None:
@@ -467,7 +472,8 @@ class _MaskRun:
             "tasks": "\n".join(self.names),
             "model": json.dumps(model_identity(self.identity["model"])),
         }
-        write_safetensors(folder / f"logits_step{step:07d}.safetensors", tensors, meta)
+        if trajectory:
+            write_safetensors(folder / f"logits_step{step:07d}.safetensors", tensors, meta)
         state = {
             "step": step,
             "logits": self.logits.detach(),

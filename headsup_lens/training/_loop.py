@@ -213,7 +213,9 @@ def _stop_after_step(enabled: bool) -> Iterator[Callable[[], bool]]:
         if asked:
             raise KeyboardInterrupt
         asked.append(signum)
-        print("\nstopping after this step, with its state saved (once more to stop at once)", file=sys.stderr)
+        print(  # noqa: T201 (a note for the user on stderr)
+            "\nstopping after this step, with its state saved (once more to stop at once)", file=sys.stderr
+        )
 
     previous = {stop: signal.getsignal(stop) for stop in (signal.SIGINT, signal.SIGTERM)}
     for stop, handler in previous.items():

@@ -178,10 +178,7 @@ def interrupted_message(out: Path, every: int) -> str:
     except ValueError:  # a damaged state: the rerun names it
         step = None
     if step is None:
-        return (
-            f"interrupted before the first checkpoint: {out} holds no saved state yet, so a rerun starts from "
-            "step 0"
-        )
+        return f"interrupted before the first checkpoint: {out} holds no saved state yet, so a rerun starts from step 0"
     return (
         f"interrupted; the state of step {step} is saved in {out / 'checkpoints'}: rerun the same command to "
         f"resume from there (checkpoints every {every} steps and where a run is stopped), or add --fresh to "

@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,7 +238,14 @@ def evaluate(
             held.enter_context(locked_folder(folder.path, "out_dir"))
             check_unclaimed(folder.path, "evaluate", (RESULTS, GENERATIONS, RECORD), "out_dir")  # before any work
             folder.check_finished()
-            return folder.resume()
+            finished = folder.resume()
+            if finished:  # a rerun goes on where the interrupted one stopped, and says so
+                print(  # noqa: T201 (a note for the user on stderr)
+                    f"resuming: {len(finished)} of {len(plan.runs)} settings finished by an earlier run are taken "
+                    f"from {folder.path / PARTIAL_RESULTS} ({', '.join(finished)})",
+                    file=sys.stderr,
+                )
+            return finished
 
         # Over several ranks rank 0 holds the folder; the others learn what it resumes (or its error).
         finished = from_rank0(prepare) if world > 1 else prepare()

@@ -89,6 +89,16 @@ def _claims_out(config: type) -> bool:
     return any(f.name == "out" for f in dataclasses.fields(config)) and getattr(config, "CLAIMS_OUT", True)
 
 
+def command_list() -> str:
+    """What a bare `headsup` prints: each command with its one-line help (no module is imported)."""
+    names = sorted(set(LAZY) | set(COMMANDS))
+    width = max(map(len, names))
+    lines = [f"  {name:<{width}}  {COMMANDS[name].help if name in COMMANDS else LAZY[name][1]}" for name in names]
+    return "\n".join(
+        ["headsup: error: choose a command:", *lines, "`headsup COMMAND --help` shows a command's options"]
+    )
+
+
 def command_parsers() -> dict[str, OptionParser]:
     """Every command's parser with its options built (for tests and docs)."""
     return build_parser("*").commands
@@ -170,6 +180,9 @@ def _one_line(message, category: type[Warning], filename: str, lineno: int, line
 
 def _main(argv: list[str]) -> int:
     chosen = _chosen(argv)
+    if chosen is None and all(a.startswith("-") for a in argv) and not {"-h", "--help", "--version"} & set(argv):
+        print(command_list(), file=sys.stderr)  # a bare `headsup`: what there is to run
+        return EXIT_BAD_INPUT
     args = build_parser(chosen).parse_args(argv)
     if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and threading.current_thread() is threading.main_thread():
         # torchrun stops the other ranks with SIGTERM when one ends early: leave as an interruption

@@ -272,10 +272,11 @@ class OutputSet:
 
     `owner` (default: `name`) is the command the set belongs to: a file listed by a set of another
     owner is never replaced with other bytes (`check_unclaimed`; `files` names those known up front,
-    checked here before any work, and `commit()` checks every staged file). Nor is a file that no
-    set of the folder lists (the user's own `lens.csv`), unless `adopt` (the reproduction scripts'
-    folders, whose files predate the manifests). `option` names the folder in messages (`--out` for
-    the command line).
+    checked here before any work, and `commit()` checks every staged file). Nor, in a folder that a
+    command claimed (`claim_folder`: it has a run record), is a file that no set of the folder lists
+    (the user's own `lens.csv`); `adopt` (default: when the folder has no run record, such as the
+    reproduction scripts' folders, whose files predate the manifests, or a library call's folder)
+    takes such files over. `option` names the folder in messages (`--out` for the command line).
     """
 
     def __init__(
@@ -286,15 +287,16 @@ class OutputSet:
         owner: str | None = None,
         option: str = "out_dir",
         files: tuple[str, ...] | list[str] = (),
-        adopt: bool = False,
+        adopt: bool | None = None,
     ) -> None:
         self.folder = Path(folder).expanduser()
         self.name = name
         self.owner = owner or name
         self.option = option
-        self.adopt = adopt
+        # A folder claimed by a command (it has a run record) lists every file headsup wrote there.
+        self.adopt = not (self.folder / RUN_RECORD).is_file() if adopt is None else adopt
         self.path = self.folder / STAGING_NAME
-        check_unclaimed(self.folder, self.owner, files, option, adopt=adopt)
+        check_unclaimed(self.folder, self.owner, files, option, adopt=self.adopt)
         recover(self.folder)
         self.path.mkdir(parents=True)
 
@@ -603,6 +605,8 @@ def claimed_folder(folder: str | os.PathLike, command: str, recipe: dict, **opti
     but the run record, the record goes too (with the lock's, the folder the command created: nothing
     is left); a folder of unknown recipe gets its record only when the block succeeds."""
     folder = Path(folder)
+    had_record = (folder / RUN_RECORD).is_file()
+    before = _visible(folder)
     moved, confirmed = _claim(
         folder,
         command,
@@ -617,11 +621,20 @@ def claimed_folder(folder: str | os.PathLike, command: str, recipe: dict, **opti
     try:
         yield moved
     except BaseException:
-        if confirmed and all(p.name in (LOCK_NAME, RUN_RECORD, STAGING_NAME) for p in folder.iterdir()):
+        # A run that failed before writing anything leaves no record of itself (the folder the command
+        # created goes with its lock; a folder of the user's own files is as it was).
+        if confirmed and not had_record and moved is None and _visible(folder) == before:
             (folder / RUN_RECORD).unlink(missing_ok=True)
         raise
     if not confirmed:
         _record(folder, command, recipe)
+
+
+def _visible(folder: Path) -> set[str]:
+    """The names in `folder` other than the lock, the run record and a staging folder."""
+    if not folder.is_dir():
+        return set()
+    return {p.name for p in folder.iterdir() if p.name not in (LOCK_NAME, RUN_RECORD, STAGING_NAME)}
 
 
 def _record(folder: Path, command: str, recipe: dict) -> None:

@@ -84,7 +84,9 @@ def test_a_damaged_manifest_is_named_not_trusted(tmp_path, text):
 
 
 def test_a_file_that_no_set_lists_is_the_users_and_is_never_replaced(tmp_path):
+    """In a folder a command claimed (its run record); a library call's folder without one adopts."""
     (tmp_path / "lens.csv").write_text("mine\n")
+    claim_folder(tmp_path, "lens", {})
     with locked_folder(tmp_path), pytest.raises(ValueError, match="--out .* holds lens.csv, which no headsup command"):
         OutputSet(tmp_path, "lens", option="--out", files=["lens.csv"])  # refused before any work
     with pytest.raises(ValueError, match="holds lens.csv, which no headsup command wrote there"):
@@ -97,6 +99,11 @@ def test_a_file_that_no_set_lists_is_the_users_and_is_never_replaced(tmp_path):
     (tmp_path / "fig2.csv").write_text("older\n")
     write_set(tmp_path, "fig2-0123456789", {"fig2.csv": "new\n"}, owner="reproduce", adopt=True)
     assert visible(tmp_path)["fig2.csv"] == "new\n"
+    unclaimed = tmp_path / "library"
+    unclaimed.mkdir()
+    (unclaimed / "results.csv").write_text("older\n")
+    write_set(unclaimed, "evaluate", {"results.csv": "new\n"})  # no run record: as before manifests
+    assert visible(unclaimed)["results.csv"] == "new\n"
 
 
 @pytest.mark.parametrize(

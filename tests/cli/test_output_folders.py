@@ -212,3 +212,4 @@ def test_a_users_own_file_in_out_is_never_replaced(tmp_path, capsys, command, fi
     assert f"holds {file}, which no headsup command wrote there" in err and err.count("\n") == 1, err
     assert (out / file).read_text() == "mine\n"
     assert {p.name for p in out.iterdir() if not p.name.startswith(".")} == {file}
+    assert not (out / RUN_RECORD).exists()  # the refused run leaves no record: another command may use X

@@ -189,9 +189,10 @@ def run_steps(
             done = s + 1
             for callback in callbacks:
                 callback(StepEnd(done, seconds, logs))
-            saved = checkpoint is not None and (done == steps or (checkpoint_every and done % checkpoint_every == 0))
-            if saved:
+            saved = False
+            if checkpoint is not None and (done == steps or (checkpoint_every and done % checkpoint_every == 0)):
                 checkpoint(done)
+                saved = True
             if stop_asked():
                 bar.close()
                 if on_interrupt is not None and not saved:

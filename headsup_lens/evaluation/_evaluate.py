@@ -32,7 +32,7 @@ from .._warnings import warn
 from ..data import Task
 from ..data._tokenize import EncodedSplit, encode_split
 from ..masks import HeadMask
-from ..models import fingerprint, identity_differences, run_identity
+from ..models import check_ranks_agree, fingerprint, identity_differences, run_identity
 from ..models._sharding import is_sharded
 from ._answers import answer_nll_per_example, answers_and_nll, rank_rows, reduce_nll
 from ._config import EvalConfig
@@ -229,6 +229,8 @@ def evaluate(
     }
     plan.split = distributed or is_sharded(model)
     rank, world = rank_and_world(required=True) if plan.split else (0, 1)
+    if world > 1:  # before the first pass: ranks of other tasks or masks would merge unrelated rows
+        check_ranks_agree(_identity(model, task, config, plan), "evaluation")
     if out is None:
         return _run(model, task, config, plan, encoded, None, {})
     folder = _RunFolder(out, _identity(model, task, config, plan), plan)

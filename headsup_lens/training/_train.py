@@ -16,7 +16,7 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._device import synchronizer, to_device
-from .._distributed import all_reduce_sum, from_rank0, gather, rank_and_world, shard
+from .._distributed import all_reduce_sum, from_rank0, rank_and_world, shard
 from .._io import atomic_write_text, locked_folder
 from .._typecheck import checked
 from .._validate import check_batch_fits
@@ -29,10 +29,10 @@ from ..gates._value import valid_value_gate_hooks
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
 from ..models import (
+    check_ranks_agree,
     check_same_run,
     data_hash,
     fingerprint,
-    identity_differences,
     model_device,
     model_identity,
     pad_token_id,
@@ -113,21 +113,6 @@ def resume_step(
         identity = _identity(model, tasks, config or TrainConfig(), _encode(model, tasks))
         check_same_run(state.get("identity", {}), identity, out_dir)
     return int(state["step"])
-
-
-def check_ranks_agree(identity: dict) -> None:
-    """Every rank of the job must run the same training (tasks and their data, recipe, model
-    fingerprint, prompt format): a collective, called by every rank before the first step. A
-    ValueError on every rank names the first rank that differs from rank 0, and how."""
-    identities = gather(identity)
-    for other, theirs in enumerate(identities[1:], 1):
-        differences = identity_differences(identities[0], theirs)
-        if differences:
-            raise ValueError(
-                f"the ranks of this job would train different runs: rank {other} differs from rank 0 in "
-                f"{', '.join(differences)} ('there' is rank 0's, 'here' rank {other}'s); start every rank "
-                "with the same tasks, options and model"
-            )
 
 
 def _encode(model: TransformerBridge, tasks: list[Task]) -> list:

@@ -65,13 +65,24 @@ def train_other_task_on_rank(rank: int, world: int, port: int, model_dir: str, o
     try:
         model = load_model(model_dir, device="cpu", dtype="float32")
         steps = {**CONFIG, "steps": 2} if rank == 0 else {**CONFIG, "steps": 3}
+        messages = []
         try:
             train_masks(
                 model, tasks()[rank : rank + 1], TrainConfig(**steps), distributed=True, out_dir=f"{out_dir}/run"
             )
-            message = "trained"
+            messages.append("trained")
         except ValueError as error:
-            message = str(error)
+            messages.append(str(error))
+        from headsup_lens.evaluation import EvalConfig, evaluate
+        from headsup_lens.masks import HeadMask
+
+        try:  # the same for an evaluation
+            config = EvalConfig(settings=("original",), generate=False, progress=False)
+            evaluate(model, tasks()[rank], HeadMask.full(model), config, distributed=True, out_dir=f"{out_dir}/eval")
+            messages.append("evaluated")
+        except ValueError as error:
+            messages.append(str(error))
+        message = "\n".join(messages)
         with open(f"{out_dir}/rank{rank}.txt", "w") as handle:
             handle.write(message)
     finally:
@@ -82,7 +93,10 @@ def test_ranks_on_different_tasks_or_options_are_refused_before_the_first_step(t
     model_dir = build_planted_dir(tmp_path / "model")
     mp.spawn(train_other_task_on_rank, args=(2, free_port(), str(model_dir), str(tmp_path)), nprocs=2, join=True)
     for rank in range(2):
-        message = (tmp_path / f"rank{rank}.txt").read_text()
-        assert message.startswith("the ranks of this job would train different runs: rank 1 differs from rank 0 in")
-        assert "tasks" in message and "recipe.steps (2 there, 3 here)" in message, message
+        trained, evaluated = (tmp_path / f"rank{rank}.txt").read_text().split("\n")
+        assert trained.startswith("the ranks of this job would run different trainings: rank 1 differs from rank 0 in")
+        assert "tasks" in trained and "recipe.steps (2 there, 3 here)" in trained, trained
+        assert evaluated.startswith("the ranks of this job would run different evaluations: rank 1 differs from")
+        assert "task ('planted' there, 'other' here)" in evaluated, evaluated
     assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "mask.safetensors").exists()
+    assert not (tmp_path / "eval" / "results.csv").exists()

@@ -33,7 +33,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from headsup_lens.options import check_counts, option, parse
+from headsup_lens.options import DebugOptions, check_counts, option, parse
+from headsup_lens.reproduce._script import script_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("mask", "lora r=8", "full")
@@ -41,7 +42,7 @@ GIB = 2**30
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(DebugOptions):
     """Options of the rebuttal's experiments."""
 
     stage: str = option(positional=True, choices=("overhead", "tasks-per-head", "overhead-one"))
@@ -161,6 +162,12 @@ def overhead_one(o: Options) -> dict:
 
 
 def overhead(o: Options) -> pd.DataFrame:
+    from headsup_lens.data import load_task
+    from headsup_lens.models._builtin import check_model_name
+
+    for model in o.models:  # names checked here, at once, not after a child process has loaded torch
+        check_model_name(model)
+    load_task(o.task, o.data_dir)
     rows = []
     for model in o.models:
         for method in o.methods:
@@ -169,10 +176,13 @@ def overhead(o: Options) -> pd.DataFrame:
             args += ["--task", o.task, "--batch-size", str(o.batch_size), "--steps", str(o.steps)]
             args += ["--warmup", str(o.warmup), "--threads", str(o.threads)]
             args += ["--data-dir", o.data_dir] if o.data_dir else []
+            args += ["--debug"] if o.debug else []
             env = {**os.environ, "OMP_NUM_THREADS": str(o.threads), "HEADSUP_PROGRESS": "0"}
             done = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
-            if done.returncode != 0:
-                raise SystemExit(f"overhead: {model} {method} failed:\n{done.stderr[-3000:]}")
+            if done.returncode != 0:  # the child's own one-line error (its traceback with --debug)
+                lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+                reason = lines[-1].removeprefix("rebuttal: error: ")
+                raise ValueError(f"overhead: {model} {method} failed: {reason}")
             row = json.loads(done.stdout.strip().splitlines()[-1])
             print(
                 f"{model:12s} {method:9s} {row['seconds_per_step']:.2f} s/step, peak {row['peak_gib']:.2f} GiB, "
@@ -197,14 +207,14 @@ def tasks_per_head(o: Options) -> pd.DataFrame:
         folder = Path(o.figures) / name / "fast_masks"
         paths = sorted(folder.glob("*.safetensors"))
         if not paths:
-            raise SystemExit(f"tasks-per-head: no masks in {folder}")
+            raise ValueError(f"tasks-per-head: no masks in {folder}")
         model = hl.load_model(name)
-        masks = {p.stem: HeadMask.load(p, model) for p in paths}
+        masks = {p.stem: HeadMask.load(p, model) for p in paths}  # a damaged or another model's file: named
         schedules = {
             (m.metadata.get("steps"), m.metadata.get("batch_size"), m.metadata.get("seed")) for m in masks.values()
         }
         if len(schedules) != 1:
-            raise SystemExit(f"tasks-per-head: the masks in {folder} come from different schedules {sorted(schedules)}")
+            raise ValueError(f"tasks-per-head: the masks in {folder} come from different schedules {sorted(schedules)}")
         steps, batch, seed = schedules.pop()
         heads = pathway_heads(masks)
         counts = heads.counts
@@ -238,11 +248,12 @@ def tasks_per_head(o: Options) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> None:
-    o, _ = parse(Options, argv, prog="rebuttal", description=__doc__)
-    if o.stage == "overhead-one":
-        print(json.dumps(overhead_one(o)))
-        return
-    table = overhead(o) if o.stage == "overhead" else tasks_per_head(o)
+    o, given = parse(Options, argv, prog="rebuttal", description=__doc__)
+    with script_errors("rebuttal", o, given):
+        if o.stage == "overhead-one":
+            print(json.dumps(overhead_one(o)))
+            return
+        table = overhead(o) if o.stage == "overhead" else tasks_per_head(o)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
 
 

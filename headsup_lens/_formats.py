@@ -253,3 +253,56 @@ class Fields:
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
 _FLAGS = {"0": False, "1": True, "false": False, "true": True}
+
+
+_SAFETENSORS_LENGTH = 8  # a safetensors file starts with its JSON header's length, little-endian
+
+
+def safetensors_header(path: str | os.PathLike, what: str = "safetensors file") -> dict[str, Any]:
+    """The JSON header of a safetensors file, read without its data: a file shorter than its header
+    or than the data its tensors claim (a truncated download or copy), or with a malformed header, is
+    a ValueError naming it (`what`: the kind of file), before any reader maps it."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a folder, not a file")
+    if not path.is_file():
+        raise ValueError(f"no {what} at {str(path)!r}")
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        start = handle.read(_SAFETENSORS_LENGTH)
+        if len(start) < _SAFETENSORS_LENGTH:
+            raise ValueError(
+                f"{what} {str(path)!r} is truncated or not a safetensors file: {size} bytes, "
+                f"less than the {_SAFETENSORS_LENGTH}-byte header length"
+            )
+        length = int.from_bytes(start, "little")
+        if _SAFETENSORS_LENGTH + length > size:
+            raise ValueError(
+                f"{what} {str(path)!r} is truncated or not a safetensors file: its header claims {length} bytes "
+                f"but the file has {size}"
+            )
+        raw = handle.read(length)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(
+            f"{what} {str(path)!r} has a malformed JSON header ({error}); the file is corrupted"
+        ) from error
+    if not isinstance(header, dict):
+        raise ValueError(f"{what} {str(path)!r} has a malformed header (a JSON object was expected)")
+    ends = [
+        entry["data_offsets"][1]
+        for key, entry in header.items()
+        if key != "__metadata__"
+        and isinstance(entry, dict)
+        and isinstance(entry.get("data_offsets"), list)
+        and len(entry["data_offsets"]) == 2
+        and isinstance(entry["data_offsets"][1], int)
+    ]
+    available = size - _SAFETENSORS_LENGTH - length
+    if ends and max(ends) > available:
+        raise ValueError(
+            f"{what} {str(path)!r} is truncated: its tensors need {max(ends)} bytes of data but only "
+            f"{available} are there"
+        )
+    return header

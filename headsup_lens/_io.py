@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import errno
+import gzip
 import io
 import json
 import os
@@ -27,6 +28,7 @@ import socket
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,14 +93,28 @@ def read_table(path: str | os.PathLike | io.TextIOBase, **options: Any) -> pd.Da
     exactly as written, so a resumed run returns the same numbers as the run that wrote them. Before
     3.1, pandas' default float parser gets the last bit of some wrong (3.9135956898331643 comes back
     as 3.913595689833164) and `float_precision="round_trip"` reads them exactly; 3.1 reads them
-    exactly by default and deprecates that option."""
+    exactly by default and deprecates that option. A file that pandas cannot parse (a truncated or
+    corrupt table, no header, not UTF-8) is a `FileFormatError` naming it."""
     import pandas as pd  # here, not above: modules that never read a table load without pandas
 
     major, minor = (int(part) for part in re.findall(r"\d+", pd.__version__)[:2])
     exact = {} if (major, minor) >= (3, 1) else {"float_precision": "round_trip"}
     if isinstance(path, (str, os.PathLike)):
         path = stored_table(path)
-    return pd.read_csv(path, **exact, **options)
+    try:
+        return pd.read_csv(path, **exact, **options)
+    except (
+        pd.errors.ParserError,
+        pd.errors.EmptyDataError,
+        UnicodeDecodeError,
+        EOFError,
+        zlib.error,
+        gzip.BadGzipFile,
+    ) as error:
+        if not isinstance(path, (str, os.PathLike)):
+            raise
+        reason = " ".join(str(error).split())[:200] or type(error).__name__
+        raise FileFormatError("table", path, "", f"cannot be read as CSV ({reason}); restore or delete it") from error
 
 
 def stored_table(path: str | os.PathLike) -> Path:
@@ -256,8 +272,11 @@ class OutputSet:
 
     `owner` (default: `name`) is the command the set belongs to: a file listed by a set of another
     owner is never replaced with other bytes (`check_unclaimed`; `files` names those known up front,
-    checked here before any work, and `commit()` checks every staged file). `option` names the
-    folder in messages (`--out` for the command line).
+    checked here before any work, and `commit()` checks every staged file). Nor, in a folder that a
+    command claimed (`claim_folder`: it has a run record), is a file that no set of the folder lists
+    (the user's own `lens.csv`); `adopt` (default: when the folder has no run record, such as the
+    reproduction scripts' folders, whose files predate the manifests, or a library call's folder)
+    takes such files over. `option` names the folder in messages (`--out` for the command line).
     """
 
     def __init__(
@@ -268,13 +287,16 @@ class OutputSet:
         owner: str | None = None,
         option: str = "out_dir",
         files: tuple[str, ...] | list[str] = (),
+        adopt: bool | None = None,
     ) -> None:
         self.folder = Path(folder).expanduser()
         self.name = name
         self.owner = owner or name
         self.option = option
+        # A folder claimed by a command (it has a run record) lists every file headsup wrote there.
+        self.adopt = not (self.folder / RUN_RECORD).is_file() if adopt is None else adopt
         self.path = self.folder / STAGING_NAME
-        check_unclaimed(self.folder, self.owner, files, option)
+        check_unclaimed(self.folder, self.owner, files, option, adopt=self.adopt)
         recover(self.folder)
         self.path.mkdir(parents=True)
 
@@ -282,7 +304,7 @@ class OutputSet:
         """Move the staged files into place; the paths written."""
         files = sorted(p.relative_to(self.path).as_posix() for p in self.path.rglob("*") if p.is_file())
         files = [f for f in files if f != _JOURNAL]
-        check_unclaimed(self.folder, self.owner, files, self.option, staged=self.path)
+        check_unclaimed(self.folder, self.owner, files, self.option, staged=self.path, adopt=self.adopt)
         manifest = self.folder / f".headsup-{self.name}.json"
         previous = read_manifest(manifest)["files"] if manifest.is_file() else []
         kept = set(_claims(self.folder, self.owner))  # another owner's file stays where it is
@@ -324,8 +346,9 @@ def _inside(name: object) -> bool:
     return isinstance(name, str) and all(part not in ("", ".", "..") for part in name.split("/"))
 
 
-def _claims(folder: Path, owner: str) -> dict[str, tuple[str, str]]:
-    """The files that the output sets of owners other than `owner` list: name -> (owner, manifest)."""
+def _claims(folder: Path, owner: str | None) -> dict[str, tuple[str, str]]:
+    """The files that the output sets of owners other than `owner` list: name -> (owner, manifest)
+    (every owner's with `owner` None)."""
     claims: dict[str, tuple[str, str]] = {}
     if not folder.is_dir():
         return claims
@@ -344,25 +367,36 @@ def check_unclaimed(
     files: tuple[str, ...] | list[str],
     option: str = "out_dir",
     staged: Path | None = None,
+    adopt: bool = False,
 ) -> None:
-    """Refuse to replace files of `folder` that another owner's output set lists (with `staged`, the
-    staging folder: unless the staged file has the same bytes). A ValueError names them."""
+    """Refuse to replace files of `folder` that another owner's output set lists, or (unless `adopt`)
+    that no output set lists: a file of the user's (with `staged`, the staging folder: unless the
+    staged file has the same bytes). A ValueError names them."""
     folder = Path(folder)
-    claims = _claims(folder, owner)
-    taken = []
+    listed = _claims(folder, None)
+    claims = {name: by for name, by in listed.items() if by[0] != owner}
+    taken, unlisted = [], []
     for name in files:
         target = folder / name
-        if name not in claims or not target.is_file():
+        if not target.is_file() or (name in listed and name not in claims):
+            continue
+        if name not in claims and adopt:
             continue
         if staged is not None and _same_bytes(staged / name, target):
             continue
-        taken.append(name)
+        (taken if name in claims else unlisted).append(name)
     if taken:
         by = sorted({claims[name] for name in taken})
-        listed = ", ".join(f"`{who}` (listed in {manifest})" for who, manifest in by)
+        listed_by = ", ".join(f"`{who}` (listed in {manifest})" for who, manifest in by)
         raise ValueError(
-            f"{option} {folder} holds {', '.join(taken[:5])}{' ...' if len(taken) > 5 else ''} written by {listed}; "
+            f"{option} {folder} holds {', '.join(taken[:5])}{' ...' if len(taken) > 5 else ''} written by {listed_by}; "
             f"this {owner} would replace them: choose another {option}, or remove those files and the list first"
+        )
+    if unlisted:
+        raise ValueError(
+            f"{option} {folder} holds {', '.join(unlisted[:5])}{' ...' if len(unlisted) > 5 else ''}, which no "
+            f"headsup command wrote there (no output list names it); this {owner} would replace it: choose "
+            f"another {option}, or move the file away first"
         )
 
 
@@ -376,10 +410,12 @@ def _same_bytes(a: Path, b: Path) -> bool:
 
 
 def _read_json(path: Path) -> dict:
+    """A JSON object written by this module, `{}` when it is missing, damaged or not an object."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _finish(folder: Path) -> None:
@@ -453,7 +489,7 @@ def folder_holds(
     folder = Path(folder)
     if not folder.is_dir():
         return None
-    record = _read_json(folder / RUN_RECORD)
+    record = read_run_record(folder)
     if isinstance(record.get("command"), str):
         recipe = record.get("recipe")
         return record["command"], recipe if isinstance(recipe, dict) else None
@@ -470,6 +506,25 @@ def folder_holds(
     owner = sorted(owners)[0]
     recorded = _read_json(folder / (recipes or {})[owner]) if owner in (recipes or {}) else {}
     return owner, recorded or None
+
+
+def read_run_record(folder: str | os.PathLike) -> dict:
+    """The run record of `folder` (`RUN_RECORD`), `{}` when there is none; one that is not a JSON
+    object with a "command" name and a "recipe" object (`[]`, a half-written file) is a
+    `FileFormatError` naming it and the way out."""
+    path = Path(folder) / RUN_RECORD
+    if not path.is_file():
+        return {}
+    fix = "delete it (or add --fresh to move the folder's contents aside) to start afresh"
+    try:
+        record = read_json(path, "run record")
+    except FileFormatError as error:
+        raise FileFormatError("run record", path, "", f"{error.problem}; {fix}") from None
+    if not isinstance(record, dict):
+        raise FileFormatError("run record", path, "", f"is not a JSON object (found {type(record).__name__}); {fix}")
+    if not isinstance(record.get("command"), str) or not isinstance(record.get("recipe", {}), dict):
+        raise FileFormatError("run record", path, "", f'is not an object with a "command" and its "recipe"; {fix}')
+    return record
 
 
 def recipe_differences(there: dict, here: dict) -> list[str]:
@@ -550,6 +605,8 @@ def claimed_folder(folder: str | os.PathLike, command: str, recipe: dict, **opti
     but the run record, the record goes too (with the lock's, the folder the command created: nothing
     is left); a folder of unknown recipe gets its record only when the block succeeds."""
     folder = Path(folder)
+    had_record = (folder / RUN_RECORD).is_file()
+    before = _visible(folder)
     moved, confirmed = _claim(
         folder,
         command,
@@ -564,11 +621,20 @@ def claimed_folder(folder: str | os.PathLike, command: str, recipe: dict, **opti
     try:
         yield moved
     except BaseException:
-        if confirmed and all(p.name in (LOCK_NAME, RUN_RECORD, STAGING_NAME) for p in folder.iterdir()):
+        # A run that failed before writing anything leaves no record of itself (the folder the command
+        # created goes with its lock; a folder of the user's own files is as it was).
+        if confirmed and not had_record and moved is None and _visible(folder) == before:
             (folder / RUN_RECORD).unlink(missing_ok=True)
         raise
     if not confirmed:
         _record(folder, command, recipe)
+
+
+def _visible(folder: Path) -> set[str]:
+    """The names in `folder` other than the lock, the run record and a staging folder."""
+    if not folder.is_dir():
+        return set()
+    return {p.name for p in folder.iterdir() if p.name not in (LOCK_NAME, RUN_RECORD, STAGING_NAME)}
 
 
 def _record(folder: Path, command: str, recipe: dict) -> None:
@@ -586,7 +652,12 @@ def _claim(
 ) -> tuple[Path | None, bool]:
     """(where earlier results were moved, whether the folder's recipe is known to be `recipe`)."""
     recipe = json.loads(json.dumps(recipe, default=str))  # as it reads back from the record (lists, not tuples)
-    held = folder_holds(folder, signatures, recipes)
+    try:
+        held = folder_holds(folder, signatures, recipes)
+    except FileFormatError:  # a damaged run record: refused, or moved aside with what it describes
+        if not fresh:
+            raise
+        return move_aside(folder), True
     if held is None:
         return None, True
     if fresh:

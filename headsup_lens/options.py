@@ -144,6 +144,15 @@ class ProgressOptions(Options):
 
 @checked
 @dataclass(frozen=True, kw_only=True)
+class DebugOptions(Options):
+    """How a script reports a failure (the `headsup` command line has `headsup --debug`)."""
+
+    debug: bool = False
+    """Show the Python traceback of an error or an interruption instead of one line."""
+
+
+@checked
+@dataclass(frozen=True, kw_only=True)
 class ShardOptions(Options):
     """How a command started by `torchrun` spreads the model over the job's ranks."""
 

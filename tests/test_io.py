@@ -12,7 +12,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from headsup_lens._formats import FileFormatError
-from headsup_lens._io import STAGING_NAME, OutputSet, locked_folder, read_manifest, read_table
+from headsup_lens._io import (
+    RUN_RECORD,
+    STAGING_NAME,
+    OutputSet,
+    claim_folder,
+    locked_folder,
+    read_manifest,
+    read_run_record,
+    read_table,
+)
 
 
 def write_set(folder: Path, name: str, files: dict[str, str], **options) -> list[Path]:
@@ -74,6 +83,44 @@ def test_a_damaged_manifest_is_named_not_trusted(tmp_path, text):
     assert not (tmp_path / "ranks.csv").exists()
 
 
+def test_a_file_that_no_set_lists_is_the_users_and_is_never_replaced(tmp_path):
+    """In a folder a command claimed (its run record); a library call's folder without one adopts."""
+    (tmp_path / "lens.csv").write_text("mine\n")
+    claim_folder(tmp_path, "lens", {})
+    with locked_folder(tmp_path), pytest.raises(ValueError, match="--out .* holds lens.csv, which no headsup command"):
+        OutputSet(tmp_path, "lens", option="--out", files=["lens.csv"])  # refused before any work
+    with pytest.raises(ValueError, match="holds lens.csv, which no headsup command wrote there"):
+        write_set(tmp_path, "lens", {"lens.csv": "1\n", "lens_resid.html": "<html>"})  # and at commit
+    assert visible(tmp_path) == {"lens.csv": "mine\n"}  # nothing of the refused set was moved in
+    write_set(tmp_path, "lens", {"lens.csv": "mine\n"})  # the same bytes replace nothing
+    write_set(tmp_path, "lens", {"lens.csv": "2\n"})  # now listed by its own set: replaced
+    assert visible(tmp_path) == {"lens.csv": "2\n"}
+    # A folder whose files predate the manifests (the reproduction scripts' figures) adopts them.
+    (tmp_path / "fig2.csv").write_text("older\n")
+    write_set(tmp_path, "fig2-0123456789", {"fig2.csv": "new\n"}, owner="reproduce", adopt=True)
+    assert visible(tmp_path)["fig2.csv"] == "new\n"
+    unclaimed = tmp_path / "library"
+    unclaimed.mkdir()
+    (unclaimed / "results.csv").write_text("older\n")
+    write_set(unclaimed, "evaluate", {"results.csv": "new\n"})  # no run record: as before manifests
+    assert visible(unclaimed)["results.csv"] == "new\n"
+
+
+@pytest.mark.parametrize(
+    "text", ["[]", "3", '"lens"', "{", '{"command": 3}', '{"command": "lens", "recipe": []}', "\xff"]
+)
+def test_a_damaged_run_record_is_named_and_fresh_moves_it_aside(tmp_path, text):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / RUN_RECORD).write_text(text, encoding="latin-1")
+    with pytest.raises(FileFormatError, match=r"run record .*\.headsup\.json.*: .*delete it"):
+        claim_folder(out, "lens", {"prompt": "farm"})
+    assert (out / RUN_RECORD).read_bytes() == text.encode("latin-1")  # refused, nothing changed
+    moved = claim_folder(out, "lens", {"prompt": "farm"}, fresh=True)
+    assert moved is not None and (moved / RUN_RECORD).read_bytes() == text.encode("latin-1")
+    assert read_run_record(out) == {"command": "lens", "recipe": {"prompt": "farm"}}
+
+
 # ----------------------------------------------------------------------------------- properties
 names = st.text(st.sampled_from("abc./_-"), min_size=1, max_size=8)
 json_values = st.recursive(
@@ -100,6 +147,18 @@ def test_any_bytes_read_as_a_manifest_or_a_file_format_error(data):
         assert isinstance(manifest["owner"], str) and manifest["owner"]
         for name in manifest["files"]:
             assert isinstance(name, str) and all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+@given(st.binary(max_size=64) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_any_bytes_read_as_a_run_record_or_a_file_format_error(data):
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / RUN_RECORD).write_bytes(data)
+        try:
+            record = read_run_record(folder)  # never a KeyError, TypeError, AttributeError, ...
+        except FileFormatError as error:
+            assert RUN_RECORD in str(error) and "\n" not in str(error)
+            return
+    assert isinstance(record["command"], str) and isinstance(record.get("recipe", {}), dict)
 
 
 @given(st.lists(names, max_size=5), st.text(min_size=1, max_size=6) | st.none())

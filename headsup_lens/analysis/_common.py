@@ -97,9 +97,11 @@ def token_ranks(logits: Tensor, tokens: Tensor) -> Tensor:
     return 1 + larger
 
 
-def check_heads(model: TransformerBridge, heads: list[Head]) -> list[Head]:
+def check_heads(model: TransformerBridge, heads: list[Head], name: str = "heads") -> list[Head]:
     """Validate `(layer, head)` pairs against the model; returns them as plain int tuples.
-    A non-integer index (1.5, even 1.0) is a TypeError: rounding it would remove another head."""
+    A non-integer index (1.5, even 1.0) is a TypeError: rounding it would remove another head; a
+    negative one is a ValueError (Python would read -1 as the last layer). `name` is the argument
+    the pairs came from, for the message."""
 
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     checked = []
@@ -107,9 +109,12 @@ def check_heads(model: TransformerBridge, heads: list[Head]) -> list[Head]:
         try:
             layer, head = item
         except (TypeError, ValueError):
-            raise ValueError(f"{item!r} is not a (layer, head) pair") from None
-        layer, head = (check_int(f"the (layer, head) pair {item!r}", v) for v in (layer, head))
+            raise ValueError(f"{name}: {item!r} is not a (layer, head) pair") from None
+        layer, head = (check_int(f"{name}: the (layer, head) pair {item!r}", v) for v in (layer, head))
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            raise ValueError(f"head ({layer}, {head}) is outside this model's {n_layers} x {n_heads} heads")
+            raise ValueError(
+                f"{name}: head ({layer}, {head}) is outside this model's {n_layers} x {n_heads} heads "
+                f"(layers 0-{n_layers - 1}, heads 0-{n_heads - 1})"
+            )
         checked.append((layer, head))
     return checked

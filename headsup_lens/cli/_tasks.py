@@ -84,7 +84,11 @@ def format_rows(rows: list[dict]) -> str:
 def run_tasks(args: TasksCommand, given: Given) -> int:
     rows = task_rows(args.match, args.data_dir, True if args.sizes else None)
     if not rows:
-        raise ValueError(f"no task name contains {args.match!r}")
+        from ..data._registry import suggest_tasks  # no torch: the names only
+
+        close = suggest_tasks(args.match or "")
+        hint = f"; did you mean {' or '.join(repr(name) for name in close)}?" if close else ""
+        raise ValueError(f"no task name contains {args.match!r}{hint} (`headsup tasks` lists them all)")
     print(format_rows(rows))
     try:
         where = f"data directory: {resolve_data_dir(args.data_dir)}"

@@ -9,6 +9,7 @@ import sys
 import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from .._io import atomic_write_json
 from .._validate import check_batch_fits
@@ -131,8 +132,8 @@ def run_train(args: TrainCommand, given: Given) -> int:
     model = load_model(args.model, **{**model_arguments(args), "device": device, "shard": args.shard})
     print(
         f"training {'a mask' if len(tasks) == 1 else f'{len(tasks)} masks'} on {model.cfg.n_layers * model.cfg.n_heads} "
-        f"heads: preset {args.preset}, {config.steps} steps, batch {config.batch_size}, lr {config.lr:g}, "
-        f"init N({config.init_mean:g}, {config.init_std:g})"
+        f"heads: preset {args.preset}{preset_note(args.preset, given)}, {config.steps} steps, batch "
+        f"{config.batch_size}, lr {config.lr:g}, init N({config.init_mean:g}, {config.init_std:g})"
     )
     # Another run's checkpoint is refused here (--fresh emptied --out). Over several ranks, rank 0's
     # folder decides (ranks on other machines need not see it).
@@ -155,10 +156,7 @@ def run_train(args: TrainCommand, given: Given) -> int:
             else:
                 results = train_masks(model, tasks, config, out_dir=out, distributed=rank is not None)
     except KeyboardInterrupt:
-        raise Interrupted(
-            f"interrupted; the checkpoints in {out} are safe: rerun the same command to resume "
-            f"(every {config.checkpoint_every} steps), or add --fresh to start over"
-        ) from None
+        raise Interrupted(interrupted_message(out, config.checkpoint_every)) from None
     if rank:  # under torchrun rank 0 alone writes
         return 0
     written = atomic_write_json(out / "train_config.json", train_record(args, config))
@@ -170,17 +168,46 @@ def run_train(args: TrainCommand, given: Given) -> int:
     return 0
 
 
+def preset_note(preset: str, given: Given) -> str:
+    """Said of a preset the command line did not choose: that it is the default, and the fast one."""
+    if "preset" in given or preset != "paper":
+        return ""
+    return " (the default: the paper's schedule; --preset fast trains 300 steps, enough for small models)"
+
+
+def interrupted_message(out: Path, every: int) -> str:
+    """What an interrupted training run left in `out`, and how to go on: the step of its saved state,
+    or that it had none yet (nothing to resume: a rerun starts over)."""
+    from ..training import resume_step  # deferred: keeps --help free of torch
+
+    try:
+        step = resume_step(out)
+    except ValueError:  # a damaged state: the rerun names it
+        step = None
+    if step is None:
+        return f"interrupted before the first checkpoint: {out} holds no saved state yet, so a rerun starts from step 0"
+    return (
+        f"interrupted; the state of step {step} is saved in {out / 'checkpoints'}: rerun the same command to "
+        f"resume from there (checkpoints every {every} steps and where a run is stopped), or add --fresh to "
+        "start over"
+    )
+
+
 def _print_estimate(model, tasks, config: TrainConfig, done: int = 0) -> None:
     # deferred: keeps --help free of torch, pandas and plotly
+    from .._progress import activity
     from ..training._estimate import format_duration, seconds_per_step
 
-    per_step = seconds_per_step(model, tasks, config)
+    # The 7 steps of the measure take minutes on a loaded machine: a line and a bar say what is running.
+    print("estimating the training time: timing 7 steps first (--no-estimate skips this) ...", flush=True)
+    with activity("estimating the training time", enabled=config.progress):
+        per_step = seconds_per_step(model, tasks, config)
     left = config.steps - done
     steps = f"the {left} steps left of {config.steps}" if done else f"{config.steps} steps"
     print(
         f"estimated time: ~{format_duration(per_step * left)} for {steps} "
         f"({per_step * 1e3:.0f} ms/step, the median of 5 timed steps on {model.cfg.device}); "
-        f"Ctrl-C is safe: rerun to resume from the last checkpoint"
+        f"Ctrl-C or SIGTERM is safe: the run stops after the step under way, with its state saved; rerun to resume"
     )
 
 

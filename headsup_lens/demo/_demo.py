@@ -44,7 +44,7 @@ from ..plots import (
     save_figure,
     similarity_figure,
 )
-from ..training import TrainConfig, train_masks
+from ..training import TrainConfig, resume_step, train_masks
 from ._config import DEFAULT_TASKS as DEFAULT_TASKS
 from ._config import DemoConfig, stored_mask_files
 from ._report import Report, format_p_value
@@ -144,7 +144,15 @@ def run_demo(config: DemoConfig) -> DemoResult:
         masks = {name: HeadMask.load(path, model) for name, path in mask_files.items()}
         schedule = f"Masks loaded from {config.masks} (trained earlier), not trained in this run."
     else:
-        print(f"training masks for {len(tasks)} task(s), {config.steps} steps ...")
+        done = resume_step(out / "training", model, tasks, train_config)
+        if done is None:
+            print(f"training masks for {len(tasks)} task(s), {config.steps} steps ...")
+        else:  # a rerun goes on where the earlier one stopped, and says so (as `headsup train` does)
+            went = "all done, read from" if done >= config.steps else "resuming from"
+            print(
+                f"training masks for {len(tasks)} task(s), {config.steps} steps: {went} the checkpoint of step "
+                f"{done} in {out / 'training'} ..."
+            )
         results = train_masks(model, tasks, train_config, out_dir=out / "training")
         masks = {name: result.mask for name, result in results.items()}
         schedule = (

@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from ..data import Task
 from ..data._tokenize import EncodedSplit, encode_split
 from ..gates import gate_kind
 from ..masks import HeadMask
-from ..models import fingerprint, identity_differences, run_identity
+from ..models import check_ranks_agree, fingerprint, identity_differences, run_identity
 from ..models._sharding import is_sharded
 from ._answers import answer_nll_per_example, answers_and_nll, rank_rows, reduce_nll
 from ._config import EvalConfig
@@ -229,6 +230,8 @@ def evaluate(
     }
     plan.split = distributed or is_sharded(model)
     rank, world = rank_and_world(required=True) if plan.split else (0, 1)
+    if world > 1:  # before the first pass: ranks of other tasks or masks would merge unrelated rows
+        check_ranks_agree(_identity(model, task, config, plan), "evaluation")
     if out is None:
         return _run(model, task, config, plan, encoded, None, {})
     folder = _RunFolder(out, _identity(model, task, config, plan), plan)
@@ -238,7 +241,14 @@ def evaluate(
             held.enter_context(locked_folder(folder.path, "out_dir"))
             check_unclaimed(folder.path, "evaluate", (RESULTS, GENERATIONS, RECORD), "out_dir")  # before any work
             folder.check_finished()
-            return folder.resume()
+            finished = folder.resume()
+            if finished:  # a rerun goes on where the interrupted one stopped, and says so
+                print(  # noqa: T201 (a note for the user on stderr)
+                    f"resuming: {len(finished)} of {len(plan.runs)} settings finished by an earlier run are taken "
+                    f"from {folder.path / PARTIAL_RESULTS} ({', '.join(finished)})",
+                    file=sys.stderr,
+                )
+            return finished
 
         # Over several ranks rank 0 holds the folder; the others learn what it resumes (or its error).
         finished = from_rank0(prepare) if world > 1 else prepare()

@@ -22,6 +22,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._names import Gate
 from .._typecheck import checked
+from .._validate import check_gate_alpha
 from ..analysis import (
     RemovalSweep,
     influence_order,
@@ -129,7 +130,7 @@ class ExplorerRunner:
             self.mask = order_or_mask
             self.orders["weight"] = order_or_mask.removal_order()
         elif order_or_mask is not None:
-            given = check_heads(model, list(order_or_mask))
+            given = check_heads(model, list(order_or_mask), "order_or_mask")
             if len(set(given)) != len(given):
                 raise ValueError("the removal order lists a head twice")
             if not given:
@@ -197,8 +198,10 @@ class ExplorerRunner:
 
     # ----------------------------------------------------------------- views
     def view(self, removed: Sequence[Head], alpha: float, gate: Gate) -> PathwayView:
-        """What the model does with `removed` gated (cached by set and setting)."""
-        heads = frozenset(removed)
+        """What the model does with `removed` gated (cached by set and setting); a head outside the
+        model (a negative index too) is a ValueError."""
+        heads = frozenset(check_heads(self.model, list(removed), "removed"))
+        alpha = check_gate_alpha(gate, alpha)
         if not heads:  # nothing gated: every setting is the full model
             alpha, gate = 0.0, "value"
         return self.views.get((heads, alpha, gate), lambda: self._compute_view(heads, alpha, gate))
@@ -289,7 +292,8 @@ class ExplorerRunner:
     # ----------------------------------------------------------------- attention
     def attention(self, removed: Sequence[Head], alpha: float, gate: Gate) -> Tensor:
         """`[n_layers, n_heads, pos]`: every head's attention from the last prompt position (cached)."""
-        heads = frozenset(removed)
+        heads = frozenset(check_heads(self.model, list(removed), "removed"))
+        alpha = check_gate_alpha(gate, alpha)
 
         def compute() -> Tensor:
             mask = HeadMask.from_heads(sorted(heads), self.shape) if heads else None

@@ -67,7 +67,8 @@ class ExplorerState:
 
 
 def _heads(value: Any) -> list[Head]:
-    return [(int(layer), int(head)) for layer, head in value]
+    """Heads as `(layer, head)` tuples (the page sends lists); the values were checked on the way in."""
+    return [(layer, head) for layer, head in value]
 
 
 @checked
@@ -116,7 +117,9 @@ class Explorer(anywidget.AnyWidget):
     ) -> None:
         super().__init__()
         self._runner = runner
-        self._planted = {task: _heads(heads) for task, heads in planted.items()}
+        self._planted = {
+            task: check_heads(runner.model, list(heads), f"planted[{task!r}]") for task, heads in planted.items()
+        }
         self._gates: dict[str, type[GateKind]] = {}
         for name, kind in GATES.items():
             with contextlib.suppress(ValueError):  # a gate that cannot act on this architecture
@@ -144,7 +147,7 @@ class Explorer(anywidget.AnyWidget):
     # ----------------------------------------------------------------- validation of what the page or code sets
     @traitlets.validate("removed")
     def _valid_removed(self, proposal) -> list[Head]:
-        heads = check_heads(self._runner.model, _heads(proposal["value"]))
+        heads = check_heads(self._runner.model, list(proposal["value"]), "removed")
         return list(dict.fromkeys(heads))  # a head clicked twice in one message counts once
 
     @traitlets.validate("selected")
@@ -152,7 +155,9 @@ class Explorer(anywidget.AnyWidget):
         value = list(proposal["value"])
         if not value:
             return []
-        (head,) = check_heads(self._runner.model, [tuple(value)])
+        if len(value) != 2:
+            raise ValueError(f"selected must be one (layer, head) pair or [], got {value!r}")
+        (head,) = check_heads(self._runner.model, [tuple(value)], "selected")
         return list(head)
 
     @traitlets.validate("alpha")
@@ -243,21 +248,29 @@ class Explorer(anywidget.AnyWidget):
     def state(self, state: ExplorerState) -> None:
         if not isinstance(state, ExplorerState):
             raise TypeError(f"state must be an ExplorerState, got {type(state).__name__}")
+        before = self.state
         new_order = state.order != self.order
         self._ready = False
         try:
-            self.alpha = 0.0  # the gate's check sees alpha 0 on the way
-            self.gate = state.gate
-            self.alpha = state.alpha
-            self.order = state.order
-            self.k = state.k
-            self.removed = list(state.removed)
-            self.selected = list(state.selected) if state.selected is not None else []
+            self._apply(state)
+        except BaseException:
+            self._apply(before)  # all or nothing: the state it had was valid, so it goes back whole
+            raise
         finally:
             self._ready = True
         if new_order:  # as when the order is chosen on the page
             self.precompute()
         self._refresh()
+
+    def _apply(self, state: ExplorerState) -> None:
+        """Set every trait of `state` in an order each check accepts (the caller refreshes once)."""
+        self.alpha = 0.0  # the gate's check sees alpha 0 on the way
+        self.gate = state.gate
+        self.alpha = state.alpha
+        self.order = state.order
+        self.k = state.k
+        self.removed = list(state.removed)
+        self.selected = list(state.selected) if state.selected is not None else []
 
     @property
     def view(self) -> PathwayView:

@@ -20,7 +20,6 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from gguf import GGUFReader
 from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
 from transformers.pytorch_utils import Conv1D
@@ -32,7 +31,14 @@ from .._version import __version__
 from ..masks import HeadMask
 from ..models import fingerprint, hf_model, plain_module, save_hf_tokenizer
 from ..models._fingerprint import portable_name
-from ..models._gguf import _usual_permissions, gguf_file, gguf_source_of, read_gguf_tensors, write_scaled_gguf
+from ..models._gguf import (
+    _usual_permissions,
+    gguf_file,
+    gguf_reader,
+    gguf_source_of,
+    read_gguf_tensors,
+    write_scaled_gguf,
+)
 from ._registry import gate_kind
 
 FORMATS = ("hf", "gguf")
@@ -223,7 +229,7 @@ def _scale_outputs(module: nn.Module, scale: float) -> None:
 
 def _gguf_scales(model: TransformerBridge, mask: HeadMask, heads: Tensor, path: Path) -> dict[str, np.ndarray]:
     """GGUF tensor name -> scale over its input dimension (ne0), for every tensor the bake changes."""
-    names = {t.name: int(t.shape[0]) for t in GGUFReader(str(path)).tensors}
+    names = {t.name: int(t.shape[0]) for t in gguf_reader(path).tensors}
     scales = {}
     for layer in range(model.cfg.n_layers):
         column = heads[layer].repeat_interleave(model.cfg.d_head).numpy().astype(np.float32)

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load as load_bytes
 from safetensors.torch import save as save_bytes
 
+from .._formats import safetensors_header
 from .._io import atomic_write
 
 # The format pads the JSON header with spaces so that tensor data starts 8-byte aligned.
@@ -44,44 +45,8 @@ def read_safetensors(
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Tensors and metadata of `path`; a missing, truncated or corrupted file is a ValueError naming it."""
     path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"{what} {str(path)!r} is a folder, not a file")
-    if not path.is_file():
-        raise ValueError(f"no {what} at {str(path)!r}")
+    header = safetensors_header(path, what)  # missing, truncated, a malformed header: named before reading
     data = path.read_bytes()
-    if len(data) < _LENGTH_BYTES:
-        raise ValueError(
-            f"{what} {str(path)!r} is truncated or not a safetensors file: {len(data)} bytes, "
-            f"less than the {_LENGTH_BYTES}-byte header length"
-        )
-    length = int.from_bytes(data[:_LENGTH_BYTES], "little")
-    if _LENGTH_BYTES + length > len(data):
-        raise ValueError(
-            f"{what} {str(path)!r} is truncated or not a safetensors file: its header claims {length} bytes "
-            f"but the file has {len(data)}"
-        )
-    try:
-        header = json.loads(data[_LENGTH_BYTES : _LENGTH_BYTES + length])
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(
-            f"{what} {str(path)!r} has a malformed JSON header ({error}); the file is corrupted"
-        ) from error
-    if not isinstance(header, dict):
-        raise ValueError(f"{what} {str(path)!r} has a malformed header (a JSON object was expected)")
-    ends = [
-        entry["data_offsets"][1]
-        for key, entry in header.items()
-        if key != "__metadata__"
-        and isinstance(entry, dict)
-        and isinstance(entry.get("data_offsets"), list)
-        and len(entry["data_offsets"]) == 2
-    ]
-    available = len(data) - _LENGTH_BYTES - length
-    if ends and max(ends) > available:
-        raise ValueError(
-            f"{what} {str(path)!r} is truncated: its tensors need {max(ends)} bytes of data but only "
-            f"{available} are there"
-        )
     try:
         tensors = load_bytes(data)
     except Exception as error:  # safetensors raises its own error type for inconsistent files

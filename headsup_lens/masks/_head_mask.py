@@ -328,7 +328,10 @@ class HeadMask:
             raise ValueError(f"mask file {str(path)!r} holds an invalid mask: {error}") from error
         _check_model_entry(path, header, allow_missing_model)
         if model is not None:
-            mask.check_model(model, allow_other_weights=allow)
+            try:
+                mask.check_model(model, allow_other_weights=allow)
+            except ValueError as error:  # which of several files is another model's
+                raise ValueError(f"mask file {str(path)!r}: {error}") from error
         return mask
 
     # ----------------------------------------------------------------- helpers

@@ -23,6 +23,7 @@ from ._readout import FINAL_NORM_OUT as FINAL_NORM_OUT
 from ._readout import decode_residual as decode_residual
 from ._readout import unembed as unembed
 from ._readout import verify_readout as verify_readout
+from ._runs import check_ranks_agree as check_ranks_agree
 from ._runs import check_same_run as check_same_run
 from ._runs import data_hash as data_hash
 from ._runs import identity_differences as identity_differences

@@ -13,6 +13,7 @@ from typing import Any
 
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._distributed import gather
 from .._typecheck import checked
 from .._version import __version__
 from ._fingerprint import ModelFingerprint, fingerprint
@@ -118,3 +119,18 @@ def check_same_run(
             f"{folder} holds a {what} that differs from this one in {', '.join(differences)}; "
             f"resume only the same run, or start afresh ({fresh}) or in another folder"
         )
+
+
+def check_ranks_agree(identity: Mapping[str, Any], what: str = "training") -> None:
+    """Every rank of the job must run the same `what` (its run identity: tasks and their data, recipe
+    or options, masks, model fingerprint, prompt format): a collective, called by every rank before
+    its first step. A ValueError on every rank names the first rank that differs from rank 0, and how."""
+    identities = gather(dict(identity))
+    for other, theirs in enumerate(identities[1:], 1):
+        differences = identity_differences(identities[0], theirs)
+        if differences:
+            raise ValueError(
+                f"the ranks of this job would run different {what}s: rank {other} differs from rank 0 in "
+                f"{', '.join(differences)} ('there' is rank 0's, 'here' rank {other}'s); start every rank "
+                "with the same tasks, options and model"
+            )

@@ -39,6 +39,7 @@ from torch.distributed.tensor import DTensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._distributed import rank_and_world
+from .._formats import safetensors_header
 from .._typecheck import checked
 from ._bridge import plain_name, raw_module
 
@@ -157,8 +158,14 @@ def _stored_names(folder: Path) -> set[str]:
         )
     stored: set[str] = set()
     for file in files:
-        with safe_open(str(file), framework="pt") as handle:
-            stored.update(handle.keys())
+        # A truncated or damaged file is named here, on every rank alike, not as the loader's
+        # SafetensorError on each rank mid-load.
+        safetensors_header(file, "checkpoint file")
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                stored.update(handle.keys())
+        except Exception as error:  # safetensors raises its own error type for inconsistent files
+            raise ValueError(f"checkpoint file {str(file)!r} is corrupted: {error}") from error
     return stored
 
 

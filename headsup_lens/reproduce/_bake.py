@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import gguf
 import pandas as pd
 import torch
 from torch import Tensor, nn
@@ -34,6 +33,7 @@ from ..evaluation import generations
 from ..gates import bake, value_gate
 from ..masks import HeadMask
 from ..models import gguf_file, gguf_source_of, load_model, stop_token_ids
+from ..models._gguf import gguf_reader
 from ..training import safe_name
 from ._experiment import Experiment
 
@@ -156,7 +156,7 @@ def bake_comparison(
     baked_gguf = None
     if source is not None:
         baked_gguf, seconds, mib = timed_bake(model, mask, work / "gguf", format="gguf", gguf_source=source)
-        reader = gguf.GGUFReader(str(baked_gguf))
+        reader = gguf_reader(baked_gguf)
         kept = sorted({t.tensor_type.name for t in reader.tensors if t.name.endswith("attn_output.weight")})
         row = {"output": "gguf", "seconds": round(seconds, 1), "MiB": round(mib, 1), "path": f"gguf/{baked_gguf.name}"}
         bakes.append(row | {"attn_output types": " ".join(kept)})

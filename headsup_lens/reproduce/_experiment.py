@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,19 +25,20 @@ import pandas as pd
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._io import REPRODUCE, OutputSet, atomic_write, atomic_write_json, locked_folder, stored_table
+from .._io import REPRODUCE, OutputSet, atomic_write, atomic_write_json, locked_folder, read_table, stored_table
 from .._progress import progress_off
 from .._typecheck import checked
 from ..data import Task, load_task
 from ..masks import HeadMask
 from ..models import ModelFingerprint, builtin_model_dir, fingerprint, identity_differences, load_model
 from ..models._fingerprint import portable_name
-from ..options import Given, model_arguments, name_options, parse
+from ..options import model_arguments, parse
 from ..organism import load_planted
 from ..plots import save_figure
 from ..training import TrainConfig, safe_name
 from ._masks import TrainedMask, cached_masks, stored_mask_path
 from ._options import DEFAULT_ORGANISM_TASKS, ORGANISM_TASK, ExperimentOptions
+from ._script import script_errors
 
 ORGANISM = "organism"
 MODEL_RECORD = "model.json"
@@ -294,7 +294,7 @@ def record_time(folder: str | os.PathLike, stage: str, what: str, seconds: float
     """Append one stage's wall time (and the torch threads it ran on) to `folder/times.csv`, and print it."""
     path = Path(folder) / TIMES
     row = {"stage": stage, "what": what, "seconds": round(seconds, 1), "threads": torch.get_num_threads()}
-    table = pd.concat([pd.read_csv(path), pd.DataFrame([row])]) if path.is_file() else pd.DataFrame([row])
+    table = pd.concat([read_table(path), pd.DataFrame([row])]) if path.is_file() else pd.DataFrame([row])
     atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
     print(f"[{stage}] {what}: {seconds:.1f} s", flush=True)
     return path
@@ -315,9 +315,11 @@ def open_experiment(name: str, options: ExperimentOptions, root: str | os.PathLi
         contextlib.nullcontext() if options.progress else progress_off(),
         locked_folder(out, "--out"),
     ):
+        if (out / TIMES).is_file():  # a damaged log is named now, not after the work, when it is appended to
+            read_table(out / TIMES)
         model = load_model(options.model, **model_arguments(options))
         check_model_record(out, model, options.model)
-        xp = Experiment(name, options, model, out, OutputSet(out, name, owner=REPRODUCE, option="--out"))
+        xp = Experiment(name, options, model, out, OutputSet(out, name, owner=REPRODUCE, option="--out", adopt=True))
         yield xp
         xp.commit()
 
@@ -333,26 +335,16 @@ def run_script(
 ) -> Summary:
     """The `main` of a reproduction script at path `script` (its `__file__`; outputs go under the
     folder above it): parse `options`, run `run(xp, options)` in `open_experiment`, print its
-    summary. A bad option or input ends the process with one line naming the option as typed."""
+    summary. A bad option or input, or an interruption, ends the process with one line naming the
+    option as typed (`script_errors`; `--debug` for the traceback)."""
     path = Path(script).resolve()
     name = path.stem
     config, given = parse(options, argv, prog=name, description=description)
-    try:
-        with open_experiment(name, config, path.parents[1]) as xp:
-            summary = run(xp, config)
-    except (ValueError, OSError) as error:
-        print(f"{name}: error: {_one_line(error, config, given)}", file=sys.stderr)
-        raise SystemExit(2) from None
+    with script_errors(name, config, given), open_experiment(name, config, path.parents[1]) as xp:
+        summary = run(xp, config)
     if summary is not None:
         print(
             summary if isinstance(summary, str) else summary.to_string(index=False, float_format=lambda v: f"{v:.3f}")
         )
     print(f"[{name}] done in {time.perf_counter() - xp.started:.0f} s -> {xp.out}")
     return summary
-
-
-def _one_line(error: BaseException, config: Any, given: Given) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, OSError) and error.filename:
-        text = f"{error.strerror or text} ({error.filename})"
-    return name_options(text, config, given)

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._typecheck import checked
-from ..options import DataOptions, FigureOptions, ModelOptions, ProgressOptions, ThreadOptions, check_counts
+from ..options import (
+    DataOptions,
+    DebugOptions,
+    FigureOptions,
+    ModelOptions,
+    ProgressOptions,
+    ThreadOptions,
+    check_counts,
+)
 
 # The organism task the single-task figures use: a made-up dictionary, the analogue of the paper's translation.
 ORGANISM_TASK = "organism/translate"
@@ -17,7 +25,7 @@ CHECKPOINT_EVERY = 31  # the reference's `--save_steps 31`
 
 @checked
 @dataclass(frozen=True)
-class ExperimentOptions(ProgressOptions, ThreadOptions, FigureOptions, DataOptions, ModelOptions):
+class ExperimentOptions(DebugOptions, ProgressOptions, ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Options of a reproduction script (`experiments/*.py`)."""
 
     task: str | None = None

@@ -1,7 +1,9 @@
 """The optimisation loop every trainer shares (mask training, the organism, fine-tuning) and its helpers.
 
 - `run_steps`: steps `start..steps-1` of a run, a progress bar with the step's postfix, per-step
-  callbacks (`StepEnd`: timing, logging), and a checkpoint every N steps and at the end.
+  callbacks (`StepEnd`: timing, logging), and a checkpoint every N steps and at the end; Ctrl-C or
+  SIGTERM (how a job scheduler or `kill` stops a background job) ends the run after the step under
+  way, with its state saved (`on_interrupt`), then raises KeyboardInterrupt.
 - `BatchSampler`: a step's batch of training indices, stateless in the step number, so that a
   resumed run draws exactly the batches of an uninterrupted one.
 - `check_finite_loss`: a non-finite loss stops the run with a message that says what to try.
@@ -13,12 +15,16 @@ The learning-rate schedule is `warmup_cosine` (`_schedule.py`, free of torch).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import math
 import os
+import signal
+import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +147,7 @@ def run_steps(
     progress: bool = True,
     desc: str | None = None,
     synchronize: Callable[[], None] | None = None,
+    on_interrupt: Callable[[int], None] | None = None,
 ) -> None:
     """Run optimisation steps `start, ..., steps - 1`: `step(s)` performs step s (counted from 0)
     and returns what to show beside the progress bar (its postfix, e.g. `{"loss": "0.123"}`).
@@ -154,6 +161,12 @@ def run_steps(
     On a GPU a step returns once its work is queued, so when callbacks are given (they get the step's
     time) it is called before and after every step: the time is the step's work. Without callbacks
     nothing waits, and the host queues the next step while the device computes this one.
+
+    With `on_interrupt`, Ctrl-C or SIGTERM during the run (in the main thread) lets the step under way
+    finish, calls `on_interrupt(done)` (save the resume state: nothing since the last checkpoint is
+    lost) unless that step was just checkpointed, and raises KeyboardInterrupt; a second signal raises at
+    once. A signal the process ignores (SIGINT in a background job) stays ignored. Without it (several
+    ranks, whose steps must stay in lockstep) a signal raises where it lands.
     """
     if not 0 <= start <= steps:
         raise ValueError(f"start must lie in [0, steps={steps}], got {start}")
@@ -163,18 +176,54 @@ def run_steps(
         range(start, steps), initial=start, total=steps, enabled=progress, desc=desc, unit="step", delay=0.0
     )
     timing = synchronize if callbacks else None
-    for s in bar:
-        if timing is not None:
-            timing()  # the previous step's work is not this one's
-        began = time.perf_counter()
-        logs = step(s)
-        if timing is not None:
-            timing()
-        seconds = time.perf_counter() - began
-        bar.set_postfix(logs)
-        done = s + 1
-        for callback in callbacks:
-            callback(StepEnd(done, seconds, logs))
-        if checkpoint is not None and (done == steps or (checkpoint_every and done % checkpoint_every == 0)):
-            checkpoint(done)
+    with _stop_after_step(on_interrupt is not None) as stop_asked:
+        for s in bar:
+            if timing is not None:
+                timing()  # the previous step's work is not this one's
+            began = time.perf_counter()
+            logs = step(s)
+            if timing is not None:
+                timing()
+            seconds = time.perf_counter() - began
+            bar.set_postfix(logs)
+            done = s + 1
+            for callback in callbacks:
+                callback(StepEnd(done, seconds, logs))
+            saved = False
+            if checkpoint is not None and (done == steps or (checkpoint_every and done % checkpoint_every == 0)):
+                checkpoint(done)
+                saved = True
+            if stop_asked():
+                bar.close()
+                if on_interrupt is not None and not saved:
+                    on_interrupt(done)
+                raise KeyboardInterrupt
     bar.close()
+
+
+@contextlib.contextmanager
+def _stop_after_step(enabled: bool) -> Iterator[Callable[[], bool]]:
+    """While the block runs, SIGINT and SIGTERM are noted instead of raised (the first; a second
+    raises KeyboardInterrupt at once); yields whether one came. Ignored signals stay ignored."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    asked: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(signum)
+        print(  # noqa: T201 (a note for the user on stderr)
+            "\nstopping after this step, with its state saved (once more to stop at once)", file=sys.stderr
+        )
+
+    previous = {stop: signal.getsignal(stop) for stop in (signal.SIGINT, signal.SIGTERM)}
+    for stop, handler in previous.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(stop, note)
+    try:
+        yield lambda: bool(asked)
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler if handler is not None else signal.SIG_DFL)

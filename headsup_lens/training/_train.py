@@ -28,7 +28,16 @@ from ..gates._dispatch import training_gate_hooks
 from ..gates._native import native_forward, pack_rows_asked
 from ..masks import HeadMask
 from ..masks._files import read_safetensors, write_safetensors
-from ..models import check_same_run, data_hash, fingerprint, model_device, model_identity, pad_token_id, run_identity
+from ..models import (
+    check_ranks_agree,
+    check_same_run,
+    data_hash,
+    fingerprint,
+    model_device,
+    model_identity,
+    pad_token_id,
+    run_identity,
+)
 from ..models._sharding import is_sharded, lockstep
 from ..objective import answer_nll, length_batches
 from ._advice import TrainingAdvice, run_problems
@@ -271,6 +280,8 @@ class _MaskRun:
         self.pending: list[tuple] = []  # steps whose losses are still on the device (see `flush`)
         self.postfix: dict = {}
         self.identity = _identity(model, tasks, config, self.encoded)
+        if self.world > 1:  # before the first step: ranks on other tasks would sum unrelated gradients
+            check_ranks_agree(self.identity)
 
     def train(self, out: Path | None, *, resume: bool, callbacks: Sequence[StepCallback]) -> dict[str, TrainResult]:
         config, names = self.config, self.names
@@ -286,6 +297,10 @@ class _MaskRun:
             start=start,
             checkpoint_every=config.checkpoint_every,
             checkpoint=functools.partial(self.checkpoint, out) if writer and out is not None else None,
+            # One process saves where it stops; the ranks of a job stop where a signal lands (in lockstep).
+            on_interrupt=functools.partial(self.checkpoint, out, trajectory=False)
+            if writer and out is not None and self.world == 1
+            else None,
             callbacks=callbacks,
             progress=config.progress and self.rank == 0,
             desc=f"mask {names[0]}" if self.single else f"masks x{len(self.tasks)}",
@@ -448,8 +463,9 @@ class _MaskRun:
             "kept": kept_now[0] if self.single else kept_now,
         }
 
-    def checkpoint(self, out: Path, step: int) -> None:
-        """The logits of `step` (the trajectory) and the resume state, each written atomically."""
+    def checkpoint(self, out: Path, step: int, trajectory: bool = True) -> None:
+        """The logits of `step` (the trajectory, unless not `trajectory`: a state saved where a run was
+        interrupted is no point of it) and the resume state, each written atomically."""
         self.flush()
         tensors = {"logits": self.logits.detach().cpu().contiguous()}
         if self.mlp_logits is not None:
@@ -461,7 +477,8 @@ class _MaskRun:
             "tasks": "\n".join(self.names),
             "model": json.dumps(model_identity(self.identity["model"])),
         }
-        write_safetensors(folder / f"logits_step{step:07d}.safetensors", tensors, meta)
+        if trajectory:
+            write_safetensors(folder / f"logits_step{step:07d}.safetensors", tensors, meta)
         state = {
             "step": step,
             "logits": self.logits.detach(),

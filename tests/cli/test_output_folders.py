@@ -170,3 +170,46 @@ def test_an_evaluation_of_another_model_or_mask_is_not_replaced_by_the_library(t
     half = HeadMask((torch.arange(model.cfg.n_layers * model.cfg.n_heads) % 2).float().view_as(full.values))
     with pytest.raises(ValueError, match="holds the evaluation of another run .*differs in mask"):
         evaluate(model, task, half, config, out_dir=tmp_path)
+
+
+def test_a_run_record_that_is_not_an_object_is_one_line_from_every_writer(tmp_path):
+    """`echo '[]' > X/.headsup.json` before any writing command: one line naming the file, not an
+    AttributeError; nothing in the folder changes and torch is not imported."""
+    mask = tmp_path / "mask.safetensors"
+    mask.write_bytes(b"never read: the folder is refused first")
+    folders, cases = [], []
+    for writer in WRITERS:
+        for i, text in enumerate(["[]", '{"command": ["lens"]}', "{"]):
+            folder = tmp_path / f"{writer}-{i}"
+            folder.mkdir()
+            (folder / RUN_RECORD).write_text(text)
+            folders.append((folder, snapshot(folder)))
+            cases.append(argv(writer, folder, mask))
+    results, torch_imported = cli_in_a_fresh_process(cases)
+    assert not torch_imported
+    for (folder, before), (code, err), case in zip(folders, results, cases):
+        assert code == 2 and err.count("\n") == 1, (case, err)
+        assert f"run record '{folder / RUN_RECORD}'" in err and "Traceback" not in err, err
+        assert snapshot(folder) == before
+
+
+@pytest.mark.parametrize(
+    ("command", "file"),
+    [
+        (["lens", "--prompt", "farm", "--k", "2"], "lens.csv"),
+        (["lens", "--prompt", "farm", "--k", "2"], "lens_resid.html"),  # a figure: refused at the commit
+        (["sweep", "--prompt", "farm", "--order", "random", "--max-new-tokens", "2"], "ranks.csv"),
+        (["similarity", "--prompt", "farm", "--task", "organism/reverse"], "similarity.csv"),
+    ],
+)
+def test_a_users_own_file_in_out_is_never_replaced(tmp_path, capsys, command, file):
+    """`mkdir X; echo mine > X/lens.csv; headsup lens --out X` keeps the user's file: one line, exit 2."""
+    out = tmp_path / "X"
+    out.mkdir()
+    (out / file).write_text("mine\n")
+    assert main([*command, "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"holds {file}, which no headsup command wrote there" in err and err.count("\n") == 1, err
+    assert (out / file).read_text() == "mine\n"
+    assert {p.name for p in out.iterdir() if not p.name.startswith(".")} == {file}
+    assert not (out / RUN_RECORD).exists()  # the refused run leaves no record: another command may use X

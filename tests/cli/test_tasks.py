@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from headsup_lens.cli import main
 
 
@@ -47,3 +49,10 @@ def test_tasks_counts_data_directory_tasks_only_when_asked(capsys):
     assert main(["tasks", "--data-dir", "/work/does-not-exist"]) == 0
     out = capsys.readouterr().out
     assert "--sizes" in out and "None" not in out and "nan" not in out
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("antonmy", "'antonym'"), ("organism/revrese", "'organism/reverse'")])
+def test_a_near_miss_of_match_says_what_was_meant(capsys, typed, meant):
+    assert main(["tasks", "--match", typed]) == 2
+    err = capsys.readouterr().err
+    assert f"no task name contains {typed!r}; did you mean {meant}" in err and err.count("\n") == 1, err

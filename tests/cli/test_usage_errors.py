@@ -176,3 +176,14 @@ def test_a_task_name_where_a_task_is_wanted_says_how_to_load_it(llama):
         evaluate(llama, load_task("organism/reverse"), "m.safetensors")
     with pytest.raises(TypeError, match=r"argument model='organism'.*hl\.load_model\('organism'\)"):
         train_mask("organism", load_task("organism/reverse"))
+
+
+@pytest.mark.parametrize("argv", [[], ["--no-progress"], ["--debug"]])
+def test_a_bare_headsup_lists_the_commands(argv, capsys):
+    from headsup_lens.cli._registry import LAZY
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("headsup: error: choose a command:") and "COMMAND --help" in err
+    for name, (_, help_text) in LAZY.items():
+        assert f"  {name} " in err and help_text in err

@@ -19,7 +19,7 @@ def test_report_embeds_plotly_once_and_escapes_text(tmp_path):
     assert html.count('class="plotly-graph-div"') == 2
 
 
-def test_demo_runs_end_to_end_on_a_tiny_model(tmp_path, llama_dir):
+def test_demo_runs_end_to_end_on_a_tiny_model(tmp_path, llama_dir, capsys):
     out = tmp_path / "demo"
     config = DemoConfig(
         model=str(llama_dir),
@@ -57,6 +57,10 @@ def test_demo_runs_end_to_end_on_a_tiny_model(tmp_path, llama_dir):
     assert "<td>None</td>" not in report and "<td>nan</td>" not in report.lower()
     assert "<th>strict accuracy</th>" in report and "echo baseline" in report and "Wilson" in report
     assert_tables_fit_the_page(out / "report.html")
+    # A rerun says what it takes from the earlier run (the demo resumes, as `headsup train` does).
+    capsys.readouterr()
+    run_demo(config)
+    assert f"all done, read from the checkpoint of step 4 in {out / 'training'}" in capsys.readouterr().out
 
 
 def assert_tables_fit_the_page(path):

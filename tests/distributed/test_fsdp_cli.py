@@ -112,3 +112,22 @@ def test_evaluate_and_sweep_over_ranks_write_what_one_process_writes(tmp_path):
     assert sorted(p.name for p in (tmp_path / "ranks" / "sweep").iterdir()) == sorted(
         p.name for p in (tmp_path / "one" / "sweep").iterdir()
     )
+
+
+def test_a_truncated_checkpoint_under_fsdp_is_one_line_from_rank_0(tmp_path):
+    """`model.safetensors` cut short (a broken copy): one error line naming the file, from rank 0 alone,
+    before any weight is placed; no SafetensorError traceback from every rank."""
+    from ..conftest import build_llama_dir
+
+    model_dir = build_llama_dir(tmp_path / "model", num_hidden_layers=2)
+    weights = model_dir / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    done = launch(2, *TRAIN, "--model", str(model_dir), "--out", str(tmp_path / "run"), "--shard", "fsdp")
+    assert done.returncode != 0, done.stderr[-3000:]  # torchrun's own code for a failed job (the ranks exit 2)
+    assert "exitcode  : 2" in done.stderr, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("headsup train")]
+    assert len(lines) == 1 and f"checkpoint file '{weights}' is truncated" in lines[0], done.stderr[-3000:]
+    # The one traceback is torchrun's own report that a rank failed (ChildFailedError), none is a rank's.
+    assert done.stderr.count("Traceback") == 1 and "ChildFailedError" in done.stderr, done.stderr[-3000:]
+    assert "SafetensorError" not in done.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -278,7 +278,7 @@ def _interrupt_after(monkeypatch, n: int) -> list[str]:
 
 
 @pytest.mark.filterwarnings("error::DeprecationWarning")  # pandas 3 deprecates float_precision
-def test_an_interrupted_evaluation_resumes_and_writes_one_complete_set(planted, tmp_path, monkeypatch):
+def test_an_interrupted_evaluation_resumes_and_writes_one_complete_set(planted, tmp_path, monkeypatch, capsys):
     task, mask = planted_task(), HeadMask(planted_mask())
     config = EvalConfig(progress=False)
     fresh = evaluate(planted, task, mask, config, out_dir=tmp_path / "fresh")
@@ -292,8 +292,11 @@ def test_an_interrupted_evaluation_resumes_and_writes_one_complete_set(planted, 
     assert set(pd.read_csv(out / "generations.partial.csv").setting) == {"original", "instructed"}
 
     ran = _interrupt_after(monkeypatch, 100)
+    capsys.readouterr()
     resumed = evaluate(planted, task, mask, config, out_dir=out)
     assert ran == ["masked", "random mask", "instructed + scaled mask"]  # the finished two are not rerun
+    note = capsys.readouterr().err
+    assert "resuming: 2 of 5 settings finished by an earlier run" in note and "(original, instructed)" in note
     pd.testing.assert_frame_equal(resumed.table, fresh.table, check_exact=True)
     pd.testing.assert_frame_equal(resumed.generations, fresh.generations, check_exact=True)
     for name in ("results.csv", "generations.csv"):

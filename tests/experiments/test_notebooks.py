@@ -4,6 +4,7 @@ for the site, offline."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,30 @@ def test_smollm2_tutorial_executes(tmp_path, monkeypatch):
     assert "equal greedy outputs: 20 of 20" in text
     assert sum("Plotly.newPlot" in o.get("data", {}).get("text/html", "") for o in outputs) >= 6
     assert (tmp_path / "baked" / "smollm2-opposites" / "config.json").is_file()
+
+
+def test_the_smollm2_tutorials_command_line_runs_as_written(tmp_path, monkeypatch):
+    """Its closing command lines: the snippet writes opposites.json from the notebook's PAIRS, the file
+    reads as a task, and every `headsup` command parses (each writing one names its --out)."""
+    import shlex
+
+    nbformat = pytest.importorskip("nbformat")
+    from headsup_lens import load_task
+    from headsup_lens.cli._main import build_parser
+
+    notebook = nbformat.read(NOTEBOOKS / SMOLLM2, as_version=4)
+    pairs_cell = next(c.source for c in notebook.cells if c.cell_type == "code" and "PAIRS = [" in c.source)
+    closing = notebook.cells[-1].source.split("- The same steps from the command line", 1)[1]
+    snippet = closing.split("write it with `", 1)[1].split("`", 1)[0]
+    commands = [" ".join(c.split()) for c in re.findall(r"`(headsup [^`]+)`", closing)]
+    assert [c.split()[1] for c in commands] == ["train", "evaluate", "bake"]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(pairs_cell.split("task = hl.Task")[0], namespace)
+    exec(f"import json\n{snippet}", namespace)
+    task = load_task("opposites.json")
+    assert task.n_train + len(task.eval_pairs) == 50 and len(task.eval_pairs) == 25  # as the page says
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        args = build_parser(argv[0]).parse_args(argv)
+        assert args.config.out, command

@@ -83,6 +83,37 @@ def test_masks_of_different_schedules_are_refused(tmp_path):
         str(tmp_path / "figures"),
         "--out",
         str(tmp_path / "r"),
-        expect=1,
+        expect=2,
     )
-    assert "different schedules" in done.stderr
+    assert "different schedules" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_a_damaged_mask_or_another_models_mask_is_one_line_naming_it(tmp_path):
+    folder = tmp_path / "figures" / "organism" / "fast_masks"
+    folder.mkdir(parents=True)
+    metadata = {"steps": 300, "batch_size": 16, "seed": 0}
+    HeadMask(torch.ones(8, 16), metadata=metadata).save(folder / "a.safetensors")
+    args = ["tasks-per-head", "--models", "organism", "--figures", str(tmp_path / "figures"), "--out", str(tmp_path)]
+    for name, write in {
+        "cut": lambda path: path.write_bytes((folder / "a.safetensors").read_bytes()[:100]),
+        "other": lambda path: HeadMask(torch.ones(2, 3), metadata=metadata).save(path),
+    }.items():
+        path = folder / f"{name}.safetensors"
+        write(path)
+        done = run_script("rebuttal.py", *args, expect=2)
+        err = done.stderr
+        assert err.startswith("rebuttal: error: ") and err.count("\n") == 1, err
+        assert str(path) in err and "Traceback" not in err, err
+        path.unlink()
+    assert not (tmp_path / "tasks_per_head.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [("--task", "organism/nope", "organism/nope"), ("--models", "organsim", "organsim")],
+)
+def test_overhead_refuses_an_unknown_task_or_model_in_one_line(tmp_path, option, value, message):
+    done = run_script("rebuttal.py", "overhead", option, value, "--steps", "3", "--out", str(tmp_path), expect=2)
+    assert done.stderr.startswith("rebuttal: error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "overhead.csv").exists()

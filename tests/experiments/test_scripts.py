@@ -115,6 +115,50 @@ def test_a_bad_option_ends_in_one_line_naming_it_before_any_work(tmp_path):
     assert not (tmp_path / "none").exists()
 
 
+@pytest.mark.parametrize(("stop", "debug"), [("SIGINT", False), ("SIGTERM", False), ("SIGINT", True)])
+def test_an_interrupted_script_ends_in_one_line_and_moves_nothing_in(tmp_path, stop, debug):
+    """Ctrl-C (or a `kill`) during Fig. 2's mask training: one line and exit 130, no traceback; with
+    --debug the traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from ..conftest import REPOSITORY
+
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    script = REPOSITORY / "experiments" / "fig2_removal_ranks.py"
+    args = [sys.executable, str(script), "--out", str(tmp_path), "--steps", "5000", "--threads", "1"]
+    args += ["--debug"] if debug else []
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    assert child.stdout is not None
+    seen = [child.stdout.readline()]
+    while "training" not in seen[-1] and seen[-1]:  # the work has started
+        seen.append(child.stdout.readline())
+    child.send_signal(getattr(signal, stop))
+    rest = child.stdout.read()
+    code = child.wait(timeout=120)
+    if debug:
+        assert code != 0 and "Traceback" in rest and "KeyboardInterrupt" in rest, rest
+    else:
+        assert code == 130 and "Traceback" not in rest, rest
+        assert rest.strip().splitlines()[-1].startswith("fig2_removal_ranks: interrupted; files are written whole")
+    assert not list((tmp_path / "organism").glob("fig2_*"))
+
+
+def test_a_damaged_times_log_is_named_before_any_work(tmp_path):
+    """`<out>/<model>/times.csv` is appended to after each stage: a damaged one is named at the start
+    (not as pandas' tokenizer message after the work)."""
+    times = tmp_path / "smollm2" / "times.csv"
+    times.parent.mkdir(parents=True)
+    times.write_text('stage,what,seconds,threads\nfig2,"train,1.0,1\n')
+    for script, extra in (("smollm2.py", ["evaluate", "--tasks", "antonym"]),):
+        failed = run_script(script, *extra, "--model", "smollm2", "--out", str(tmp_path), expect=2)
+        err = failed.stderr
+        assert err.count("\n") == 1 and f"table '{times}'" in err and "cannot be read as CSV" in err, err
+    assert times.read_text().endswith('"train,1.0,1\n')
+
+
 def test_table6_removes_the_heads_of_a_chosen_group(organism_like, tmp_path):
     tasks = ["organism/reverse", "organism/antonym", "organism/translate"]
     common = ["--model", str(organism_like), "--out", str(tmp_path), "--steps", "6", "--batch-size", "2", "--no-png"]

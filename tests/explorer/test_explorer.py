@@ -239,3 +239,65 @@ def test_query_alpha_reference_is_not_the_value_gate(model, example):
         for cm in (functools.partial(value_gate, alpha=0.5)(model, gated), query_gate(model, gated))
     ]
     assert all(other != value for other in others)
+
+
+def test_a_refused_state_changes_nothing(model, example, explorer):
+    """Setting a state is all or nothing: one bad field leaves every trait and the page as they were."""
+    explorer.removed = [(1, 2)]
+    before, html = explorer.state, explorer.html
+    bad = hl.explorer.ExplorerState(removed=((99, 0),), alpha=0.5, gate="value", order="random", k=3)
+    with pytest.raises(ValueError, match=r"removed: head \(99, 0\) is outside"):
+        explorer.state = bad
+    assert explorer.state == before and explorer.html == html
+    for state in (
+        hl.explorer.ExplorerState(((0, 1),), 0.5, "query", "random", 3),  # alpha with the query gate
+        hl.explorer.ExplorerState(((0, 1),), 0.5, "value", "alphabetical", 3),
+        hl.explorer.ExplorerState(((0, 1),), 0.5, "value", "random", 500),
+        hl.explorer.ExplorerState(((0, 1),), 0.5, "value", "random", 3, (8, 0)),
+        hl.explorer.ExplorerState(((-1, 0),), 0.5, "value", "random", 3),
+    ):
+        with pytest.raises((ValueError, traitlets.TraitError)):
+            explorer.state = state
+        assert explorer.state == before and explorer.html == html
+
+
+@pytest.mark.parametrize(
+    ("heads", "match"),
+    [
+        ([(-1, 0)], r"removed: head \(-1, 0\) is outside"),
+        ([(0, -1)], r"removed: head \(0, -1\) is outside"),
+        ([(8, 0)], r"removed: head \(8, 0\) is outside"),
+        ([(1.5, 0)], "must be an integer"),
+        ([(1,)], r"is not a \(layer, head\) pair"),
+    ],
+)
+def test_a_head_outside_the_model_is_refused_everywhere(model, example, explorer, heads, match):
+    """A negative index would be Python's last layer: refused by the runner as by the traits."""
+    typed = f"{match}|does not have the type it needs"  # the runner's annotations catch some first
+    with pytest.raises((ValueError, TypeError), match=typed):
+        explorer.runner.view(heads, 0.0, "value")
+    with pytest.raises((ValueError, TypeError), match=typed):
+        explorer.runner.attention(heads, 0.0, "value")
+    with pytest.raises((ValueError, TypeError), match=match):
+        explorer.removed = heads
+    with pytest.raises(ValueError, match="alpha"):
+        explorer.runner.view([(0, 0)], 1.5, "value")
+    with pytest.raises(ValueError, match="query gate takes alpha=0"):
+        explorer.runner.view([(0, 0)], 0.5, "query")
+
+
+def test_explore_refuses_bad_planted_heads_and_orders(model, example):
+    word, _, _ = example
+    with pytest.raises(ValueError, match=r"planted\['mine'\]: head \(99, 0\) is outside"):
+        hl.explore(model, word, planted={"mine": [(99, 0)]}, max_k=6, progress=False)
+    with pytest.raises(ValueError, match=r"planted\['mine'\]: head \(0, 16\) is outside"):
+        hl.explore(model, word, planted={"reverse": [(0, 1)], "mine": [(0, 16)]}, max_k=6, progress=False)
+    with pytest.raises(TypeError, match="planted"):
+        hl.explore(model, word, planted={"mine": [(1, 2, 3)]}, max_k=6, progress=False)
+    with pytest.raises(ValueError, match=r"order_or_mask: head \(0, -3\) is outside"):
+        hl.explore(model, word, [(0, -3)], progress=False)
+    with pytest.raises(ValueError, match=r"removed: head \(-2, 0\) is outside"):
+        hl.explore(model, word, removed=[(-2, 0)], max_k=6, progress=False)
+    with pytest.raises(ValueError, match="selected"):
+        small = hl.explore(model, word, max_k=6, progress=False)
+        small.selected = [1, 2, 3]

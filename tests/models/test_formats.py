@@ -3,7 +3,12 @@ family's style, rendered character for character; the tokenizer's own template a
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from headsup_lens.models import (
     PAPER_FORMATS,
@@ -99,3 +104,26 @@ def test_unknown_template_family_renders_the_tokenizer_template(llama):
     fmt = prompt_format(llama)  # the character tokenizer's `<user> x <assistant> ` template
     assert fmt.name == "chat_template" and fmt.format("ab") == "<user> ab <assistant> "
     assert fmt.end_of_turn == "<eos>"
+
+
+@given(cut=st.integers(min_value=0, max_value=10_000))
+def test_a_safetensors_file_cut_anywhere_is_named_as_truncated(cut):
+    """`_formats.safetensors_header` (the masks' reader and the sharded loader check files with it):
+    every prefix of a file shorter than the whole is a ValueError naming the file, never a library error."""
+    import tempfile
+
+    import torch
+
+    from headsup_lens._formats import safetensors_header
+    from headsup_lens.masks._files import safetensors_bytes
+
+    data = safetensors_bytes({"a": torch.ones(40, 30), "b": torch.zeros(7)}, {"k": "v"})
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.safetensors"
+        path.write_bytes(data[: cut % len(data)])
+        with pytest.raises(
+            ValueError, match=rf"checkpoint file '{re.escape(str(path))}' (is truncated|has a malformed)"
+        ):
+            safetensors_header(path, "checkpoint file")
+        path.write_bytes(data)
+        assert set(safetensors_header(path, "checkpoint file")) == {"a", "b", "__metadata__"}

@@ -262,3 +262,43 @@ def test_fetching_in_a_log_shows_no_library_bar_and_names_each_phase_once(tiny_g
         assert sum("converting tiny-untied.gguf into" in line for line in lines) == 1, (
             lines
         )  # an empty cache, then --force
+
+
+@pytest.mark.parametrize("size", [0, 3, 5_000, 20_000, -10])
+def test_a_truncated_gguf_is_one_error_naming_the_file_everywhere(tiny_gguf, tmp_path, capsys, size):
+    """`head -c 5000 model.gguf > cut.gguf`: load_model, fetch_model, `headsup fetch-model` and
+    `headsup bake` say the file is truncated or damaged (no IndexError from the reader)."""
+    from headsup_lens.cli import main
+
+    gguf_path, _ = tiny_gguf
+    data = gguf_path.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:size])
+    match = rf"could not read the GGUF file {cut} .*truncated, damaged or not a GGUF file"
+    with pytest.raises(ValueError, match=match):
+        load_model(cut, device="cpu")
+    with pytest.raises(ValueError, match=match):
+        fetch_model(cut)
+    mask = tmp_path / "mask.safetensors"
+    mask.write_bytes(b"not read: the model fails first")
+    for argv in (
+        ["fetch-model", str(cut)],
+        ["bake", "--model", str(cut), "--mask", str(mask), "--out", str(tmp_path / "b")],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"could not read the GGUF file {cut}" in err and "Traceback" not in err, err
+    assert cached_model_dir(cut) is None and not (tmp_path / "b").exists()
+
+
+def test_a_truncated_gguf_source_of_a_bake_is_named(tiny_gguf, tmp_path):
+    from headsup_lens import HeadMask, bake
+
+    gguf_path, _ = tiny_gguf
+    model = load_model(gguf_path, device="cpu")
+    mask = HeadMask.from_heads([(0, 0)], model)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(gguf_path.read_bytes()[:5_000])
+    with pytest.raises(ValueError, match=rf"could not read the GGUF file {cut}"):
+        bake(model, mask, tmp_path / "baked", format="gguf", gguf_source=cut)
+    assert not any((tmp_path / "baked").glob("*.gguf"))

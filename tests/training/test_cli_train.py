@@ -300,7 +300,10 @@ def test_a_rerun_names_the_step_it_resumes_from_and_estimates_only_the_steps_lef
         "--no-progress",
     ]
     assert main(argv) == 0
-    assert "resuming" not in capsys.readouterr().out and resume_step(out) == 4
+    printed = capsys.readouterr().out
+    assert "resuming" not in printed and resume_step(out) == 4
+    # No --preset: the line says the paper's schedule is the default, and how to choose the fast one.
+    assert "preset paper (the default: the paper's schedule; --preset fast trains 300 steps" in printed, printed
     assert main(argv) == 0
     assert f"resuming from the checkpoint of step 4 in {out}" in capsys.readouterr().out
     assert main([*argv, "--fresh"]) == 0
@@ -311,7 +314,10 @@ def test_a_rerun_names_the_step_it_resumes_from_and_estimates_only_the_steps_lef
     _print_estimate(model, [], TrainConfig(steps=6250), done=3000)
     assert f"~{format_duration(2.0 * 3250)} for the 3250 steps left of 6250" in capsys.readouterr().out
     _print_estimate(model, [], TrainConfig(steps=6250))
-    assert f"~{format_duration(2.0 * 6250)} for 6250 steps" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert f"~{format_duration(2.0 * 6250)} for 6250 steps" in printed.out
+    # The measure's steps run under a bar that says what they are (minutes on a loaded machine).
+    assert "estimating the training time: timing 7 steps first (--no-estimate skips this)" in printed.out
 
 
 def test_a_run_folder_of_the_earlier_layout_stays_resumable_and_a_refused_resume_announces_nothing(

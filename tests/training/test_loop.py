@@ -220,3 +220,76 @@ def test_every_trainer_refuses_a_batch_larger_than_the_data_it_draws_from(llama_
     with pytest.raises(ValueError, match="finetune.batch_size 16 is larger than the 8 training pairs of small"):
         data_selection(reloading(model), [small, large], [small], study, runs)
     assert not runs.exists()
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_signal_ends_the_run_after_the_step_under_way_with_its_state_saved(stop):
+    """Ctrl-C, or SIGTERM (a background job ignores SIGINT; schedulers and `kill` send SIGTERM): the
+    step finishes, `on_interrupt` saves it (unless it was just checkpointed), then KeyboardInterrupt."""
+    import os
+    import signal
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    done, saved, interrupted = [], [], []
+
+    def step(s: int) -> dict:
+        if s == 2:
+            os.kill(os.getpid(), getattr(signal, stop))  # lands mid-step
+        done.append(s)
+        return {}
+
+    with pytest.raises(KeyboardInterrupt):
+        run_steps(
+            step,
+            steps=10,
+            checkpoint_every=4,
+            checkpoint=saved.append,
+            on_interrupt=interrupted.append,
+            progress=False,
+        )
+    assert done == [0, 1, 2] and saved == [] and interrupted == [3]
+    assert {s: signal.getsignal(s) for s in before} == before  # the handlers are put back
+    # At a checkpoint's step nothing is saved twice; without `on_interrupt` nothing waits for the step.
+    done.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_steps(
+            step,
+            start=2,
+            steps=10,
+            checkpoint_every=3,
+            checkpoint=saved.append,
+            on_interrupt=interrupted.append,
+            progress=False,
+        )
+    assert saved == [3] and interrupted == [3]
+    if stop == "SIGINT":  # (SIGTERM's default ends the process)
+        done.clear()
+        with pytest.raises(KeyboardInterrupt):
+            run_steps(step, steps=10, checkpoint=saved.append, progress=False)
+        assert done == [0, 1]
+
+
+def test_a_second_signal_stops_at_once_and_an_ignored_one_stays_ignored():
+    import os
+    import signal
+
+    def twice(s: int) -> dict:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # raises here, inside the step
+        raise AssertionError("not reached")
+
+    interrupted: list[int] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_steps(twice, steps=3, on_interrupt=interrupted.append, progress=False)
+    assert interrupted == []
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a job started with `&` ignores Ctrl-C
+    try:
+        run_steps(
+            lambda s: os.kill(os.getpid(), signal.SIGINT) or {},
+            steps=3,
+            on_interrupt=interrupted.append,
+            progress=False,
+        )
+        assert interrupted == [] and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -225,6 +225,37 @@ def test_resume_after_sigkill_gives_the_same_mask(planted, planted_dir, tmp_path
     assert resumed.history.loss.tolist() == pytest.approx(reference.history.loss.tolist())
 
 
+def test_sigterm_between_checkpoints_saves_that_step_and_the_rerun_gives_the_same_mask(planted, tmp_path):
+    """SIGTERM (how `kill` or a scheduler stops a background job) at step 7 of checkpoints every 5: the
+    state of step 7 is saved (no trajectory point), nothing is lost, and the resumed run is the same."""
+    from headsup_lens.cli._train import interrupted_message
+
+    config = TrainConfig(steps=12, lr=0.1, min_lr=1e-3, init_mean=2.0, checkpoint_every=5, progress=False)
+    reference = train_mask(planted, planted_task(), config)
+    out = tmp_path / "run"
+    assert "before the first checkpoint" in interrupted_message(out, 5) and "no saved state" in interrupted_message(
+        out, 5
+    )
+
+    def stop(end) -> None:
+        if end.step == 7:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(KeyboardInterrupt):
+        train_mask(planted, planted_task(), config, out_dir=out, callbacks=[stop])
+    assert torch.load(out / "checkpoints" / "state.pt", weights_only=False)["step"] == 7
+    assert sorted(p.name for p in (out / "checkpoints").glob("logits_step*")) == ["logits_step0000005.safetensors"]
+    assert "the state of step 7 is saved" in interrupted_message(out, 5)
+    resumed = train_mask(planted, planted_task(), config, out_dir=out)
+    assert resumed.history.step.tolist() == list(range(1, 13))
+    assert torch.equal(resumed.mask.logits, reference.mask.logits)
+    assert sorted(p.name for p in (out / "checkpoints").glob("logits_step*")) == [
+        "logits_step0000005.safetensors",
+        "logits_step0000010.safetensors",
+        "logits_step0000012.safetensors",
+    ]
+
+
 def test_gradient_is_clipped_per_task_as_the_papers_trainer_does():
     from headsup_lens.training._train import clip_per_task
 

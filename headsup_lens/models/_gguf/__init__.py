@@ -31,6 +31,7 @@ from ._fetch import gguf_file as gguf_file
 from ._fetch import gguf_source_of as gguf_source_of
 from ._fetch import is_gguf_source as is_gguf_source
 from ._read import _tidy_tokenizer_config as _tidy_tokenizer_config
+from ._read import gguf_reader as gguf_reader
 from ._read import read_gguf_tensors as read_gguf_tensors
 from ._write import FALLBACK_TYPE as FALLBACK_TYPE
 from ._write import write_scaled_gguf as write_scaled_gguf

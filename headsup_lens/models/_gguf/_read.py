@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +15,26 @@ from gguf.quants import dequantize
 from ..._io import atomic_write_json
 
 
+def gguf_reader(path: str | os.PathLike) -> GGUFReader:
+    """`path` opened by gguf's reader. A file that is not GGUF, or is truncated or damaged (the reader
+    fails with an IndexError, a reshape or mmap ValueError, ...), is a ValueError naming it and its size."""
+    try:
+        return GGUFReader(str(path))
+    except (OSError, ValueError, IndexError, KeyError, TypeError, OverflowError, struct.error) as error:
+        try:
+            size = f"{os.path.getsize(path):,} bytes"
+        except OSError:
+            size = "unreadable"
+        reason = " ".join(str(error).split())[:160] or type(error).__name__
+        raise ValueError(
+            f"could not read the GGUF file {path} ({size}): it is truncated, damaged or not a GGUF file ({reason}); "
+            "download or copy it again"
+        ) from error
+
+
 def _metadata(gguf_path: Path) -> dict:
     """The GGUF key-value metadata that matters here (scalars and strings, not the vocabulary)."""
-    try:
-        reader = GGUFReader(str(gguf_path))
-    except (OSError, ValueError) as error:
-        raise ValueError(f"could not read the GGUF file {gguf_path}: {error}") from error
+    reader = gguf_reader(gguf_path)
     wanted = ("general.architecture", "general.file_type", "tokenizer.chat_template", "tokenizer.ggml.model")
     values = {}
     for key, field in reader.fields.items():
@@ -95,7 +110,7 @@ def _match_gguf_tokens(tokenizer, model, metadata: dict) -> None:
 def read_gguf_tensors(path: str | os.PathLike, names: list[str]) -> dict[str, np.ndarray]:
     """Tensors of a GGUF file dequantised to float32, in GGUF's numpy layout (`[ne1, ne0]`: a weight
     as `[out, in]`, like `nn.Linear.weight`); a missing name is a ValueError."""
-    stored = {t.name: t for t in GGUFReader(str(path)).tensors}
+    stored = {t.name: t for t in gguf_reader(path).tensors}
     missing = [name for name in names if name not in stored]
     if missing:
         raise ValueError(f"the GGUF file {path} has no tensor {missing[0]!r} ({len(missing)} missing)")

@@ -12,6 +12,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from ..._typecheck import checked
+from ._read import gguf_reader
 
 # Block types with float16 fields that multiply every value of the block (value = d * q, d * q + m,
 # or for the K-quants' 256-value super-blocks d * scale_j * q - dmin * m_j): scaling those fields
@@ -51,7 +52,7 @@ def write_scaled_gguf(
     of 0 or a power of two is exact); otherwise it is dequantised and
     written as F32. Returns `{name: "Q4_1 (kept)" | "F32 (was Q6_K)"}` for each scaled tensor.
     """
-    reader = gguf.GGUFReader(str(source))
+    reader = gguf_reader(source)
     tensors = {t.name: t for t in reader.tensors}
     unknown = sorted(set(scales) - set(tensors))
     if unknown:

@@ -129,8 +129,11 @@ def read_command_line(argv: Sequence[str]) -> argparse.Namespace:
             _usage("headsup", f"unrecognized arguments: {token}")
         debug, i = True, i + 1
     names = sorted(set(LAZY) | set(COMMANDS))
-    if i == len(argv):
-        _usage("headsup", "the following arguments are required: COMMAND")
+    if i == len(argv):  # a bare `headsup`: what there is to run
+        width = max(map(len, names))
+        helps = [f"  {n:<{width}}  {COMMANDS[n].help if n in COMMANDS else LAZY[n][1]}" for n in names]
+        lines = ["choose a command:", *helps, "`headsup COMMAND --help` shows a command's options"]
+        _usage("headsup", "\n".join(lines))
     name = argv[i]
     if name not in names:
         choices = ", ".join(repr(n) for n in names)

@@ -202,13 +202,26 @@ def _random_control(
     return judge_random(plan, _entry(plan, "random", run.task), learned, random_hits)
 
 
+def _sequence(row: dict) -> str:
+    """The run's outcome under the fixed sequence the real verdicts use: elicits, then random, then
+    specific, each tested only once the claims before it reproduce (one not run spends nothing)."""
+    for claim in ("elicits", "random", "specific"):
+        if row[claim] == NOT_RUN and claim != "elicits":
+            continue
+        if row[claim] != REPRODUCES:
+            return row[claim]
+    return REPRODUCES
+
+
 def calibration_table(runs: pd.DataFrame, plan: AnalysisPlan) -> pd.DataFrame:
     """Per kind (null / planted) and claim: how many runs were judged (`runs`; a control its filter could
     not draw for is "not run" and counted in `not_run` instead), how many `reproduces`, the rate and
     its exact (Clopper-Pearson) interval at the plan's confidence; `alpha` beside it, the bound a null
-    rate must not pass."""
+    rate must not pass. `sequence`: the three claims in the plan's fixed sequence, as the verdicts
+    judge a mask (a control is reached only by a mask that elicits)."""
+    runs = runs.assign(sequence=[_sequence(row) for row in runs.to_dict("records")])
     rows = []
-    for claim in ("elicits", "elicits_beat", "random", "specific"):
+    for claim in ("elicits", "elicits_beat", "random", "specific", "sequence"):
         for kind in (NULL, PLANTED):
             part = runs.loc[runs.kind == kind]
             skipped = int((part[claim] == NOT_RUN).sum())

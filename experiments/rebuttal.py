@@ -19,12 +19,8 @@ Rows of a model and method (or model) replace the stored ones; the others stay.
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import json
 import os
-import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -34,11 +30,10 @@ from pathlib import Path
 import pandas as pd
 
 from headsup_lens.options import DebugOptions, check_counts, option, parse
+from headsup_lens.reproduce._rebuttal import METHODS, merge_rows, training_overhead
 from headsup_lens.reproduce._script import script_errors
 
 ROOT = Path(__file__).resolve().parents[1]
-METHODS = ("mask", "lora r=8", "full")
-GIB = 2**30
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,86 +74,18 @@ class Options(DebugOptions):
             raise ValueError(f"methods: unknown {unknown}; choose from {', '.join(METHODS)}")
 
 
-def _merge(path: Path, new: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """`new` replaces the rows of `path` with the same `keys`; the file is written atomically."""
-    from headsup_lens._io import atomic_write
-
-    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=new.columns)
-    index = pd.MultiIndex.from_frame(old[keys].astype(str)) if len(old) else None
-    replaced = pd.MultiIndex.from_frame(new[keys].astype(str))
-    kept = old[~index.isin(replaced)] if index is not None else old
-    table = pd.concat([kept, new], ignore_index=True) if len(kept) else new
-    atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
-    return table
-
-
-# ---------------------------------------------------------------------------------------------- W1
 def overhead_one(o: Options) -> dict:
-    """One model and method in this process: the step times and the process's peak memory."""
-    import torch
-
-    import headsup_lens as hl
-    from headsup_lens.sft import FinetuneConfig, finetune_
-    from headsup_lens.training import StepTimer
-
-    torch.set_num_threads(o.threads)
-    model = hl.load_model(o.models[0], dtype="float32", device="cpu")
-    loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    task = hl.load_task(o.task, o.data_dir)
-    parameters = sum(p.numel() for p in model.parameters())
-    timer = StepTimer()
-    cpu = [time.process_time()]  # the process's CPU time at each step's end: on one thread, its compute
-    method = o.methods[0]
-    trainable: list[int] = []  # counted during the first step, while the trained weights require grad
-
-    def cpu_time(_end) -> None:
-        cpu.append(time.process_time())
-
-    def count(_end) -> None:
-        if not trainable:
-            trainable.append(sum(p.numel() for p in model.parameters() if p.requires_grad))
-
-    if method == "mask":
-        config = hl.TrainConfig(steps=o.steps, batch_size=o.batch_size, progress=False, checkpoint_every=0)
-        hl.train_mask(model, task, config, callbacks=[timer, cpu_time])
-        trainable.append(model.cfg.n_layers * model.cfg.n_heads)  # the mask logits, outside the model
-    else:
-        base = FinetuneConfig.lora() if method.startswith("lora") else FinetuneConfig()
-        config = dataclasses.replace(
-            base,
-            steps=o.steps,
-            batch_size=o.batch_size,
-            instructed=False,  # the mask's data: inputs without instruction
-            accuracy=False,
-            pattern_examples=1,
-            checkpoint_every=0,
-            progress=False,
-        )
-        finetune_(model, [task], config, callbacks=[timer, cpu_time, count])
-    # CPU seconds per step: on one thread the step's compute, unchanged by other processes on the machine
-    # (a busy machine stretches the wall time); the wall time is kept beside it.
-    steps_cpu = [b - a for a, b in itertools.pairwise(cpu)][o.warmup :]
-    seconds = statistics.median(steps_cpu)
-    wall = timer.seconds[o.warmup :]
-    return {
-        "method": method,
-        "model": o.models[0],
-        "seconds_per_step": seconds,
-        "peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
-        "trainable_parameters": trainable[0],
-        "examples_per_second": o.batch_size / seconds,
-        "parameters": parameters,
-        "loaded_gib": loaded / GIB,
-        "wall_seconds_per_step": statistics.median(wall),
-        "cpu_step_min": min(steps_cpu),
-        "cpu_step_max": max(steps_cpu),
-        "timed_steps": len(steps_cpu),
-        "batch_size": o.batch_size,
-        "task": o.task,
-        "threads": o.threads,
-        "dtype": "float32",
-        "device": "cpu",
-    }
+    """One model and method in this process (`reproduce._rebuttal.training_overhead`)."""
+    return training_overhead(
+        o.models[0],
+        o.methods[0],
+        o.task,
+        steps=o.steps,
+        batch_size=o.batch_size,
+        warmup=o.warmup,
+        threads=o.threads,
+        data_dir=o.data_dir,
+    )
 
 
 def overhead(o: Options) -> pd.DataFrame:
@@ -191,7 +118,7 @@ def overhead(o: Options) -> pd.DataFrame:
             )
             rows.append(row)
     Path(o.out).mkdir(parents=True, exist_ok=True)
-    return _merge(Path(o.out) / "overhead.csv", pd.DataFrame(rows), ["model", "method"])
+    return merge_rows(Path(o.out) / "overhead.csv", pd.DataFrame(rows), ["model", "method"])
 
 
 # ---------------------------------------------------------------------------------------------- Q1
@@ -244,7 +171,7 @@ def tasks_per_head(o: Options) -> pd.DataFrame:
         title = f"{name}: tasks (of {len(masks)}) whose mask keeps each head"
         save_figure(usage_heatmap(heads, title=title), out / f"tasks_per_head_{name}", png=o.png, root=out.parent)
         print(f"{name}: {rows[-1]['avg_tasks_per_head']:.2f} tasks per head of {len(masks)}", flush=True)
-    return _merge(out / "tasks_per_head.csv", pd.DataFrame(rows), ["model"])
+    return merge_rows(out / "tasks_per_head.csv", pd.DataFrame(rows), ["model"])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -44,12 +44,9 @@ from headsup_lens.masks import HeadMask
 from headsup_lens.options import check_counts, option
 from headsup_lens.reproduce import Experiment, MultiTaskOptions, run_script, stored_mask_path
 from headsup_lens.reproduce._controls import (
-    alpha_control_stage,
     combine_controls,
+    controls_stage,
     cross_task_stage,
-    fluent_random_masks_stage,
-    random_masks_stage,
-    switch_rates_stage,
 )
 from headsup_lens.reproduce._staged import (
     add_seed_rows,
@@ -64,7 +61,7 @@ from headsup_lens.reproduce._staged import (
     settings_table,
     train_stored_masks,
 )
-from headsup_lens.reproduce._verdicts import claim_verdicts, nearest_plan
+from headsup_lens.reproduce._verdicts import claim_verdicts
 from headsup_lens.training import safe_name
 
 STAGES = (
@@ -151,43 +148,21 @@ def run(xp: Experiment, o: Options):
         tasks = [load_task(n, data) for n in names]
         stored = {t.name: f"masks/{stored_mask_path('', t, seed=o.seed).name}" for t in tasks}
         masks = {name: HeadMask.load(xp.current(path), xp.model) for name, path in stored.items()}
-        if o.stage == "controls" and o.seed:  # another seed's mask: its own random masks (the verdicts' control)
-            for task in tasks:
-                if "random-masks" in o.controls:
-                    random_masks_stage(
-                        xp, task, masks[task.name], n_draws=o.draws, batch_size=batch, redo=o.redo, seed=o.seed
-                    )
-                if "fluent-random-masks" in o.controls:
-                    fluent_random_masks_stage(
-                        xp,
-                        task,
-                        masks[task.name],
-                        nearest_plan(xp.out),
-                        n_draws=o.draws,
-                        batch_size=batch,
-                        redo=o.redo,
-                        seed=o.seed,
-                        data_dir=data,
-                    )
-            combine_controls(xp)
-            return None
         if o.stage == "cross-task":
             return cross_task_stage(xp, tasks, masks, batch_size=batch, redo=o.redo, title=title)[CROSS_SHOWN]
-        for task in tasks:
-            mask = masks[task.name]
-            if "random-masks" in o.controls:
-                random_masks_stage(xp, task, mask, n_draws=o.draws, batch_size=batch, redo=o.redo)
-            if "fluent-random-masks" in o.controls:
-                fluent_random_masks_stage(
-                    xp, task, mask, nearest_plan(xp.out), n_draws=o.draws, batch_size=batch, redo=o.redo, data_dir=data
-                )
-            if "switch-rates" in o.controls:
-                switch_rates_stage(xp, task, mask, stride=o.stride, redo=o.redo)
-            if "order-rates" in o.controls:
-                switch_rates_stage(xp, task, mask, stride=o.stride, baseline="shuffled", redo=o.redo)
-            if "alpha-control" in o.controls:
-                alpha_control_stage(xp, task, mask, n_random=o.random_sets, batch_size=batch, redo=o.redo)
-        combine_controls(xp)
+        controls_stage(
+            xp,
+            tasks,
+            masks,
+            o.controls,
+            seed=o.seed,
+            draws=o.draws,
+            stride=o.stride,
+            random_sets=o.random_sets,
+            batch_size=batch,
+            redo=o.redo,
+            data_dir=data,
+        )
         return None
     if o.stage == "verdicts":
         combine_controls(xp)

@@ -238,3 +238,43 @@ def combine_controls(xp: Experiment) -> list[str]:
             xp.table(pd.concat(parts, ignore_index=True), name, float_format=None)
             written.append(name)
     return written
+
+
+def controls_stage(
+    xp: Experiment,
+    tasks: Sequence[Task],
+    masks: Mapping[str, HeadMask],
+    controls: Sequence[str],
+    *,
+    seed: int = 0,
+    draws: int = 20,
+    stride: int = 1,
+    random_sets: int = 20,
+    batch_size: int = 64,
+    redo: bool = False,
+    data_dir: str | None = None,
+) -> None:
+    """The controls named in `controls` (`random-masks`, `fluent-random-masks`, `switch-rates`,
+    `order-rates`, `alpha-control`) for each task's mask, skipping what is present, then the combined
+    summaries. Another seed's mask (`seed` > 0) gets its own random masks only: the other controls
+    analyse the seed-0 mask."""
+    from ._verdicts import nearest_plan
+
+    for task in tasks:
+        mask = masks[task.name]
+        if "random-masks" in controls:
+            random_masks_stage(xp, task, mask, n_draws=draws, batch_size=batch_size, redo=redo, seed=seed)
+        if "fluent-random-masks" in controls:
+            plan = nearest_plan(xp.out)
+            fluent_random_masks_stage(
+                xp, task, mask, plan, n_draws=draws, batch_size=batch_size, redo=redo, seed=seed, data_dir=data_dir
+            )
+        if seed:
+            continue
+        if "switch-rates" in controls:
+            switch_rates_stage(xp, task, mask, stride=stride, redo=redo)
+        if "order-rates" in controls:
+            switch_rates_stage(xp, task, mask, stride=stride, baseline="shuffled", redo=redo)
+        if "alpha-control" in controls:
+            alpha_control_stage(xp, task, mask, n_random=random_sets, batch_size=batch_size, redo=redo)
+    combine_controls(xp)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
@@ -97,7 +100,7 @@ def token_ranks(logits: Tensor, tokens: Tensor) -> Tensor:
     return 1 + larger
 
 
-def check_heads(model: TransformerBridge, heads: list[Head], name: str = "heads") -> list[Head]:
+def check_heads(model: TransformerBridge, heads: Sequence[Any], name: str = "heads") -> list[Head]:
     """Validate `(layer, head)` pairs against the model; returns them as plain int tuples.
     A non-integer index (1.5, even 1.0) is a TypeError: rounding it would remove another head; a
     negative one is a ValueError (Python would read -1 as the last layer). `name` is the argument

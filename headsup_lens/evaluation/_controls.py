@@ -118,6 +118,7 @@ def random_mask_control(
     return _evaluate_draws(model, task, mask, draws, config, within=within)
 
 
+@checked
 def fluent_random_mask_control(
     model: TransformerBridge,
     task: Task,

@@ -27,6 +27,7 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
+from .._typecheck import checked
 from .._validate import check_float, check_int
 from ..data import collate, encode_pairs, load_task
 from ..data._organism import TASK_NAMES
@@ -41,6 +42,7 @@ Row = tuple[list[int], list[int]]
 NEUTRAL_BATCH = 8  # rows per pass: the neutral text is a few dozen short sentences
 
 
+@checked
 def neutral_rows(
     model: TransformerBridge, kind: str, n: int, *, task: str | None = None, data_dir: str | None = None
 ) -> list[Row]:
@@ -80,6 +82,7 @@ def _scale_loss(model: TransformerBridge, rows: Sequence[Row], values: Tensor) -
     return total / count
 
 
+@checked
 def neutral_loss(model: TransformerBridge, rows: Sequence[Row], mask: HeadMask | None = None) -> float:
     """Mean token loss (nats) of the neutral text, under `mask` (value gate) or the full model."""
     values = mask.values if mask is not None else torch.ones(model.cfg.n_layers, model.cfg.n_heads)
@@ -87,6 +90,7 @@ def neutral_loss(model: TransformerBridge, rows: Sequence[Row], mask: HeadMask |
         return float(_scale_loss(model, rows, values.float()[None].to(model_device(model))))
 
 
+@checked
 def head_effects(model: TransformerBridge, rows: Sequence[Row]) -> Float[Tensor, "n_layers n_heads"]:
     """First-order change of the neutral loss when each head is removed (minus its gradient with respect to
     a per-head scale of `hook_z` at 1)."""
@@ -96,6 +100,7 @@ def head_effects(model: TransformerBridge, rows: Sequence[Row]) -> Float[Tensor,
     return -grad[0].detach().cpu()
 
 
+@checked
 @dataclass(frozen=True)
 class FluentDraws:
     """The kept random masks, their neutral losses, the learned mask's, and how many were tried."""
@@ -108,6 +113,7 @@ class FluentDraws:
     tolerance: float
 
 
+@checked
 def fluent_random_masks(
     model: TransformerBridge,
     mask: HeadMask,

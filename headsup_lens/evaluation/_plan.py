@@ -58,13 +58,15 @@ import difflib
 import hashlib
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .._io import atomic_write_text
+from .._typecheck import checked
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -103,6 +105,7 @@ class PlanError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------ the config
+@checked
 @dataclass(frozen=True)
 class MetricPlan:
     """The primary metric: the paper's protocol (App. B), or the strict matcher."""
@@ -119,6 +122,7 @@ class MetricPlan:
     """Metrics reported beside the primary one (never judged by)."""
 
 
+@checked
 @dataclass(frozen=True)
 class ControlsPlan:
     """How the random-mask control draws masks that keep the model fluent (the filter it states).
@@ -139,6 +143,7 @@ class ControlsPlan:
     max_candidates: int = 10
 
 
+@checked
 @dataclass(frozen=True)
 class CalibrationPlan:
     """The masks a calibration judges under the plan, on a model whose pathways are planted.
@@ -154,6 +159,7 @@ class CalibrationPlan:
     random_masks: int = 1
 
 
+@checked
 @dataclass(frozen=True)
 class Outcomes:
     """What each outcome of one claim means, in a sentence each."""
@@ -163,6 +169,7 @@ class Outcomes:
     inconclusive: str
 
 
+@checked
 @dataclass(frozen=True)
 class ClaimPlan:
     """One claim on one task at one budget, with the seeds it is judged on."""
@@ -191,13 +198,16 @@ class ClaimPlan:
 
     @property
     def examples(self) -> int:
+        """The entry's training budget in examples (steps × batch size)."""
         return self.steps * self.batch_size
 
     @property
     def key(self) -> tuple[str, str, int, int]:
+        """(claim, task, steps, batch size): what identifies the entry."""
         return (self.claim, self.task, self.steps, self.batch_size)
 
 
+@checked
 @dataclass(frozen=True)
 class AnalysisPlan:
     """The rules of a set of verdicts, fixed before the runs they judge (see the module's docstring)."""
@@ -232,6 +242,7 @@ class AnalysisPlan:
     # ---------------------------------------------------------------------------------- queries
     @property
     def paper_examples(self) -> int:
+        """The paper's training budget in examples (steps × batch size)."""
         return self.paper_steps * self.paper_batch_size
 
     def entries(self, claim: str | None = None, task: str | None = None) -> list[ClaimPlan]:
@@ -369,6 +380,23 @@ def _table(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
+_T = TypeVar("_T")
+
+
+def _build(where: str, cls: type[_T], **values: Any) -> _T:
+    """`cls(**values)`, a wrong-typed value a `PlanError` naming its field (the run-time type check of
+    the constructor raises a `TypeError` naming the parameter)."""
+    try:
+        return cls(**values)
+    except TypeError as error:
+        text = str(error)
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            name = re.escape(f.name)
+            if re.search(rf"(?:parameter|argument) '?{name}'?[=\s]|\b{name}\b must", text):
+                raise PlanError(f"{where}{f.name}: must be {f.type}, got {values.get(f.name)!r}") from None
+        raise PlanError(f"{where.rstrip('.') or 'plan'}: {' '.join(text.split())}") from None
+
+
 def _from_dict(raw: Mapping[str, Any], source: str | None, sha256: str | None) -> AnalysisPlan:
     if not isinstance(raw, Mapping):
         raise PlanError(f"must be a table of fields, got {type(raw).__name__}")
@@ -386,12 +414,14 @@ def _from_dict(raw: Mapping[str, Any], source: str | None, sha256: str | None) -
         for key in ("planted_seeds", "shuffled_seeds"):
             if not isinstance(table[key], list):
                 raise PlanError(f"calibration.{key}: must be a list of integers, got {type(table[key]).__name__}")
-        calibration = CalibrationPlan(
+        calibration = _build(
+            "calibration.",
+            CalibrationPlan,
             **{
                 **table,
                 "planted_seeds": tuple(table["planted_seeds"]),
                 "shuffled_seeds": tuple(table["shuffled_seeds"]),
-            }
+            },
         )
     _unknown("metric.", set(metric), _METRIC_FIELDS)
     budget = _table(raw, "paper_budget")
@@ -404,7 +434,7 @@ def _from_dict(raw: Mapping[str, Any], source: str | None, sha256: str | None) -
             raise PlanError(f"outcomes.{claim}: must be a table, got {type(texts).__name__}")
         _unknown(f"outcomes.{claim}.", set(texts), set(OUTCOMES))
         _missing(f"outcomes.{claim}.", set(texts), set(OUTCOMES))
-        outcomes[claim] = Outcomes(**{k: texts[k] for k in OUTCOMES})
+        outcomes[claim] = _build(f"outcomes.{claim}.", Outcomes, **{k: texts[k] for k in OUTCOMES})
     claims_raw = raw["claims"]
     if not isinstance(claims_raw, list):
         raise PlanError(f"claims: must be an array of tables ([[claims]]), got {type(claims_raw).__name__}")
@@ -418,7 +448,7 @@ def _from_dict(raw: Mapping[str, Any], source: str | None, sha256: str | None) -
         seeds = entry["seeds"]
         if not isinstance(seeds, list):
             raise PlanError(f"{where}seeds: must be a list of integers, got {type(seeds).__name__}")
-        claims.append(ClaimPlan(**{**entry, "seeds": tuple(seeds)}))
+        claims.append(_build(where, ClaimPlan, **{**entry, "seeds": tuple(seeds)}))
     written = raw["written"]
     if isinstance(written, datetime.date):
         written = written.isoformat()
@@ -428,7 +458,9 @@ def _from_dict(raw: Mapping[str, Any], source: str | None, sha256: str | None) -
     robustness = metric.get("robustness", list(MetricPlan.robustness))
     if not isinstance(robustness, list):
         raise PlanError(f"metric.robustness: must be a list of metrics, got {type(robustness).__name__}")
-    return AnalysisPlan(
+    return _build(
+        "",
+        AnalysisPlan,
         name=raw["name"],
         written=written,
         claims=tuple(claims),
@@ -441,8 +473,8 @@ def _from_dict(raw: Mapping[str, Any], source: str | None, sha256: str | None) -
         bootstrap_resamples=raw["bootstrap_resamples"],
         bootstrap_seed=raw["bootstrap_seed"],
         headline=raw["headline"],
-        metric=MetricPlan(**{**metric, "robustness": tuple(robustness)}),
-        controls=ControlsPlan(**controls),
+        metric=_build("metric.", MetricPlan, **{**metric, "robustness": tuple(robustness)}),
+        controls=_build("controls.", ControlsPlan, **controls),
         calibration=calibration,
         paper_steps=budget["steps"],
         paper_batch_size=budget["batch_size"],

@@ -22,7 +22,6 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._names import Gate
 from .._typecheck import checked
-from .._validate import check_gate_alpha
 from ..analysis import (
     RemovalSweep,
     influence_order,
@@ -32,6 +31,7 @@ from ..analysis import (
 )
 from ..analysis._common import check_heads, prompt_ids, token_ranks, token_text
 from ..analysis._lens import decode_stream
+from ..gates._registry import check_gate
 from ..masks import Head, HeadMask
 from ..models import stop_token_ids
 from ..objective import greedy_generate
@@ -201,7 +201,7 @@ class ExplorerRunner:
         """What the model does with `removed` gated (cached by set and setting); a head outside the
         model (a negative index too) is a ValueError."""
         heads = frozenset(check_heads(self.model, list(removed), "removed"))
-        alpha = check_gate_alpha(gate, alpha)
+        alpha = check_gate(gate, alpha)
         if not heads:  # nothing gated: every setting is the full model
             alpha, gate = 0.0, "value"
         return self.views.get((heads, alpha, gate), lambda: self._compute_view(heads, alpha, gate))
@@ -293,7 +293,7 @@ class ExplorerRunner:
     def attention(self, removed: Sequence[Head], alpha: float, gate: Gate) -> Tensor:
         """`[n_layers, n_heads, pos]`: every head's attention from the last prompt position (cached)."""
         heads = frozenset(check_heads(self.model, list(removed), "removed"))
-        alpha = check_gate_alpha(gate, alpha)
+        alpha = check_gate(gate, alpha)
 
         def compute() -> Tensor:
             mask = HeadMask.from_heads(sorted(heads), self.shape) if heads else None

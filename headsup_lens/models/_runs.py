@@ -121,6 +121,7 @@ def check_same_run(
         )
 
 
+@checked
 def check_ranks_agree(identity: Mapping[str, Any], what: str = "training") -> None:
     """Every rank of the job must run the same `what` (its run identity: tasks and their data, recipe
     or options, masks, model fingerprint, prompt format): a collective, called by every rank before

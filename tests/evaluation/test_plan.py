@@ -120,7 +120,7 @@ def test_no_plan_no_verdict(tmp_path):
 
 @settings(max_examples=40, deadline=None)
 @given(
-    alpha=st.floats(0.001, 0.5),
+    alpha=st.floats(0.001, 0.45),
     seeds=st.lists(st.integers(0, 50), min_size=1, max_size=6, unique=True),
     min_effect=st.floats(0.01, 1.0),
     steps=st.integers(1, 10_000),

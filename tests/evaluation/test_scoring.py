@@ -126,10 +126,19 @@ def test_score_outputs_on_hand_made_outputs():
     answers = ["vice", "aware", "cold", "down"]
     outputs = ["device", "unaware", "cold.", "\n\n"]
     row, per = score_outputs(task, outputs, inputs, answers)
-    assert per["correct"] == [True, True, True, False]  # "device" and the echo "unaware" pass the paper's matcher
+    # whole words: "device" is no "vice", and "unaware" (the input echoed) no "aware"; the substring
+    # reading of the reference code credits both
+    assert per["correct"] == [False, False, True, False]
+    assert per["substring"] == [True, True, True, False]
     assert per["strict"] == [False, False, True, False]
     assert per["echo"] == [False, True, False, False] and per["empty"] == [False, False, False, True]
-    assert row["accuracy"] == 0.75 and row["strict"] == 0.25 and row["echo"] == 1 and row["empty"] == 1
+    assert (
+        row["accuracy"] == 0.25
+        and row["substring_accuracy"] == 0.75
+        and row["strict"] == 0.25
+        and row["echo"] == 1
+        and row["empty"] == 1
+    )
     assert (row["strict_low"], row["strict_high"]) == pytest.approx(wilson_reference(1, 4))
     assert "balanced_accuracy" not in row
 

@@ -42,6 +42,11 @@ def build_planted_dir(path: Path) -> Path:
         model.lm_head.weight.zero_()
         model.lm_head.weight[answer_ids[0], 1] = 3.0  # "X" edges out end of turn: greedy output starts with X
         model.lm_head.weight[answer_ids[1], 1] = 2.5
+        # After an "X" the turn ends: the token's own embedding carries an end-of-turn direction (e2), so
+        # the answer is the word "X", not a run of them (the paper's protocol reads whole words).
+        embed[:, 2] = 0.0
+        embed[answer_ids[0], 2] = 10.0
+        model.lm_head.weight[answer_ids[1], 2] = 3.0
         for layer in model.model.layers:
             layer.mlp.down_proj.weight.zero_()
             layer.self_attn.v_proj.weight.zero_()

@@ -38,7 +38,6 @@ def test_the_text_sequence_parameters_are_found():
         "rouge_l.predictions",
         "paper_bleu.references",
         "score_outputs.outputs",
-        "attention_on_target.settings",
     ):
         assert expected in names, expected
     assert len(PARAMETERS) >= 20

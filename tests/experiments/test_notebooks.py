@@ -130,7 +130,7 @@ def test_the_smollm2_tutorials_command_line_runs_as_written(tmp_path, monkeypatc
 
     nbformat = pytest.importorskip("nbformat")
     from headsup_lens import load_task
-    from headsup_lens.cli._main import build_parser
+    from headsup_lens.cli._main import read_command_line
 
     notebook = nbformat.read(NOTEBOOKS / SMOLLM2, as_version=4)
     pairs_cell = next(c.source for c in notebook.cells if c.cell_type == "code" and "PAIRS = [" in c.source)
@@ -146,5 +146,5 @@ def test_the_smollm2_tutorials_command_line_runs_as_written(tmp_path, monkeypatc
     assert task.n_train + len(task.eval_pairs) == 50 and len(task.eval_pairs) == 25  # as the page says
     for command in commands:
         argv = shlex.split(command)[1:]
-        args = build_parser(argv[0]).parse_args(argv)
+        args = read_command_line(argv)
         assert args.config.out, command

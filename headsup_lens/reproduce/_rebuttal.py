@@ -10,6 +10,7 @@ import resource
 import statistics
 import time
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 
@@ -25,7 +26,7 @@ def merge_rows(path: Path, new: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     index = pd.MultiIndex.from_frame(old[keys].astype(str)) if len(old) else None
     replaced = pd.MultiIndex.from_frame(new[keys].astype(str))
     kept = old[~index.isin(replaced)] if index is not None else old
-    table = pd.concat([kept, new], ignore_index=True) if len(kept) else new
+    table = cast(pd.DataFrame, pd.concat([kept, new], ignore_index=True) if len(kept) else new)
     atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
     return table
 

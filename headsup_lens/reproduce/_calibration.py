@@ -122,6 +122,7 @@ def judge_runs(
     beat = dataclasses.replace(plan, instructed="beat")
     own_masks = {r.task: r.mask for r in runs if r.kind == PLANTED and r.seed == min(plan.calibration.planted_seeds)}  # type: ignore[union-attr]
     others_of: dict[str, dict[str, np.ndarray]] = {}  # task -> the other tasks' masks' hits on it
+    neutral: dict[str, list] = {}
     rows = []
     with progress(total=len(runs), desc="calibration: judging", unit="run") as bar:
         for run in runs:
@@ -137,7 +138,10 @@ def judge_runs(
             one = dataclasses.replace(entry, seeds=(0,))
             elicits = judge_elicits(plan, one, {0: hits["masked"]}, hits["original"], hits["instructed"])
             elicits_beat = judge_elicits(beat, one, {0: hits["masked"]}, hits["original"], hits["instructed"])
-            random = _random_control(model, plan, task, run, config)
+            if run.task not in neutral:  # the neutral text of a task: the same for every run of it
+                c = plan.controls
+                neutral[run.task] = neutral_rows(model, c.neutral_text, c.neutral_examples, task=run.task)
+            random = _random_control(model, plan, task, run, config, neutral[run.task])
             if run.task not in others_of:
                 others_of[run.task] = {}
                 for name, mask in own_masks.items():
@@ -173,7 +177,12 @@ def judge_runs(
 
 
 def _random_control(
-    model: TransformerBridge, plan: AnalysisPlan, task: Task, run: CalibrationRun, config: EvalConfig
+    model: TransformerBridge,
+    plan: AnalysisPlan,
+    task: Task,
+    run: CalibrationRun,
+    config: EvalConfig,
+    neutral: Sequence[tuple[list[int], list[int]]],
 ) -> Judgement:
     """The random-mask control on one run's mask, whether or not it elicits: "not run" where the
     fluency filter keeps too few draws within its tries (the plan's rule)."""
@@ -183,7 +192,7 @@ def _random_control(
             model,
             task,
             run.mask,
-            neutral_rows(model, c.neutral_text, c.neutral_examples, task=run.task),
+            neutral,
             dataclasses.replace(config, settings=()),
             n_draws=_entry(plan, "random", run.task).draws or 20,
             pool=c.pool,

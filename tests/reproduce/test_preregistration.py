@@ -69,10 +69,13 @@ def test_preregistered_entries_precede_their_results_and_never_changed(path):
     assert _preregistered(then) == _preregistered(path.read_text(encoding="utf-8")), (
         f"{path}: a preregistered entry changed after the plan's first commit {added[:9]}"
     )
+    checked = 0
     for result in results_of(path.parent, plan):
         commit = first_commit(result)
         if commit is None:
             continue  # not committed yet (a run still going)
+        checked += 1
         assert commit != added, f"{result} was committed with its plan ({added[:9]}), not after it"
         ancestor = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", added, commit])
         assert ancestor.returncode == 0, f"{result} ({commit[:9]}) was committed before its plan ({added[:9]})"
+    assert checked, f"{path}: no committed result of its preregistered entries was found to check"

@@ -27,6 +27,7 @@ from ..data import Task
 from ..data._tokenize import encode_split
 from ..evaluation import answer_nll_per_example
 from ..masks import HeadMask, Shuffle
+from ..models._sharding import every_rank
 
 GRID = tuple(float(a) for a in np.linspace(0.0, 1.0, 11))
 LEARNED, RANDOM = "outside the mask", "random set"
@@ -101,6 +102,7 @@ class AlphaControl:
 
 
 @checked
+@every_rank
 def alpha_control(
     model: TransformerBridge,
     task: Task,

@@ -23,6 +23,7 @@ from .._typecheck import checked
 from ..gates import MaskLike
 from ..gates._masks import mask_tensor
 from ..models import left_pad, pad_token_id, prompt_format
+from ..models._sharding import every_rank
 from ._common import Gate, check_gate_has_mask, gated, prompt_ids
 from ._config import AttentionConfig, configured
 
@@ -131,6 +132,7 @@ def target_ratio(
 
 
 @checked
+@every_rank
 def attention_on_target(
     model: TransformerBridge,
     examples,
@@ -206,6 +208,7 @@ def attention_on_target(
 
 
 @checked
+@every_rank
 def last_position_attention(
     model: TransformerBridge,
     prompt: str,

@@ -82,6 +82,21 @@ def token_id(model: TransformerBridge, token: int | str, *, after: str | None = 
     return first
 
 
+def target_ids(model: TransformerBridge, targets: Sequence[int | str], *, after: str) -> list[int]:
+    """The token ids of tracked targets (ids, or text whose first token is taken, see `token_id`;
+    `after` is the formatted prompt). Two targets of one token are a ValueError: its rank would be
+    tracked twice."""
+    ids = [token_id(model, t, after=after) for t in targets]
+    for i, target in enumerate(ids):
+        if target in ids[:i]:
+            first = targets[ids.index(target)]
+            raise ValueError(
+                f"targets {first!r} and {targets[i]!r} are the same token {token_text(model, target)!r} "
+                "(text is tracked by its first token): give each token once"
+            )
+    return ids
+
+
 def token_text(model: TransformerBridge, token: int) -> str:
     return model.tokenizer.decode([int(token)])
 

@@ -27,6 +27,7 @@ from ..data._tokenize import encode_prompt
 from ..evaluation import generate_answers
 from ..masks import Head
 from ..models import builtin_model_dir, prompt_format
+from ..models._sharding import every_rank
 from ._methods import METHODS, HeadScores, head_scores, mask_losses
 from ._methods._base import example_batch
 from ._sweep import sweep_masks
@@ -145,6 +146,7 @@ def curve_area(ks: Sequence[int], values: Sequence[float]) -> float:
 
 
 @checked
+@every_rank
 def elicitation_curves(
     model: TransformerBridge,
     task: Task,
@@ -245,6 +247,7 @@ def planted_heads(task: Task, model: TransformerBridge) -> list[Head] | None:
 
 
 @checked
+@every_rank
 def compare_methods(
     model: TransformerBridge,
     task: Task,

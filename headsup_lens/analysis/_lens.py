@@ -16,6 +16,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._typecheck import checked
 from ..gates import MaskLike
 from ..models import decode_residual, unembed, verify_readout
+from ..models._sharding import every_rank
 from ._common import check_gate_has_mask, gated, prompt_ids, token_text
 from ._config import LENS_STREAMS, LensConfig, configured
 from ._similarity import Setting, as_setting
@@ -45,6 +46,7 @@ def decode_stream(
 
 
 @checked
+@every_rank
 def logit_lens(
     model: TransformerBridge,
     prompt: str,
@@ -103,6 +105,7 @@ def logit_lens(
 
 
 @checked
+@every_rank
 def lens_comparison(
     model: TransformerBridge,
     settings: dict[str, Setting | str],

@@ -22,6 +22,7 @@ from .._progress import progress
 from .._typecheck import checked
 from ..evaluation import answer_loss
 from ..masks import Head, HeadMask, random_jaccard
+from ..models._sharding import every_rank
 from ..training import load_trajectory
 from ._common import check_heads
 from ._config import PathwayConfig, configured
@@ -162,6 +163,7 @@ def jaccard_matrix(masks: Masks) -> pd.DataFrame:
 
 
 @checked
+@every_rank
 def group_ablation(
     model: TransformerBridge,
     task,
@@ -222,6 +224,7 @@ def group_ablation(
 
 
 @checked
+@every_rank
 def alpha_grid(
     model: TransformerBridge,
     task,

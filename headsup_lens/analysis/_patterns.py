@@ -21,6 +21,7 @@ from .._typecheck import checked
 from ..data import TaskBatch, tokenize_pairs, tokenize_task
 from ..gates import MaskLike
 from ..models import model_device
+from ..models._sharding import every_rank
 from ..objective import answer_nll
 from ._common import Gate, gated
 from ._pathways import overlap_p_value
@@ -58,6 +59,7 @@ class PatternOptions(TypedDict, total=False):
 
 
 @checked
+@every_rank
 def activation_pattern(
     model: TransformerBridge, data, **options: Unpack[PatternOptions]
 ) -> Float[Tensor, "n_layers n_heads"]:
@@ -77,6 +79,7 @@ def activation_pattern(
 
 
 @checked
+@every_rank
 def example_patterns(
     model: TransformerBridge,
     data,

@@ -13,6 +13,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ..gates import Gate, MaskLike
+from ..models._sharding import every_rank
 from ._common import check_gate_has_mask, gated, prompt_ids
 from ._config import SimilarityConfig, configured
 from ._sweep import RemovalSweep
@@ -52,6 +53,7 @@ def as_setting(run: Setting | str) -> Setting:
 
 
 @checked
+@every_rank
 def layer_states(model: TransformerBridge, run: Setting | str) -> LayerStates:
     """Each layer's attention output and block output at the setting's position."""
     setting = as_setting(run)
@@ -78,6 +80,7 @@ def cosine(a: Tensor, b: Tensor) -> Tensor:
 
 
 @checked
+@every_rank
 def layer_similarity(model: TransformerBridge, run_a: Setting | str, run_b: Setting | str) -> pd.DataFrame:
     """Cosine similarity per layer of the attention output and the block output of two settings.
 
@@ -95,6 +98,7 @@ def layer_similarity(model: TransformerBridge, run_a: Setting | str, run_b: Sett
 
 
 @checked
+@every_rank
 def setting_similarity(
     model: TransformerBridge,
     prompt: str,

@@ -24,9 +24,9 @@ from .._progress import progress as progress_bar
 from .._typecheck import checked
 from ..masks import Head, HeadMask
 from ..models import model_device, stop_token_ids
-from ..models._sharding import is_sharded, lockstep
+from ..models._sharding import every_rank, is_sharded, lockstep
 from ..objective import greedy_generate
-from ._common import Gate, check_heads, prompt_ids, prompt_text, token_id, token_ranks, token_text
+from ._common import Gate, check_heads, prompt_ids, prompt_text, target_ids, token_ranks, token_text
 from ._config import SweepConfig, configured
 
 _CPU_BUDGET_GB = 2.0
@@ -252,6 +252,7 @@ def greedy_rows(
 
 
 @checked
+@every_rank
 def removal_sweep(
     model: TransformerBridge,
     prompt: str,
@@ -308,7 +309,7 @@ def removal_sweep(
     if isinstance(target_tokens, (int, str)):
         target_tokens = [target_tokens]
     after = prompt_text(model, prompt, formatted=formatted)
-    targets = [token_id(model, t, after=after) for t in (target_tokens or [])]
+    targets = target_ids(model, target_tokens or [], after=after)
 
     ids_list = prompt_ids(model, prompt, formatted=formatted)
     ids = torch.tensor([ids_list], device=model.cfg.device)

@@ -31,6 +31,7 @@ from .._validate import check_int
 from ..data import Task
 from ..evaluation import mcnemar_exact, wilson_interval
 from ..masks import Head, HeadMask
+from ..models._sharding import every_rank
 from ._sweep import random_order, removal_sweep, weight_order
 
 SweepLength = Literal["mask", "all"]
@@ -91,6 +92,7 @@ class SwitchRates:
 
 
 @checked
+@every_rank
 def switch_rates(
     model: TransformerBridge,
     task: Task,

@@ -21,7 +21,7 @@ from ..data._tokenize import EncodedSplit, collate, encode_split
 from ..gates import Gate, gate_hooks
 from ..masks import HeadMask
 from ..models import left_pad, pad_token_id, stop_token_ids
-from ..models._sharding import is_sharded, lockstep
+from ..models._sharding import every_rank, is_sharded, lockstep
 from ..objective import answer_nll, greedy_generate, length_batches
 
 MaskArg = HeadMask | Tensor | None
@@ -68,6 +68,7 @@ def _rows_of(mask: MaskArg, rows: Sequence[int], n: int) -> MaskArg:
 
 
 @checked
+@every_rank
 def answer_nll_per_example(
     model: TransformerBridge,
     encoded: EncodedSplit,
@@ -164,6 +165,7 @@ def reduce_nll(sums: Tensor, counts: Tensor, reduction: Reduction = "example") -
 
 
 @checked
+@every_rank
 def answer_loss(
     model: TransformerBridge, task: Task, *, reduction: Reduction = "example", **options: Unpack[SplitOptions]
 ) -> float:
@@ -286,6 +288,7 @@ def _decode(
 
 
 @checked
+@every_rank
 def generate_answers(
     model: TransformerBridge,
     prompts: Sequence[list[int]],
@@ -313,6 +316,7 @@ def generate_answers(
 
 
 @checked
+@every_rank
 def generations(
     model: TransformerBridge, task: Task, *, max_new_tokens: int | None = None, **options: Unpack[SplitOptions]
 ) -> list[str]:
@@ -322,6 +326,7 @@ def generations(
 
 
 @checked
+@every_rank
 def accuracy(
     model: TransformerBridge, task: Task, *, max_new_tokens: int | None = None, **options: Unpack[SplitOptions]
 ) -> float:

@@ -24,6 +24,7 @@ from .._typecheck import checked
 from .._validate import check_int
 from ..data import Task
 from ..masks import HeadMask, Shuffle
+from ..models._sharding import every_rank
 from ._config import EvalConfig
 from ._evaluate import evaluate
 from ._fluency import fluent_random_masks
@@ -94,6 +95,7 @@ class RandomMaskControl:
 
 
 @checked
+@every_rank
 def random_mask_control(
     model: TransformerBridge,
     task: Task,
@@ -119,6 +121,7 @@ def random_mask_control(
 
 
 @checked
+@every_rank
 def fluent_random_mask_control(
     model: TransformerBridge,
     task: Task,

@@ -34,7 +34,7 @@ from ..data._tokenize import EncodedSplit, encode_split
 from ..gates import gate_kind
 from ..masks import HeadMask
 from ..models import check_ranks_agree, fingerprint, identity_differences, run_identity
-from ..models._sharding import is_sharded
+from ..models._sharding import every_rank, is_sharded
 from ._answers import answer_nll_per_example, answers_and_nll, rank_rows, reduce_nll
 from ._config import EvalConfig
 from ._scoring import Labels, instructed_rows_left_out, task_labels
@@ -172,6 +172,7 @@ def _plan(
 
 
 @checked
+@every_rank
 def evaluate(
     model: TransformerBridge,
     task: Task,

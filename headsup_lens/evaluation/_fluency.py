@@ -36,6 +36,7 @@ from ..data._sources import read_tsv_column_rows
 from ..gates._value import valid_value_gate_hooks
 from ..masks import HeadMask
 from ..models import encode, model_device, pad_token_id, prompt_format
+from ..models._sharding import every_rank
 from ..objective import answer_nll
 
 Row = tuple[list[int], list[int]]
@@ -83,6 +84,7 @@ def _scale_loss(model: TransformerBridge, rows: Sequence[Row], values: Tensor) -
 
 
 @checked
+@every_rank
 def neutral_loss(model: TransformerBridge, rows: Sequence[Row], mask: HeadMask | None = None) -> float:
     """Mean token loss (nats) of the neutral text, under `mask` (value gate) or the full model."""
     values = mask.values if mask is not None else torch.ones(model.cfg.n_layers, model.cfg.n_heads)
@@ -91,6 +93,7 @@ def neutral_loss(model: TransformerBridge, rows: Sequence[Row], mask: HeadMask |
 
 
 @checked
+@every_rank
 def head_effects(model: TransformerBridge, rows: Sequence[Row]) -> Float[Tensor, "n_layers n_heads"]:
     """First-order change of the neutral loss when each head is removed (minus its gradient with respect to
     a per-head scale of `hook_z` at 1)."""
@@ -114,6 +117,7 @@ class FluentDraws:
 
 
 @checked
+@every_rank
 def fluent_random_masks(
     model: TransformerBridge,
     mask: HeadMask,

@@ -23,6 +23,7 @@ from ..data._tokenize import encode_split
 from ..masks import HeadMask
 from ..masks._files import read_safetensors
 from ..models import fingerprint, model_identity
+from ..models._sharding import every_rank
 from ..training._train import load_trajectory, safe_name
 from ._answers import answers_and_nll, reduce_nll
 from ._scoring import score_outputs, task_labels
@@ -117,6 +118,7 @@ def check_run_model(run_dir: str | os.PathLike, model: TransformerBridge) -> Non
 
 
 @checked
+@every_rank
 def schedule_curve(
     model: TransformerBridge,
     task: Task,

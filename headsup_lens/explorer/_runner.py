@@ -29,7 +29,7 @@ from ..analysis import (
     random_order,
     removal_sweep,
 )
-from ..analysis._common import check_heads, prompt_ids, token_ranks, token_text
+from ..analysis._common import check_heads, prompt_ids, prompt_text, target_ids, token_ranks, token_text
 from ..analysis._lens import decode_stream
 from ..gates._registry import check_gate
 from ..masks import Head, HeadMask
@@ -112,7 +112,10 @@ class ExplorerRunner:
         self.model = model
         self.prompt = prompt
         self.formatted = formatted
-        self.targets = targets
+        # Resolved now: a target the model cannot track is refused before any pass.
+        self.targets: list[int | str] = list(
+            target_ids(model, targets, after=prompt_text(model, prompt, formatted=formatted))
+        )
         self.top_k = top_k
         self.lens_k = lens_k
         self.max_new_tokens = max_new_tokens

@@ -29,6 +29,7 @@ from ._runs import data_hash as data_hash
 from ._runs import identity_differences as identity_differences
 from ._runs import model_identity as model_identity
 from ._runs import run_identity as run_identity
+from ._sharding import every_rank as every_rank
 from ._sharding import is_sharded as is_sharded
 from ._sharding import local_share as local_share
 from ._templates import PAPER_FORMATS as PAPER_FORMATS

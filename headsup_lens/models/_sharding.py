@@ -22,15 +22,23 @@ runs, freeing them right after; the masks (a few thousand numbers) stay whole on
 
 Every forward pass of a sharded model is a collective: every rank must run the same passes in the
 same order (`_distributed.padded_share`, `all_agree`). The weights hash (`weights_hash`) is computed
-from the shards once, at load, by every rank together, and kept.
+from the shards once, at load, by every rank together, and kept. The library's calls that run the
+model (`every_rank`) first check that every rank is making the same call: a rank alone in a call
+fails after `HEADSUP_RANK_WAIT` seconds (60 by default) with an error that says so, instead of
+waiting in the first pass for the process group's timeout (30 minutes by default).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import os
 from collections.abc import Callable
+from contextvars import ContextVar
+from datetime import timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -44,6 +52,10 @@ from .._typecheck import checked
 from ._bridge import plain_name, raw_module
 
 _SHARDED = "_headsup_sharded"
+_CALLS = "_headsup_calls"  # (process group, seconds): where and how long the ranks meet at each call
+RANK_WAIT = "HEADSUP_RANK_WAIT"
+_F = TypeVar("_F", bound=Callable[..., Any])
+_inside_call: ContextVar[bool] = ContextVar("headsup_inside_call", default=False)
 _HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 
 
@@ -62,6 +74,60 @@ def lockstep(model: nn.Module) -> bool:
     """Whether the forward passes of `model` are collectives over several ranks (sharded, world > 1):
     then every rank must run the same passes."""
     return is_sharded(model) and rank_and_world()[1] > 1
+
+
+def rank_wait() -> float:
+    """Seconds a rank waits for the others at the start of each call on a sharded model
+    (`HEADSUP_RANK_WAIT`, 60 by default)."""
+    text = os.environ.get(RANK_WAIT, "").strip()
+    if not text:
+        return 60.0
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{RANK_WAIT}={text!r} is not a positive number of seconds")
+    return seconds
+
+
+def same_call(model: nn.Module, name: str) -> None:
+    """Check that every rank of a sharded model's job is entering the call `name` (a collective on
+    the model's own gloo group, which gives up after `rank_wait()` seconds): a ValueError on a
+    rank that waits alone, and on every rank when they enter different calls."""
+    group, seconds = getattr(model, _CALLS)
+    rank, world = rank_and_world()
+    names: list[Any] = [None] * world
+    rule = "on a sharded model every rank must make the same calls, in the same order (each pass is a collective)"
+    try:
+        dist.all_gather_object(names, name, group=group)
+    except RuntimeError:  # gloo timed out, or another rank's process has gone
+        raise ValueError(
+            f"rank {rank} called {name} on a model sharded over {world} ranks, and the other ranks did not "
+            f"join it within {seconds:g} s ({RANK_WAIT} sets the wait): {rule}"
+        ) from None
+    if len(set(names)) > 1:
+        calls = ", ".join(f"rank {r} {n}" for r, n in enumerate(names))
+        raise ValueError(f"the ranks of a sharded model made different calls ({calls}): {rule}")
+
+
+def every_rank(fn: _F) -> _F:
+    """`fn` (a call that runs the model given as its first argument) checked, on a model sharded over
+    several ranks, to be made by every rank at once (`same_call`) before its first pass. Calls made
+    inside it are not checked again."""
+
+    @functools.wraps(fn)
+    def call(model: Any, *args: Any, **kwargs: Any) -> Any:
+        if _inside_call.get() or not (isinstance(model, nn.Module) and lockstep(model)):
+            return fn(model, *args, **kwargs)
+        same_call(model, fn.__name__)
+        token = _inside_call.set(True)
+        try:
+            return fn(model, *args, **kwargs)
+        finally:
+            _inside_call.reset(token)
+
+    return call  # type: ignore[return-value]
 
 
 def shard_units(model: TransformerBridge) -> list[list[nn.Module]]:
@@ -178,6 +244,7 @@ def load_sharded(source: str, *, device: torch.device, dtype: torch.dtype) -> Tr
     from torch.distributed.fsdp import fully_shard
 
     _, world = rank_and_world(required=True)
+    seconds = rank_wait()
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL's collectives run on the current device
     folder = checkpoint_dir(source)
@@ -219,6 +286,8 @@ def load_sharded(source: str, *, device: torch.device, dtype: torch.dtype) -> Tr
     model.eval()
     model.cfg.device = str(device)
     object.__setattr__(model, _SHARDED, True)
+    calls = dist.new_group(backend="gloo", timeout=timedelta(seconds=seconds))  # every rank, as the load is
+    object.__setattr__(model, _CALLS, (calls, seconds))
     with torch.no_grad():  # the whole model runs first: FSDP takes it as its root
         hf(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False)
     return model

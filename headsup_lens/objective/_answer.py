@@ -13,6 +13,7 @@ from ..data._tokenize import answer_positions as answer_positions  # public here
 from ..gates._native import native_forward
 from ..gates._paths import gate_spec
 from ..models import FINAL_NORM_OUT, model_device, unembed, verify_readout
+from ..models._sharding import every_rank
 
 
 @checked
@@ -37,6 +38,7 @@ class _StopForward(Exception):
 
 
 @checked
+@every_rank
 def answer_logits(
     model: TransformerBridge, batch: TaskBatch, hooks: list | None = None, *, checkpoint: bool = False
 ) -> tuple[Float[Tensor, "n d_vocab"], Tensor, Tensor]:
@@ -83,6 +85,7 @@ def answer_logits(
 
 
 @checked
+@every_rank
 def answer_nll(
     model: TransformerBridge, batch: TaskBatch, hooks: list | None = None, *, checkpoint: bool = False
 ) -> tuple[Float[Tensor, " n"], Tensor]:

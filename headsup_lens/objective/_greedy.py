@@ -35,7 +35,7 @@ from ..gates._native import decode_check_every, native_forward, prefix_sharing
 from ..gates._paths import Decoding, gate_spec
 from ..masks import HeadMask
 from ..models import cut_at_stop, model_device, pad_token_id, unembed
-from ..models._sharding import lockstep
+from ..models._sharding import every_rank, lockstep
 from ._answer import answer_nll
 
 _UNEMBED_IN = "unembed.hook_in"
@@ -78,6 +78,7 @@ def _per_row(mask: HeadMask | Tensor | None, batch: int) -> bool:
 
 
 @checked
+@every_rank
 def greedy_generate(
     model: TransformerBridge,
     ids: Int[Tensor, "batch pos"],

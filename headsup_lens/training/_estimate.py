@@ -11,6 +11,7 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._typecheck import checked
 from ..data import Task
+from ..models._sharding import every_rank
 from ._advice import TrainingAdvice
 from ._config import TrainConfig
 from ._loop import StepTimer
@@ -18,6 +19,7 @@ from ._train import train_masks
 
 
 @checked
+@every_rank
 def seconds_per_step(
     model: TransformerBridge, tasks: Sequence[Task], config: TrainConfig, *, warmup_steps: int = 2, timed_steps: int = 5
 ) -> float:

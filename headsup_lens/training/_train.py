@@ -38,7 +38,7 @@ from ..models import (
     pad_token_id,
     run_identity,
 )
-from ..models._sharding import is_sharded, lockstep
+from ..models._sharding import every_rank, is_sharded, lockstep
 from ..objective import answer_nll, length_batches
 from ._advice import TrainingAdvice, run_problems
 from ._config import TrainConfig
@@ -133,6 +133,7 @@ def _identity(model: TransformerBridge, tasks: list[Task], config: TrainConfig, 
 
 
 @checked
+@every_rank
 def train_mask(
     model: TransformerBridge,
     task: Task,
@@ -164,6 +165,7 @@ def train_mask(
 
 
 @checked
+@every_rank
 def train_masks(
     model: TransformerBridge,
     tasks: Sequence[Task],

@@ -301,3 +301,31 @@ def test_explore_refuses_bad_planted_heads_and_orders(model, example):
     with pytest.raises(ValueError, match="selected"):
         small = hl.explore(model, word, max_k=6, progress=False)
         small.selected = [1, 2, 3]
+
+
+def test_explore_resolves_its_targets_before_any_pass(model, example, monkeypatch):
+    """Targets are checked when the explorer is made, before a sweep runs: an id outside the
+    vocabulary, text with no visible token, two targets of one token. Text is tracked by its first
+    token (on the organism's character tokenizer, 'zzzzqqq' is tracked as 'z', and shown so)."""
+    from headsup_lens.explorer import _runner
+
+    word, _, _ = example
+    ran: list[object] = []
+    monkeypatch.setattr(_runner, "removal_sweep", lambda *a, **k: ran.append(a) or pytest.fail("a sweep ran"))
+    with pytest.raises(ValueError, match=r"token id 1000000 is outside the vocabulary \(d_vocab=66\)"):
+        hl.explore(model, word, targets=[10**6], max_k=6, progress=False)
+    with pytest.raises(ValueError, match="empty or whitespace"):
+        hl.explore(model, word, targets=["mraf", " "], max_k=6, progress=False)
+    with pytest.raises(ValueError, match="targets 'mraf' and 'm' are the same token 'm'"):
+        hl.explore(model, word, targets=["mraf", "m"], max_k=6, progress=False)
+    assert not ran
+    monkeypatch.undo()
+    explorer = hl.explore(model, word, targets=["zzzzqqq"], max_k=6, progress=False)
+    tracked = explorer.runner.tracked_tokens
+    assert tracked[tracked.kind == "target"].label.tolist() == ["target 'z'"]
+
+
+def test_a_sweep_refuses_two_targets_of_one_token(model, example):
+    word, _, _ = example
+    with pytest.raises(ValueError, match="targets 'mraf' and 'mar' are the same token 'm'"):
+        hl.removal_sweep(model, word, [(0, 0)], target_tokens=["mraf", "mar"], max_new_tokens=0)

@@ -111,6 +111,7 @@ def same_call(model: nn.Module, name: str) -> None:
         raise ValueError(f"the ranks of a sharded model made different calls ({calls}): {rule}")
 
 
+@checked
 def every_rank(fn: _F) -> _F:
     """`fn` (a call that runs the model given as its first argument) checked, on a model sharded over
     several ranks, to be made by every rank at once (`same_call`) before its first pass. Calls made

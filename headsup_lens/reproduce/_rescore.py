@@ -15,34 +15,19 @@ import functools
 import math
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
 import pandas as pd
 
-from .._io import atomic_write, read_table, stored_table
+from .._io import atomic_write, read_table
 from ..data import Task, load_task
 from ..evaluation import RandomMaskControl, mcnemar_exact, score_outputs, setting_of, task_labels
 from ..evaluation._settings import REFERENCE_SETTINGS
 
 # Columns that name a group of outputs; a row's outputs are those agreeing with it on every shared one.
 KEYS = ("task", "mask_task", "setting", "prompt", "gate", "mask", "draw", "step", "shots")
-# Score columns `score_outputs` writes; a table's own columns among them are replaced.
-SCORES = (
-    "metric",
-    "accuracy",
-    "accuracy_low",
-    "accuracy_high",
-    "substring_accuracy",
-    "strict",
-    "strict_low",
-    "strict_high",
-    "echo",
-    "empty",
-    "balanced_accuracy",
-    "predicted_labels",
-)
 PER_EXAMPLE = ("correct", "substring", "strict", "echo", "empty", "gold_label", "predicted_label")
 TEXT = {"input": str, "answer": str, "output": str, "generation": str, "setting": str, "task": str, "mask_task": str}
 TaskOf = Callable[[str], Task]
@@ -349,8 +334,3 @@ def _combined_random_summary(
     ]
     combined = pd.concat(parts, ignore_index=True)
     return {path: cast(pd.DataFrame, combined[list(old.columns)])}
-
-
-def stored_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """The stored file of each path (`x.csv` or `x.csv.gz`)."""
-    return [stored_table(p) for p in paths]

@@ -116,10 +116,9 @@ class Budget:
     @property
     def schedule(self) -> str:
         """`paper` or `fast` when the budget is theirs (steps and batch), else `steps×batch`."""
-        for name, config in (("paper", PAPER), ("fast", FAST)):
-            if (self.steps, self.batch_size) == (config.steps, config.batch_size):
-                return name
-        return f"{self.steps}×{self.batch_size}"
+        budget = (self.steps, self.batch_size)
+        named = (name for name, c in (("paper", PAPER), ("fast", FAST)) if budget == (c.steps, c.batch_size))
+        return next(named, f"{self.steps}×{self.batch_size}")
 
 
 def mask_budget(path: str | os.PathLike) -> Budget:

@@ -102,12 +102,8 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
 
 def read_jsonl(path: str | os.PathLike, what: str) -> list[tuple[str, Any]]:
     """`(where, value)` of every non-blank line of a JSON lines file, split on "\\n" only."""
-    text = read_text(path, what)
-    rows = []
-    for number, line in enumerate(text.split("\n"), 1):
-        if line.strip():
-            rows.append((f"line {number}", parse_json(line, what, path, f"line {number}")))
-    return rows
+    lines = enumerate(read_text(path, what).split("\n"), 1)
+    return [(f"line {n}", parse_json(line, what, path, f"line {n}")) for n, line in lines if line.strip()]
 
 
 def read_csv(

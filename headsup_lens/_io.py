@@ -125,6 +125,15 @@ def stored_table(path: str | os.PathLike) -> Path:
     return zipped if not path.exists() and zipped.exists() else path
 
 
+def find_table(folder: Path, *stems: str) -> Path | None:
+    """The first of `<stem>.csv` or `<stem>.csv.gz` in `folder` that is a file, stem by stem; None if none."""
+    for stem in stems:
+        for suffix in (".csv", ".csv.gz"):
+            if (folder / f"{stem}{suffix}").is_file():
+                return folder / f"{stem}{suffix}"
+    return None
+
+
 # ----------------------------------------------------------------------------------------- locks
 class FolderInUse(ValueError):
     """Another process holds the output folder's lock; the message names it."""

@@ -87,10 +87,7 @@ class RemovalSweep:
     @property
     def change_step(self) -> int | None:
         """First step whose greedy continuation differs from the first step's (None if never)."""
-        for step, ids in zip(self.steps, self.generation_ids):
-            if ids != self.generation_ids[0]:
-                return step
-        return None
+        return next((s for s, ids in zip(self.steps, self.generation_ids) if ids != self.generation_ids[0]), None)
 
     def changes(self) -> pd.DataFrame:
         """The steps where the continuation differs from the step before (plus the first step)."""

@@ -36,8 +36,6 @@ from ._sweep import random_order, removal_sweep, weight_order
 
 SweepLength = Literal["mask", "all"]
 Baseline = Literal["random", "shuffled"]
-ORDERS = ("weight", "random")
-"""The orders of `baseline="random"`; `"shuffled"` names its second order "shuffled"."""
 
 
 @checked

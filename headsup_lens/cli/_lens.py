@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from .._io import OutputSet
 from ..analysis._config import LensConfig
 from ..options import FigureOptions, Given, ModelOptions, PromptOptions, option
-from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
-from ._registry import check_out_dir, command, mask_file
+from ._outputs import check_gated_mask, load, load_mask, report, save_figures, write_csv
+from ._registry import check_out_dir, command
 
 
 @dataclass(frozen=True)
@@ -26,15 +26,7 @@ class LensCommand(FigureOptions, PromptOptions, ModelOptions):
 
 
 def check_lens(args: LensCommand, given: Given) -> None:
-    if args.mask is None:
-        refuse_unused(
-            args,
-            given,
-            ("lens.gate", "lens.alpha"),
-            "they gate a mask, and no --mask is given (the run would be ungated)",
-        )
-    else:
-        mask_file(args.mask)
+    check_gated_mask(args, given, "lens", "the run would be ungated")
 
 
 @command("lens", LensCommand, check=check_lens)

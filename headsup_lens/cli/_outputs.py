@@ -120,6 +120,16 @@ def refuse_unused(args, given: Given, fields: tuple[str, ...], reason: str) -> N
         raise ValueError(f"{', '.join(typed)}: {reason}")
 
 
+def check_gated_mask(args, given: Given, config: str, without: str) -> None:
+    """--mask names a mask file; without one, the gate options of the nested `config` are refused
+    (`without`: what the run would be)."""
+    if args.mask is None:
+        fields = (f"{config}.gate", f"{config}.alpha")
+        refuse_unused(args, given, fields, f"they gate a mask, and no --mask is given ({without})")
+    else:
+        mask_file(args.mask)
+
+
 def load(args, **placement):
     """The model of the command's model options (`placement`: `device` and `shard` of a torchrun job)."""
     # deferred: keeps --help free of torch, pandas and plotly

@@ -10,8 +10,8 @@ from .._io import OutputSet
 from ..analysis._config import SimilarityConfig
 from ..data import load_task
 from ..options import DataOptions, FigureOptions, Given, ModelOptions, option
-from ._outputs import load, load_mask, refuse_unused, report, save_figures, write_csv
-from ._registry import check_out_dir, command, mask_file
+from ._outputs import check_gated_mask, load, load_mask, report, save_figures, write_csv
+from ._registry import check_out_dir, command
 
 
 @dataclass(frozen=True)
@@ -42,15 +42,7 @@ def instruction_of(args: SimilarityCommand) -> str:
 
 def check_similarity(args: SimilarityCommand, given: Given) -> None:
     instruction_of(args)
-    if args.mask is None:
-        refuse_unused(
-            args,
-            given,
-            ("similarity.gate", "similarity.alpha"),
-            "they gate a mask, and no --mask is given (only original vs instructed would run)",
-        )
-    else:
-        mask_file(args.mask)
+    check_gated_mask(args, given, "similarity", "only original vs instructed would run")
 
 
 @command("similarity", SimilarityCommand, check=check_similarity)

@@ -61,14 +61,6 @@ def task_rows(match: str | None = None, data_dir: str | None = None, sizes: bool
     return rows
 
 
-def task_table(match: str | None = None, data_dir: str | None = None, sizes: bool | None = True):
-    """`task_rows` as a pandas DataFrame (sizes of every task by default)."""
-    # deferred: keeps --help free of torch, pandas and plotly
-    import pandas as pd
-
-    return pd.DataFrame(task_rows(match, data_dir, sizes), columns=["task", "source", "train", "held out", "note"])
-
-
 def format_rows(rows: list[dict]) -> str:
     """A plain text table; uncounted sizes are blank."""
     columns = ["task", "source", "train", "held out", "note"]

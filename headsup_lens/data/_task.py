@@ -5,13 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from .._typecheck import advise, checked
 
 Pair = tuple[str, str]
 Shots = tuple[Pair, ...]
-Matcher = Literal["contains", "starts_with"]
 MATCHERS = ("contains", "starts_with")
 N_EVAL = 100  # the paper holds out the last 100 examples of every dataset
 # Own task files (`load_task("my_task.jsonl")`): input/output pairs as JSON, JSON lines or CSV.

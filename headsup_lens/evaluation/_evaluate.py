@@ -45,17 +45,6 @@ RESULTS, GENERATIONS, RECORD = "results.csv", "generations.csv", "evaluation.jso
 PARTIAL_RESULTS = "results.partial.csv"  # the finished settings of an interrupted run: the next run resumes
 PARTIAL_GENERATIONS = "generations.partial.csv"
 PARTIAL_RECORD = "evaluation.partial.json"  # whose rows they are: model, task, masks and options
-BASE_COLUMNS = (
-    "task",
-    "mask_task",
-    "setting",
-    "instructed",
-    "alpha",
-    "n_kept",
-    "n_examples",
-    "answer_nll",
-    "perplexity",
-)
 _NEED_TEXT = {
     "instruction": "an instruction (the task has none)",
     "value gate": "the value gate (gate is 'query')",

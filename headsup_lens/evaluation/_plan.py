@@ -60,7 +60,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -361,15 +361,13 @@ _CONTROLS_FIELDS = {f.name for f in dataclasses.fields(ControlsPlan)}
 _CALIBRATION_FIELDS = {f.name for f in dataclasses.fields(CalibrationPlan)}
 
 
-def _unknown(where: str, keys: set[str], allowed: set[str]) -> None:
-    for key in sorted(keys - allowed):
+def _keys(where: str, table: Mapping[str, Any], allowed: set[str], optional: Set[str] = frozenset()) -> None:
+    """An unknown field of `table` is refused (naming the closest allowed one), then a missing one."""
+    for key in sorted(set(table) - allowed):
         close = difflib.get_close_matches(key, sorted(allowed), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else f"; allowed: {', '.join(sorted(allowed))}"
         raise PlanError(f"{where}{key}: unknown field{hint}")
-
-
-def _missing(where: str, keys: set[str], required: set[str]) -> None:
-    for key in sorted(required - keys):
+    for key in sorted(allowed - optional - set(table)):
         raise PlanError(f"{where}{key}: missing field")
 
 
@@ -400,17 +398,14 @@ def _build(where: str, cls: type[_T], **values: Any) -> _T:
 def _from_dict(raw: Mapping[str, Any], source: str | None, sha256: str | None) -> AnalysisPlan:
     if not isinstance(raw, Mapping):
         raise PlanError(f"must be a table of fields, got {type(raw).__name__}")
-    _unknown("", set(raw), _TOP)
-    _missing("", set(raw), _TOP - {"calibration"})
+    _keys("", raw, _TOP, {"calibration"})
     metric = _table(raw, "metric")
     controls = _table(raw, "controls")
-    _unknown("controls.", set(controls), _CONTROLS_FIELDS)
-    _missing("controls.", set(controls), _CONTROLS_FIELDS)
+    _keys("controls.", controls, _CONTROLS_FIELDS)
     calibration = None
     if "calibration" in raw:
         table = _table(raw, "calibration")
-        _unknown("calibration.", set(table), _CALIBRATION_FIELDS)
-        _missing("calibration.", set(table), _CALIBRATION_FIELDS)
+        _keys("calibration.", table, _CALIBRATION_FIELDS)
         for key in ("planted_seeds", "shuffled_seeds"):
             if not isinstance(table[key], list):
                 raise PlanError(f"calibration.{key}: must be a list of integers, got {type(table[key]).__name__}")
@@ -423,17 +418,15 @@ def _from_dict(raw: Mapping[str, Any], source: str | None, sha256: str | None) -
                 "shuffled_seeds": tuple(table["shuffled_seeds"]),
             },
         )
-    _unknown("metric.", set(metric), _METRIC_FIELDS)
+    _keys("metric.", metric, _METRIC_FIELDS, _METRIC_FIELDS)
     budget = _table(raw, "paper_budget")
-    _unknown("paper_budget.", set(budget), {"steps", "batch_size"})
-    _missing("paper_budget.", set(budget), {"steps", "batch_size"})
+    _keys("paper_budget.", budget, {"steps", "batch_size"})
     outcomes_raw = _table(raw, "outcomes")
     outcomes = {}
     for claim, texts in outcomes_raw.items():
         if not isinstance(texts, Mapping):
             raise PlanError(f"outcomes.{claim}: must be a table, got {type(texts).__name__}")
-        _unknown(f"outcomes.{claim}.", set(texts), set(OUTCOMES))
-        _missing(f"outcomes.{claim}.", set(texts), set(OUTCOMES))
+        _keys(f"outcomes.{claim}.", texts, set(OUTCOMES))
         outcomes[claim] = _build(f"outcomes.{claim}.", Outcomes, **{k: texts[k] for k in OUTCOMES})
     claims_raw = raw["claims"]
     if not isinstance(claims_raw, list):
@@ -443,8 +436,7 @@ def _from_dict(raw: Mapping[str, Any], source: str | None, sha256: str | None) -
         where = f"claims[{i}]."
         if not isinstance(entry, Mapping):
             raise PlanError(f"claims[{i}]: must be a table, got {type(entry).__name__}")
-        _unknown(where, set(entry), _CLAIM_FIELDS)
-        _missing(where, set(entry), _CLAIM_FIELDS - _CLAIM_OPTIONAL)
+        _keys(where, entry, _CLAIM_FIELDS, _CLAIM_OPTIONAL)
         seeds = entry["seeds"]
         if not isinstance(seeds, list):
             raise PlanError(f"{where}seeds: must be a list of integers, got {type(seeds).__name__}")
@@ -497,6 +489,14 @@ def _need(ok: bool, field_name: str, message: str, value: Any) -> None:
         raise PlanError(f"{field_name}: {message}, got {value!r}")
 
 
+def _integer(field_name: str, value: Any, minimum: int) -> None:
+    _need(_is_int(value) and value >= minimum, field_name, f"must be an integer >= {minimum}", value)
+
+
+def _number(field_name: str, value: Any, minimum: int) -> None:
+    _need(_is_number(value) and value >= minimum, field_name, f"must be a number >= {minimum:g}", value)
+
+
 def _text(field_name: str, value: Any) -> None:
     _need(isinstance(value, str) and value.strip() != "", field_name, "must be a non-empty string", value)
 
@@ -522,54 +522,24 @@ def _validate(plan: AnalysisPlan) -> None:
         "must be a number in (0.5, 1)",
         plan.confidence,
     )
-    _need(
-        _is_int(plan.bootstrap_resamples) and plan.bootstrap_resamples >= 100,
-        "bootstrap_resamples",
-        "must be an integer >= 100",
-        plan.bootstrap_resamples,
-    )
-    _need(
-        _is_int(plan.bootstrap_seed) and plan.bootstrap_seed >= 0,
-        "bootstrap_seed",
-        "must be an integer >= 0",
-        plan.bootstrap_seed,
-    )
+    _integer("bootstrap_resamples", plan.bootstrap_resamples, 100)
+    _integer("bootstrap_seed", plan.bootstrap_seed, 0)
     _choice("headline", plan.headline, HEADLINE_RULES)
     for name, value in (("paper_budget.steps", plan.paper_steps), ("paper_budget.batch_size", plan.paper_batch_size)):
-        _need(_is_int(value) and value >= 1, name, "must be an integer >= 1", value)
+        _integer(name, value, 1)
     m = plan.metric
     _choice("metric.primary", m.primary, PRIMARY_METRICS)
-    _need(_is_int(m.new_tokens) and m.new_tokens >= 1, "metric.new_tokens", "must be an integer >= 1", m.new_tokens)
-    _need(
-        _is_int(m.echo_min_words) and m.echo_min_words >= 1,
-        "metric.echo_min_words",
-        "must be an integer >= 1",
-        m.echo_min_words,
-    )
+    _integer("metric.new_tokens", m.new_tokens, 1)
+    _integer("metric.echo_min_words", m.echo_min_words, 1)
     for i, name in enumerate(m.robustness):
         _choice(f"metric.robustness[{i}]", name, PRIMARY_METRICS)
     _need(m.primary not in m.robustness, "metric.robustness", "must not repeat the primary metric", list(m.robustness))
     k = plan.controls
     _choice("controls.neutral_text", k.neutral_text, NEUTRAL_TEXTS)
-    _need(
-        _is_int(k.neutral_examples) and k.neutral_examples >= 1,
-        "controls.neutral_examples",
-        "must be an integer >= 1",
-        k.neutral_examples,
-    )
-    _need(_is_number(k.pool) and k.pool >= 1, "controls.pool", "must be a number >= 1", k.pool)
-    _need(
-        _is_number(k.fluency_tolerance) and k.fluency_tolerance >= 0,
-        "controls.fluency_tolerance",
-        "must be a number >= 0",
-        k.fluency_tolerance,
-    )
-    _need(
-        _is_int(k.max_candidates) and k.max_candidates >= 1,
-        "controls.max_candidates",
-        "must be an integer >= 1",
-        k.max_candidates,
-    )
+    _integer("controls.neutral_examples", k.neutral_examples, 1)
+    _number("controls.pool", k.pool, 1)
+    _number("controls.fluency_tolerance", k.fluency_tolerance, 0)
+    _integer("controls.max_candidates", k.max_candidates, 1)
     if plan.calibration is not None:
         c = plan.calibration
         for name in ("planted_seeds", "shuffled_seeds"):
@@ -583,8 +553,7 @@ def _validate(plan: AnalysisPlan) -> None:
                 seeds,
             )
         for name in ("other_pathways", "random_masks"):
-            value = getattr(c, name)
-            _need(_is_int(value) and value >= 0, f"calibration.{name}", "must be an integer >= 0", value)
+            _integer(f"calibration.{name}", getattr(c, name), 0)
     _need(
         isinstance(plan.sequence, tuple) and len(set(plan.sequence)) == len(plan.sequence),
         "sequence",
@@ -619,8 +588,7 @@ def _check_claim(plan: AnalysisPlan, i: int, c: ClaimPlan) -> None:
     _need(c.claim in plan.outcomes, where + "claim", f"has no [outcomes.{c.claim}] table", c.claim)
     _text(where + "task", c.task)
     for name in ("steps", "batch_size"):
-        value = getattr(c, name)
-        _need(_is_int(value) and value >= 1, where + name, "must be an integer >= 1", value)
+        _integer(where + name, getattr(c, name), 1)
     _need(
         isinstance(c.seeds, tuple) and len(c.seeds) > 0 and all(_is_int(s) and s >= 0 for s in c.seeds),
         where + "seeds",

@@ -46,7 +46,16 @@ from ..data import TaskBatch
 from ..models._sharding import is_sharded, lockstep
 from ._attention import CAUSAL_ATTENTION, PACKED_ATTENTION, current_unpacking, mask_free_refusal, unpacking
 from ._packed import given_packing, packing, token_gates
-from ._paths import Decoding, GateSpec, cached_forward, check_rows, module_hooks, raw_module, uncaptured
+from ._paths import (
+    Decoding,
+    GateSpec,
+    cached_forward,
+    check_rows,
+    module_hooks,
+    prompt_positions,
+    raw_module,
+    uncaptured,
+)
 from ._static import Decodings, StaticDecoding, answer_states, cache_slots, decoding_key, fits, static_step
 
 _CACHE_ATTR = "_headsup_native_forward"
@@ -407,7 +416,7 @@ class NativeForward:
             hidden = hf.base_model(
                 input_ids=ids,
                 attention_mask=attention_mask,
-                position_ids=_positions(attention_mask, ids),
+                position_ids=prompt_positions(attention_mask, ids),
                 use_cache=False,
             ).last_hidden_state
         return hidden[rows, positions]
@@ -463,7 +472,7 @@ class NativeForward:
         recorded: dict[str, Tensor] = {}
         with torch.no_grad(), self.running(decoding.spec):
             with self.recording(recorded) if record_layers else contextlib.nullcontext():
-                logits = decoding.prompt(ids, _positions(attention_mask, ids))
+                logits = decoding.prompt(ids, prompt_positions(attention_mask, ids))
             first_logits = logits.float()  # read back once, after decoding: the host queues on
             if job.on_pass is not None:
                 job.on_pass()
@@ -521,7 +530,7 @@ class NativeForward:
         recorded: dict[str, Tensor] = {}
         with torch.no_grad(), self.running(spec) as hf:
             with self.recording(recorded) if record_layers else contextlib.nullcontext():
-                logits = self._step(hf, ids, cache, attention_mask, _positions(attention_mask, ids))
+                logits = self._step(hf, ids, cache, attention_mask, prompt_positions(attention_mask, ids))
             first_logits = logits.float()  # read back once, after decoding: the host queues on
             if on_pass is not None:
                 on_pass()
@@ -567,14 +576,6 @@ class NativeForward:
             return None if attention is None else torch.cat([attention, attention.new_ones(attention.shape[0], n)], 1)
 
         return answer_states(hf, job.answers, cache, next_position, mask)
-
-
-def _positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:
-    """Position ids as `generate` derives them from the attention mask (left padding shifts them)."""
-    if attention_mask is None:
-        return torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
-    positions = attention_mask.long().cumsum(-1) - 1
-    return positions.masked_fill(attention_mask == 0, 1)
 
 
 def _aliased(block: torch.nn.Module, name: str) -> torch.nn.Module | None:

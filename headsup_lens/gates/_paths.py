@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
+import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from torch.nn.modules import module as _module
@@ -190,6 +191,14 @@ def cached_forward(
     if hooked.components or (not runs_modules and hooked.elsewhere()):
         return None
     return cached
+
+
+def prompt_positions(attention_mask: Tensor | None, ids: Tensor) -> Tensor:
+    """Position ids as `generate` derives them from the attention mask (left padding shifts them)."""
+    if attention_mask is None:
+        return torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+    positions = attention_mask.long().cumsum(-1) - 1
+    return positions.masked_fill(attention_mask == 0, 1)
 
 
 def check_rows(spec: GateSpec | None, batch: int) -> None:

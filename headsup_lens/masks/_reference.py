@@ -64,49 +64,39 @@ def reference_logits(
     n_layers, n_heads = shape_of(model_or_shape)
     file = _reference_file(Path(path))
     tensors, _ = read_safetensors(file, "reference mask file")
-    what = "reference mask file"
+
+    def refused(problem: str, where: str = f"tensor {REFERENCE_KEY!r}") -> FileFormatError:
+        return FileFormatError("reference mask file", file, where, problem)
+
     if REFERENCE_KEY not in tensors:
-        raise FileFormatError(
-            what,
-            file,
-            "",
-            f"is not a reference-layout mask: it has no tensor named {REFERENCE_KEY!r} (it has {sorted(tensors)})",
+        raise refused(
+            f"is not a reference-layout mask: it has no tensor named {REFERENCE_KEY!r} (it has {sorted(tensors)})", ""
         )
     tensor = tensors[REFERENCE_KEY].detach()
-    where = f"tensor {REFERENCE_KEY!r}"
     if not tensor.is_floating_point():
-        raise FileFormatError(what, file, where, f"expected floating-point logits, got a {tensor.dtype} tensor")
+        raise refused(f"expected floating-point logits, got a {tensor.dtype} tensor")
     expected = n_layers * (n_heads + 1)
     grid = (n_layers, n_heads + 1)
     if tensor.ndim == 2 and tuple(tensor.shape) != grid:
-        raise FileFormatError(
-            what,
-            file,
-            where,
+        raise refused(
             f"has shape {list(tensor.shape)}; a {n_layers} x {n_heads} model needs "
-            f"[n_layers, n_heads + 1] = {list(grid)} (one FFN slot per layer), or the flat [{expected}]",
+            f"[n_layers, n_heads + 1] = {list(grid)} (one FFN slot per layer), or the flat [{expected}]"
         )
     if tensor.ndim not in (1, 2):
-        raise FileFormatError(what, file, where, f"has {tensor.ndim} dimensions; expected a flat vector or a grid")
+        raise refused(f"has {tensor.ndim} dimensions; expected a flat vector or a grid")
     if tensor.numel() != expected:
-        raise FileFormatError(
-            what,
-            file,
-            where,
+        raise refused(
             f"holds {tensor.numel()} logits; a {n_layers} x {n_heads} model needs "
-            f"n_layers * (n_heads + 1) = {expected} (one FFN slot per layer)",
+            f"n_layers * (n_heads + 1) = {expected} (one FFN slot per layer)"
         )
     logits = tensor.float().reshape(grid)
     bad = (~torch.isfinite(logits)).nonzero().tolist()
     if bad:
         layer, slot = bad[0]
         place = "its FFN slot" if slot == n_heads else f"head {slot}"
-        raise FileFormatError(
-            what,
-            file,
-            where,
+        raise refused(
             f"{len(bad)} logit(s) are NaN or infinite, the first at layer {layer}, {place} "
-            f"({logits[layer, slot].item()}); a mask needs finite logits",
+            f"({logits[layer, slot].item()}); a mask needs finite logits"
         )
     return logits[:, :-1].clone(), logits[:, -1].clone()
 

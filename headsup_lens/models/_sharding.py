@@ -203,9 +203,7 @@ def _meta_model(folder: Path, dtype: torch.dtype) -> nn.Module:
 def _checkpoint_names(model: nn.Module) -> dict[str, str]:
     """The checkpoint name of every parameter and persistent buffer of the bridged model (its own name
     without the bridge's `._original_component` segments)."""
-    names = {}
-    for name, _ in model.named_parameters():
-        names[name] = plain_name(name)
+    names = {name: plain_name(name) for name, _ in model.named_parameters()}
     for module_name, module in model.named_modules():
         for buffer_name in module._buffers:
             if buffer_name not in module._non_persistent_buffers_set and module._buffers[buffer_name] is not None:

@@ -280,10 +280,7 @@ def encode_prompts(
 def pad_token_id(model: TransformerBridge) -> int:
     """The token id that pads batches: the tokenizer's pad token, else its end-of-sequence token, else 0."""
     tokenizer = model.tokenizer
-    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0):
-        if candidate is not None:
-            return int(candidate)
-    return 0
+    return int(next(c for c in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if c is not None))
 
 
 @checked

@@ -15,34 +15,19 @@ import functools
 import math
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
 import pandas as pd
 
-from .._io import atomic_write, read_table, stored_table
+from .._io import atomic_write, find_table, read_table
 from ..data import Task, load_task
 from ..evaluation import RandomMaskControl, mcnemar_exact, score_outputs, setting_of, task_labels
 from ..evaluation._settings import REFERENCE_SETTINGS
 
 # Columns that name a group of outputs; a row's outputs are those agreeing with it on every shared one.
 KEYS = ("task", "mask_task", "setting", "prompt", "gate", "mask", "draw", "step", "shots")
-# Score columns `score_outputs` writes; a table's own columns among them are replaced.
-SCORES = (
-    "metric",
-    "accuracy",
-    "accuracy_low",
-    "accuracy_high",
-    "substring_accuracy",
-    "strict",
-    "strict_low",
-    "strict_high",
-    "echo",
-    "empty",
-    "balanced_accuracy",
-    "predicted_labels",
-)
 PER_EXAMPLE = ("correct", "substring", "strict", "echo", "empty", "gold_label", "predicted_label")
 TEXT = {"input": str, "answer": str, "output": str, "generation": str, "setting": str, "task": str, "mask_task": str}
 TaskOf = Callable[[str], Task]
@@ -244,7 +229,7 @@ def _rescore_files(folder: Path, task_of: TaskOf) -> dict[Path, pd.DataFrame]:
         prefix = generations_pattern.removesuffix("{x}")
         for gpath in [p for p in generations_of if _stem(p).startswith(prefix)]:
             suffix = _stem(gpath).removeprefix(prefix)
-            tpath = _find(folder, table_pattern.format(x=suffix))
+            tpath = find_table(folder, table_pattern.format(x=suffix))
             if tpath is None:
                 continue
             table = read_table(tpath, keep_default_na=False, na_values=[""])
@@ -256,14 +241,14 @@ def _rescore_files(folder: Path, task_of: TaskOf) -> dict[Path, pd.DataFrame]:
             if table_pattern.startswith("random_masks"):
                 written |= _random_summary(folder, written[tpath], table_pattern.removesuffix("{x}"), suffix)
         # The combined table over the folder's tasks (`tables12_evaluation.csv` of a model's folder).
-        combined = _find(folder, table_pattern.format(x=""))
+        combined = find_table(folder, table_pattern.format(x=""))
         parts = [p for p in generations_of if _stem(p).startswith(prefix + "_")]
         if combined is not None and parts and combined not in written:
             table = read_table(combined, keep_default_na=False, na_values=[""])
             every = pd.concat([generations_of[p] for p in parts], ignore_index=True)
             written[combined] = rescore_table(table, every, task_of)
     for gpath in generations_of:  # `<name>_generations.csv` beside `<name>.csv` (Table 3's parts)
-        tpath = _find(folder, _stem(gpath).removesuffix("_generations"))
+        tpath = find_table(folder, _stem(gpath).removesuffix("_generations"))
         if _stem(gpath).endswith("_generations") and tpath is not None and tpath not in written:
             table = read_table(tpath, keep_default_na=False, na_values=[""])
             written[tpath] = rescore_table(table, generations_of[gpath], task_of)
@@ -285,7 +270,7 @@ def _pivots(folder: Path, written: dict[Path, pd.DataFrame]) -> dict[Path, pd.Da
     and `table3_summary.csv` (`<prompt> <setting> (accuracy|strict)` per task); their other columns kept."""
     found: dict[Path, pd.DataFrame] = {}
     for table_stem, summary_stem in (("tables12_evaluation", "tables12_summary"), ("table3_fewshot", "table3_summary")):
-        table_path, summary_path = _find(folder, table_stem), _find(folder, summary_stem)
+        table_path, summary_path = find_table(folder, table_stem), find_table(folder, summary_stem)
         if table_path is None or summary_path is None or table_path not in written:
             continue
         table, summary = written[table_path], read_table(summary_path)
@@ -303,26 +288,19 @@ def _pivots(folder: Path, written: dict[Path, pd.DataFrame]) -> dict[Path, pd.Da
     return found
 
 
-def _find(folder: Path, stem: str) -> Path | None:
-    for suffix in (".csv", ".csv.gz"):
-        if (folder / f"{stem}{suffix}").is_file():
-            return folder / f"{stem}{suffix}"
-    return None
-
-
 def _single_task(folder: Path, path: Path) -> str | None:
     """The task of a single-task folder's table without a `task` column (a schedule curve's), from its
     score table's `task` column."""
     stem = _stem(path).replace("generations", "curve") if "schedule" in path.name else None
     if stem is None:
         return None
-    curve = _find(folder, stem)
+    curve = find_table(folder, stem)
     return str(read_table(curve).task.iloc[0]) if curve is not None else None
 
 
 def _random_summary(folder: Path, draws: pd.DataFrame, artifact: str, suffix: str) -> dict[Path, pd.DataFrame]:
     """`<artifact>_summary<suffix>.csv` again from the rescored draws (its metrics kept)."""
-    summary_path = _find(folder, f"{artifact}_summary{suffix}")
+    summary_path = find_table(folder, f"{artifact}_summary{suffix}")
     if summary_path is None:
         return {}
     old = read_table(summary_path)
@@ -334,7 +312,7 @@ def _combined_random_summary(
     folder: Path, written: dict[Path, pd.DataFrame], artifact: str
 ) -> dict[Path, pd.DataFrame]:
     """The folder's `<artifact>_summary.csv` (every task's and seed's summary, with the `seed`)."""
-    path = _find(folder, f"{artifact}_summary")
+    path = find_table(folder, f"{artifact}_summary")
     if path is None:
         return {}
     old = read_table(path)
@@ -349,8 +327,3 @@ def _combined_random_summary(
     ]
     combined = pd.concat(parts, ignore_index=True)
     return {path: cast(pd.DataFrame, combined[list(old.columns)])}
-
-
-def stored_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """The stored file of each path (`x.csv` or `x.csv.gz`)."""
-    return [stored_table(p) for p in paths]

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .._io import find_table
 from .._typecheck import checked
 from ..analysis import AlphaControl
 from ..data import Task, load_task
@@ -115,10 +116,9 @@ class Budget:
     @property
     def schedule(self) -> str:
         """`paper` or `fast` when the budget is theirs (steps and batch), else `steps×batch`."""
-        for name, config in (("paper", PAPER), ("fast", FAST)):
-            if (self.steps, self.batch_size) == (config.steps, config.batch_size):
-                return name
-        return f"{self.steps}×{self.batch_size}"
+        budget = (self.steps, self.batch_size)
+        named = (name for name, c in (("paper", PAPER), ("fast", FAST)) if budget == (c.steps, c.batch_size))
+        return next(named, f"{self.steps}×{self.batch_size}")
 
 
 def mask_budget(path: str | os.PathLike) -> Budget:
@@ -158,14 +158,6 @@ def read_checked(path: Path, columns: tuple[str, ...] = (), *, texts: bool = Fal
     return frame
 
 
-def _find(folder: Path, *stems: str) -> Path | None:
-    for stem in stems:
-        for suffix in (".csv", ".csv.gz"):
-            if (folder / f"{stem}{suffix}").is_file():
-                return folder / f"{stem}{suffix}"
-    return None
-
-
 @dataclass(frozen=True)
 class _Run:
     """Where one seed's mask of a task and its tables are: the folder holding its settings table, the
@@ -183,7 +175,7 @@ class _Run:
         gzipped; with `own`, this seed's own table (`<artifact>_seed<k>_<task>`: a control drawn for it)
         rather than the folder's shared one (a settings table holds every seed's rows)."""
         stem, suffix = safe_name(self.task), self.own if own else ""
-        return _find(self.folder, f"{artifact}{suffix}_{stem}", f"{artifact}{suffix}")
+        return find_table(self.folder, f"{artifact}{suffix}_{stem}", f"{artifact}{suffix}")
 
 
 def _candidates(folder: Path, task: str, seed: int) -> list[_Run]:

@@ -31,7 +31,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 from ..._typecheck import checked
 from ...models import unembed
 from ...models._sharding import is_sharded
-from .._paths import Decoding, GateSpec, cached_forward, check_rows, raw_module
+from .._paths import Decoding, GateSpec, cached_forward, check_rows, prompt_positions, raw_module
 
 _DECODER_LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
 _CACHE_ATTR = "_headsup_direct_forward"
@@ -209,13 +209,6 @@ class DirectForward:
 
     # ------------------------------------------------------------------ masks and positions
     @staticmethod
-    def _positions(attention_mask: Tensor | None, rows: int, pos: int, device) -> Tensor:
-        if attention_mask is None:
-            return torch.arange(pos, device=device).expand(rows, pos)
-        positions = attention_mask.long().cumsum(-1) - 1
-        return positions.masked_fill(attention_mask == 0, 1)
-
-    @staticmethod
     def _prompt_mask(attention_mask: Tensor | None) -> tuple[Tensor | None, bool]:
         """`(mask, causal)` for sdpa over a prompt: plain causal attention when no row has a padded
         position before a real one; else causal attention to real keys, and a padded query to
@@ -268,7 +261,7 @@ class DirectForward:
         ids, attention_mask, spec, stop_ids = job.ids, job.attention_mask, job.spec, job.stop_ids
         max_new_tokens, on_pass = job.max_new_tokens, job.on_pass
         device = ids.device
-        batch, length = ids.shape
+        batch, _ = ids.shape
         check_rows(spec, batch)
         n_layers = len(self.layers)
         heads, mean, mlp = (None, None, None) if spec is None else (spec.heads, spec.mean, spec.mlp)
@@ -285,7 +278,7 @@ class DirectForward:
         rep0 = plan.rep[0]
         h = self.embed(ids[rep0])
         mask0 = None if attention_mask is None else attention_mask[rep0]
-        cos, sin = self.rotary(h, self._positions(mask0, len(rep0), length, device))
+        cos, sin = self.rotary(h, prompt_positions(mask0, ids[rep0]))
         caches: list[tuple[Tensor, Tensor]] = []
         for i in range(n_layers):
             group_mask = None if attention_mask is None else attention_mask[plan.rep[i]]

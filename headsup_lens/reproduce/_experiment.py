@@ -35,6 +35,7 @@ from ..models._fingerprint import portable_name
 from ..options import model_arguments, parse
 from ..organism import load_planted
 from ..plots import save_figure
+from ..plots._save import PLOTLY_JS
 from ..training import TrainConfig, safe_name
 from ._masks import TrainedMask, cached_masks, stored_mask_path
 from ._options import DEFAULT_ORGANISM_TASKS, ORGANISM_TASK, ExperimentOptions
@@ -260,10 +261,10 @@ class Experiment:
         `--no-png`), written when the run ends; the final HTML path."""
         name = self.stem(stem, task)
         staged = self.staged(name)
-        # Staged first, read from `out`: one plotly.min.js in the output root (figures/ for the committed ones).
-        saved = save_figure(
-            fig, staged, png=self.options.png, root=self.out.parent, served_from=(self.out / name).parent
-        )
+        # Staged first, read from `out`: one plotly.min.js in the output root, or the nearest one above it
+        # (figures/plotly.min.js for a committed run's folder, `--out figures/.../step6250`).
+        root = next((a for a in self.out.parents if (a / PLOTLY_JS).is_file()), self.out.parent)
+        saved = save_figure(fig, staged, png=self.options.png, root=root, served_from=(self.out / name).parent)
         if saved.png is None and self.options.png and saved.png_error not in self._png_errors:
             self._png_errors.add(saved.png_error)
             print(f"[{self.name}] PNG figures not written (HTML written): {saved.png_error}")

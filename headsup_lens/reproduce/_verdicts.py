@@ -46,6 +46,7 @@ from ..evaluation._rules import (
     REPRODUCES,
     UNTESTABLE,
     Judgement,
+    beats,
     headline_rows,
     judge_elicits,
     judge_paired_greater,
@@ -294,13 +295,15 @@ def _judge_family(folder: Path, plan: AnalysisPlan, family: list[ClaimPlan], dat
     outputs = {seed: _Outputs(run, task, plan) for seed, run in runs.items() if run is not None and _has_tables(run)}
     judged: dict[str, Judgement] = {}
     blocked: str | None = None
+    pending = False  # the elicitation is "not run": what follows it waits, it is not untestable
     eliciting: tuple[int, ...] = ()
     for entry in family:
         if entry.claim == "elicits":
             judgement = _elicits(plan, entry, outputs, runs)
             eliciting = judgement.passing
+            pending = judgement.verdict == NOT_RUN
         elif blocked is not None:
-            judgement = Judgement(UNTESTABLE, blocked)
+            judgement = Judgement(NOT_RUN if pending else UNTESTABLE, blocked)
         else:
             judgement = _secondary(folder, plan, entry, task, runs, outputs, eliciting)
         judged[entry.claim] = judgement
@@ -308,7 +311,7 @@ def _judge_family(folder: Path, plan: AnalysisPlan, family: list[ClaimPlan], dat
             continue  # not tested: it spends nothing, the sequence goes on
         if judgement.verdict != REPRODUCES and blocked is None:
             blocked = (
-                "the mask does not elicit the task"
+                ("waits for the elicitation verdict (not run)" if pending else "the mask does not elicit the task")
                 if entry.claim == "elicits"
                 else f"fixed sequence: {entry.claim!r} was not established ({judgement.verdict})"
             )
@@ -394,7 +397,8 @@ def _elicits(
             f"seed {s}: {'no mask trained at ' + f'{entry.steps}×{entry.batch_size}' if runs.get(s) is None else 'no settings table'}"
             for s in missing
         )
-        return Judgement(NOT_RUN, why)
+        done = [s for s in entry.seeds if s in outputs]
+        return Judgement(NOT_RUN, why + (f"; {_interim(plan, entry, outputs, done)}" if done else ""))
     reference = outputs[entry.seeds[0]]
     original = reference.hits("original")
     for _seed, out in outputs.items():  # every seed's folder scored the same reference models
@@ -413,6 +417,22 @@ def _elicits(
         evidence = f"{judgement.evidence}; seed {shown}'s balanced accuracy {balanced_accuracy(gold, predicted):.2f}"
         judgement = replace(judgement, evidence=evidence)
     return judgement
+
+
+def _interim(plan: AnalysisPlan, entry: ClaimPlan, outputs: dict[int, _Outputs], done: list[int]) -> str:
+    """What the seeds already in show, each against the original (and the majority label on label
+    tasks) at the level of the complete plan: a report, not a verdict (the rule needs every seed)."""
+    level = plan.level(entry)
+    parts = []
+    for seed in done:
+        out = outputs[seed]
+        masked = out.hits(_setting(out, seed))
+        bases = ["original"] + (["majority label"] if task_labels(out.task) and out.has("majority label") else [])
+        tests = ", ".join(
+            f"{name} {out.hits(name).mean():.2f} (p = {beats(masked, out.hits(name), level)[1]:.2g})" for name in bases
+        )
+        parts.append(f"seed {seed} masked {masked.mean():.2f} against {tests}")
+    return f"so far, not a verdict: {'; '.join(parts)}; each test at p < {level:.3g} once every seed is in"
 
 
 def _secondary(

@@ -288,3 +288,15 @@ def test_another_seeds_random_masks_have_their_own_tables_and_rows_of_the_summar
         rows = summary[summary.seed == seed].drop(columns="seed").reset_index(drop=True)
         pd.testing.assert_frame_equal(rows, pd.read_csv(out / own_summary))
     assert list(summary.task.unique()) == ["tiny/reverse"]
+
+
+def test_a_run_folder_inside_a_figures_tree_shares_its_plotly_js(model_dir, tmp_path):
+    """`--out figures/<model>/paper_schedule/<run>/step<N>`: the figures use the tree's one
+    plotly.min.js above the output root instead of writing a second copy."""
+    (tmp_path / "plotly.min.js").write_text("// the tree's copy")
+    root = tmp_path / "tiny" / "run" / "step10"
+    with open_experiment("demo_script", options(model_dir, root), root) as xp:
+        out = xp.out
+        xp.figure(go.Figure(go.Scatter(y=[1, 2])), "curve")
+    assert sorted(tmp_path.rglob("plotly.min.js")) == [tmp_path / "plotly.min.js"]
+    assert 'src="../../../../plotly.min.js"' in (out / "curve.html").read_text()

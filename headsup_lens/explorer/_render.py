@@ -185,10 +185,12 @@ def tracked_html(frame: Frame) -> str:
             f'<td class="hl-num">{rank}</td><td class="hl-num">{row["logit"]:.2f}</td>'
             f'<td class="hl-num">{before}</td><td class="hl-move">{arrow}</td></tr>'
         )
+    targets = (frame.view.tracked["kind"] == "target").any()
+    note = '<div class="hl-note">a target given as text is tracked by its first token</div>' if targets else ""
     return (
         '<div class="hl-pane"><h4>Tracked tokens at the last prompt position</h4>'
         '<table class="hl-tracked"><tr><th>token</th><th>kind</th><th>rank</th><th>logit</th>'
-        f"<th>full rank</th><th></th></tr>{''.join(rows)}</table></div>"
+        f"<th>full rank</th><th></th></tr>{''.join(rows)}</table>{note}</div>"
     )
 
 

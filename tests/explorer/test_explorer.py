@@ -323,6 +323,7 @@ def test_explore_resolves_its_targets_before_any_pass(model, example, monkeypatc
     explorer = hl.explore(model, word, targets=["zzzzqqq"], max_k=6, progress=False)
     tracked = explorer.runner.tracked_tokens
     assert tracked[tracked.kind == "target"].label.tolist() == ["target 'z'"]
+    assert "a target given as text is tracked by its first token" in explorer.html
 
 
 def test_a_sweep_refuses_two_targets_of_one_token(model, example):

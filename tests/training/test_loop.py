@@ -223,12 +223,16 @@ def test_every_trainer_refuses_a_batch_larger_than_the_data_it_draws_from(llama_
 
 
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
-def test_a_signal_ends_the_run_after_the_step_under_way_with_its_state_saved(stop):
+def test_a_signal_ends_the_run_after_the_step_under_way_with_its_state_saved(stop, request):
     """Ctrl-C, or SIGTERM (a background job ignores SIGINT; schedulers and `kill` send SIGTERM): the
     step finishes, `on_interrupt` saves it (unless it was just checkpointed), then KeyboardInterrupt."""
     import os
     import signal
 
+    # A suite started in the background (`cmd &`) inherits SIGINT ignored, and a run leaves an ignored
+    # SIGINT ignored: give this test the interactive default, as a terminal would.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, inherited))
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     done, saved, interrupted = [], [], []
 

@@ -10,14 +10,17 @@ import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._io import atomic_write_json
 from .._validate import check_batch_fits
-from ..data import Task, load_task
 from ..models._builtin import portable_name
 from ..options import DataOptions, Given, ModelOptions, ShardOptions, model_arguments, option
 from ..training._config import TrainConfig
 from ._registry import WARNING, Interrupted, check_out_dir, command, ranks_of
+
+if TYPE_CHECKING:
+    from ..data import Task
 
 PRESETS = ("paper", "negative", "fast")
 # Runs at least this long get a CPU-time estimate from a few measured warm-up steps first.
@@ -92,6 +95,8 @@ def task_steps(preset: str, config: TrainConfig, tasks: list, given: Collection[
 def train_plan(args: TrainCommand, given: Given) -> tuple[TrainConfig, list[Task]]:
     """The recipe (the preset with the options given on top, the tasks' paper steps) and the tasks of
     a `headsup train`, refused before any work when a task's training pairs are fewer than a batch."""
+    from ..data import load_task  # deferred: the task registry is not needed for --help
+
     explicit = given.within("train")
     config = resolve_preset(args.preset, args.train, explicit)
     tasks = [load_task(name, args.data_dir) for name in args.task]

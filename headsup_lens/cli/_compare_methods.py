@@ -11,7 +11,6 @@ from typing import Literal
 
 from .._io import OutputSet, atomic_write
 from .._validate import check_float
-from ..data import load_task
 from ..options import (
     DataOptions,
     FigureOptions,
@@ -86,6 +85,8 @@ def run_compare_methods(args: CompareMethodsCommand, given: Given) -> int:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"--method {unknown[0]!r} is not a method; choose from {', '.join(sorted(METHODS))}")
+    from ..data import load_task  # deferred: the task registry is not needed for --help
+
     task = load_task(args.task, args.data_dir)
     # One thread on the organism, as `headsup demo`: its operations are too small to share, and on a
     # busy machine torch's default (every core) made the learned mask's 300 steps several times slower.

@@ -6,7 +6,6 @@ The library is imported inside the command, so that `headsup --help` starts with
 from __future__ import annotations
 
 from .._validate import check_batch_fits
-from ..data import load_task
 from ..demo._config import DemoConfig, stored_mask_files
 from ..options import Given
 from ._outputs import compact_table
@@ -16,6 +15,8 @@ from ._registry import check_out_dir, command
 def check_demo(config: DemoConfig, given: Given) -> None:
     """The tasks must load, stored masks exist for each (`--masks`), else a training batch must fit each
     task's training pairs."""
+    from ..data import load_task  # deferred: the task registry is not needed for --help
+
     tasks = [load_task(name, config.data_dir) for name in config.tasks]
     if config.masks is not None:
         stored_mask_files(config.masks, [task.name for task in tasks])

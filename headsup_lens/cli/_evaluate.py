@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..data import load_task
 from ..evaluation import EvalConfig
 from ..options import DataOptions, Given, ModelOptions, ShardOptions, model_arguments, option
 from ._outputs import compact_table, report
@@ -59,6 +58,7 @@ def check_evaluate(args: EvaluateCommand, given: Given) -> None:
 @command("evaluate", EvaluateCommand, check=check_evaluate)
 def run_evaluate(args: EvaluateCommand, given: Given) -> int:
     # deferred: keeps --help free of torch, pandas and plotly
+    from ..data import load_task  # deferred: the task registry is not needed for --help
     from ..evaluation import evaluate
     from ..evaluation._evaluate import GENERATIONS, RECORD, RESULTS
     from ..masks import HeadMask

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from .._io import OutputSet, atomic_write_json
 from ..analysis._config import PathwayConfig
-from ..data import load_task
 from ..options import DataOptions, FigureOptions, Given, ModelOptions, option
 from ._outputs import file_names, load, refuse_unused, report, save_figures, write_csv
 from ._registry import check_out_dir, command
@@ -99,6 +98,8 @@ def run_pathways(args: PathwaysCommand, given: Given) -> int:
         steps, weights = weight_trajectories(args.trajectory)
         figures["trajectory"] = trajectory_figure(steps, weights)
     if args.task is not None:  # with --model (checked with the options)
+        from ..data import load_task  # deferred: the task registry is not needed for --help
+
         task = load_task(args.task, args.data_dir)
         model = load(args)
         for mask in masks.values():

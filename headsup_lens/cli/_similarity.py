@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from .._io import OutputSet
 from ..analysis._config import SimilarityConfig
-from ..data import load_task
 from ..options import DataOptions, FigureOptions, Given, ModelOptions, option
 from ._outputs import check_gated_mask, load, load_mask, report, save_figures, write_csv
 from ._registry import check_out_dir, command
@@ -34,6 +33,8 @@ def instruction_of(args: SimilarityCommand) -> str:
     """The instructed settings' template: --instruction, else the --task's (with `{input}`)."""
     instruction = args.similarity.instruction
     if instruction is None and args.task is not None:
+        from ..data import load_task  # deferred: the task registry is not needed for --help
+
         instruction = load_task(args.task, args.data_dir).instruction
     if instruction is None or "{input}" not in instruction:
         raise ValueError("give --instruction (a template with {input}) or a --task that has one")

@@ -260,7 +260,8 @@ def test_smollm2_script_trains_a_stored_mask_and_names_a_missing_stage_input(tmp
     replace(plan, claims=antonym).write(tmp_path / "out" / "tiny" / "analysis_plan.toml")
     run_script("smollm2.py", "verdicts", *common)
     verdicts = pd.read_csv(tmp_path / "out" / "tiny" / "verdicts.csv")
-    assert set(verdicts.task) == {"organism/antonym"} and set(verdicts.verdict) == {"not run"}  # nothing evaluated: every claim waits
+    # nothing evaluated: every claim waits
+    assert set(verdicts.task) == {"organism/antonym"} and set(verdicts.verdict) == {"not run"}
     assert verdicts.verdict.iloc[0] == "not run"  # 2 steps is not the plan's budget
     # `--controls` picks the controls; a seed's control is its random masks, and cross-task is seed 0's.
     run_script("smollm2.py", "controls", "--controls", "random-masks", "--draws", "2", *common)

@@ -420,19 +420,26 @@ def _elicits(
 
 
 def _interim(plan: AnalysisPlan, entry: ClaimPlan, outputs: dict[int, _Outputs], done: list[int]) -> str:
-    """What the seeds already in show, each against the original (and the majority label on label
-    tasks) at the level of the complete plan: a report, not a verdict (the rule needs every seed)."""
+    """What the seeds already in show, each against the original, the majority label on label tasks
+    and the instructed model where it beats the original (as the rule compares them), at the level of
+    the complete plan: a report, not a verdict (the rule needs every seed)."""
     level = plan.level(entry)
     parts = []
     for seed in done:
         out = outputs[seed]
         masked = out.hits(_setting(out, seed))
         bases = ["original"] + (["majority label"] if task_labels(out.task) and out.has("majority label") else [])
-        tests = ", ".join(
-            f"{name} {out.hits(name).mean():.2f} (p = {beats(masked, out.hits(name), level)[1]:.2g})" for name in bases
-        )
+        if out.has("instructed") and beats(out.hits("instructed"), out.hits("original"), level)[0]:
+            bases.append("instructed")
+        tests = ", ".join(f"{name} {_against(masked, out.hits(name), level)}" for name in bases)
         parts.append(f"seed {seed} masked {masked.mean():.2f} against {tests}")
     return f"so far, not a verdict: {'; '.join(parts)}; each test at p < {level:.3g} once every seed is in"
+
+
+def _against(masked: np.ndarray, other: np.ndarray, level: float) -> str:
+    """`0.64 (ahead, p = 0.087)`: the other's accuracy, which side the masked model is on, McNemar's p."""
+    side = "ahead" if masked.sum() > other.sum() else "behind" if masked.sum() < other.sum() else "level"
+    return f"{other.mean():.2f} ({side}, p = {beats(masked, other, level)[1]:.2g})"
 
 
 def _secondary(

@@ -201,6 +201,19 @@ def test_a_planned_seed_not_trained_is_not_run(tmp_path):
     assert found["elicits"] == NOT_RUN
 
 
+def test_a_seed_not_yet_in_shows_the_others_against_what_the_rule_compares(tmp_path):
+    def interim(folder: Path) -> str:
+        table = claim_verdicts(folder, plan()).set_index("claim")
+        assert table.verdict["elicits"] == NOT_RUN
+        return table.evidence["elicits"]
+
+    strong = interim(write(tmp_path / "strong", masked={0: 40}, instructed=80, **FULL))
+    assert "so far, not a verdict: seed 0 masked 0.40 against original 0.00 (ahead, p = " in strong
+    assert "instructed 0.80 (behind, p = " in strong  # it beats the original: the rule compares with it
+    weak = interim(write(tmp_path / "weak", masked={0: 40}, instructed=1, **FULL))
+    assert "original 0.00" in weak and "instructed" not in weak  # it does not: the rule will not
+
+
 def test_the_headline_is_the_largest_conclusive_budget():
     p = plan()
     rows = [

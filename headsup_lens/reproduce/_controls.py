@@ -9,7 +9,6 @@ skipped when present, so an interrupted stage resumes task by task.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from ..evaluation._plan import AnalysisPlan
 from ..masks import HeadMask
 from ..plots import cross_task_figure
 from ..training import safe_name
-from ._experiment import Experiment, record_time
+from ._experiment import Experiment, timed
 from ._masks import mask_on_another_task
 
 CROSS_COLUMNS = ("mask_task", "task", "n_kept", "n_examples", "accuracy", "strict", "strict_low", "strict_high")
@@ -56,13 +55,12 @@ def random_masks_stage(
     stem = safe_name(task.name) if seed == 0 else f"seed{seed}_{safe_name(task.name)}"
     if _done(xp, f"random_masks_{stem}.csv", redo):
         return
-    start = time.perf_counter()
-    control = random_mask_control(xp.model, task, mask, EvalConfig(batch_size=batch_size), n_draws=n_draws)
-    xp.table(control.draws.assign(within=control.within), f"random_masks_{stem}", float_format=None)
-    xp.table(control.generations, f"random_masks_generations_{stem}", float_format=None, compress=True)
-    xp.table(control.summary(), f"random_masks_summary_{stem}", float_format=None)
     what = f"{task.name}{'' if seed == 0 else f' (seed {seed})'}: {n_draws} random masks"
-    record_time(xp.out, "controls", what, time.perf_counter() - start)
+    with timed(xp.out, "controls", what):
+        control = random_mask_control(xp.model, task, mask, EvalConfig(batch_size=batch_size), n_draws=n_draws)
+        xp.table(control.draws.assign(within=control.within), f"random_masks_{stem}", float_format=None)
+        xp.table(control.generations, f"random_masks_generations_{stem}", float_format=None, compress=True)
+        xp.table(control.summary(), f"random_masks_summary_{stem}", float_format=None)
 
 
 def fluent_random_masks_stage(
@@ -85,25 +83,24 @@ def fluent_random_masks_stage(
     stem = safe_name(task.name) if seed == 0 else f"seed{seed}_{safe_name(task.name)}"
     if _done(xp, f"random_masks_fluent_{stem}.csv", redo):
         return
-    start = time.perf_counter()
     c = plan.controls
-    neutral = neutral_rows(xp.model, c.neutral_text, c.neutral_examples, task=task.name, data_dir=data_dir)
-    control = fluent_random_mask_control(
-        xp.model,
-        task,
-        mask,
-        neutral,
-        EvalConfig(batch_size=batch_size),
-        n_draws=n_draws,
-        pool=c.pool,
-        tolerance=c.fluency_tolerance,
-        max_candidates=c.max_candidates,
-    )
-    xp.table(control.draws.assign(within=control.within), f"random_masks_fluent_{stem}", float_format=None)
-    xp.table(control.generations, f"random_masks_fluent_generations_{stem}", float_format=None, compress=True)
-    xp.table(control.summary(), f"random_masks_fluent_summary_{stem}", float_format=None)
     what = f"{task.name}{'' if seed == 0 else f' (seed {seed})'}: {n_draws} fluency-kept random masks"
-    record_time(xp.out, "controls", what, time.perf_counter() - start)
+    with timed(xp.out, "controls", what):
+        neutral = neutral_rows(xp.model, c.neutral_text, c.neutral_examples, task=task.name, data_dir=data_dir)
+        control = fluent_random_mask_control(
+            xp.model,
+            task,
+            mask,
+            neutral,
+            EvalConfig(batch_size=batch_size),
+            n_draws=n_draws,
+            pool=c.pool,
+            tolerance=c.fluency_tolerance,
+            max_candidates=c.max_candidates,
+        )
+        xp.table(control.draws.assign(within=control.within), f"random_masks_fluent_{stem}", float_format=None)
+        xp.table(control.generations, f"random_masks_fluent_generations_{stem}", float_format=None, compress=True)
+        xp.table(control.summary(), f"random_masks_fluent_summary_{stem}", float_format=None)
 
 
 SWITCH_TABLES = {
@@ -123,12 +120,11 @@ def switch_rates_stage(
     table, summary = SWITCH_TABLES[baseline]
     if _done(xp, f"{table}_{stem}.csv", redo):
         return
-    start = time.perf_counter()
-    rates = switch_rates(xp.model, task, mask, stride=stride, baseline=baseline, progress_bar=xp.options.progress)
-    xp.table(rates.table.assign(task=task.name), f"{table}_{stem}", float_format=None)
-    xp.table(rates.summary(), f"{summary}_{stem}", float_format=None)
     what = f"{task.name}: switch rates{'' if baseline == 'random' else ' (same heads shuffled)'} (stride {stride})"
-    record_time(xp.out, "controls", what, time.perf_counter() - start)
+    with timed(xp.out, "controls", what):
+        rates = switch_rates(xp.model, task, mask, stride=stride, baseline=baseline, progress_bar=xp.options.progress)
+        xp.table(rates.table.assign(task=task.name), f"{table}_{stem}", float_format=None)
+        xp.table(rates.summary(), f"{summary}_{stem}", float_format=None)
 
 
 def alpha_control_stage(
@@ -142,14 +138,12 @@ def alpha_control_stage(
     if task.instruction is None:
         print(f"{task.name}: no instruction, no instructed loss to scale", flush=True)
         return
-    start = time.perf_counter()
-    control = alpha_control(
-        xp.model, task, mask, n_random=n_random, batch_size=batch_size, progress_bar=xp.options.progress
-    )
-    table = control.table.assign(task=task.name, alpha_test=control.alpha_test, n_scaled=control.n_scaled)
-    xp.table(table, f"fig6_alpha_control_{stem}", float_format=None)
-    xp.table(control.summary(), f"fig6_alpha_summary_{stem}", float_format=None)
-    record_time(xp.out, "controls", f"{task.name}: alpha control", time.perf_counter() - start)
+    with timed(xp.out, "controls", f"{task.name}: alpha control"):
+        progress = xp.options.progress
+        control = alpha_control(xp.model, task, mask, n_random=n_random, batch_size=batch_size, progress_bar=progress)
+        table = control.table.assign(task=task.name, alpha_test=control.alpha_test, n_scaled=control.n_scaled)
+        xp.table(table, f"fig6_alpha_control_{stem}", float_format=None)
+        xp.table(control.summary(), f"fig6_alpha_summary_{stem}", float_format=None)
 
 
 def cross_task_stage(
@@ -171,21 +165,19 @@ def cross_task_stage(
         stem = safe_name(source.name)
         if _done(xp, f"cross_task_{stem}.csv", redo):
             continue
-        start, rows, texts = time.perf_counter(), [], []
-        for target in tasks:
-            with mask_on_another_task():
-                result = evaluate(xp.model, target, masks[source.name], config)
-            row = result.table.loc[result.table.setting == "masked"].iloc[0]
-            rows.append(
-                {"mask_task": source.name, **{c: row[c] for c in CROSS_COLUMNS if c in row and c != "mask_task"}}
-            )
-            texts.append(result.generations.assign(mask_task=source.name))
-            print(f"{source.name} mask on {target.name}: strict {row.strict:.2f}", flush=True)
-        xp.table(pd.DataFrame(rows), f"cross_task_{stem}", float_format=None)
-        xp.table(
-            pd.concat(texts, ignore_index=True), f"cross_task_generations_{stem}", float_format=None, compress=True
-        )
-        record_time(xp.out, "cross-task", f"{source.name} mask on {len(tasks)} tasks", time.perf_counter() - start)
+        rows, texts = [], []
+        with timed(xp.out, "cross-task", f"{source.name} mask on {len(tasks)} tasks"):
+            for target in tasks:
+                with mask_on_another_task():
+                    result = evaluate(xp.model, target, masks[source.name], config)
+                row = result.table.loc[result.table.setting == "masked"].iloc[0]
+                shared = {c: row[c] for c in CROSS_COLUMNS if c in row and c != "mask_task"}
+                rows.append({"mask_task": source.name, **shared})
+                texts.append(result.generations.assign(mask_task=source.name))
+                print(f"{source.name} mask on {target.name}: strict {row.strict:.2f}", flush=True)
+            xp.table(pd.DataFrame(rows), f"cross_task_{stem}", float_format=None)
+            generations = pd.concat(texts, ignore_index=True)
+            xp.table(generations, f"cross_task_generations_{stem}", float_format=None, compress=True)
     per_mask = [p for p in xp.files("cross_task_*.csv") if not p.name.startswith("cross_task_generations")]
     parts = [read_table(path) for path in per_mask]
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(CROSS_COLUMNS))

@@ -274,12 +274,9 @@ class Experiment:
         """Append one stage's wall time to `<out>/times.csv` (at once: a log, not a result)."""
         record_time(self.out, self.name, what, seconds)
 
-    @contextmanager
-    def timed(self, what: str) -> Iterator[None]:
-        """Record the block's wall time (`record_time`)."""
-        started = time.perf_counter()
-        yield
-        self.record_time(what, time.perf_counter() - started)
+    def timed(self, what: str, stage: str | None = None) -> contextlib.AbstractContextManager[None]:
+        """Record the block's wall time under `stage` (default: the script's name); see `timed`."""
+        return timed(self.out, stage or self.name, what)
 
     def commit(self) -> list[Path]:
         """Move the staged tables and figures in as one set; called by `open_experiment` at the end.
@@ -299,6 +296,14 @@ def record_time(folder: str | os.PathLike, stage: str, what: str, seconds: float
     atomic_write(path, lambda tmp: table.to_csv(tmp, index=False))
     print(f"[{stage}] {what}: {seconds:.1f} s", flush=True)
     return path
+
+
+@contextmanager
+def timed(folder: str | os.PathLike, stage: str, what: str) -> Iterator[None]:
+    """Record the block's wall time in `folder/times.csv` (`record_time`) when it ends without error."""
+    started = time.perf_counter()
+    yield
+    record_time(folder, stage, what, time.perf_counter() - started)
 
 
 @contextmanager

@@ -37,7 +37,7 @@ from ..evaluation import EvalConfig, accuracy, evaluate, rescore
 from ..masks import HeadMask
 from ..plots import alpha_figure, jaccard_figure, logit_lens_figure, mask_heatmap, rank_figure, similarity_figure
 from ..training import TrainConfig, TrainResult, safe_name, train_masks
-from ._experiment import Experiment, record_time
+from ._experiment import Experiment, timed
 from ._masks import mask_on_another_task, stored_mask_path
 from ._rescore import rescore_folder
 
@@ -127,16 +127,14 @@ def train_stored_masks(
     in `<out>/masks/` (`stored_mask_path(..., seed=config.seed)`). The results by task name."""
     names = [t.name for t in tasks]
     run_dir = Path(runs) / f"seed{config.seed}-{'+'.join(safe_name(n) for n in names)}"
-    start = time.perf_counter()
-    results = train_masks(xp.model, tasks, config, out_dir=run_dir)
-    seconds = time.perf_counter() - start
+    what = f"seed {config.seed}, {config.steps} steps x batch {config.batch_size}: {' '.join(names)}"
+    with timed(xp.out, "train", what):
+        results = train_masks(xp.model, tasks, config, out_dir=run_dir)
     for name, result in results.items():
         stem = stored_mask_path("masks", name, seed=config.seed).with_suffix("")
         result.mask.save(xp.staged(f"{stem}.safetensors"))
         _full(xp, result.history, f"{stem}_history")
         print(f"{name}: {result.mask.n_kept} heads kept of {result.mask.values.numel()}", flush=True)
-    what = f"seed {config.seed}, {config.steps} steps x batch {config.batch_size}: {' '.join(names)}"
-    record_time(xp.out, "train", what, seconds)
     return results
 
 
@@ -187,22 +185,20 @@ def settings_table(
     `seeds` (`seed_masks`), named "masked, seed k". Writes `tables12_evaluation_<task>.csv` and every
     output behind it, `tables12_generations_<task>.csv`; returns the table."""
     stem = safe_name(task.name)
-    start = time.perf_counter()
     config = EvalConfig(alpha=alpha, batch_size=batch_size, random_seed=0)
-    result = evaluate(xp.model, task, mask, config)
+    with timed(xp.out, stage, f"{task.name}: evaluate (settings table)"):
+        result = evaluate(xp.model, task, mask, config)
     tables, generations = [result.table], [result.generations]
-    record_time(xp.out, stage, f"{task.name}: evaluate (settings table)", time.perf_counter() - start)
     for label, seed_mask in seeds.items():  # other seeds of this task's mask: run-to-run spread
         seed = _seed_of(label, stem)
         if seed is None:
             continue
-        start = time.perf_counter()
-        seed_result = evaluate(xp.model, task, seed_mask, config)
+        with timed(xp.out, stage, f"{label}: evaluate (masked, random mask)"):
+            seed_result = evaluate(xp.model, task, seed_mask, config)
         rows, texts = seed_result.table, seed_result.generations
         keep = ["masked", "random mask"]
         tables.append(rows[rows.setting.isin(keep)].assign(setting=lambda t: t.setting + f", {seed}"))
         generations.append(texts[texts.setting.isin(keep)].assign(setting=lambda t: t.setting + f", {seed}"))
-        record_time(xp.out, stage, f"{label}: evaluate (masked, random mask)", time.perf_counter() - start)
     table = pd.concat(tables)
     _write_pair(xp, stem, table, pd.concat(generations))
     return table
@@ -217,13 +213,13 @@ def fewshot_table(
     baseline: demonstrations, no instruction, no mask), instructed (the instruction after the
     demonstrations), masked, random mask, instructed + scaled mask and the controls. Writes
     `fewshot_evaluation_<task>.csv` and every output, `fewshot_generations_<task>.csv`."""
-    stem, start = safe_name(task.name), time.perf_counter()
+    stem = safe_name(task.name)
     config = EvalConfig(alpha=alpha, batch_size=batch_size, random_seed=0)
-    with mask_on_another_task():  # the zero-shot mask on k-shot prompts
+    # the zero-shot mask on k-shot prompts
+    with timed(xp.out, "fewshot", f"{task.name}: evaluate {shots}-shot"), mask_on_another_task():
         # dev=0: nothing trains here, so no rows are kept out for a dev set (a task with fewer than
         # k + 100 training pairs still gets the reference's demonstrations: the shuffle's first k)
         result = evaluate(xp.model, fewshot(task, k=shots, dev=0), mask, config)
-    record_time(xp.out, "fewshot", f"{task.name}: evaluate {shots}-shot", time.perf_counter() - start)
     table = result.table.assign(task=task.name, shots=shots)
     _full(xp, table, f"fewshot_evaluation_{stem}")
     _full(xp, result.generations.assign(task=task.name, shots=shots), f"fewshot_generations_{stem}")
@@ -243,9 +239,9 @@ def add_seed_rows(xp: Experiment, task: Task, seeds: Mapping[str, HeadMask], *, 
         seed = _seed_of(label, stem)
         if seed is None or f"masked, {seed}" in set(table.setting):
             continue
-        start = time.perf_counter()
         config = EvalConfig(alpha=alpha, batch_size=batch_size, settings=("masked", "random mask"))
-        seed_result = evaluate(xp.model, task, seed_mask, config)
+        with timed(xp.out, "evaluate", f"{label}: evaluate (masked, random mask)"):
+            seed_result = evaluate(xp.model, task, seed_mask, config)
         rows, outputs = seed_result.table, seed_result.generations
         rename = {"masked": f"masked, {seed}", "random mask": f"random mask, {seed}"}
         controls = list(table.index[table.setting.isin(["echo baseline", "majority label"])])
@@ -253,7 +249,6 @@ def add_seed_rows(xp: Experiment, task: Task, seeds: Mapping[str, HeadMask], *, 
         new = rows.assign(setting=rows.setting.map(rename))[list(table.columns.intersection(rows.columns))]
         table = pd.DataFrame(pd.concat([table.iloc[:at], new, table.iloc[at:]], ignore_index=True))
         texts = pd.concat([texts, outputs.assign(setting=outputs.setting.map(rename))], ignore_index=True)
-        record_time(xp.out, "evaluate", f"{label}: evaluate (masked, random mask)", time.perf_counter() - start)
         added = True
     if added:
         rescored = rescore(task, table, texts)
@@ -289,9 +284,8 @@ def analyze_task(xp: Experiment, task: Task, mask: HeadMask, *, new_tokens: int,
     n_heads = model.cfg.n_layers * model.cfg.n_heads
     sweeps = []
     for order_name, order in (("weight", weight_order(mask)), ("random", random_order(model, seed=0))):
-        start = time.perf_counter()
-        sweep = removal_sweep(model, prompt, order, target_tokens=[answer], max_new_tokens=new_tokens)
-        record_time(xp.out, "analyze", f"{name}: removal sweep, {order_name} order", time.perf_counter() - start)
+        with timed(xp.out, "analyze", f"{name}: removal sweep, {order_name} order"):
+            sweep = removal_sweep(model, prompt, order, target_tokens=[answer], max_new_tokens=new_tokens)
         _full(xp, sweep.long(), f"fig2_removal_ranks_{order_name}_{stem}")
         _full(
             xp,
@@ -315,37 +309,35 @@ def analyze_task(xp: Experiment, task: Task, mask: HeadMask, *, new_tokens: int,
         xp.figure(figure, f"fig2_removal_ranks_{order_name}_{stem}")
     _full(xp, pd.DataFrame(sweeps), f"fig2_summary_{stem}")
 
-    start = time.perf_counter()  # Fig. 4: similarity to the instructed run, mean over held-out inputs
     pairs = {
         "original vs instructed": lambda u, i: (Setting(u), Setting(i)),
         "masked vs instructed": lambda u, i: (Setting(u, mask=mask), Setting(i)),
         "masked vs masked + instructed": lambda u, i: (Setting(u, mask=mask), Setting(i, mask=mask)),
     }
     similarity, rows = {}, []
-    for label, make in pairs.items():
-        per_input = [
-            layer_similarity(model, *make(task.user_text(xi), task.user_text(xi, instructed=True)))
-            for xi, _ in task.eval_pairs[:N_SIMILARITY]
-        ]
-        similarity[label] = pd.concat(per_input).groupby(level=0).mean(numeric_only=True)
-        rows += [t.assign(comparison=label, example=k) for k, t in enumerate(per_input)]
-    _full(xp, pd.concat(rows), f"fig4_similarity_{stem}")
-    heading = f"{title}, {name}: cosine similarity to the instructed run (mean of {N_SIMILARITY} inputs)"
-    xp.figure(similarity_figure(similarity, title=heading), f"fig4_similarity_{stem}")
-    record_time(xp.out, "analyze", f"{name}: layer similarity", time.perf_counter() - start)
+    with timed(xp.out, "analyze", f"{name}: layer similarity"):  # Fig. 4: mean over held-out inputs
+        for label, make in pairs.items():
+            per_input = [
+                layer_similarity(model, *make(task.user_text(xi), task.user_text(xi, instructed=True)))
+                for xi, _ in task.eval_pairs[:N_SIMILARITY]
+            ]
+            similarity[label] = pd.concat(per_input).groupby(level=0).mean(numeric_only=True)
+            rows += [t.assign(comparison=label, example=k) for k, t in enumerate(per_input)]
+        _full(xp, pd.concat(rows), f"fig4_similarity_{stem}")
+        heading = f"{title}, {name}: cosine similarity to the instructed run (mean of {N_SIMILARITY} inputs)"
+        xp.figure(similarity_figure(similarity, title=heading), f"fig4_similarity_{stem}")
 
-    start = time.perf_counter()  # Table 41: logit lens of the masked, uninstructed prompt
-    lens = logit_lens(model, prompt, k=5, mask=mask)
-    _full(xp, lens.table, f"table41_logit_lens_{stem}")
-    figure = logit_lens_figure(lens, title=f"{title}, {name}: logit lens, masked, input {x!r}")
-    xp.figure(figure, f"table41_logit_lens_{stem}")
-    record_time(xp.out, "analyze", f"{name}: logit lens", time.perf_counter() - start)
+    with timed(xp.out, "analyze", f"{name}: logit lens"):  # Table 41: the masked, uninstructed prompt
+        lens = logit_lens(model, prompt, k=5, mask=mask)
+        _full(xp, lens.table, f"table41_logit_lens_{stem}")
+        figure = logit_lens_figure(lens, title=f"{title}, {name}: logit lens, masked, input {x!r}")
+        xp.figure(figure, f"table41_logit_lens_{stem}")
 
-    start = time.perf_counter()  # Fig. 6: instructed loss as the heads outside the mask are scaled by alpha
-    grid = alpha_grid(model, task, mask, batch_size=batch_size)
-    _full(xp, grid.assign(task=name), f"fig6_alpha_grid_{stem}")
-    xp.figure(alpha_figure(grid, title=f"{title}, {name}: instructed answer loss vs alpha"), f"fig6_alpha_grid_{stem}")
-    record_time(xp.out, "analyze", f"{name}: alpha grid", time.perf_counter() - start)
+    with timed(xp.out, "analyze", f"{name}: alpha grid"):  # Fig. 6: heads outside the mask scaled by alpha
+        grid = alpha_grid(model, task, mask, batch_size=batch_size)
+        _full(xp, grid.assign(task=name), f"fig6_alpha_grid_{stem}")
+        figure = alpha_figure(grid, title=f"{title}, {name}: instructed answer loss vs alpha")
+        xp.figure(figure, f"fig6_alpha_grid_{stem}")
 
 
 def combine_tables(xp: Experiment, *, title: str) -> pd.DataFrame:

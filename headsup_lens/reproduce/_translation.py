@@ -11,7 +11,6 @@ output folder and every table is written with every digit (`float_format=None`).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from ..masks import HeadMask
 from ..models import prompt_format
 from ..plots import rank_figure
 from ..training import TrainConfig, TrainResult, train_masks
-from ._experiment import Experiment, record_time
+from ._experiment import Experiment, timed
 from ._masks import mask_on_another_task
 
 FOLDER = "translation"
@@ -81,11 +80,8 @@ def scan_translation(
         sample = task.train_pairs[:n]
         template = prompt_format(xp.model)
         prompts = [encode_prompt(xp.model, task.user_text(x, instructed=True), template=template) for x, _ in sample]
-        start = time.perf_counter()
-        texts = generate_answers(xp.model, prompts, max_new_tokens=task.max_new_tokens, batch_size=batch_size)
-        record_time(
-            xp.out / FOLDER, "scan", f"{pair}: {len(sample)} instructed generations", time.perf_counter() - start
-        )
+        with timed(xp.out / FOLDER, "scan", f"{pair}: {len(sample)} instructed generations"):
+            texts = generate_answers(xp.model, prompts, max_new_tokens=task.max_new_tokens, batch_size=batch_size)
         rows = pd.DataFrame(
             {"pair": pair, "source": [x for x, _ in sample], "reference": [y for _, y in sample], "generation": texts}
         )
@@ -138,18 +134,16 @@ def train_translation_masks(
     `<runs>/seed<k>-<steps>x<batch>-<pairs>`); the final masks and histories go to `translation/masks/`."""
     tasks = [load_task(f"translation/{pair}", data_dir) for pair in pairs]
     run_dir = Path(runs) / f"seed{config.seed}-{config.steps}x{config.batch_size}-{'+'.join(pairs)}"
-    start = time.perf_counter()
-    results = train_masks(xp.model, tasks, config, out_dir=run_dir)
-    seconds = time.perf_counter() - start
-    for pair, (name, result) in zip(pairs, results.items()):
-        result.mask.save(xp.staged(translation_mask_name(pair)))
-        _table(xp, result.history, f"masks/translation_{pair}_history")
-        print(f"{name}: {result.mask.n_kept} heads kept of {result.mask.values.numel()}", flush=True)
     what = (
         f"seed {config.seed}, {config.steps} steps x batch {config.batch_size}: "
         f"{' '.join(pairs)} (this process's wall time; resumed runs count the last part only)"
     )
-    record_time(xp.out / FOLDER, "train", what, seconds)
+    with timed(xp.out / FOLDER, "train", what):
+        results = train_masks(xp.model, tasks, config, out_dir=run_dir)
+    for pair, (name, result) in zip(pairs, results.items()):
+        result.mask.save(xp.staged(translation_mask_name(pair)))
+        _table(xp, result.history, f"masks/translation_{pair}_history")
+        print(f"{name}: {result.mask.n_kept} heads kept of {result.mask.values.numel()}", flush=True)
     return results
 
 
@@ -164,12 +158,9 @@ def table1_rows(
     generation stay in `translation/table1_<pair>_evaluation/`, from which an interrupted run resumes."""
     task = load_task(f"translation/{pair}", data_dir)
     config = EvalConfig(alpha=alpha, batch_size=batch_size, random_seed=0)
-    start = time.perf_counter()
-    result = evaluate(
-        xp.model, task, _stored_mask(xp, pair), config, out_dir=xp.out / FOLDER / f"table1_{pair}_evaluation"
-    )
-    what = f"{pair}: Table 1 ({len(task.eval_pairs)} held-out pairs)"
-    record_time(xp.out / FOLDER, "analyze", what, time.perf_counter() - start)
+    with timed(xp.out / FOLDER, "analyze", f"{pair}: Table 1 ({len(task.eval_pairs)} held-out pairs)"):
+        out_dir = xp.out / FOLDER / f"table1_{pair}_evaluation"
+        result = evaluate(xp.model, task, _stored_mask(xp, pair), config, out_dir=out_dir)
     table = result.table.assign(pair=pair, setting=result.table.setting.replace(setting_names(alpha)))
     table = table.rename(columns={"n_examples": "n"})
     table = pd.DataFrame(
@@ -205,12 +196,9 @@ def fig2_sweeps(
             "random": lambda: random_order(model, seed=0),
             "influence": lambda: influence_order(sweeps["weight"]),
         }[order_name]()
-        start = time.perf_counter()
-        sweep = removal_sweep(model, task.user_text(x), order, target_tokens=[answer], max_new_tokens=new_tokens)
+        with timed(xp.out / FOLDER, "analyze", f"{pair}: removal sweep, {order_name} order"):
+            sweep = removal_sweep(model, task.user_text(x), order, target_tokens=[answer], max_new_tokens=new_tokens)
         sweeps[order_name] = sweep
-        record_time(
-            xp.out / FOLDER, "analyze", f"{pair}: removal sweep, {order_name} order", time.perf_counter() - start
-        )
         languages = [identify_language(first_line(g)) for g in sweep.generations]
         language_step = next((s for s, lang in zip(sweep.steps, languages) if lang == tgt), None)
         _table(xp, sweep.long(), f"{stem}_ranks")
@@ -277,11 +265,9 @@ def table8_rows(
     mask = _stored_mask(xp, pair)
     settings = ("instructed", "instructed + scaled mask", "echo baseline") if mask else ("instructed", "echo baseline")
     config = EvalConfig(alpha=alpha, batch_size=batch_size, settings=settings)
-    start = time.perf_counter()
-    with mask_on_another_task():  # the translation mask on IWSLT's pairs
+    # the translation mask on IWSLT's pairs
+    with timed(xp.out / FOLDER, "analyze", f"{pair}: Table 8 ({len(task.pairs)} IWSLT pairs)"), mask_on_another_task():
         result = evaluate(xp.model, task, mask, config, out_dir=xp.out / FOLDER / f"table8_{pair}_evaluation")
-    what = f"{pair}: Table 8 ({len(task.pairs)} IWSLT pairs)"
-    record_time(xp.out / FOLDER, "analyze", what, time.perf_counter() - start)
     table = result.table.assign(pair=pair, setting=result.table.setting.replace(setting_names(alpha)))
     table = pd.DataFrame(
         table.rename(columns={"n_examples": "n"})[["pair", "setting", "n", "bleu", "target_language_share"]]

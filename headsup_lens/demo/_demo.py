@@ -9,7 +9,7 @@ explains every table and figure for a reader who has not read the paper.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -88,6 +88,26 @@ def _multi_word(task: Task) -> bool:
 
 
 @checked
+@dataclass
+class _Page:
+    """The report under way, and its figures as they are saved (HTML, and PNG unless `png` is off)."""
+
+    report: Report
+    folder: Path
+    png: bool
+    pngs: list[Path] = field(default_factory=list)
+    png_errors: set[str] = field(default_factory=set)
+
+    def figure(self, fig, name: str, caption: str) -> None:
+        self.report.figure(fig, caption)
+        with activity(f"saving figure {name}"):  # the first PNG starts a headless browser
+            saved = save_figure(fig, self.folder / name, png=self.png)
+        if saved.png is not None:
+            self.pngs.append(saved.png)
+        elif self.png and saved.png_error:
+            self.png_errors.add(saved.png_error)
+
+
 def run_demo(config: DemoConfig) -> DemoResult:
     """`headsup demo` as a library call: train (or load, `config.masks`) a mask per task, evaluate them,
     run removal sweeps in weight, influence and random order, layer similarity and the logit lens, and
@@ -101,7 +121,6 @@ def run_demo(config: DemoConfig) -> DemoResult:
         torch.set_num_threads(threads)
     out = Path(config.out)
     stage = OutputSet(out, "demo")  # report, figures and tables are moved in together at the end
-    figures = stage.path / "figures"
     # Tasks and stored masks are checked before the model loads: a missing file fails at once.
     tasks: list[Task] = [load_task(name, data_dir=config.data_dir) for name in config.tasks]
     mask_files = None if config.masks is None else stored_mask_files(config.masks, [t.name for t in tasks])
@@ -122,24 +141,65 @@ def run_demo(config: DemoConfig) -> DemoResult:
             "task's head set S_t makes it perform that task without instruction. It validates the "
             "tooling; the paper's claim about natural LLMs is tested on real LLMs."
         )
-    saved_pngs: list[Path] = []
-    png_errors: set[str] = set()
-
-    def figure(fig, name: str, caption: str) -> None:
-        report.figure(fig, caption)
-        with activity(f"saving figure {name}"):  # the first PNG starts a headless browser
-            saved = save_figure(fig, figures / name, png=config.png)
-        if saved.png is not None:
-            saved_pngs.append(saved.png)
-        elif config.png and saved.png_error:
-            png_errors.add(saved.png_error)
-
-    # 1. Masks, trained for all tasks at once (per-row masks), without instructions.
-    train_config = TrainConfig.fast(steps=config.steps, batch_size=config.batch_size, seed=config.seed)
+    page = _Page(report, stage.path / "figures", config.png)
     print(
         f"loaded {config.model} ({model.cfg.n_layers} layers x {model.cfg.n_heads} heads) on {model.cfg.device}",
         flush=True,
     )
+    masks = _learned_masks(page, config, model, tasks, mask_files, planted)
+    summary, evaluation, outputs = _evaluation(page, model, tasks, masks, planted)
+    _all_settings(page.report, evaluation, tasks)
+    task, mask = tasks[0], masks[tasks[0].name]
+    sweeps, sweep_rows = _sweeps(page, config, model, task, mask)
+    _inside(page, model, task, mask)
+
+    # 5. Files.
+    print(f"writing the report, tables and figures to {out} ...", flush=True)
+    tables_dir = stage.path / "tables"
+    for name, frame in {
+        "summary": summary,
+        "evaluation": evaluation,
+        "sweeps": pd.DataFrame(sweep_rows),
+        "generations": pd.concat(outputs, ignore_index=True),
+    }.items():
+        atomic_write(tables_dir / f"{name}.csv", lambda tmp, frame=frame: frame.to_csv(tmp, index=False))
+    for name, sweep in sweeps.items():
+        atomic_write(
+            tables_dir / f"sweep_{name.replace(' ', '_')}.csv",
+            lambda tmp, sweep=sweep: sweep.long().to_csv(tmp, index=False),
+        )
+    seconds = time.perf_counter() - start
+    report.note(f"Computed in {seconds:.0f} s with torch {torch.__version__} on {model.cfg.device}.")
+    report.write(stage.path / "report.html")
+    for error in sorted(page.png_errors):
+        print(f"PNG figures not written (HTML written): {error}")
+    atomic_write_json(
+        stage.path / "summary.json",
+        {
+            "seconds": seconds,
+            "summary": summary.to_dict("records"),
+            "sweeps": sweep_rows,
+            "png_figures": [Path(p).name for p in page.pngs],
+        },
+    )
+    stage.commit()
+    return DemoResult(out=out, summary=summary, evaluations=evaluation, sweeps=sweeps, seconds=seconds)
+
+
+def _learned_masks(
+    page: _Page,
+    config: DemoConfig,
+    model,
+    tasks: list[Task],
+    mask_files: dict[str, Path] | None,
+    planted: dict[str, list[tuple[int, int]]] | None,
+) -> dict[str, HeadMask]:
+    """1. Masks, trained for all tasks at once (per-row masks) without instructions, or loaded; their
+    heat map, with the planted heads marked on the organism."""
+    report, figure = page.report, page.figure
+    n_total = model.cfg.n_layers * model.cfg.n_heads
+    out = Path(config.out)
+    train_config = TrainConfig.fast(steps=config.steps, batch_size=config.batch_size, seed=config.seed)
     if mask_files is not None:  # stored masks (e.g. trained once on a slow machine): no training here
         masks = {name: HeadMask.load(path, model) for name, path in mask_files.items()}
         schedule = f"Masks loaded from {config.masks} (trained earlier), not trained in this run."
@@ -181,8 +241,20 @@ def run_demo(config: DemoConfig) -> DemoResult:
         f"Heads kept: {kept}. A mask that keeps every head has learned nothing; one that removes most heads "
         f"usually breaks the model.{planted_note}",
     )
+    return masks
 
-    # 2. Evaluation in the paper's settings, plus recovery of the planted pathway.
+
+def _evaluation(
+    page: _Page,
+    model,
+    tasks: list[Task],
+    masks: dict[str, HeadMask],
+    planted: dict[str, list[tuple[int, int]]] | None,
+) -> tuple[pd.DataFrame, pd.DataFrame, list[pd.DataFrame]]:
+    """2. Evaluation in the paper's settings, plus recovery of the planted pathway: (the per-task summary,
+    every setting's row, every output)."""
+    report = page.report
+    n_total = model.cfg.n_layers * model.cfg.n_heads
     evaluations, summary_rows, display_rows, outputs = [], [], [], []
     for number, task in enumerate(tasks, 1):
         print(f"evaluating {task.name} ({number}/{len(tasks)}) in the paper's settings ...", flush=True)
@@ -231,7 +303,12 @@ def run_demo(config: DemoConfig) -> DemoResult:
             "heads and the planted set; 1 = exactly the planted pathway, the random value is what chance gives."
         )
     report.table(pd.DataFrame(display_rows), caption=caption)
+    return summary, evaluation, outputs
 
+
+def _all_settings(report: Report, evaluation: pd.DataFrame, tasks: list[Task]) -> None:
+    """Every task in every setting, with intervals, controls and p-values."""
+    n_eval = int(evaluation.n_examples.max()) if "n_examples" in evaluation else len(tasks[0].eval_pairs)
     report.heading("All settings")
     multi_word = {t.name for t in tasks if _multi_word(t)}
     columns = [
@@ -306,9 +383,13 @@ def run_demo(config: DemoConfig) -> DemoResult:
         settings_caption += " ROUGE-L and BLEU are left out: with one-word answers they add nothing to accuracy."
     report.table(shown, caption=settings_caption)  # cells wrap between a value and its interval: it fits the page
 
-    # 3. Removal sweeps on one held-out example of the first task.
-    task = tasks[0]
-    mask = masks[task.name]
+
+def _sweeps(
+    page: _Page, config: DemoConfig, model, task: Task, mask: HeadMask
+) -> tuple[dict[str, RemovalSweep], list[dict]]:
+    """3. Removal sweeps on one held-out example of the first task, in weight, influence and random order."""
+    report, figure = page.report, page.figure
+    n_total = model.cfg.n_layers * model.cfg.n_heads
     word, answer = task.eval_pairs[0]
     target = answer  # the sweep tracks the first token of the answer
     shape = (model.cfg.n_layers, model.cfg.n_heads)
@@ -377,8 +458,13 @@ def run_demo(config: DemoConfig) -> DemoResult:
         "step where it changes: from echoing or following the default behaviour to doing the task, and, when "
         "too many heads are gone, to broken text.",
     )
+    return sweeps, sweep_rows
 
-    # 4. Similarity to the instructed run (Fig. 4) and the logit lens under the mask.
+
+def _inside(page: _Page, model, task: Task, mask: HeadMask) -> None:
+    """4. Similarity to the instructed run (Fig. 4) and the logit lens under the mask."""
+    report, figure = page.report, page.figure
+    word = task.eval_pairs[0][0]
     print("similarity to the instructed run and logit lens ...", flush=True)
     instructed = task.user_text(word, instructed=True) if task.instruction else None
     if instructed is not None:
@@ -405,35 +491,3 @@ def run_demo(config: DemoConfig) -> DemoResult:
         "Each row is a layer's residual stream read out as next-token probabilities (final norm applied): the "
         "top 5 tokens, coloured by probability (0-1). Watch the layer where the answer appears.",
     )
-
-    # 5. Files.
-    print(f"writing the report, tables and figures to {out} ...", flush=True)
-    tables_dir = stage.path / "tables"
-    for name, frame in {
-        "summary": summary,
-        "evaluation": evaluation,
-        "sweeps": pd.DataFrame(sweep_rows),
-        "generations": pd.concat(outputs, ignore_index=True),
-    }.items():
-        atomic_write(tables_dir / f"{name}.csv", lambda tmp, frame=frame: frame.to_csv(tmp, index=False))
-    for name, sweep in sweeps.items():
-        atomic_write(
-            tables_dir / f"sweep_{name.replace(' ', '_')}.csv",
-            lambda tmp, sweep=sweep: sweep.long().to_csv(tmp, index=False),
-        )
-    seconds = time.perf_counter() - start
-    report.note(f"Computed in {seconds:.0f} s with torch {torch.__version__} on {model.cfg.device}.")
-    report.write(stage.path / "report.html")
-    for error in sorted(png_errors):
-        print(f"PNG figures not written (HTML written): {error}")
-    atomic_write_json(
-        stage.path / "summary.json",
-        {
-            "seconds": seconds,
-            "summary": summary.to_dict("records"),
-            "sweeps": sweep_rows,
-            "png_figures": [Path(p).name for p in saved_pngs],
-        },
-    )
-    stage.commit()
-    return DemoResult(out=out, summary=summary, evaluations=evaluation, sweeps=sweeps, seconds=seconds)

@@ -316,15 +316,60 @@ def removal_sweep(
     shape = (model.cfg.n_layers, model.cfg.n_heads)
     all_masks = sweep_masks(order, steps, shape)
 
+    logits, continuations, layer_chunks = _run_steps(
+        model, ids, all_masks, max_new_tokens, rows, record_layers, gate, alpha, rank, world, progress
+    )
+
+    # The full model's top-k: from step 0 when the sweep has it, else from an unmasked pass.
+    if steps[0] == 0:
+        reference = logits[0]
+    else:
+        reference, _, _ = greedy_rows(model, ids, torch.ones(1, *shape), 0, False)
+        reference = reference[0]
+    tracked, labels, tokens = _tracked_tokens(model, reference, top_k, targets)
+    ranks, logit_table = _step_tables(model, order, steps, logits, tracked, labels)
+    attn_out, block_out = _layer_outputs(layer_chunks, model.cfg.n_layers) if record_layers else (None, None)
+    text = model.tokenizer.decode(ids_list)
+    return RemovalSweep(
+        prompt=text,
+        order=order,
+        steps=steps,
+        tokens=tokens,
+        ranks=ranks,
+        logits=logit_table,
+        generations=[model.tokenizer.decode(c) for c in continuations],
+        generation_ids=continuations,
+        attn_out=attn_out,
+        block_out=block_out,
+        metadata={"batch_size": rows, "max_new_tokens": max_new_tokens, "top_k": top_k, "gate": gate, "alpha": alpha},
+    )
+
+
+def _run_steps(
+    model: TransformerBridge,
+    ids: torch.Tensor,
+    all_masks: torch.Tensor,
+    max_new_tokens: int,
+    rows: int,
+    record_layers: bool,
+    gate: str,
+    alpha: float,
+    rank: int,
+    world: int,
+    progress: bool,
+) -> tuple[torch.Tensor, list[list[int]], list[dict[str, torch.Tensor]]]:
+    """Every step's passes, in chunks of `rows` (each rank runs its share; with several, every rank gathers
+    all): the last prompt position's logits per step, the greedy continuations, the recorded layers."""
+    n_steps = len(all_masks)  # one mask per step
     # On a sharded model every rank runs as many rows (repeats of its last one, dropped after).
-    mine, run = padded_share(len(steps), rank, world) if lockstep(model) else (shard(len(steps), rank, world), None)
+    mine, run = padded_share(n_steps, rank, world) if lockstep(model) else (shard(n_steps, rank, world), None)
     run = list(mine) if run is None else run
     logits_chunks, continuations, layer_chunks = [torch.empty(0, model.cfg.d_vocab)], [], []
     starts = range(0, len(run), rows)
     passes = max(1, max_new_tokens)  # forward passes per chunk: the prompt pass, then one per new token
     bar = progress_bar(
         total=len(starts) * passes,
-        desc=f"removal sweep ({len(steps)} steps)",
+        desc=f"removal sweep ({n_steps} steps)",
         unit="pass",
         enabled=progress and rank == 0,
     )
@@ -356,14 +401,13 @@ def removal_sweep(
         logits_chunks = [chunk for piece in pieces for chunk in piece[0]]
         continuations = [row for piece in pieces for row in piece[1]]
         layer_chunks = [chunk for piece in pieces for chunk in piece[2]]
-    logits = torch.cat(logits_chunks)
+    return torch.cat(logits_chunks), continuations, layer_chunks
 
-    # The full model's top-k: from step 0 when the sweep has it, else from an unmasked pass.
-    if steps[0] == 0:
-        reference = logits[0]
-    else:
-        reference, _, _ = greedy_rows(model, ids, torch.ones(1, *shape), 0, False)
-        reference = reference[0]
+
+def _tracked_tokens(
+    model: TransformerBridge, reference: torch.Tensor, top_k: int, targets: list[int]
+) -> tuple[list[int], list[str], pd.DataFrame]:
+    """The tracked tokens (the full model's `top_k`, then the targets), their labels and their table."""
     top = reference.topk(min(top_k, reference.numel())).indices.tolist() if top_k else []
     tracked = top + targets
     kinds = ["top"] * len(top) + ["target"] * len(targets)
@@ -380,7 +424,18 @@ def removal_sweep(
             "kind": kinds,
         }
     )
+    return tracked, labels, tokens
 
+
+def _step_tables(
+    model: TransformerBridge,
+    order: list[Head],
+    steps: list[int],
+    logits: torch.Tensor,
+    tracked: list[int],
+    labels: list[str],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ranks, logits): one row per step (the head removed, the top token), a column per tracked token."""
     frame = pd.DataFrame(
         {
             "step": steps,
@@ -399,27 +454,15 @@ def removal_sweep(
         for j, label in enumerate(labels):
             ranks[label] = rank_values[:, j]
             logit_table[label] = logit_values[:, j]
+    return ranks, logit_table
 
-    attn_out = block_out = None
-    if record_layers:
-        n_layers = model.cfg.n_layers
-        attn_out = torch.stack(
-            [torch.cat([c[f"blocks.{l}.hook_attn_out"] for c in layer_chunks]) for l in range(n_layers)], dim=1
-        )
-        block_out = torch.stack(
-            [torch.cat([c[f"blocks.{l}.hook_resid_post"] for c in layer_chunks]) for l in range(n_layers)], dim=1
-        )
-    text = model.tokenizer.decode(ids_list)
-    return RemovalSweep(
-        prompt=text,
-        order=order,
-        steps=steps,
-        tokens=tokens,
-        ranks=ranks,
-        logits=logit_table,
-        generations=[model.tokenizer.decode(c) for c in continuations],
-        generation_ids=continuations,
-        attn_out=attn_out,
-        block_out=block_out,
-        metadata={"batch_size": rows, "max_new_tokens": max_new_tokens, "top_k": top_k, "gate": gate, "alpha": alpha},
+
+def _layer_outputs(layer_chunks: list[dict[str, torch.Tensor]], n_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(attention output, block output) per step and layer, from the chunks' recorded hooks."""
+    attn_out = torch.stack(
+        [torch.cat([c[f"blocks.{l}.hook_attn_out"] for c in layer_chunks]) for l in range(n_layers)], dim=1
     )
+    block_out = torch.stack(
+        [torch.cat([c[f"blocks.{l}.hook_resid_post"] for c in layer_chunks]) for l in range(n_layers)], dim=1
+    )
+    return attn_out, block_out

@@ -87,7 +87,6 @@ def _multi_word(task: Task) -> bool:
     return bool(answers) and sum(len(a.split()) for a in answers) / len(answers) > 1.5
 
 
-@checked
 @dataclass
 class _Page:
     """The report under way, and its figures as they are saved (HTML, and PNG unless `png` is off)."""
@@ -108,6 +107,7 @@ class _Page:
             self.png_errors.add(saved.png_error)
 
 
+@checked
 def run_demo(config: DemoConfig) -> DemoResult:
     """`headsup demo` as a library call: train (or load, `config.masks`) a mask per task, evaluate them,
     run removal sweeps in weight, influence and random order, layer similarity and the logit lens, and

@@ -15,6 +15,7 @@ Hooks (gates) fire on every pass as under `generate`; with the cache, later pass
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -166,6 +167,38 @@ def greedy_generate(
             return _with_answer_nll(model, output, ids, attention_mask, answers, hooks)
         output.answer_nll = _scored(model, answers, first_logits, states)
         return output
+    regate = None
+    if per_row and isinstance(mask, Tensor):  # per-row masks are tensors: the rows left keep theirs
+        regate = functools.partial(_row_hooks, model, mask, alpha, gate)
+    new_tokens, first_logits, captured = _hooked_greedy(
+        model, ids, attention_mask, hooks, prompt_hooks, record_layers, on_pass, max_new_tokens, stop_ids, regate
+    )
+    output = GreedyOutput(cut_at_stop(new_tokens, stops), first_logits, captured if record_layers else None)
+    return output if answers is None else _with_answer_nll(model, output, ids, attention_mask, answers, hooks)
+
+
+def _row_hooks(model: TransformerBridge, mask: Tensor, alpha: float, gate: Gate, rows: Tensor) -> list:
+    """The gate's hooks for some rows of a per-row mask."""
+    return gate_hooks(model, mask[rows], alpha=alpha, gate=gate)
+
+
+def _hooked_greedy(
+    model: TransformerBridge,
+    ids: Int[Tensor, "batch pos"],
+    attention_mask: Int[Tensor, "batch pos"] | None,
+    hooks: list,
+    prompt_hooks: list | None,
+    record_layers: bool,
+    on_pass: Callable[[], object] | None,
+    max_new_tokens: int,
+    stop_ids: Tensor,
+    regate: Callable[[Tensor], list] | None,
+) -> tuple[list[list[int]], Tensor, dict[str, Tensor]]:
+    """`greedy_generate` through the bridge's hooks (the gate's `hooks`, and `prompt_hooks` on the
+    prompt pass): (each row's new tokens, not yet cut at a stop, the prompt pass's last logits on the
+    host, the recorded layers). Rows that stop leave the batch at the next check, with their cache and,
+    under per-row masks, their gate's (`regate(rows left)` builds the hooks of the rows left)."""
+    device, batch = model_device(model), ids.shape[0]
     keep_last = {"logits_to_keep": 1} if keeps_last_logits_only(model) else {}
     prompt_hooks = list(prompt_hooks or [])
     if keep_last and _UNEMBED_IN in model.hook_dict:
@@ -229,17 +262,14 @@ def greedy_generate(
                     cache.batch_select_indices(keep)
                     if running is not None:
                         running = running[keep]
-                    if per_row and isinstance(mask, Tensor):  # per-row masks are tensors
+                    if regate is not None:
                         gate_scope.close()
                         gate_scope = contextlib.ExitStack()
-                        gate_scope.enter_context(
-                            model.hooks(fwd_hooks=gate_hooks(model, mask[active], alpha=alpha, gate=gate))
-                        )
+                        gate_scope.enter_context(model.hooks(fwd_hooks=regate(active)))
     finally:
         gate_scope.close()
     new_tokens = tokens[:, :taken].tolist() if max_new_tokens else [[] for _ in range(batch)]
-    output = GreedyOutput(cut_at_stop(new_tokens, stops), first_logits, captured if record_layers else None)
-    return output if answers is None else _with_answer_nll(model, output, ids, attention_mask, answers, hooks)
+    return new_tokens, first_logits, captured
 
 
 def _scored(

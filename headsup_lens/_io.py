@@ -187,8 +187,9 @@ class FolderLock:
             missing = missing.parent
         self.folder.mkdir(parents=True, exist_ok=True)
         previous: list[dict] = []
+        before = _record_before(self.path)
         lock = FileLock(
-            self.path, blocking=False, thread_local=False, on_acquired=lambda fd: previous.append(_take(fd))
+            self.path, blocking=False, thread_local=False, on_acquired=lambda fd: previous.append(_take(fd, before))
         )
         try:
             lock.acquire()
@@ -242,11 +243,24 @@ class FolderLock:
         self.release()
 
 
-def _take(fd: int) -> dict:
+def _record_before(path: Path) -> tuple[int, bytes] | None:
+    """The lock file's inode and record before locking: filelock 4 empties the file as it locks."""
+    try:
+        with open(path, "rb") as file:
+            return os.fstat(file.fileno()).st_ino, file.read(4096)
+    except OSError:
+        return None
+
+
+def _take(fd: int, before: tuple[int, bytes] | None = None) -> dict:
     """Record this process as the holder in the lock file `fd` (just locked); the holder recorded
-    there before, if any (a killed process)."""
+    there before, if any (a killed process). `before` is the record read before locking, used when
+    the lock emptied the same file (a file of another inode was made anew by a clean release)."""
     os.lseek(fd, 0, os.SEEK_SET)
-    previous = _parse_holder(os.read(fd, 4096))
+    data = os.read(fd, 4096)
+    if not data and before is not None and before[0] == os.fstat(fd).st_ino:
+        data = before[1]
+    previous = _parse_holder(data)
     me = {
         "pid": os.getpid(),
         "host": socket.gethostname(),

@@ -252,7 +252,7 @@ def _record_before(path: Path) -> tuple[int, bytes] | None:
         return None
 
 
-def _take(fd: int, before: tuple[int, bytes] | None = None) -> dict:
+def _take(fd: int, before: tuple[int, bytes] | None) -> dict:
     """Record this process as the holder in the lock file `fd` (just locked); the holder recorded
     there before, if any (a killed process). `before` is the record read before locking, used when
     the lock emptied the same file (a file of another inode was made anew by a clean release)."""

@@ -110,13 +110,6 @@ def check_batch_fits(batch_size: int, rows: int, what: str, name: str = "batch_s
         )
 
 
-def check_bool(name: str, value: Any) -> bool:
-    """`value` must be a real bool (1, "yes" or None are refused: they hide mistakes)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {describe(value)} ({_type_name(value)})")
-    return value
-
-
 def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
     """`value` must be one of `choices`."""
     choices = tuple(choices)
@@ -269,34 +262,6 @@ def check_unicode(name: str, text: str) -> None:
     bad = [c for c in text if "\ud800" <= c <= "\udfff"]
     if bad:
         raise ValueError(f"{name} is not valid UTF-8 text: {len(bad)} undecodable byte(s) in {describe(text)}")
-
-
-def check_text_encodable(model: Any, name: str, text: str) -> None:
-    """Every character of `text` must survive `model.tokenizer`.
-
-    Characters the tokenizer maps to its unknown (or padding) token, or drops without a token, would
-    silently change the prompt; they are a ValueError that lists them. Byte-level tokenizers
-    (GPT-2, Llama 3, Qwen) encode everything, so this check only bites for closed vocabularies.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"{name} must be a string, got {describe(text)} ({_type_name(text)})")
-    check_unicode(name, text)
-    tokenizer = getattr(model, "tokenizer", model)
-    lost = {tokenizer.unk_token_id, tokenizer.pad_token_id} - {None}
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    if text and ids and not lost.intersection(ids) and tokenizer.decode(ids) == text:
-        return
-    bad = []
-    for char in dict.fromkeys(text):  # distinct characters, first-seen order
-        char_ids = tokenizer.encode(char, add_special_tokens=False)
-        if (not char_ids and not char.isspace()) or lost.intersection(char_ids):
-            bad.append(char)
-    if bad:
-        shown = ", ".join(repr(c) for c in bad[:10]) + (" ..." if len(bad) > 10 else "")
-        raise ValueError(
-            f"{name} contains characters the model's tokenizer cannot encode ({shown}) in {describe(text)}; "
-            "they would become unknown tokens"
-        )
 
 
 def check_out_dir(path: str | os.PathLike, name: str = "out_dir") -> Path:

@@ -75,24 +75,6 @@ def test_check_tensor_and_choice():
     assert v.check_tensor("m", torch.ones(2, dtype=torch.bool)).dtype == torch.float32
     assert_refused(lambda: v.check_tensor("m", [1, 0]), TypeError, "m", "[1, 0]", "torch.Tensor")
     assert_refused(lambda: v.check_choice("gate", "key", ("value", "query")), ValueError, "gate", "'key'", "'value'")
-    assert_refused(lambda: v.check_bool("resume", 1), TypeError, "resume", "1")
-
-
-@pytest.mark.parametrize(
-    "text, fragments",
-    [
-        pytest.param("héllo", ("prompt", "'é'"), id="accent"),
-        pytest.param("tab\there", ("prompt", "'\\t'"), id="tab"),
-        pytest.param("日本 and ü", ("prompt", "'日'", "'本'", "'ü'"), id="several"),
-    ],
-)
-def test_text_the_tokenizer_cannot_encode(llama, text, fragments):
-    assert_refused(lambda: v.check_text_encodable(llama, "prompt", text), ValueError, *fragments, "cannot encode")
-
-
-def test_encodable_text_passes(llama):
-    v.check_text_encodable(llama, "prompt", "Hello, world! it's fine.")
-    assert_refused(lambda: v.check_text_encodable(llama, "prompt", 3), TypeError, "prompt", "3")
 
 
 def test_check_out_dir(tmp_path, monkeypatch):

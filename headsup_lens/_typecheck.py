@@ -1,6 +1,13 @@
 """Run-time type checks of the public surface: a wrong-typed argument to any public function, method
 or config field is a `TypeError` that names the parameter (beartype, constant time per call).
 
+The public surface is declared once, by the export lists (`__init__.pyi`), and checked there:
+`check_exports` (called as the package is imported) checks every function and class that a module
+of the package defines under an exported name, in that module, as the module finishes loading.
+So the name the user imports, the subpackage's name and the defining module's name are one checked
+object, and calls from inside the package are checked where they enter too. `checked` marks
+anything else by hand (a public function of a module that is not re-exported).
+
 Only types are checked here: jaxtyping annotations count as their array type (`torch.Tensor`), so
 shapes and dtypes are checked where the library validates them and, in the tests, by jaxtyping's
 import hook (`--jaxtyping-packages`), not on every call in production. Values (ranges, names,
@@ -9,13 +16,17 @@ sizes) are the validation layer's job (`_validate`). Return values are not check
 
 from __future__ import annotations
 
+import ast
 import collections.abc
 import functools
+import importlib.abc
 import inspect
 import operator
+import sys
 import types
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from typing_extensions import Unpack
@@ -223,3 +234,61 @@ def checked(obj: _Decorated) -> _Decorated:
     if callable(obj) and (inspect.isfunction(obj) or inspect.isfunction(inspect.unwrap(obj))):  # functools.cache too
         return typing.cast(_Decorated, checked_function(obj))
     return obj
+
+
+# ------------------------------------------------------------------- the export lists, checked
+@functools.cache
+def exported_names() -> frozenset[str]:
+    """Every name an export list of the package (`__init__.pyi`) takes from one of its modules."""
+    root = Path(__file__).parent
+    return frozenset(
+        alias.name
+        for stub in root.rglob("__init__.pyi")
+        for node in ast.parse(stub.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").startswith("_")
+        for alias in node.names
+    )
+
+
+def _check_module(module: types.ModuleType) -> None:
+    """Check, in place, each function and class `module` defines under an exported name (a name
+    re-exported through another module is checked where it is defined)."""
+    for name, obj in list(vars(module).items()):
+        if name in exported_names() and getattr(obj, "__module__", None) == module.__name__:
+            setattr(module, name, checked(obj))
+
+
+class _ExportChecks(importlib.abc.MetaPathFinder):
+    """Finds the package's modules as the other finders do and checks each one's exports once it has
+    run (before any other module can import from it)."""
+
+    def __init__(self, package: str) -> None:
+        self.prefix = f"{package}."
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if not fullname.startswith(self.prefix):
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = None if finder is self or find is None else find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is not None and hasattr(loader, "exec_module"):
+            run = loader.exec_module
+
+            def exec_module(module: types.ModuleType) -> None:
+                run(module)
+                _check_module(module)
+
+            loader.exec_module = exec_module  # this module's own loader: nothing else shares it
+        return spec
+
+
+def check_exports(package: str) -> None:
+    """Check the exports of every module of `package` imported from now on (the package's
+    `__init__` calls it first, before any of its modules loads)."""
+    if not any(isinstance(f, _ExportChecks) and f.prefix == f"{package}." for f in sys.meta_path):
+        sys.meta_path.insert(0, _ExportChecks(package))

@@ -21,7 +21,6 @@ from scipy.stats import bootstrap
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._progress import progress
-from .._typecheck import checked
 from .._validate import check_float, check_int
 from ..data import Task
 from ..data._tokenize import encode_split
@@ -33,7 +32,6 @@ GRID = tuple(float(a) for a in np.linspace(0.0, 1.0, 11))
 LEARNED, RANDOM = "outside the mask", "random set"
 
 
-@checked
 @dataclass
 class AlphaControl:
     """The result of `alpha_control`.
@@ -101,7 +99,6 @@ class AlphaControl:
         return part.sort_values("example").nll.to_numpy(dtype=float)
 
 
-@checked
 @every_rank
 def alpha_control(
     model: TransformerBridge,

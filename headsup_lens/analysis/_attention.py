@@ -19,7 +19,6 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from ..gates import MaskLike
 from ..gates._masks import mask_tensor
 from ..models import left_pad, pad_token_id, prompt_format
@@ -31,7 +30,6 @@ Pair = tuple[str, str]
 SETTINGS = AttentionConfig().settings
 
 
-@checked
 @dataclass
 class AttentionOnTarget:
     """`per_head[setting]`: `[n_layers, n_heads]` mean share of the last token's attention (over the
@@ -53,7 +51,6 @@ class WordExample:
     target: int
 
 
-@checked
 def candidate_spans(x: str, answer: str, n_words: int = 3) -> tuple[list[tuple[int, int]], int]:
     """Character spans of the comma-separated candidate words in `x` and which one is `answer`."""
     spans, cursor = [], 0
@@ -71,7 +68,6 @@ def candidate_spans(x: str, answer: str, n_words: int = 3) -> tuple[list[tuple[i
     return spans, matches[0]
 
 
-@checked
 def choice_instruction(task_name: str) -> str | None:
     """The paper's instructed prompt for a "pick one of three" task (Table 7), e.g. `fruit_v_animal_3`
     -> `"{input}\n\nChoose the fruit out of animals:"`; None for other task names."""
@@ -131,7 +127,6 @@ def target_ratio(
     return summed.gather(1, targets[:, None].to(summed.device))[:, 0] / summed.sum(-1).clamp_min(1e-30)
 
 
-@checked
 @every_rank
 def attention_on_target(
     model: TransformerBridge,
@@ -207,7 +202,6 @@ def attention_on_target(
     return AttentionOnTarget(per_head=per_head, table=pd.DataFrame(rows), n_examples=len(pairs))
 
 
-@checked
 @every_rank
 def last_position_attention(
     model: TransformerBridge,

@@ -20,7 +20,6 @@ import pandas as pd
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from .._validate import check_choice, check_int, describe
 from ..data import Task, task_prompts
 from ..data._tokenize import encode_prompt
@@ -44,7 +43,6 @@ DEFAULT_METHODS = (
 )
 
 
-@checked
 @dataclass
 class MethodComparison:
     """The result of `compare_methods` for one task.
@@ -82,7 +80,6 @@ def _labels(scores: HeadScores, planted: Sequence[Head]) -> tuple[np.ndarray, np
     return labels, scores.scores.flatten().double().numpy()
 
 
-@checked
 def check_ranking(name: str, ranking: HeadScores, model: TransformerBridge, task: Task) -> None:
     """A ranking compared on `task` must score every head of `model` and be made for `task`.
 
@@ -104,7 +101,6 @@ def check_ranking(name: str, ranking: HeadScores, model: TransformerBridge, task
         )
 
 
-@checked
 def auroc(scores: HeadScores, planted: Sequence[Head]) -> float:
     """Area under the ROC curve of the scores (higher = removed earlier) for planted membership."""
     from sklearn.metrics import roc_auc_score  # deferred: scikit-learn is slow to import
@@ -115,7 +111,6 @@ def auroc(scores: HeadScores, planted: Sequence[Head]) -> float:
     return float(roc_auc_score(labels, values))
 
 
-@checked
 def roc_points(scores: HeadScores, planted: Sequence[Head]) -> pd.DataFrame:
     """The ROC curve of the scores (higher = removed earlier) for planted membership, as `auroc` scores it.
 
@@ -128,7 +123,6 @@ def roc_points(scores: HeadScores, planted: Sequence[Head]) -> pd.DataFrame:
     return pd.DataFrame({"fpr": fpr, "tpr": tpr, "threshold": threshold})
 
 
-@checked
 def precision_at(scores: HeadScores, planted: Sequence[Head], k: int | None = None) -> float:
     """Share of the first `k` heads of the order (default |planted|) that are planted."""
     truth = {tuple(h) for h in planted}
@@ -136,7 +130,6 @@ def precision_at(scores: HeadScores, planted: Sequence[Head], k: int | None = No
     return sum(h in truth for h in scores.order[:k]) / k
 
 
-@checked
 def curve_area(ks: Sequence[int], values: Sequence[float]) -> float:
     """Trapezoid area under `values` over `ks`, divided by the k range (a mean over the curve)."""
     x, y = np.asarray(ks, dtype=float), np.asarray(values, dtype=float)
@@ -145,7 +138,6 @@ def curve_area(ks: Sequence[int], values: Sequence[float]) -> float:
     return float(((y[1:] + y[:-1]) / 2 * np.diff(x)).sum() / (x[-1] - x[0]))
 
 
-@checked
 @every_rank
 def elicitation_curves(
     model: TransformerBridge,
@@ -203,7 +195,6 @@ def elicitation_curves(
     )
 
 
-@checked
 def summarize(curves: pd.DataFrame, rankings: Mapping[str, HeadScores], planted: Sequence[Head] | None) -> pd.DataFrame:
     """One row per method: cost, curve areas, best k and, with planted heads, AUROC and precision."""
     records = []
@@ -232,7 +223,6 @@ def summarize(curves: pd.DataFrame, rankings: Mapping[str, HeadScores], planted:
     return pd.DataFrame.from_records(records)
 
 
-@checked
 def planted_heads(task: Task, model: TransformerBridge) -> list[Head] | None:
     """The planted pathway S_t of an organism task when `model` has the shipped organism's shape
     (`organism/weights/planted.json`), else None."""
@@ -246,7 +236,6 @@ def planted_heads(task: Task, model: TransformerBridge) -> list[Head] | None:
     return [tuple(h) for h in heads] if heads else None
 
 
-@checked
 @every_rank
 def compare_methods(
     model: TransformerBridge,

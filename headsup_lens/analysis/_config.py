@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from .._names import Gate
-from .._typecheck import checked
 from .._validate import check_float, check_int
 from ..gates._registry import check_gate
 
@@ -54,7 +53,6 @@ class _Replace:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
-@checked
 @dataclass(frozen=True)
 class SweepConfig(_Replace):
     """How `removal_sweep` removes heads and what it records at each step (Fig. 2)."""
@@ -82,7 +80,6 @@ class SweepConfig(_Replace):
         object.__setattr__(self, "alpha", check_gate(self.gate, self.alpha))
 
 
-@checked
 @dataclass(frozen=True)
 class LensConfig(_Replace):
     """What `logit_lens` reads at each layer (Table 41)."""
@@ -107,7 +104,6 @@ class LensConfig(_Replace):
             raise ValueError(f"streams must be drawn from {list(LENS_STREAMS)}, got {list(self.streams)}")
 
 
-@checked
 @dataclass(frozen=True)
 class SimilarityConfig(_Replace):
     """The settings `setting_similarity` compares with the instructed run, layer by layer (Fig. 4)."""
@@ -125,7 +121,6 @@ class SimilarityConfig(_Replace):
         object.__setattr__(self, "alpha", check_gate(self.gate, self.alpha))
 
 
-@checked
 @dataclass(frozen=True)
 class AttentionConfig(_Replace):
     """Which settings and examples `attention_on_target` reads (Table 7)."""
@@ -150,7 +145,6 @@ class AttentionConfig(_Replace):
         check_int("batch_size", self.batch_size, minimum=1)
 
 
-@checked
 @dataclass(frozen=True)
 class PathwayConfig(_Replace):
     """How `group_ablation` removes the pathway groups and their random controls (Table 6)."""

@@ -13,7 +13,6 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from ..gates import MaskLike
 from ..models import decode_residual, unembed, verify_readout
 from ..models._sharding import every_rank
@@ -24,7 +23,6 @@ from ._similarity import Setting, as_setting
 STREAMS = LENS_STREAMS
 
 
-@checked
 @dataclass
 class LogitLens:
     """`table`: one row per (stream, layer, rank) with token, probability and logit.
@@ -45,7 +43,6 @@ def decode_stream(
         return decode_residual(model, x) if final_norm else unembed(model, x)
 
 
-@checked
 @every_rank
 def logit_lens(
     model: TransformerBridge,
@@ -104,7 +101,6 @@ def logit_lens(
     return LogitLens(prompt=model.tokenizer.decode(ids), table=table, probs=probs)
 
 
-@checked
 @every_rank
 def lens_comparison(
     model: TransformerBridge,

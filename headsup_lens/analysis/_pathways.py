@@ -19,7 +19,6 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._progress import progress
-from .._typecheck import checked
 from ..evaluation import answer_loss
 from ..masks import Head, HeadMask, random_jaccard
 from ..models._sharding import every_rank
@@ -50,7 +49,6 @@ def named_masks(masks: Masks) -> dict[str, HeadMask]:
     return named
 
 
-@checked
 @dataclass
 class PathwayHeads:
     """Which heads each mask keeps. `counts[layer, head]` = number of masks keeping the head."""
@@ -108,7 +106,6 @@ class PathwayHeads:
         }
 
 
-@checked
 def pathway_heads(masks: Masks) -> PathwayHeads:
     """Usage of every head across masks (e.g. one per task): counts, used by all / some / none."""
     named = named_masks(masks)
@@ -116,14 +113,12 @@ def pathway_heads(masks: Masks) -> PathwayHeads:
     return PathwayHeads(names=list(named), kept=kept)
 
 
-@checked
 def overlap_p_value(overlap: int, size_a: int, size_b: int, n_total: int) -> float:
     """Exact one-sided p-value of an overlap: the probability that a random mask of `size_b` heads
     shares at least `overlap` heads with a fixed mask of `size_a` among `n_total` (hypergeometric)."""
     return float(hypergeom.sf(overlap - 1, n_total, size_a, size_b))
 
 
-@checked
 def jaccard_table(masks: Masks) -> pd.DataFrame:
     """Table 5: for every pair of masks, sizes, Jaccard, its random expectation and recall, the
     number of kept heads they share (`overlap`) and `p_value`, the exact chance of an overlap (hence
@@ -153,7 +148,6 @@ def jaccard_table(masks: Masks) -> pd.DataFrame:
     )
 
 
-@checked
 def jaccard_matrix(masks: Masks) -> pd.DataFrame:
     """Square Jaccard matrix (names on both axes, 1 on the diagonal)."""
     named = named_masks(masks)
@@ -162,7 +156,6 @@ def jaccard_matrix(masks: Masks) -> pd.DataFrame:
     return pd.DataFrame(values, index=names, columns=names)
 
 
-@checked
 @every_rank
 def group_ablation(
     model: TransformerBridge,
@@ -223,7 +216,6 @@ def group_ablation(
     return pd.DataFrame(rows)
 
 
-@checked
 @every_rank
 def alpha_grid(
     model: TransformerBridge,
@@ -249,7 +241,6 @@ def alpha_grid(
     return pd.DataFrame(rows)
 
 
-@checked
 def weight_trajectories(
     checkpoints: Sequence[HeadMask] | Tensor | str | os.PathLike, *, task: str | None = None
 ) -> tuple[list[int], Float[Tensor, "steps n_layers n_heads"]]:
@@ -280,7 +271,6 @@ def weight_trajectories(
 TRAJECTORY_KINDS = ("kept throughout", "removed throughout", "joined", "left", "joined and left", "left and came back")
 
 
-@checked
 def trajectory_crossings(weights: Float[Tensor, "steps n_layers n_heads"], threshold: float = 0.5) -> pd.DataFrame:
     """Fig. 3: which heads join and leave the pathway during training.
 
@@ -322,7 +312,6 @@ def trajectory_crossings(weights: Float[Tensor, "steps n_layers n_heads"], thres
     )
 
 
-@checked
 def trajectory_table(steps: Sequence[int], weights: Float[Tensor, "steps n_layers n_heads"]) -> pd.DataFrame:
     """The weights of `weight_trajectories` in long form: one row per (step, layer, head) with its `weight`."""
     weights = torch.as_tensor(weights).detach().float().cpu()
@@ -339,7 +328,6 @@ def trajectory_table(steps: Sequence[int], weights: Float[Tensor, "steps n_layer
     )
 
 
-@checked
 def crossing_counts(crossings: pd.DataFrame) -> dict[str, int]:
     """How many heads of a `trajectory_crossings` table are of each of `TRAJECTORY_KINDS`, and how
     many crossed 0.5 and came back."""
@@ -349,7 +337,6 @@ def crossing_counts(crossings: pd.DataFrame) -> dict[str, int]:
     }
 
 
-@checked
 def pathway_recovery(mask: HeadMask, planted: list[tuple[int, int]]) -> dict[str, int | float]:
     """How well a mask finds a known pathway: the Jaccard of the heads it **removes** and `planted`
     (`HeadMask.jaccard(..., heads="removed")`), beside the Jaccard expected for a random removal

@@ -17,7 +17,6 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 from typing_extensions import Unpack
 
-from .._typecheck import checked
 from ..data import TaskBatch, tokenize_pairs, tokenize_task
 from ..gates import MaskLike
 from ..models import model_device
@@ -58,7 +57,6 @@ class PatternOptions(TypedDict, total=False):
     """"pattern" (the attention probabilities, `hook_pattern`; default) or "z" (the head's output, `hook_z`)."""
 
 
-@checked
 @every_rank
 def activation_pattern(
     model: TransformerBridge, data, **options: Unpack[PatternOptions]
@@ -78,7 +76,6 @@ def activation_pattern(
     return example_patterns(model, data, **options).mean(0).float()
 
 
-@checked
 @every_rank
 def example_patterns(
     model: TransformerBridge,
@@ -145,7 +142,6 @@ def example_patterns(
     return scores
 
 
-@checked
 def gini(pattern: Float[Tensor, "*shape"]) -> float:
     """Gini coefficient of the (non-negative) head scores, `Σ_i Σ_j |x_i - x_j| / (2 n² mean)`:
     0 = all heads equal, -> 1 = one head has all."""
@@ -158,7 +154,6 @@ def gini(pattern: Float[Tensor, "*shape"]) -> float:
     return float(((2 * np.arange(1, n + 1) - n - 1) * x).sum() / (n * total))
 
 
-@checked
 def coefficient_of_variation(pattern: Float[Tensor, "*shape"]) -> float:
     """`σ / μ` of the head scores, with σ the *population* standard deviation (divisor n).
 
@@ -174,7 +169,6 @@ def coefficient_of_variation(pattern: Float[Tensor, "*shape"]) -> float:
     return float(x.std(ddof=0) / mean)
 
 
-@checked
 def kurtosis(pattern: Float[Tensor, "*shape"], *, excess: bool = False) -> float:
     """Pearson kurtosis `E[(x - μ)^4] / σ^4` of the head scores (population moments): 3 for a normal
     distribution, > 3 = heavy tails, as the paper reads it. `excess=True` gives Fisher's excess
@@ -183,7 +177,6 @@ def kurtosis(pattern: Float[Tensor, "*shape"], *, excess: bool = False) -> float
     return float(scipy.stats.kurtosis(x, fisher=excess, bias=True))
 
 
-@checked
 def pattern_statistics(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
     """Gini, coefficient of variation and (Pearson) kurtosis per named pattern: the paper's Table 1."""
     return pd.DataFrame(
@@ -194,7 +187,6 @@ def pattern_statistics(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
     )
 
 
-@checked
 def pattern_trajectory(
     patterns: Mapping[int, Tensor], final: Float[Tensor, "n_layers n_heads"] | None = None
 ) -> pd.DataFrame:
@@ -216,7 +208,6 @@ def pattern_trajectory(
     return pd.DataFrame(rows)
 
 
-@checked
 @dataclass
 class HeadOverlap:
     """How many of the `k` heads of one set are in another of `m` heads, out of `n` heads in all."""
@@ -231,7 +222,6 @@ class HeadOverlap:
     """P(overlap >= observed) for a random set of k heads (hypergeometric, one-sided)."""
 
 
-@checked
 def head_overlap(
     selected: Float[Tensor, "n_layers n_heads"], reference: Float[Tensor, "n_layers n_heads"]
 ) -> HeadOverlap:
@@ -245,7 +235,6 @@ def head_overlap(
     return HeadOverlap(overlap, k, m, n, k * m / n, overlap_p_value(overlap, m, k, n))
 
 
-@checked
 def top_heads(scores: Float[Tensor, "n_layers n_heads"], k: int) -> Tensor:
     """A 0/1 `[n_layers, n_heads]` indicator of the k heads with the largest scores."""
     scores = torch.as_tensor(scores)
@@ -256,7 +245,6 @@ def top_heads(scores: Float[Tensor, "n_layers n_heads"], k: int) -> Tensor:
     return out.reshape(scores.shape)
 
 
-@checked
 def pattern_correlation(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
     """Pearson correlation matrix between named patterns (flattened over heads). A constant pattern
     (a change that is zero everywhere, say) has no correlation with anything: its row and column
@@ -269,7 +257,6 @@ def pattern_correlation(patterns: Mapping[str, Tensor]) -> pd.DataFrame:
     return pd.DataFrame(matrix, index=names, columns=names)
 
 
-@checked
 @dataclass
 class GroupingTest:
     """Do tasks of one group (e.g. antonym and synonym) have more similar pattern changes than tasks
@@ -292,7 +279,6 @@ class GroupingTest:
     that make the same groups): at or above the test's level, the test has no power."""
 
 
-@checked
 def grouping_test(
     correlation: pd.DataFrame,
     groups: Sequence[Sequence[str]],
@@ -346,7 +332,6 @@ def grouping_test(
     )
 
 
-@checked
 @dataclass
 class PatternFit:
     """`target ≈ intercept + Σ coefficients[name] · components[name]`, with R² of the fit."""
@@ -357,7 +342,6 @@ class PatternFit:
     fitted: Tensor
 
 
-@checked
 def fit_pattern_change(target: Tensor, components: Mapping[str, Tensor], *, intercept: bool = False) -> PatternFit:
     """Least-squares fit of one pattern change (e.g. a complex task's) from others' (basic tasks')."""
     if not components:
@@ -386,7 +370,6 @@ def fit_pattern_change(target: Tensor, components: Mapping[str, Tensor], *, inte
     )
 
 
-@checked
 def shuffled_fit_r2(
     target: Tensor, components: Mapping[str, Tensor], *, n: int = 1000, seed: int = 0, intercept: bool = False
 ) -> np.ndarray:
@@ -406,7 +389,6 @@ def shuffled_fit_r2(
     )
 
 
-@checked
 def rank_by_pattern(
     target: Float[Tensor, "n_layers n_heads"],
     candidates: Mapping[str, Tensor],

@@ -11,7 +11,6 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from ..gates import Gate, MaskLike
 from ..models._sharding import every_rank
 from ._common import check_gate_has_mask, gated, prompt_ids
@@ -19,7 +18,6 @@ from ._config import SimilarityConfig, configured
 from ._sweep import RemovalSweep
 
 
-@checked
 @dataclass(frozen=True)
 class Setting:
     """One run of the model: a prompt (user text, instruction included when the setting is
@@ -35,7 +33,6 @@ class Setting:
     name: str = ""
 
 
-@checked
 @dataclass
 class LayerStates:
     """Per-layer vectors at one position: `blocks.L.hook_attn_out` and `blocks.L.hook_resid_post`."""
@@ -52,7 +49,6 @@ def as_setting(run: Setting | str) -> Setting:
     raise ValueError(f"a run must be a Setting or a prompt string, not {type(run).__name__}")
 
 
-@checked
 @every_rank
 def layer_states(model: TransformerBridge, run: Setting | str) -> LayerStates:
     """Each layer's attention output and block output at the setting's position."""
@@ -79,7 +75,6 @@ def cosine(a: Tensor, b: Tensor) -> Tensor:
     return torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1)
 
 
-@checked
 @every_rank
 def layer_similarity(model: TransformerBridge, run_a: Setting | str, run_b: Setting | str) -> pd.DataFrame:
     """Cosine similarity per layer of the attention output and the block output of two settings.
@@ -97,7 +92,6 @@ def layer_similarity(model: TransformerBridge, run_a: Setting | str, run_b: Sett
     )
 
 
-@checked
 @every_rank
 def setting_similarity(
     model: TransformerBridge,
@@ -126,7 +120,6 @@ def setting_similarity(
     return {name: layer_similarity(model, a, b) for name, (a, b) in comparisons.items()}
 
 
-@checked
 def sweep_similarity(sweep: RemovalSweep, reference: LayerStates) -> pd.DataFrame:
     """Fig. 5: per step and layer, cosine of the sweep's layer outputs with a reference setting's
     (e.g. `layer_states(model, instructed_setting)`). The sweep needs `record_layers=True`."""

@@ -21,7 +21,6 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._distributed import all_min, gather, padded_share, rank_and_world, shard
 from .._progress import progress as progress_bar
-from .._typecheck import checked
 from ..masks import Head, HeadMask
 from ..models import model_device, stop_token_ids
 from ..models._sharding import every_rank, is_sharded, lockstep
@@ -32,7 +31,6 @@ from ._config import SweepConfig, configured
 _CPU_BUDGET_GB = 2.0
 
 
-@checked
 def step_or_never(step: int | float | None) -> int | str:
     """A sweep step for people to read: the step number, or "never" when the event did not happen
     (`switch_step` / `change_step` None, or NaN once stored in a table)."""
@@ -41,7 +39,6 @@ def step_or_never(step: int | float | None) -> int | str:
     return int(step)
 
 
-@checked
 @dataclass
 class RemovalSweep:
     """The result of `removal_sweep`.
@@ -114,7 +111,6 @@ class RemovalSweep:
         return sweep_masks(self.order, [step], shape)[0]
 
 
-@checked
 def sweep_masks(order: Sequence[Head], steps: Sequence[int], shape: tuple[int, int]) -> Tensor:
     """`[len(steps), n_layers, n_heads]`: row i has the first `steps[i]` heads of `order` removed."""
     n_layers, n_heads = shape
@@ -129,13 +125,11 @@ def sweep_masks(order: Sequence[Head], steps: Sequence[int], shape: tuple[int, i
     return (removal_step[None] > steps_t).float()
 
 
-@checked
 def weight_order(mask: HeadMask) -> list[Head]:
     """The paper's order: every head by ascending weight sigmoid(M) (`HeadMask.removal_order`)."""
     return mask.removal_order()
 
 
-@checked
 def random_order(model_or_shape: TransformerBridge | tuple[int, int], seed: int = 0) -> list[Head]:
     """Every head in a random order (a baseline for the weight order)."""
     if isinstance(model_or_shape, tuple):
@@ -146,7 +140,6 @@ def random_order(model_or_shape: TransformerBridge | tuple[int, int], seed: int 
     return [divmod(int(i), n_heads) for i in torch.randperm(n_layers * n_heads, generator=generator)]
 
 
-@checked
 def influence_order(sweep: RemovalSweep, k: int | None = None, target: int | str | None = None) -> list[Head]:
     """Appendix C.3.1: the first `k` heads of a sweep re-ordered by how much removing each raised
     the target token's rank (largest rise first; ties keep the sweep's order), then the rest.
@@ -178,7 +171,6 @@ def influence_order(sweep: RemovalSweep, k: int | None = None, target: int | str
     return [sweep.order[i] for i in reordered] + list(sweep.order[k:])
 
 
-@checked
 def auto_batch_size(model: TransformerBridge, n_tokens: int, memory_gb: float | None = None) -> int:
     """Rows per chunk that fit a memory budget (default: half the free GPU memory, 2 GiB on CPU).
 
@@ -248,7 +240,6 @@ def greedy_rows(
     return out.first_logits, out.tokens, out.layers or {}
 
 
-@checked
 @every_rank
 def removal_sweep(
     model: TransformerBridge,

@@ -26,7 +26,6 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._progress import progress
-from .._typecheck import checked
 from .._validate import check_int
 from ..data import Task
 from ..evaluation import mcnemar_exact, wilson_interval
@@ -38,7 +37,6 @@ SweepLength = Literal["mask", "all"]
 Baseline = Literal["random", "shuffled"]
 
 
-@checked
 @dataclass
 class SwitchRates:
     """The result of `switch_rates`.
@@ -89,7 +87,6 @@ class SwitchRates:
         return pd.DataFrame(rows)
 
 
-@checked
 @every_rank
 def switch_rates(
     model: TransformerBridge,

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-from .._typecheck import checked
 from ._task import Task
 
 CORPUS_SEED = 0
@@ -320,7 +319,6 @@ def plural(word: str) -> str:
     return word + "s"
 
 
-@checked
 @cache
 def organism_words() -> tuple[str, ...]:
     """The 240 words in their fixed order; the last `N_EVAL_WORDS` are the held-out words."""
@@ -365,7 +363,6 @@ def _antonyms() -> dict[str, str]:
     return out
 
 
-@checked
 @dataclass(frozen=True)
 class OrganismTask:
     """One of the organism's word tasks: how to answer and the two ways of asking for it."""
@@ -411,13 +408,11 @@ def organism_task(name: str) -> OrganismTask:
     return ORGANISM_TASKS[key]
 
 
-@checked
 def train_words() -> tuple[str, ...]:
     """The words of every task's training split (the first 140)."""
     return organism_words()[:-N_EVAL_WORDS]
 
 
-@checked
 def eval_words() -> tuple[str, ...]:
     """The organism's held-out words: the last `N_EVAL_WORDS` of its word list, held out by every organism task."""
     return organism_words()[-N_EVAL_WORDS:]

@@ -7,19 +7,16 @@ import os
 from pathlib import Path
 
 from .._cache import cache_root
-from .._typecheck import checked
 
 ENV_VAR = "HEADSUP_DATA_DIR"
 
 
-@checked
 def default_data_dir() -> Path:
     """The folder `headsup download-data` fills by default: `data/` in the per-user cache
     (`$HEADSUP_CACHE_DIR`, else the platform's cache folder)."""
     return cache_root() / "data"
 
 
-@checked
 def data_dir(explicit: str | os.PathLike | None = None) -> Path:
     """The data directory to read tasks from; raises ValueError (saying how to get it) when missing."""
     if explicit is not None:

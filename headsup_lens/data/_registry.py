@@ -11,7 +11,6 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from .._typecheck import checked
 from ._organism import TASK_NAMES as ORGANISM_TASK_NAMES
 from ._organism import organism_data_task
 from ._sources import (
@@ -32,7 +31,6 @@ TaskLoader = Callable[[Path | None], Task]
 _TASKS: dict[str, TaskLoader] = {}
 
 
-@checked
 def register_task(name: str, loader: TaskLoader) -> None:
     """Make `load_task(name)` call `loader(data_dir)`; a name can be registered only once."""
     if not name or not isinstance(name, str):
@@ -42,13 +40,11 @@ def register_task(name: str, loader: TaskLoader) -> None:
     _TASKS[name] = loader
 
 
-@checked
 def task_names() -> list[str]:
     """Every registered task name, sorted."""
     return sorted(_TASKS)
 
 
-@checked
 def load_task(name: str, data_dir: str | os.PathLike | None = None) -> Task:
     """The task registered as `name` (e.g. `"antonym"`, `"translation/en-zh"`, `"fewshot/hybrid"`).
 

@@ -13,7 +13,6 @@ from importlib.resources import files
 from pathlib import Path
 
 from .._formats import Fields, FileFormatError, describe, parse_json, read_csv, read_jsonl, read_text
-from .._typecheck import checked
 from ._paths import data_dir as resolve_data_dir
 from ._task import N_EVAL, TASK_FILE_SUFFIXES, Pair, Task
 
@@ -179,7 +178,6 @@ def _refuse_repeated_inputs(rows: list[tuple[Fields, str, str, str | None]]) -> 
         first[x] = fields
 
 
-@checked
 def read_pairs_json(path: Path) -> list[Pair]:
     """A JSON list of `{"input": str, "output": str}` (an optional `"instruction"` too, see
     `read_task_file`), as the paper's datasets are stored; inputs may repeat (the paper's files
@@ -187,7 +185,6 @@ def read_pairs_json(path: Path) -> list[Pair]:
     return [(x, y) for _, x, y, _ in _task_rows(Path(path))]
 
 
-@checked
 def read_task_file(path: str | os.PathLike) -> tuple[list[Pair], str | None]:
     """`(pairs, instruction)` of your own task file: a `.json` list of `{"input": ..., "output": ...}`
     objects, `.jsonl` with one such object per line (split on "\\n" only), or a `.csv` whose header
@@ -210,14 +207,12 @@ def read_task_file(path: str | os.PathLike) -> tuple[list[Pair], str | None]:
     return [(x, y) for _, x, y, _ in rows], instruction
 
 
-@checked
 def read_pairs_file(path: str | os.PathLike) -> list[Pair]:
     """The (input, output) pairs of your own task file (see `read_task_file`, which also returns its
     instruction)."""
     return read_task_file(path)[0]
 
 
-@checked
 def task_from_file(path: str | os.PathLike, n_eval: int | None = None) -> Task:
     """Your own task from a file (see `read_task_file`), named after the file, with the file's
     instruction when it has one; the last `n_eval` pairs (default: min(100, half of them)) are held
@@ -241,7 +236,6 @@ def read_tsv_column_rows(path: Path) -> list[list[str]]:
 
 
 # --------------------------------------------------------------------------- tasks
-@checked
 def function_vector_task(name: str, data_dir: str | os.PathLike | None = None) -> Task:
     """One of the 35 function-vector tasks, with the paper's instruction and answer matcher."""
     if name not in FV_TASKS:
@@ -265,7 +259,6 @@ def translation_instruction(tgt: str, *, code: bool = False) -> str:
     return TRANSLATION_TEMPLATE.replace("{language}", tgt if code else LANGUAGES[tgt])
 
 
-@checked
 def translation_task(
     src: str,
     tgt: str,
@@ -312,7 +305,6 @@ def translation_task(
     )
 
 
-@checked
 def iwslt_task(src: str, tgt: str, data_dir: str | os.PathLike | None = None) -> Task:
     """IWSLT2017 test pairs (for BLEU, Table 8); every pair is held out (`n_eval` = all)."""
     _check_language(src)
@@ -354,7 +346,6 @@ FEWSHOT_DEV = 100
 HYBRID_UNSEEN = ("ag_news", "conll2003_location", "product-company", "sentiment")
 
 
-@checked
 def fewshot(task: Task, k: int = 5, seed: int = FEWSHOT_SEED, *, dev: int = FEWSHOT_DEV) -> Task:
     """The `k`-shot variant of a task (Table 3), with the demonstrations the reference code selects.
 
@@ -397,7 +388,6 @@ def parse_llama_fewshot(text: str) -> tuple[tuple[Pair, ...], str]:
     return tuple(shots), turns[-1]
 
 
-@checked
 def hybrid_task(data_dir: str | os.PathLike | None = None) -> Task:
     """The paper's hybrid 5-shot mixture of 32 tasks (Table 3), re-rendered for any chat template."""
     path = resolve_data_dir(data_dir) / "function_vectors" / "fewshot" / "hybrid.json"
@@ -412,7 +402,6 @@ def hybrid_task(data_dir: str | os.PathLike | None = None) -> Task:
     return Task("fewshot/hybrid", tuple(pairs), None, "contains", min(N_EVAL, len(pairs) // 2), shots=tuple(shots))
 
 
-@checked
 def task_mixture(tasks: Sequence[Task], name: str) -> Task:
     """One task made of several (a hybrid mixture, Table 3, for tasks without the shared
     `fewshot/hybrid.json`): every task's training pairs, then every task's held-out pairs (held out

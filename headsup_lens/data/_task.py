@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .._typecheck import advise, checked
+from .._typecheck import advise
 
 Pair = tuple[str, str]
 Shots = tuple[Pair, ...]
@@ -16,7 +16,6 @@ N_EVAL = 100  # the paper holds out the last 100 examples of every dataset
 TASK_FILE_SUFFIXES = (".json", ".jsonl", ".csv")
 
 
-@checked
 @dataclass(frozen=True)
 class Task:
     """A task the model should perform from the bare input, without an instruction.
@@ -199,7 +198,6 @@ def _load_task_first(value: object) -> str | None:
 advise(Task, _load_task_first)  # a task's name where a Task is wanted: the call that loads it
 
 
-@checked
 def safe_name(name: str) -> str:
     """A task name as a file name (`translation/en-zh` -> `translation__en-zh`)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "__", name)

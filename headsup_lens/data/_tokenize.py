@@ -13,14 +13,12 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._device import to_device
-from .._typecheck import checked
 from ..models import PromptFormat, check_context, encode, pad_token_id, prompt_format
 from ._task import Pair, Shots, Task
 
 IGNORE_INDEX = -100  # label of every token that is not part of the answer (PyTorch's ignore_index)
 
 
-@checked
 def render_prompt(
     model: TransformerBridge, user_text: str, shots: Shots = (), *, template: PromptFormat | None = None
 ) -> str:
@@ -29,7 +27,6 @@ def render_prompt(
     return (template or prompt_format(model)).render(user_text, tuple(shots))
 
 
-@checked
 def task_prompts(task: Task, split: str = "eval", instructed: bool = False) -> tuple[list[str], list[Shots], list[str]]:
     """User texts, demonstrations and answers of a task split, in order."""
     indices = task.split_indices(split)
@@ -39,7 +36,6 @@ def task_prompts(task: Task, split: str = "eval", instructed: bool = False) -> t
     return users, shots, answers
 
 
-@checked
 def encode_prompt(
     model: TransformerBridge, user_text: str, shots: Shots = (), *, template: PromptFormat | None = None
 ) -> list[int]:
@@ -48,7 +44,6 @@ def encode_prompt(
     return encode(model, render_prompt(model, user_text, shots, template=template), add_bos=template.add_bos)
 
 
-@checked
 def encode_example(
     model: TransformerBridge, user_text: str, answer: str, shots: Shots = (), *, template: PromptFormat | None = None
 ) -> tuple[list[int], list[int]]:
@@ -76,7 +71,6 @@ def _encode_both(
     return prompt_ids, (full[:n_prompt], full[n_prompt:])
 
 
-@checked
 @dataclass(frozen=True)
 class EncodedSplit:
     """One split of a task tokenised once for one prompt (bare or instructed): what the answer loss
@@ -99,7 +93,6 @@ class EncodedSplit:
         return len(self.rows)
 
 
-@checked
 def encode_split(model: TransformerBridge, task: Task, split: str = "eval", instructed: bool = False) -> EncodedSplit:
     """`task`'s `split` rendered in the model's prompt format (with the instruction when `instructed`,
     with each pair's demonstrations) and tokenised, one rendering per example (see `EncodedSplit`)."""
@@ -117,7 +110,6 @@ def encode_split(model: TransformerBridge, task: Task, split: str = "eval", inst
     )
 
 
-@checked
 @dataclass
 class TaskBatch:
     """Right-padded training batch: `labels` are -100 except on answer and end-of-turn tokens.
@@ -182,14 +174,12 @@ class TaskBatch:
         return int((self.labels != IGNORE_INDEX).sum())
 
 
-@checked
 def answer_positions(labels: Int[Tensor, "batch pos"]) -> tuple[Tensor, Tensor, Tensor]:
     """(row, position, target) of every answer token, where `position` is the one predicting it."""
     rows, positions = (labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
     return rows, positions, labels[rows, positions + 1]
 
 
-@checked
 def length_groups(lengths: Sequence[int], *, overhead: float, max_rows: int | None = None) -> list[list[int]]:
     """Indices grouped into batches of similar length that minimise the tokens a pass computes.
 
@@ -233,7 +223,6 @@ def length_groups(lengths: Sequence[int], *, overhead: float, max_rows: int | No
     return groups[::-1]
 
 
-@checked
 def encode_pairs(
     model: TransformerBridge,
     pairs: Sequence[Pair],
@@ -254,7 +243,6 @@ def encode_pairs(
     return rows
 
 
-@checked
 def collate(
     rows: Sequence[tuple[list[int], list[int]]], *, pad_id: int, device=None, width: int | None = None
 ) -> TaskBatch:
@@ -292,7 +280,6 @@ def collate(
     return batch.to(device) if device is not None else batch
 
 
-@checked
 def tokenize_pairs(
     model: TransformerBridge,
     pairs: Sequence[Pair],
@@ -310,7 +297,6 @@ def tokenize_pairs(
     return collate(rows, pad_id=pad_token_id(model), device=model.cfg.device)
 
 
-@checked
 def tokenize_task(model: TransformerBridge, task: Task, split: str = "train", instructed: bool = False) -> TaskBatch:
     """`tokenize_pairs` over one split of a task."""
     indices = task.split_indices(split)

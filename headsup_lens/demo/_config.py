@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._typecheck import checked
 from ..data._task import safe_name
 from ..options import DataOptions, FigureOptions, ModelOptions, ThreadOptions, check_counts, option
 
@@ -14,7 +13,6 @@ DEFAULT_TASKS = ("organism/reverse", "organism/antonym", "organism/translate")
 DEFAULT_OUT = "headsup_demo"
 
 
-@checked
 @dataclass(frozen=True)
 class DemoConfig(ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Options of `headsup demo`."""

@@ -17,7 +17,6 @@ import torch
 
 from .._io import OutputSet, atomic_write, atomic_write_json
 from .._progress import activity
-from .._typecheck import checked
 from ..analysis import (
     RemovalSweep,
     Setting,
@@ -50,7 +49,6 @@ from ._config import DemoConfig, stored_mask_files
 from ._report import Report, format_p_value
 
 
-@checked
 @dataclass
 class DemoResult:
     """What `run_demo` produced: the output folder `out` (with `report.html`), the per-task `summary`
@@ -107,7 +105,6 @@ class _Page:
             self.png_errors.add(saved.png_error)
 
 
-@checked
 def run_demo(config: DemoConfig) -> DemoResult:
     """`headsup demo` as a library call: train (or load, `config.masks`) a mask per task, evaluate them,
     run removal sweeps in weight, influence and random order, layer similarity and the logit lens, and

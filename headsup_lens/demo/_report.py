@@ -12,7 +12,6 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from .._io import atomic_write_text
-from .._typecheck import checked
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
@@ -28,7 +27,6 @@ th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
 """
 
 
-@checked
 @dataclass
 class Report:
     """Collects sections in order; `write` embeds plotly.js once so the file works offline."""

@@ -14,7 +14,6 @@ from typing_extensions import TypedDict, Unpack
 
 from .._distributed import gather, padded_share, rank_and_world, shard
 from .._progress import progress as progress_bar
-from .._typecheck import checked
 from .._validate import check_int
 from ..data import Task
 from ..data._tokenize import EncodedSplit, collate, encode_split
@@ -67,7 +66,6 @@ def _rows_of(mask: MaskArg, rows: Sequence[int], n: int) -> MaskArg:
     return mask
 
 
-@checked
 @every_rank
 def answer_nll_per_example(
     model: TransformerBridge,
@@ -164,7 +162,6 @@ def reduce_nll(sums: Tensor, counts: Tensor, reduction: Reduction = "example") -
     return float((sums / counts).mean())
 
 
-@checked
 @every_rank
 def answer_loss(
     model: TransformerBridge, task: Task, *, reduction: Reduction = "example", **options: Unpack[SplitOptions]
@@ -287,7 +284,6 @@ def _decode(
     return out, scored
 
 
-@checked
 @every_rank
 def generate_answers(
     model: TransformerBridge,
@@ -315,7 +311,6 @@ def generate_answers(
         return _decode(model, prompts, None, mask, alpha, gate, max_new_tokens, batch_size, bar.update)[0]
 
 
-@checked
 @every_rank
 def generations(
     model: TransformerBridge, task: Task, *, max_new_tokens: int | None = None, **options: Unpack[SplitOptions]
@@ -325,7 +320,6 @@ def generations(
     return _split_generations(model, task, max_new_tokens, options)[0]
 
 
-@checked
 @every_rank
 def accuracy(
     model: TransformerBridge, task: Task, *, max_new_tokens: int | None = None, **options: Unpack[SplitOptions]

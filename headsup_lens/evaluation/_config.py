@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .._names import Gate
-from .._typecheck import checked
 from .._validate import check_float, check_int
 from ..gates._registry import gate_kind
 from ..options import recipe_of
@@ -16,7 +15,6 @@ TextStyle = Literal["paper", "first_line"]
 Split = Literal["eval", "train", "all"]
 
 
-@checked
 @dataclass(frozen=True)
 class EvalConfig:
     """Options of `evaluate`; the defaults are the paper's. Every field but `settings` and

@@ -20,7 +20,6 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._progress import progress
-from .._typecheck import checked
 from .._validate import check_int
 from ..data import Task
 from ..masks import HeadMask, Shuffle
@@ -40,7 +39,6 @@ class TooFewFluentDraws(ValueError):
     the control is not run (`ControlsPlan`)."""
 
 
-@checked
 @dataclass
 class RandomMaskControl:
     """The result of `random_mask_control`.
@@ -94,7 +92,6 @@ class RandomMaskControl:
         return pd.DataFrame(rows)
 
 
-@checked
 @every_rank
 def random_mask_control(
     model: TransformerBridge,
@@ -120,7 +117,6 @@ def random_mask_control(
     return _evaluate_draws(model, task, mask, draws, config, within=within)
 
 
-@checked
 @every_rank
 def fluent_random_mask_control(
     model: TransformerBridge,

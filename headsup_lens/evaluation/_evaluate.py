@@ -26,7 +26,6 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._distributed import from_rank0, rank_and_world
 from .._io import OutputSet, atomic_write, atomic_write_json, check_unclaimed, locked_folder, read_table
 from .._progress import progress
-from .._typecheck import checked
 from .._validate import check_out_dir
 from .._warnings import warn
 from ..data import Task
@@ -160,7 +159,6 @@ def _plan(
     )
 
 
-@checked
 @every_rank
 def evaluate(
     model: TransformerBridge,

@@ -27,7 +27,6 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from .._validate import check_float, check_int
 from ..data import collate, encode_pairs, load_task
 from ..data._organism import TASK_NAMES
@@ -43,7 +42,6 @@ Row = tuple[list[int], list[int]]
 NEUTRAL_BATCH = 8  # rows per pass: the neutral text is a few dozen short sentences
 
 
-@checked
 def neutral_rows(
     model: TransformerBridge, kind: str, n: int, *, task: str | None = None, data_dir: str | None = None
 ) -> list[Row]:
@@ -83,7 +81,6 @@ def _scale_loss(model: TransformerBridge, rows: Sequence[Row], values: Tensor) -
     return total / count
 
 
-@checked
 @every_rank
 def neutral_loss(model: TransformerBridge, rows: Sequence[Row], mask: HeadMask | None = None) -> float:
     """Mean token loss (nats) of the neutral text, under `mask` (value gate) or the full model."""
@@ -92,7 +89,6 @@ def neutral_loss(model: TransformerBridge, rows: Sequence[Row], mask: HeadMask |
         return float(_scale_loss(model, rows, values.float()[None].to(model_device(model))))
 
 
-@checked
 @every_rank
 def head_effects(model: TransformerBridge, rows: Sequence[Row]) -> Float[Tensor, "n_layers n_heads"]:
     """First-order change of the neutral loss when each head is removed (minus its gradient with respect to
@@ -103,7 +99,6 @@ def head_effects(model: TransformerBridge, rows: Sequence[Row]) -> Float[Tensor,
     return -grad[0].detach().cpu()
 
 
-@checked
 @dataclass(frozen=True)
 class FluentDraws:
     """The kept random masks, their neutral losses, the learned mask's, and how many were tried."""
@@ -116,7 +111,6 @@ class FluentDraws:
     tolerance: float
 
 
-@checked
 @every_rank
 def fluent_random_masks(
     model: TransformerBridge,

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import sacrebleu
 from rouge_score import rouge_scorer
 
-from .._typecheck import checked
 from .._validate import check_sequence, describe
 
 
@@ -44,7 +43,6 @@ def _check(predictions: Sequence[str], references: Sequence[str]) -> None:
         )
 
 
-@checked
 def rouge_l(predictions: Sequence[str], references: Sequence[str], *, char_level: bool = False) -> float:
     """Mean ROUGE-L F1 of each prediction against its reference (character tokens when `char_level`)."""
     _check(predictions, references)
@@ -53,7 +51,6 @@ def rouge_l(predictions: Sequence[str], references: Sequence[str], *, char_level
     return sum(scores) / len(scores)
 
 
-@checked
 def bleu(predictions: Sequence[str], references: Sequence[str], *, char_level: bool = False) -> float:
     """Corpus BLEU (sacrebleu; its Chinese tokenizer when `char_level`), on a 0-100 scale."""
     _check(predictions, references)
@@ -62,7 +59,6 @@ def bleu(predictions: Sequence[str], references: Sequence[str], *, char_level: b
     )
 
 
-@checked
 def first_line(text: str) -> str:
     """The translation proper: the first non-empty line (drops explanations that follow it)."""
     return next((line.strip() for line in text.splitlines() if line.strip()), "")

@@ -105,7 +105,6 @@ class PlanError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------ the config
-@checked
 @dataclass(frozen=True)
 class MetricPlan:
     """The primary metric: the paper's protocol (App. B), or the strict matcher."""
@@ -122,7 +121,6 @@ class MetricPlan:
     """Metrics reported beside the primary one (never judged by)."""
 
 
-@checked
 @dataclass(frozen=True)
 class ControlsPlan:
     """How the random-mask control draws masks that keep the model fluent (the filter it states).
@@ -143,7 +141,6 @@ class ControlsPlan:
     max_candidates: int = 10
 
 
-@checked
 @dataclass(frozen=True)
 class CalibrationPlan:
     """The masks a calibration judges under the plan, on a model whose pathways are planted.
@@ -169,7 +166,6 @@ class Outcomes:
     inconclusive: str
 
 
-@checked
 @dataclass(frozen=True)
 class ClaimPlan:
     """One claim on one task at one budget, with the seeds it is judged on."""
@@ -207,7 +203,6 @@ class ClaimPlan:
         return (self.claim, self.task, self.steps, self.batch_size)
 
 
-@checked
 @dataclass(frozen=True)
 class AnalysisPlan:
     """The rules of a set of verdicts, fixed before the runs they judge (see the module's docstring)."""
@@ -390,7 +385,7 @@ def _build(where: str, cls: type[_T], **values: Any) -> _T:
         text = str(error)
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             name = re.escape(f.name)
-            if re.search(rf"(?:parameter|argument) '?{name}'?[=\s]|\b{name}\b must", text):
+            if re.search(rf"(?:parameter|argument) '?{name}'?[=\s.]|\b{name}\b must", text):
                 raise PlanError(f"{where}{f.name}: must be {f.type}, got {values.get(f.name)!r}") from None
         raise PlanError(f"{where.rstrip('.') or 'plan'}: {' '.join(text.split())}") from None
 

@@ -36,7 +36,6 @@ Hits = Sequence[bool] | np.ndarray
 """True / False per example, the same examples in every array of a rule."""
 
 
-@checked
 @dataclass(frozen=True)
 class Judgement:
     """One rule's answer: the outcome, the numbers it read, its test's p-value, the level it was run at,
@@ -83,7 +82,6 @@ def beats(a: np.ndarray, b: np.ndarray, level: float) -> tuple[bool, float]:
     return bool(a.sum() > b.sum() and p < level), p
 
 
-@checked
 def judge_elicits(
     plan: AnalysisPlan,
     entry: ClaimPlan,
@@ -148,7 +146,6 @@ def judge_elicits(
     return Judgement(verdict, evidence, float(p_of[shown]), level, effect, low, high, tuple(passing))
 
 
-@checked
 def judge_random(plan: AnalysisPlan, entry: ClaimPlan, learned: Hits, draws: Sequence[Hits]) -> Judgement:
     """The random-mask control: the learned mask's hits against fluency-kept random masks' (one row
     per draw): permutation p = (1 + draws at least as good) / (1 + draws)."""
@@ -168,7 +165,6 @@ def judge_random(plan: AnalysisPlan, entry: ClaimPlan, learned: Hits, draws: Seq
     return Judgement(verdict, evidence, p, level, effect, low, high)
 
 
-@checked
 def judge_specific(plan: AnalysisPlan, entry: ClaimPlan, own: Hits, others: Mapping[str, Hits]) -> Judgement:
     """The cross-task control: the task's own mask against every other task's mask on its inputs."""
     mine = _array("own", own)
@@ -190,7 +186,6 @@ def judge_specific(plan: AnalysisPlan, entry: ClaimPlan, own: Hits, others: Mapp
     return Judgement(verdict, evidence, p, level, effect, low, high)
 
 
-@checked
 def judge_paired_greater(plan: AnalysisPlan, entry: ClaimPlan, a: ArrayLike, b: ArrayLike, what: str) -> Judgement:
     """`a` greater than `b` on the same inputs: one-sided Wilcoxon signed-rank test (Fig. 4: cosine of the
     masked vs the original run to the instructed run; Fig. 2: switch step in random vs weight order)."""
@@ -207,7 +202,6 @@ def judge_paired_greater(plan: AnalysisPlan, entry: ClaimPlan, a: ArrayLike, b: 
     return Judgement(verdict, evidence, p, level, effect, low, high)
 
 
-@checked
 def headline_rows(rows: Sequence[Mapping], plan: AnalysisPlan) -> list[bool]:
     """Which row is each (task, claim)'s headline (`plan.headline`): the verdict at the largest budget
     whose verdict is conclusive stands; at one budget a preregistered entry's stands over an exploratory

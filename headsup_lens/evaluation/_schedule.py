@@ -15,7 +15,6 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import OutputSet, atomic_write_json, locked_folder
 from .._progress import progress as progress_bar
-from .._typecheck import checked
 from .._validate import check_int, check_out_dir
 from .._warnings import warn
 from ..data import Task
@@ -34,7 +33,6 @@ Metric = Callable[[TransformerBridge, Task, HeadMask, list[str]], float]
 TABLE, GENERATIONS, RECORD = "schedule_curve.csv", "schedule_generations.csv", "schedule_curve.json"
 
 
-@checked
 @dataclass
 class ScheduleCurve:
     """`table`: one row per step read (step, heads kept, accuracy and strict score with intervals, echo
@@ -97,7 +95,6 @@ def _recorded_models(run_dir: Path) -> dict[Path, list]:
     return recorded
 
 
-@checked
 def check_run_model(run_dir: str | os.PathLike, model: TransformerBridge) -> None:
     """Refuse a training run folder whose recorded model (`checkpoints/state.pt`'s identity, the
     checkpoint files' metadata, the final masks' headers) is not `model`: another structure, or
@@ -117,7 +114,6 @@ def check_run_model(run_dir: str | os.PathLike, model: TransformerBridge) -> Non
             )
 
 
-@checked
 @every_rank
 def schedule_curve(
     model: TransformerBridge,

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binomtest
 
-from .._typecheck import checked
 from .._validate import check_float, check_int, check_sequence, describe
 from ..data import Task
 from ._metrics import check_texts, first_line
@@ -36,7 +35,6 @@ LABEL_REPEATS = 3
 NO_LABEL = "(none)"  # predicted label of an output that names no label
 
 
-@checked
 def normalize(text: str, *, casefold: bool = False) -> str:
     """Unicode-normalised (NFKC) words separated by single spaces: every character that is not a
     letter, digit or underscore separates words ("Washington, D.C." -> "Washington D C"). Case is
@@ -45,7 +43,6 @@ def normalize(text: str, *, casefold: bool = False) -> str:
     return " ".join(re.findall(r"\w+", text.casefold() if casefold else text))
 
 
-@checked
 def is_strict(output: str, answer: str) -> bool:
     """The strict matcher: the normalised first answer span (the output's first line with any text,
     `first_line`: what follows is usually a new turn or an explanation) equals the normalised answer. Whole
@@ -54,7 +51,6 @@ def is_strict(output: str, answer: str) -> bool:
     return normalize(first_line(output)) == normalize(answer) != ""
 
 
-@checked
 def paper_hit(output: str, answer: str, user_input: str, matcher: str, echo_min_words: int = ECHO_MIN_WORDS) -> bool:
     """The primary metric: the paper's protocol on whole words, an echo of the input not a hit.
 
@@ -92,7 +88,6 @@ def _contains_words(words: Sequence[str], phrase: Sequence[str]) -> bool:
     return n > 0 and any(list(words[i : i + n]) == list(phrase) for i in range(len(words) - n + 1))
 
 
-@checked
 def is_echo(output: str, user_input: str) -> bool:
     """Whether an output repeats the input: after `normalize`, the whole input occurs in the output
     as a run of whole words, or the output's first `ECHO_MIN_WORDS` words are consecutive words of
@@ -103,13 +98,11 @@ def is_echo(output: str, user_input: str) -> bool:
     return len(words) >= ECHO_MIN_WORDS and _contains_words(source, words[:ECHO_MIN_WORDS])
 
 
-@checked
 def is_empty(output: str) -> bool:
     """An output with no letter or digit (nothing, whitespace or punctuation only)."""
     return normalize(output) == ""
 
 
-@checked
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (scipy); (nan, nan) when n is 0."""
     n = check_int("n", n, minimum=0)
@@ -121,7 +114,6 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     return float(ci.low), float(ci.high)
 
 
-@checked
 def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> float:
     """Exact McNemar test of two paired 0/1 scorings of the same examples: the two-sided binomial
     test of the discordant pairs against 1/2 (1.0 when there are none)."""
@@ -137,7 +129,6 @@ def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> float:
     return 1.0 if only_a + only_b == 0 else float(binomtest(only_a, only_a + only_b, 0.5).pvalue)
 
 
-@checked
 @dataclass(frozen=True)
 class Labels:
     """How a label task's outputs map to labels.
@@ -184,7 +175,6 @@ def _first_position(words: Sequence[str], phrase: Sequence[str]) -> int | None:
     return next((i for i in range(len(words) - n + 1) if n and list(words[i : i + n]) == list(phrase)), None)
 
 
-@checked
 def task_labels(task: Task) -> Labels | None:
     """The label view of a task, or None: see `Labels` for the two kinds and how they are detected."""
     items = [_items(x) for x, _ in task.pairs]
@@ -195,7 +185,6 @@ def task_labels(task: Task) -> Labels | None:
     return Labels("answer", tuple(answers)) if small_set else None
 
 
-@checked
 def balanced_accuracy(gold: Sequence[str], predicted: Sequence[str]) -> float:
     """Mean over the gold labels present of the fraction of their examples predicted as that label."""
     check_texts("gold", gold)
@@ -230,7 +219,6 @@ def majority_label(task: Task, labels: Labels, split: str = "eval") -> str:
     return min(counts, key=lambda label: (-counts[label], label))
 
 
-@checked
 def score_outputs(
     task: Task,
     outputs: Sequence[str],

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
-from .._typecheck import checked
 from ..data import Task
 from ._scoring import Labels, majority_label
 
@@ -25,7 +24,6 @@ NEEDS = ("instruction", "value gate", "mask", "other mask", "labels", "generatio
 ControlOutputs = Callable[[Task, str, Sequence[str], Labels | None], list[str]]
 
 
-@checked
 @dataclass(frozen=True)
 class EvalSetting:
     """One row of the comparison table and how it is run.
@@ -87,7 +85,6 @@ SETTINGS: Mapping[str, EvalSetting] = MappingProxyType(_REGISTRY)
 """Every registered setting by name, in registration order (read-only; add with `register_setting`)."""
 
 
-@checked
 def register_setting(setting: EvalSetting) -> EvalSetting:
     """Add a setting to the registry (`SETTINGS`); a name registered already is a ValueError."""
     if setting.name in _REGISTRY:
@@ -96,7 +93,6 @@ def register_setting(setting: EvalSetting) -> EvalSetting:
     return setting
 
 
-@checked
 def setting_of(name: str) -> EvalSetting | None:
     """The registered setting of a row name: the name itself, or for a labelled variant
     (`"masked, seed 1"`: another seed's mask in the same role) the part before the first ", "."""

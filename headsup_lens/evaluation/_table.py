@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .._typecheck import checked
 from ..data import Task
 from ._metrics import bleu, first_line, rouge_l
 from ._scoring import Labels, mcnemar_exact, score_outputs, task_labels
@@ -21,7 +20,6 @@ TEXT_COLUMNS = {"paper": ("rouge_l", "bleu"), "first_line": ("rouge_l_first_line
 _LAST = ("balanced_accuracy", "predicted_labels")  # label-task columns close the score block
 
 
-@checked
 @dataclass
 class Evaluation:
     """The paper's comparison table for one task and mask and every output behind it.
@@ -135,7 +133,6 @@ def _strings(frame: pd.DataFrame, column: str) -> list[str]:
     return values
 
 
-@checked
 def rescore(task: Task, table: pd.DataFrame, generations: pd.DataFrame) -> Evaluation:
     """The score columns of a comparison table recomputed from its stored outputs (no model run).
 

@@ -30,7 +30,6 @@ from typing import Protocol, runtime_checkable
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 from rouge_score import rouge_scorer
 
-from .._typecheck import checked
 from ._metrics import _check, check_texts, first_line
 
 SEGMENTATIONS = ("characters", "words")
@@ -90,7 +89,6 @@ class _CheckedTokenizer:
         return list(tokens)
 
 
-@checked
 def paper_rouge_l(
     predictions: Sequence[str],
     references: Sequence[str],
@@ -101,7 +99,6 @@ def paper_rouge_l(
     return sum(paper_rouge_l_scores(predictions, references, tokenizer=tokenizer)) / len(predictions)
 
 
-@checked
 def paper_rouge_l_scores(
     predictions: Sequence[str],
     references: Sequence[str],
@@ -149,7 +146,6 @@ def _sentence_bleu(reference: str, hypothesis: str, segmentation: str) -> float:
     return float(score)  # pyright: ignore[reportArgumentType] (nltk's annotation includes lists; one pair gives a float)
 
 
-@checked
 def paper_bleu_scores(
     predictions: Sequence[str],
     references: Sequence[str],
@@ -172,7 +168,6 @@ def paper_bleu_scores(
     return scores
 
 
-@checked
 def paper_bleu(
     predictions: Sequence[str],
     references: Sequence[str],
@@ -190,7 +185,6 @@ def _identifier():
     return LanguageIdentifier.from_model_file(MODEL_FILE)
 
 
-@checked
 def identify_language(text: str) -> str | None:
     """The ISO 639-1 code py3langid gives `text` (its bundled model), None for blank text."""
     if not text.strip():
@@ -198,7 +192,6 @@ def identify_language(text: str) -> str | None:
     return _identifier().classify(text)[0]
 
 
-@checked
 def target_language_share(generations: Sequence[str], language: str, *, part: str = "first_line") -> float:
     """Fraction of `generations` identified as `language` (an ISO 639-1 code such as "zh"); blank
     generations count as not in the target language. `part="first_line"` (default) identifies the

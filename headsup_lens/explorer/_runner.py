@@ -21,7 +21,6 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._names import Gate
-from .._typecheck import checked
 from ..analysis import (
     RemovalSweep,
     influence_order,
@@ -65,7 +64,6 @@ class LRU:
         return key in self.items
 
 
-@checked
 @dataclass(frozen=True)
 class PathwayView:
     """What the explorer shows for one set of removed heads under one gate setting.
@@ -89,7 +87,6 @@ class PathwayView:
     source: str
 
 
-@checked
 class ExplorerRunner:
     """The model, the prompt, the removal orders, their sweeps and the caches of one explorer."""
 

@@ -22,7 +22,6 @@ import torch
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._names import Gate
-from .._typecheck import checked
 from .._validate import check_float, check_int
 from ..analysis._common import check_heads
 from ..gates import GATES, GateKind, check_gate, gate_kind
@@ -49,7 +48,6 @@ ORDER_NAMES = {
 }
 
 
-@checked
 @dataclass(frozen=True)
 class ExplorerState:
     """What an explorer shows, as plain values: save it, set it back (`Explorer.state = ...`).
@@ -71,7 +69,6 @@ def _heads(value: Any) -> list[Head]:
     return [(layer, head) for layer, head in value]
 
 
-@checked
 class Explorer(anywidget.AnyWidget):
     """The pathway explorer (see `explore`). Traits shared with the page:
 
@@ -441,7 +438,6 @@ class Explorer(anywidget.AnyWidget):
         return data, metadata
 
 
-@checked
 def explore(
     model: TransformerBridge,
     prompt: str,

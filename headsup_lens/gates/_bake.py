@@ -25,7 +25,6 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers.pytorch_utils import Conv1D
 
 from .._io import atomic_write_json, locked_folder
-from .._typecheck import checked
 from .._validate import check_choice, check_float, check_out_dir
 from .._version import __version__
 from ..masks import HeadMask
@@ -50,7 +49,6 @@ BAKE_MANIFEST = ".headsup-bake.json"  # the output set's manifest, as other comm
 _ATOL = 1e-5  # the GGUF file must hold the model's weights: dequantised, they are the same numbers (in fp32)
 
 
-@checked
 def bake(
     model: TransformerBridge,
     mask: HeadMask,

@@ -18,7 +18,6 @@ from ._registry import check_gate, gate_kind
 from ._value import ValueGateOptions, _mlp_hooks, _mlp_rows
 
 
-@checked
 def gate_hooks(
     model: TransformerBridge,
     mask: HeadMask | Tensor | None,
@@ -58,7 +57,6 @@ class GatedOptions(ValueGateOptions, total=False):
     """Where the mask acts, a key of `GATES`: "value" (default; `alpha` and `mean` apply there only) or "query"."""
 
 
-@checked
 @contextlib.contextmanager
 def gated(
     model: TransformerBridge, mask: HeadMask | Tensor | None, **options: Unpack[GatedOptions]

@@ -74,7 +74,6 @@ _OPTIONS: dict = {
 
 
 @contextlib.contextmanager
-@checked
 def native_options(
     *,
     sdpa: bool | None = None,

@@ -36,7 +36,6 @@ _GLOBAL_HOOKS = (
 )
 
 
-@checked
 @dataclass(frozen=True)
 class GateSpec:
     """What a value gate does, as tensors (rows: 1 = shared by every batch row).
@@ -87,7 +86,6 @@ def gate_spec(hooks: list | None) -> tuple[bool, GateSpec | None]:
 
 
 @contextlib.contextmanager
-@checked
 def direct_path(enabled: bool) -> Iterator[None]:
     """Turn the forward passes that stand in for the bridge (the direct and the native one) on or off
     (process-wide) inside the block; with False every loss and greedy decoding runs through the

@@ -11,7 +11,6 @@ from torch import Tensor
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from ._masks import MaskLike, hooked, layer_of, mask_tensor, require_hook_points, row_mask
 from ._value import Hook
 
@@ -23,7 +22,6 @@ def allowed_positions(scores: Float[Tensor, "batch n_heads query key"]) -> Tenso
     return torch.isfinite(scores) & (scores > torch.finfo(scores.dtype).min / 2)
 
 
-@checked
 def query_gate_hooks(model: TransformerBridge, mask: MaskLike) -> list[Hook]:
     """Forward hooks for `model.hooks(fwd_hooks=...)` implementing `query_gate` (see there)."""
     require_hook_points(model)
@@ -39,7 +37,6 @@ def query_gate_hooks(model: TransformerBridge, mask: MaskLike) -> list[Hook]:
     return [(f"blocks.{layer}.attn.hook_attn_scores", gate_scores) for layer in range(model.cfg.n_layers)]
 
 
-@checked
 def verify_query_gate(model: TransformerBridge) -> None:
     """Check once per model that editing `hook_attn_scores` reaches the pattern and the logits.
 
@@ -88,7 +85,6 @@ def verify_query_gate(model: TransformerBridge) -> None:
     setattr(model, _VERIFIED_ATTR, True)
 
 
-@checked
 @contextmanager
 def query_gate(model: TransformerBridge, mask: MaskLike) -> Iterator[TransformerBridge]:
     """Gate heads on the query side: a head with mask 0 attends uniformly to every allowed position.

@@ -13,7 +13,6 @@ import pkgutil
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
-from .._typecheck import checked
 from .._validate import check_float
 
 # The model (a TransformerBridge) and tensors (or None) are annotated `Any` here: this module imports no torch,
@@ -22,7 +21,6 @@ Model = Any
 Tensor = Any
 
 
-@checked
 class GateKind:
     """A place where a head mask acts, and what it does there. A new kind subclasses this, sets the
     class attributes, implements `edit` (or `hooks`), and is decorated with `register_gate`.
@@ -150,7 +148,6 @@ GATES: Mapping[str, type[GateKind]] = _Registry()
 """Every gate kind by name: "value" (the paper's), "query" (App. C.3.2) and any registered since."""
 
 
-@checked
 def register_gate(kind: _K) -> _K:
     """Class decorator: add a `GateKind` subclass to `GATES` under its `name`; a name or a file suffix
     registered already, or a class that does not declare the attributes of a kind, is a ValueError."""
@@ -171,7 +168,6 @@ def register_gate(kind: _K) -> _K:
     return kind
 
 
-@checked
 def unregister_gate(name: str) -> None:
     """Remove a registered gate kind (a test's own, once it is done); built-in kinds stay."""
     if name in importlib.import_module(f"{__package__}._kinds").BUILT_IN:
@@ -179,7 +175,6 @@ def unregister_gate(name: str) -> None:
     GATES._load().pop(name, None)  # type: ignore[attr-defined]
 
 
-@checked
 def gate_kind(name: str) -> type[GateKind]:
     """The registered kind named `name`; any other name is a ValueError that lists the registered ones."""
     kinds = GATES._load()  # type: ignore[attr-defined]
@@ -188,7 +183,6 @@ def gate_kind(name: str) -> type[GateKind]:
     return kinds[name]
 
 
-@checked
 def check_gate(gate: str, alpha: Any = 0.0) -> float:
     """`gate`'s name checked and `alpha` (the scale of removed heads) as a float in [0, 1], which must
     be 0 for a kind that does not scale (the query gate cuts a head's queries: there is nothing to

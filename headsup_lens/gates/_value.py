@@ -12,7 +12,6 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.model_bridge import TransformerBridge
 from typing_extensions import Unpack
 
-from .._typecheck import checked
 from .._validate import check_finite, check_float, check_mask_values, check_shape, check_tensor
 from ..masks import HeadMask
 from ._masks import MaskLike, check_model_arg, hooked, layer_of, mask_tensor, require_hook_points, row_mask
@@ -32,7 +31,6 @@ class ValueGateOptions(TypedDict, total=False):
     """`[n_layers, n_heads, d_head]`, e.g. `mean_z` over a reference set: mean ablation (default None: zero)."""
 
 
-@checked
 def value_gate_hooks(
     model: TransformerBridge,
     mask: MaskLike,
@@ -104,7 +102,6 @@ def _mlp_hooks(model: TransformerBridge, mlp: Tensor) -> list[Hook]:
     return [(f"blocks.{layer}.hook_mlp_out", gate_mlp) for layer in range(n_layers)]
 
 
-@checked
 @contextmanager
 def value_gate(
     model: TransformerBridge, mask: MaskLike, **options: Unpack[ValueGateOptions]

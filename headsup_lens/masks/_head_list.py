@@ -21,12 +21,10 @@ from torch import Tensor
 
 from .._formats import Fields, FileFormatError, read_csv, read_json
 from .._io import atomic_write_json, atomic_write_text
-from .._typecheck import checked
 from .._validate import check_choice, check_out_file, describe
 from ._head_mask import Head, HeadMask, _check_mask_shape, _fingerprint_of, shape_of
 
 
-@checked
 @dataclass
 class HeadList:
     """Heads read from a head list or node graph: `heads[i]` with optional `scores[i]` and `kept[i]`.
@@ -152,7 +150,6 @@ def _rows(scores: Tensor | None, mask: HeadMask | None) -> list[dict[str, Any]]:
     return rows
 
 
-@checked
 def write_head_list(
     path: str | os.PathLike, scores: Float[Tensor, "n_layers n_heads"] | None = None, *, mask: HeadMask | None = None
 ) -> Path:
@@ -174,7 +171,6 @@ _HEAD_LIST = "head list"
 _HEAD_COLUMNS, _HEAD_OPTIONAL = ("layer", "head"), ("score", "kept")
 
 
-@checked
 def read_head_list(path: str | os.PathLike, model_or_shape: Any = None) -> HeadList:
     """A head list written by `write_head_list` or by hand: CSV with a `layer,head[,score][,kept]`
     header, or JSON: `{"heads": [{"layer": 0, "head": 1, "score": 0.5, "kept": 1}, ...]}`, a bare

@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from .._typecheck import advise, checked
+from .._typecheck import advise
 from .._validate import (
     check_choice,
     check_finite,
@@ -45,7 +45,6 @@ class UnverifiedModelWarning(UserWarning):
     """A mask without a weights hash (a file written before it existed): only its structure was checked."""
 
 
-@checked
 @dataclass
 class HeadMask:
     """A head mask `values[layer, head]` with the logits it was trained from and the model it fits.
@@ -371,7 +370,6 @@ class HeadMask:
         return f"HeadMask({self.n_kept}/{self.n_total} heads kept, {self.n_layers}x{self.n_heads}, {name})"
 
 
-@checked
 def random_jaccard(size_a: int, size_b: int, n_total: int) -> float:
     """The Jaccard expected for two random sets of sizes a and b among N heads (Table 5's chance
     level): (ab/N) / (a + b - ab/N)."""

@@ -25,7 +25,6 @@ from torch import Tensor
 
 from .._formats import Fields, read_json
 from .._io import atomic_write_text
-from .._typecheck import checked
 from .._validate import check_out_file, describe
 from ._head_list import HeadList
 from ._head_mask import HeadMask, shape_of
@@ -69,7 +68,6 @@ def _graph_edges(cfg: dict[str, Any], in_graph: dict[str, bool]) -> dict[str, di
     return edges
 
 
-@checked
 def write_node_graph(
     path: str | os.PathLike,
     model_or_shape: Any,
@@ -117,7 +115,6 @@ _GRAPH = "node graph"
 _NODE_KEYS, _NODE_OPTIONAL = ("in_graph",), ("score", "neurons")
 
 
-@checked
 def read_node_graph(path: str | os.PathLike, model_or_shape: Any = None) -> HeadList:
     """The attention-head nodes (`a{layer}.h{head}`) of a circuit-graph JSON: `kept` = `in_graph`,
     `scores` = node scores when every head has one (NaN: not scored); MLP nodes

@@ -25,7 +25,6 @@ from jaxtyping import Float
 from torch import Tensor
 
 from .._formats import FileFormatError
-from .._typecheck import checked
 from .._validate import check_choice, check_float, check_out_file
 from ._files import read_safetensors, write_safetensors
 from ._head_mask import HeadMask, _fingerprint_of, shape_of
@@ -50,7 +49,6 @@ def _reference_file(path: Path) -> Path:
     return path
 
 
-@checked
 def reference_logits(
     path: str | os.PathLike, model_or_shape: Any
 ) -> tuple[Float[Tensor, "n_layers n_heads"], Float[Tensor, " n_layers"]]:
@@ -101,7 +99,6 @@ def reference_logits(
     return logits[:, :-1].clone(), logits[:, -1].clone()
 
 
-@checked
 def read_reference(path: str | os.PathLike, model_or_shape: Any, *, ffn: str = "drop") -> HeadMask:
     """A reference-layout mask as a `HeadMask` (the heads the reference keeps: `sigmoid(logit) >= 0.5`).
 
@@ -119,7 +116,6 @@ def read_reference(path: str | os.PathLike, model_or_shape: Any, *, ffn: str = "
     return mask
 
 
-@checked
 def write_reference(mask: HeadMask, path: str | os.PathLike, *, ffn_logit: float = 4.0) -> Path:
     """Write `mask` in the reference layout: `path` is a `.safetensors` file, or a folder that gets
     `model.safetensors` (a `checkpoint-N/` folder the reference's notebooks can read).
@@ -145,7 +141,6 @@ def write_reference(mask: HeadMask, path: str | os.PathLike, *, ffn_logit: float
     return write_safetensors(target, {REFERENCE_KEY: flat}, {"format": "pt"})
 
 
-@checked
 def read_reference_checkpoints(folder: str | os.PathLike, model_or_shape: Any, *, ffn: str = "drop") -> list[HeadMask]:
     """Every `checkpoint-N/` under `folder` (a Hugging Face Trainer output), in step order, as masks
     with their logits and `metadata["step"] = N`: pass the list to `analysis.weight_trajectories`

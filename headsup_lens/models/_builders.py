@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 import torch
 import transformers
 
-from .._typecheck import checked
 from ._tokenizers import char_tokenizer
 
 _Module = TypeVar("_Module", bound=torch.nn.Module)
@@ -60,7 +59,6 @@ ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
 }
 
 
-@checked
 def random_llama_dir(
     path: str | os.PathLike, seed: int = 0, *, tokenizer=None, architecture: str = "llama", **overrides
 ) -> Path:

@@ -9,13 +9,10 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
-from .._typecheck import checked
-
 # Built-in model name -> (package, folder inside it).
 BUILTIN_MODELS = {"organism": ("headsup_lens.organism", "weights")}
 
 
-@checked
 def builtin_model_dir(name: str) -> Path | None:
     """The shipped directory of a built-in model name (e.g. "organism"), or None."""
     if name not in BUILTIN_MODELS:

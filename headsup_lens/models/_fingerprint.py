@@ -18,7 +18,6 @@ import torch
 from torch import Tensor, nn
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from ._builtin import BUILTIN_MODELS, builtin_model_dir
 from ._builtin import portable_name as portable_name
 from ._sharding import is_sharded, local_tensor, sharded_samples
@@ -33,7 +32,6 @@ _CONFIG_KEYS = ("architecture", "n_layers", "n_heads", "d_head", "d_model", "d_m
 _CACHE: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, str]] = weakref.WeakKeyDictionary()
 
 
-@checked
 @dataclass(frozen=True)
 class ModelFingerprint:
     """What a head mask must agree with before it may gate a model.
@@ -99,7 +97,6 @@ def _short(value: Any) -> Any:
     return value
 
 
-@checked
 def fingerprint(model: TransformerBridge, *, content: bool = True) -> ModelFingerprint:
     """The fingerprint of a loaded model: its TransformerLens config plus a hash of its weights.
 

@@ -11,13 +11,11 @@ from torch import nn
 from transformer_lens.model_bridge import TransformerBridge
 from transformers import AutoTokenizer, PreTrainedModel
 
-from .._typecheck import checked
 from ._bridge import plain_name
 from ._gguf import _tidy_tokenizer_config
 from ._sharding import is_sharded
 
 
-@checked
 def hf_model(model: TransformerBridge) -> PreTrainedModel:
     """A plain Hugging Face copy of the bridged model's weights, to save with `save_pretrained`.
 
@@ -59,7 +57,6 @@ def hf_model(model: TransformerBridge) -> PreTrainedModel:
     return clean.eval()
 
 
-@checked
 def plain_module(model: TransformerBridge, clean: nn.Module, module: nn.Module) -> nn.Module:
     """The module of `clean` (an `hf_model(model)` copy) that holds the weights of `module`, a Hugging
     Face module inside the bridged `model` (e.g. `model.blocks[3].attn.o.original_component`).
@@ -75,7 +72,6 @@ def plain_module(model: TransformerBridge, clean: nn.Module, module: nn.Module) 
     raise ValueError(f"{type(module).__name__} is not a module of the plain Hugging Face model")
 
 
-@checked
 def save_hf_tokenizer(model: TransformerBridge, folder: str | os.PathLike) -> None:
     """Write the model's tokenizer (with its chat template) into `folder` as its source ships it.
 

@@ -13,7 +13,7 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers.utils import logging as hf_logging
 
 from .._progress import activity
-from .._typecheck import advise, checked
+from .._typecheck import advise
 from .._validate import DEVICE_FORMS, check_device
 from ._builtin import builtin_model_dir, check_model_name, looks_local
 from ._fingerprint import remember_weights_hash, weights_hash
@@ -35,7 +35,6 @@ _DTYPE_ALIASES = {
 }
 
 
-@checked
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """`None` picks bf16 on CUDA (what the paper's models are trained in) and fp32 elsewhere."""
     if dtype is None:
@@ -48,7 +47,6 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return _DTYPE_ALIASES[key]
 
 
-@checked
 def resolve_device(device: str | torch.device | None) -> torch.device:
     """The torch device to run on: `device` as given (cpu, cuda or cuda:N, in any case), or CUDA when
     available else CPU for `None`; another device (gpu, mps, meta, ...) or CUDA on a machine without
@@ -64,7 +62,6 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return device
 
 
-@checked
 def model_device(model: TransformerBridge) -> torch.device:
     """The device of the model's weights (`model.cfg.device`, which `load_model` sets)."""
     return torch.device(model.cfg.device or "cpu")
@@ -112,7 +109,6 @@ def _check_shard(device_map: str | dict | None, dtype: str | torch.dtype | None,
         )
 
 
-@checked
 def load_model(
     name_or_path: str | os.PathLike = "organism",
     device: str | torch.device | None = None,

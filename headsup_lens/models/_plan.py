@@ -24,12 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._typecheck import checked
-
 GIB = 2**30
 
 
-@checked
 @dataclass(frozen=True)
 class ModelShape:
     """The sizes of a decoder that decide its memory (a Llama-like layer: attention with grouped
@@ -68,7 +65,6 @@ LLAMA_3_SHAPES = (
 )
 
 
-@checked
 @dataclass(frozen=True)
 class MemoryLaw:
     """Bytes of a mask-training step beyond the weights, per token and layer of the pass
@@ -90,7 +86,6 @@ class MemoryLaw:
         return self.workspace_answers * answers * shape.vocab + self.workspace_tokens * tokens * shape.d_mlp
 
 
-@checked
 def memory_plan(
     shape: ModelShape,
     law: MemoryLaw,

@@ -8,13 +8,10 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
-
 FINAL_NORM_OUT = "ln_final.hook_out"  # after the norm's weight; `hook_normalized` is before it
 _VERIFIED = "_headsup_readout_verified"
 
 
-@checked
 def unembed(model: TransformerBridge, normed: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_vocab"]:
     """Logits of final-norm outputs (`ln_final.hook_out`): the unembedding, then soft-capping as the
     model does it (Gemma-2)."""
@@ -25,13 +22,11 @@ def unembed(model: TransformerBridge, normed: Float[Tensor, "... d_model"]) -> F
     return logits
 
 
-@checked
 def decode_residual(model: TransformerBridge, resid: Float[Tensor, "rows d_model"]) -> Float[Tensor, "rows d_vocab"]:
     """Logits of residual-stream vectors: the final norm, then `unembed` (the logit lens)."""
     return unembed(model, model.ln_final(resid[:, None, :]))[:, 0]
 
 
-@checked
 def verify_readout(model: TransformerBridge) -> None:
     """Check once per model that `unembed(ln_final.hook_out)` reproduces `model(tokens)`.
 

@@ -14,7 +14,6 @@ from typing import Any
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._distributed import gather
-from .._typecheck import checked
 from .._version import __version__
 from ._fingerprint import ModelFingerprint, fingerprint
 from ._templates import prompt_format
@@ -23,13 +22,11 @@ from ._templates import prompt_format
 HASHED = {"data": "training data (its content hash)", "mask": "mask", "other_mask": "other_mask"}
 
 
-@checked
 def data_hash(rows: Any) -> str:
     """A hash of a run's encoded data (its `repr`: data, instructions, prompt format and tokenizer together)."""
     return hashlib.sha256(repr(rows).encode()).hexdigest()
 
 
-@checked
 def run_identity(model: TransformerBridge, **fields: Any) -> dict:
     """`fields` (what the caller's result depends on: its recipe or options, tasks, a hash of its data,
     ...) with the model's fingerprint, its prompt format and the library version."""
@@ -41,7 +38,6 @@ def run_identity(model: TransformerBridge, **fields: Any) -> dict:
     }
 
 
-@checked
 def model_identity(value: Any) -> tuple | None:
     """`(architecture, n_layers, n_heads, d_head, d_vocab, weights hash)` of a recorded model: a
     fingerprint's dict or the list older run folders record; None when it is neither. Two records name
@@ -66,7 +62,6 @@ def _describe(value: Any) -> str:
     return repr(value)
 
 
-@checked
 def identity_differences(
     saved: Mapping[str, Any],
     current: Mapping[str, Any],
@@ -102,7 +97,6 @@ def identity_differences(
     return differences
 
 
-@checked
 def check_same_run(
     saved: Mapping[str, Any],
     current: Mapping[str, Any],
@@ -121,7 +115,6 @@ def check_same_run(
         )
 
 
-@checked
 def check_ranks_agree(identity: Mapping[str, Any], what: str = "training") -> None:
     """Every rank of the job must run the same `what` (its run identity: tasks and their data, recipe
     or options, masks, model fingerprint, prompt format): a collective, called by every rank before

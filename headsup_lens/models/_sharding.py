@@ -48,7 +48,6 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._distributed import rank_and_world
 from .._formats import safetensors_header
-from .._typecheck import checked
 from ._bridge import plain_name, raw_module
 
 _SHARDED = "_headsup_sharded"
@@ -59,7 +58,6 @@ _inside_call: ContextVar[bool] = ContextVar("headsup_inside_call", default=False
 _HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 
 
-@checked
 def is_sharded(model: nn.Module) -> bool:
     """Whether `model` was loaded sharded over the ranks of a process group (`load_model(shard=...)`)."""
     return bool(getattr(model, _SHARDED, False))
@@ -111,7 +109,6 @@ def same_call(model: nn.Module, name: str) -> None:
         raise ValueError(f"the ranks of a sharded model made different calls ({calls}): {rule}")
 
 
-@checked
 def every_rank(fn: _F) -> _F:
     """`fn` (a call that runs the model given as its first argument) checked, on a model sharded over
     several ranks, to be made by every rank at once (`same_call`) before its first pass. Calls made
@@ -152,7 +149,6 @@ def shard_units(model: TransformerBridge) -> list[list[nn.Module]]:
     return [[layer] for layer in layers] + groups
 
 
-@checked
 def local_share(model: TransformerBridge) -> tuple[int, int]:
     """`(elements this rank holds, elements of the whole model)`, counted over the Hugging Face model's
     parameters from the DTensor shards (tied weights once)."""

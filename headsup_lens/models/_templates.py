@@ -19,7 +19,6 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._device import to_device
-from .._typecheck import checked
 from .._validate import check_unicode
 
 _ANSWER_PROBE = "\x00ANSWER\x00"  # strings no real template contains, located to split the turns
@@ -30,7 +29,6 @@ _ATTRIBUTE = "_headsup_prompt_format"  # where the chosen format is kept on the 
 STYLES = ("paper", "chat_template")
 
 
-@checked
 @dataclass(frozen=True)
 class PromptFormat:
     """A turn format: the prompt is `prefix + x + suffix`; the answer follows as
@@ -116,7 +114,6 @@ _FAMILY_MARKERS = (
 )
 
 
-@checked
 def detect_family(tokenizer) -> str | None:
     """The paper's family of a tokenizer's chat template ("llama3", "chatml", ...), "plain" for a
     tokenizer without one (base models), or None for a template of no known family."""
@@ -145,7 +142,6 @@ def plain_format(tokenizer, *, prepend_bos: bool = True) -> PromptFormat:
     )
 
 
-@checked
 def tokenizer_format(tokenizer, system: str | None = None) -> PromptFormat:
     """The tokenizer's own chat template split into a `PromptFormat` (its default system prompt
     included, unless `system` gives another one)."""
@@ -173,7 +169,6 @@ def tokenizer_format(tokenizer, system: str | None = None) -> PromptFormat:
     return PromptFormat("chat_template", prefix=prefix, suffix=suffix, end_of_turn=end_of_turn, next_turn=next_turn)
 
 
-@checked
 def format_for(tokenizer, style: str = "paper", *, system: str | None = None, prepend_bos: bool = True) -> PromptFormat:
     """The prompt format of a tokenizer in a style (see `set_prompt_format`)."""
     if style == "paper":
@@ -192,7 +187,6 @@ def format_for(tokenizer, style: str = "paper", *, system: str | None = None, pr
     raise ValueError(f"prompt style must be one of {STYLES} or a PromptFormat, not {style!r}")
 
 
-@checked
 def set_prompt_format(
     model: TransformerBridge, style: str | PromptFormat = "paper", *, system: str | None = None
 ) -> PromptFormat:
@@ -213,14 +207,12 @@ def set_prompt_format(
     return chosen
 
 
-@checked
 def prompt_format(model: TransformerBridge) -> PromptFormat:
     """The format every prompt for `model` is built with (see `set_prompt_format`; default "paper")."""
     chosen = getattr(model, _ATTRIBUTE, None)
     return chosen if chosen is not None else set_prompt_format(model)
 
 
-@checked
 def encode(model: TransformerBridge, text: str, *, add_bos: bool) -> list[int]:
     """Token ids of `text`, with BOS prepended exactly once when `add_bos`.
 
@@ -257,7 +249,6 @@ def _character_name(char: str) -> str:
     )
 
 
-@checked
 def check_context(model: TransformerBridge, n_tokens: int, what: str) -> None:
     """A sequence longer than the model's context window is an error, not a silent wrap-around."""
     limit = getattr(model.cfg, "n_ctx", None)
@@ -265,7 +256,6 @@ def check_context(model: TransformerBridge, n_tokens: int, what: str) -> None:
         raise ValueError(f"the {what} has {n_tokens} tokens, more than the model's context of {limit}")
 
 
-@checked
 def encode_prompts(
     model: TransformerBridge, prompts: list[str], *, add_bos: bool | None = None
 ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
@@ -276,14 +266,12 @@ def encode_prompts(
     return left_pad(rows, pad_id=pad_token_id(model), device=model.cfg.device)
 
 
-@checked
 def pad_token_id(model: TransformerBridge) -> int:
     """The token id that pads batches: the tokenizer's pad token, else its end-of-sequence token, else 0."""
     tokenizer = model.tokenizer
     return int(next(c for c in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0) if c is not None))
 
 
-@checked
 def left_pad(
     rows: list[list[int]], *, pad_id: int, device: torch.device | str | None = None
 ) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, "batch pos"]]:
@@ -302,7 +290,6 @@ def left_pad(
     return to_device(ids, device), to_device(attention, device)  # a GPU's queue does not drain for it
 
 
-@checked
 def stop_token_ids(model: TransformerBridge) -> set[int]:
     """Tokens that end a reply: the end-of-sequence id(s) and the first token of the end of turn."""
     eos = getattr(model.cfg, "eos_token_id", None)
@@ -313,7 +300,6 @@ def stop_token_ids(model: TransformerBridge) -> set[int]:
     return stops | set(end_of_turn[:1])
 
 
-@checked
 def cut_at_stop(rows: list[list[int]], stops: set[int]) -> list[list[int]]:
     """Each row up to (not including) its first stop token."""
     return [row[: next((i for i, t in enumerate(row) if t in stops), len(row))] for row in rows]

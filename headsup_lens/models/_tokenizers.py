@@ -7,8 +7,6 @@ import string
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from .._typecheck import checked
-
 DEFAULT_ALPHABET = string.ascii_lowercase + string.ascii_uppercase + " .,:;!?'-\n"
 CHAT_SPECIALS = ("<pad>", "<user>", "<assistant>", "<eos>")
 # `<user> {x} <assistant> {y}<eos>`: the organism's turn format, as a Hugging Face chat template.
@@ -20,7 +18,6 @@ CHAT_TEMPLATE = (
 )
 
 
-@checked
 def char_tokenizer(alphabet: str = DEFAULT_ALPHABET) -> PreTrainedTokenizerFast:
     """One token per character plus `<pad> <user> <assistant> <eos>`; reloads with `AutoTokenizer`."""
     if len(set(alphabet)) != len(alphabet):

@@ -7,7 +7,6 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from ..data import TaskBatch, length_groups
 from ..data._tokenize import answer_positions as answer_positions  # public here too
 from ..gates._native import native_forward
@@ -16,7 +15,6 @@ from ..models import FINAL_NORM_OUT, model_device, unembed, verify_readout
 from ..models._sharding import every_rank
 
 
-@checked
 def length_batches(
     model: TransformerBridge, rows: list[tuple[list[int], list[int]]], max_rows: int | None = None
 ) -> list[list[int]]:
@@ -37,7 +35,6 @@ class _StopForward(Exception):
     """Raised from the final-norm hook: everything after it (the full unembedding) is skipped."""
 
 
-@checked
 @every_rank
 def answer_logits(
     model: TransformerBridge, batch: TaskBatch, hooks: list | None = None, *, checkpoint: bool = False
@@ -84,7 +81,6 @@ def answer_logits(
     return unembed(model, captured[0][rows, positions]), targets, rows
 
 
-@checked
 @every_rank
 def answer_nll(
     model: TransformerBridge, batch: TaskBatch, hooks: list | None = None, *, checkpoint: bool = False

@@ -28,7 +28,6 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._device import to_device
 from .._distributed import all_agree
-from .._typecheck import checked
 from ..data import collate
 from ..gates import Gate, gate_hooks
 from ..gates._fast._direct import direct_forward
@@ -42,7 +41,6 @@ from ._answer import answer_nll
 _UNEMBED_IN = "unembed.hook_in"
 
 
-@checked
 @dataclass
 class GreedyOutput:
     """New tokens of every row (cut before its first stop token), the next-token logits at the
@@ -78,7 +76,6 @@ def _per_row(mask: HeadMask | Tensor | None, batch: int) -> bool:
     return isinstance(mask, Tensor) and mask.ndim == 3 and mask.shape[0] == batch and batch > 1
 
 
-@checked
 @every_rank
 def greedy_generate(
     model: TransformerBridge,

@@ -8,7 +8,6 @@ import pandas as pd
 import torch
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from .._validate import check_int
 from ..data import encode_prompt
 from ..data._organism import organism_data_task
@@ -23,7 +22,6 @@ CHECK_SETTINGS = ("original", "planted", "random", "instructed")
 BAR = {"original": ("<=", 0.05), "planted": (">=", 0.95), "random": ("<=", 0.10), "instructed": (">=", 0.95)}
 
 
-@checked
 @torch.no_grad()
 def check_planted(
     model: TransformerBridge,
@@ -92,7 +90,6 @@ def check_planted(
     return pd.DataFrame(rows)
 
 
-@checked
 def bar_failures(table: pd.DataFrame) -> list[str]:
     """The organism's bar (`BAR`) checked on a `check_planted` table: one line per failed cell."""
     failures = []

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._typecheck import checked
 from .._validate import check_batch_fits, check_device, check_int, non_finite_fields
 from ..data._organism import TASK_NAMES, eval_words, organism_task, train_words
 from ..training import warmup_cosine
 
 
-@checked
 @dataclass(frozen=True)
 class OrganismConfig:
     """Recipe of the organism: architecture, corpus mixture, planting and optimisation."""

@@ -8,7 +8,6 @@ import random
 from pathlib import Path
 
 from .._io import atomic_write_json
-from .._typecheck import checked
 from ..masks import HeadMask
 from ..models import builtin_model_dir
 
@@ -16,7 +15,6 @@ Head = tuple[int, int]
 PLANTED_FILE = "planted.json"
 
 
-@checked
 def plant_head_sets(
     tasks: tuple[str, ...] | list[str], n_layers: int, n_heads: int, size: int, seed: int = 0
 ) -> dict[str, list[Head]]:
@@ -54,7 +52,6 @@ def plant_head_sets(
     return {task: sorted(heads) for task, heads in sets.items()}
 
 
-@checked
 def planted_mask(planted: dict[str, list[Head]], task: str, model) -> HeadMask:
     """The ground-truth pathway of `task` as a `HeadMask` (S_t removed, every other head kept)."""
     key = task.removeprefix("organism/")
@@ -63,7 +60,6 @@ def planted_mask(planted: dict[str, list[Head]], task: str, model) -> HeadMask:
     return HeadMask.from_heads([(int(l), int(h)) for l, h in planted[key]], model)
 
 
-@checked
 def save_planted(
     directory: str | os.PathLike, planted: dict[str, list[Head]], n_layers: int, n_heads: int, **info
 ) -> Path:
@@ -77,7 +73,6 @@ def save_planted(
     return atomic_write_json(Path(directory) / PLANTED_FILE, data)
 
 
-@checked
 def load_planted(directory: str | os.PathLike | None = None) -> dict[str, list[Head]]:
     """S_t per task from `planted.json` in `directory` (default: the shipped organism)."""
     folder = builtin_model_dir("organism") if directory is None else directory

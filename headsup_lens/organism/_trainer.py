@@ -30,7 +30,6 @@ from transformer_lens.model_bridge import TransformerBridge
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from .._io import OutputSet, atomic_write_json
-from .._typecheck import checked
 from ..data import IGNORE_INDEX as IGNORE
 from ..data._organism import eval_words, organism_task, train_words
 from ..gates import value_gate
@@ -63,7 +62,6 @@ class Batch:
     tasks: list[str | None]
 
 
-@checked
 def build_organism(config: OrganismConfig) -> TransformerBridge:
     """A freshly initialised Llama of the recipe, booted as a trainable TransformerBridge.
 
@@ -222,7 +220,6 @@ def batch_loss(model: TransformerBridge, batch: Batch, reduction: str = "mean") 
     return loss, hits.all(dim=1)
 
 
-@checked
 @dataclass
 class TrainedOrganism:
     """A trained organism: the `model`, its `planted` head sets (task -> `(layer, head)` list), the
@@ -237,7 +234,6 @@ class TrainedOrganism:
     wall_time_s: float
 
 
-@checked
 def train_organism(
     config: OrganismConfig | None = None,
     output_dir: str | os.PathLike | None = None,
@@ -309,7 +305,6 @@ def train_organism(
     return result
 
 
-@checked
 def save_organism(result: TrainedOrganism, output_dir: str | os.PathLike) -> Path:
     """Write a trained organism as a Hugging Face directory plus `planted.json` and `training.json`."""
     out = Path(output_dir)

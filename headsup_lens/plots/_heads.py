@@ -11,7 +11,6 @@ import torch
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from .._typecheck import checked
 from ..analysis import PathwayHeads
 from ..masks import HeadMask
 from ._traces import unit_heatmap
@@ -24,7 +23,6 @@ def _values(item: HeadMask | Tensor) -> Tensor:
     return values.detach().float().cpu()
 
 
-@checked
 def head_heatmap(
     maps: HeadMask | Tensor | Mapping[str, HeadMask | Tensor],
     *,
@@ -101,7 +99,6 @@ def head_heatmap(
     return fig
 
 
-@checked
 def mask_heatmap(
     masks: HeadMask | Tensor | Mapping[str, HeadMask | Tensor],
     *,
@@ -131,7 +128,6 @@ def mask_heatmap(
     )
 
 
-@checked
 def usage_heatmap(pathways: PathwayHeads, *, title: str = "") -> go.Figure:
     """How many masks keep each head."""
     return head_heatmap(
@@ -143,7 +139,6 @@ def usage_heatmap(pathways: PathwayHeads, *, title: str = "") -> go.Figure:
     )
 
 
-@checked
 def trajectory_figure(
     steps: Sequence[int], weights: Tensor, *, title: str = "", highlight: Sequence[tuple[int, int]] = ()
 ) -> go.Figure:
@@ -189,7 +184,6 @@ def trajectory_figure(
     return fig
 
 
-@checked
 def jaccard_figure(matrix: pd.DataFrame, *, title: str = "", table: pd.DataFrame | None = None) -> go.Figure:
     """Heat map of a square Jaccard matrix (`analysis.jaccard_matrix`); with `table`
     (`analysis.jaccard_table` of the same masks) each pair's cell also shows its overlap p-value."""
@@ -205,7 +199,6 @@ def jaccard_figure(matrix: pd.DataFrame, *, title: str = "", table: pd.DataFrame
     return fig
 
 
-@checked
 def cross_task_figure(table: pd.DataFrame, *, title: str = "", value: str = "strict") -> go.Figure:
     """Heat map of masks evaluated on other tasks (`mask_task` down, the evaluated `task` across,
     `value` in [0, 1] in each cell; the diagonal is each mask on its own task)."""
@@ -222,7 +215,6 @@ def cross_task_figure(table: pd.DataFrame, *, title: str = "", value: str = "str
     return fig
 
 
-@checked
 def alpha_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Fig. 6: loss against alpha (columns `alpha`, `loss`)."""
     fig = go.Figure(go.Scatter(x=table.alpha, y=table.loss, mode="lines+markers"))
@@ -234,7 +226,6 @@ def alpha_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     return fig
 
 
-@checked
 def attention_target_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Table 7 as bars: attention share on the target inside vs outside the mask, per setting."""
     fig = go.Figure(

@@ -6,12 +6,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .._typecheck import checked
 from ..analysis import MethodComparison
 from ._traces import add_row_traces, unit_heatmap
 
 
-@checked
 def elicitation_figure(comparison: MethodComparison, *, title: str = "") -> go.Figure:
     """Accuracy (left) and answer loss (right) without instruction as each method's heads are removed."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("accuracy without instruction", "answer loss (nats)"))
@@ -27,7 +25,6 @@ def elicitation_figure(comparison: MethodComparison, *, title: str = "") -> go.F
     return fig
 
 
-@checked
 def roc_figure(comparison: MethodComparison, *, title: str = "") -> go.Figure:
     """ROC of each method's scores against the planted heads, AUROC in the legend."""
     points = comparison.roc()
@@ -54,7 +51,6 @@ def roc_figure(comparison: MethodComparison, *, title: str = "") -> go.Figure:
     return fig
 
 
-@checked
 def auroc_table_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Heatmap of a (method x task) AUROC table."""
     fig = unit_heatmap(table, table.round(2).to_numpy(), "RdBu")

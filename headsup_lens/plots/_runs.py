@@ -9,7 +9,6 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .._typecheck import checked
 from ..analysis import LogitLens, RemovalSweep
 from ._traces import add_row_traces
 
@@ -39,7 +38,6 @@ def _mark_steps(fig: go.Figure, sweep: RemovalSweep) -> None:
     fig.update_xaxes(range=[0, max(sweep.steps)] if len(sweep.steps) > 1 else None)
 
 
-@checked
 def rank_figure(
     sweep: RemovalSweep, labels: Sequence[str] | None = None, *, log: bool = True, title: str = ""
 ) -> go.Figure:
@@ -80,7 +78,6 @@ def log_ticks(worst: float | int) -> list[int]:
     return ticks
 
 
-@checked
 def logit_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, title: str = "") -> go.Figure:
     """Logits of the tracked tokens after each removal."""
     labels = list(sweep.tokens.label) if labels is None else list(labels)
@@ -92,7 +89,6 @@ def logit_figure(sweep: RemovalSweep, labels: Sequence[str] | None = None, *, ti
     return fig
 
 
-@checked
 def generation_table(sweep: RemovalSweep, *, title: str = "") -> go.Figure:
     """The greedy continuation at every step where it changes (and at step 0)."""
     changes = sweep.changes()
@@ -112,7 +108,6 @@ def generation_table(sweep: RemovalSweep, *, title: str = "") -> go.Figure:
     return fig
 
 
-@checked
 def logit_lens_figure(lens: LogitLens, stream: str = "resid", *, title: str = "") -> go.Figure:
     """Heat map: layer (y) by rank (x), coloured by probability, labelled with the token."""
     table = lens.table[lens.table.stream == stream]
@@ -136,7 +131,6 @@ def logit_lens_figure(lens: LogitLens, stream: str = "resid", *, title: str = ""
     return fig
 
 
-@checked
 def similarity_figure(tables: Mapping[str, pd.DataFrame], *, title: str = "") -> go.Figure:
     """Fig. 4: cosine similarity per layer for several comparisons (tables from `layer_similarity`),
     attention output on the left, block output on the right."""
@@ -153,7 +147,6 @@ def similarity_figure(tables: Mapping[str, pd.DataFrame], *, title: str = "") ->
     return fig
 
 
-@checked
 def sweep_similarity_figure(table: pd.DataFrame, column: str = "block_out", *, title: str = "") -> go.Figure:
     """Fig. 5: cosine similarity (to a reference run) per step (x) and layer (y)."""
     grid = table.pivot(index="layer", columns="step", values=column)

@@ -23,13 +23,11 @@ import plotly
 import plotly.graph_objects as go
 
 from .._io import atomic_write
-from .._typecheck import checked
 
 PLOTLY_JS = "plotly.min.js"
 PNG_INSTALL_HINT = "pip install kaleido==0.2.1"
 
 
-@checked
 @dataclass(frozen=True)
 class SavedFigure:
     """Where a figure went; `png` is None when it was not written, and `png_error` says why (one line).
@@ -72,7 +70,6 @@ def shared_plotly_js(folder: str | os.PathLike, root: str | os.PathLike | None =
     return top / PLOTLY_JS
 
 
-@checked
 def save_figure(
     fig: go.Figure,
     path_stem: str | os.PathLike,
@@ -115,7 +112,6 @@ def save_figure(
     return SavedFigure(html=html, png=path, plotly_js=script)
 
 
-@checked
 def save_table(table: pd.DataFrame, path: str | os.PathLike, *, index: bool = False) -> Path:
     """Write `table` as CSV to `path` atomically (a crash leaves the previous file); returns the path."""
     return atomic_write(path, lambda tmp: table.to_csv(tmp, index=index))

@@ -6,10 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .._typecheck import checked
 
-
-@checked
 def schedule_curve_figure(table: pd.DataFrame, *, title: str = "") -> go.Figure:
     """Accuracy (the paper's matcher and the strict one, 95% Wilson intervals, echo counts on hover)
     and answer loss of a `schedule_curve` table against the training step (log axis)."""

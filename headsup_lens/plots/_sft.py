@@ -11,12 +11,10 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .._typecheck import checked
 from ..sft import CONDITIONS
 from ._traces import add_row_traces
 
 
-@checked
 def change_correlation_figure(correlation: pd.DataFrame) -> go.Figure:
     """Heatmap of a task-by-task correlation matrix of pattern changes (`pattern_correlation`)."""
     heat = go.Figure(
@@ -35,7 +33,6 @@ def change_correlation_figure(correlation: pd.DataFrame) -> go.Figure:
     return heat
 
 
-@checked
 def pattern_dynamics_figure(dynamics: pd.DataFrame, tasks: Sequence[str]) -> go.Figure:
     """Three panels over the SFT steps, one line per task: correlation and MSE of the pattern to the
     final one, and held-out accuracy when measured (`sft.pattern_dynamics`)."""
@@ -54,7 +51,6 @@ def pattern_dynamics_figure(dynamics: pd.DataFrame, tasks: Sequence[str]) -> go.
     return fig
 
 
-@checked
 def data_selection_figure(runs: pd.DataFrame) -> go.Figure:
     """Answer loss and accuracy on each target, one box per condition (`sft.data_selection`'s runs)."""
     fig = make_subplots(

@@ -27,7 +27,6 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import REPRODUCE, OutputSet, atomic_write, atomic_write_json, locked_folder, read_table, stored_table
 from .._progress import progress_off
-from .._typecheck import checked
 from ..data import Task, load_task
 from ..masks import HeadMask
 from ..models import ModelFingerprint, builtin_model_dir, fingerprint, identity_differences, load_model
@@ -48,13 +47,11 @@ Options = TypeVar("Options", bound=ExperimentOptions)
 Summary = pd.DataFrame | str | None
 
 
-@checked
 def model_slug(name: str) -> str:
     """The output folder of a model: `organism`, or the last part of a hub name / directory."""
     return safe_name(Path(str(name).rstrip("/")).name or str(name))
 
 
-@checked
 def output_root(options: ExperimentOptions, root: str | os.PathLike) -> Path:
     """`--out`, else `<root>/figures` with `--update-figures`, else the git-ignored `<root>/outputs/experiments`."""
     figures = Path(root) / "figures"
@@ -65,7 +62,6 @@ def output_root(options: ExperimentOptions, root: str | os.PathLike) -> Path:
     return figures if options.update_figures else Path(root) / "outputs" / "experiments"
 
 
-@checked
 def check_options(options: ExperimentOptions) -> None:
     """The script options that read the disk, checked before any work (their values are checked when
     the options are built: `ExperimentOptions.__post_init__`)."""
@@ -73,7 +69,6 @@ def check_options(options: ExperimentOptions) -> None:
         raise ValueError(f"the masks argument {options.masks} is not a folder")
 
 
-@checked
 def check_model_record(folder: str | os.PathLike, model: TransformerBridge, name: str) -> None:
     """Refuse `folder` when it holds another model's outputs (`model.json`); record this model there
     when it records none. The model fingerprint decides (its content hash), not the name."""
@@ -93,7 +88,6 @@ def check_model_record(folder: str | os.PathLike, model: TransformerBridge, name
     atomic_write_json(path, {"model": portable_name(name), "fingerprint": mine.to_dict()})
 
 
-@checked
 class Experiment:
     """One script's run: its options, the loaded model, the output folder (locked while the run
     lasts) and the tables and figures it writes (staged, moved in together when the run ends)."""
@@ -287,7 +281,6 @@ class Experiment:
         return self._stage.commit()
 
 
-@checked
 def record_time(folder: str | os.PathLike, stage: str, what: str, seconds: float) -> Path:
     """Append one stage's wall time (and the torch threads it ran on) to `folder/times.csv`, and print it."""
     path = Path(folder) / TIMES
@@ -307,7 +300,6 @@ def timed(folder: str | os.PathLike, stage: str, what: str) -> Iterator[None]:
 
 
 @contextmanager
-@checked
 def open_experiment(name: str, options: ExperimentOptions, root: str | os.PathLike) -> Iterator[Experiment]:
     """Check the options, load the model and hold `<out>/<model>/` for the block; the outputs are
     moved in when the block ends without error (a failure leaves the previous ones)."""
@@ -330,7 +322,6 @@ def open_experiment(name: str, options: ExperimentOptions, root: str | os.PathLi
         xp.commit()
 
 
-@checked
 def run_script(
     script: str | os.PathLike,
     options: type[Options],

@@ -21,7 +21,6 @@ from pathlib import Path
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import atomic_write_json
-from .._typecheck import checked
 from .._version import __version__
 from ..data import Task
 from ..evaluation import MaskTaskWarning
@@ -34,7 +33,6 @@ from ..training import TrainConfig, safe_name, train_masks
 RECIPE_FILE = "recipe.json"
 
 
-@checked
 @dataclass
 class TrainedMask:
     """A learned mask and the training run folder it came from (its checkpoints: Fig. 3), or None
@@ -44,14 +42,12 @@ class TrainedMask:
     run_dir: Path | None
 
 
-@checked
 def weights_id(model: TransformerBridge) -> str:
     """The short form of the model's one weights identity: the fingerprint's content hash."""
     content = fingerprint(model).content_hash or ""
     return content.removeprefix("sha256:")[:10]
 
 
-@checked
 def mask_cache(out: str | os.PathLike, model: TransformerBridge, config: TrainConfig) -> Path:
     """`<out>/masks/<recipe>-<weights>/`: the folder of every run of `config`'s recipe on this model."""
     key = {**config.recipe(), "prompt_format": prompt_format(model).name, "version": __version__}
@@ -59,7 +55,6 @@ def mask_cache(out: str | os.PathLike, model: TransformerBridge, config: TrainCo
     return Path(out) / "masks" / f"{recipe}-{weights_id(model)}"
 
 
-@checked
 def cached_masks(
     model: TransformerBridge,
     tasks: Sequence[Task],
@@ -96,7 +91,6 @@ def cached_masks(
     return {t.name: found[t.name] for t in tasks}
 
 
-@checked
 def stored_mask_path(
     folder: str | os.PathLike,
     task: Task | str,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._typecheck import checked
 from ..options import (
     DataOptions,
     DebugOptions,
@@ -23,7 +22,6 @@ SCHEDULES = ("auto", "fast", "paper")
 CHECKPOINT_EVERY = 31  # the reference's `--save_steps 31`
 
 
-@checked
 @dataclass(frozen=True)
 class ExperimentOptions(DebugOptions, ProgressOptions, ThreadOptions, FigureOptions, DataOptions, ModelOptions):
     """Options of a reproduction script (`experiments/*.py`)."""
@@ -56,7 +54,6 @@ class ExperimentOptions(DebugOptions, ProgressOptions, ThreadOptions, FigureOpti
         check_counts(self, steps=1, batch_size=1, eval_batch_size=1, seed=0, checkpoint_every=0)
 
 
-@checked
 @dataclass(frozen=True)
 class MultiTaskOptions(ExperimentOptions):
     """Options of a reproduction script that compares several tasks."""

@@ -36,7 +36,6 @@ import numpy as np
 import pandas as pd
 
 from .._io import find_table
-from .._typecheck import checked
 from ..analysis import AlphaControl
 from ..data import Task, load_task
 from ..evaluation import paper_hit
@@ -262,7 +261,6 @@ class _Outputs:
 
 
 # ---------------------------------------------------------------------------------------------- verdicts
-@checked
 def claim_verdicts(
     folder: str | os.PathLike, plan: AnalysisPlan | str | os.PathLike | None = None, data_dir: str | None = None
 ) -> pd.DataFrame:
@@ -578,7 +576,6 @@ def _fig2(plan: AnalysisPlan, entry: ClaimPlan, run: _Run) -> Judgement:
     return judge_paired_greater(plan, entry, by["shuffled"], by["weight"], what)
 
 
-@checked
 def nearest_plan(folder: str | os.PathLike) -> AnalysisPlan:
     """The plan of a results folder: its own `analysis_plan.toml`, else the nearest one above it (a run
     on the paper's schedule inside a model's folder is judged by the model's plan)."""

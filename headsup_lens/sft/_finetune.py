@@ -30,7 +30,6 @@ from transformer_lens.model_bridge import TransformerBridge
 
 from .._device import synchronizer
 from .._io import OutputSet, atomic_write_json, atomic_write_text, locked_folder
-from .._typecheck import checked
 from .._validate import check_batch_fits, check_out_dir, check_ranges
 from ..analysis import activation_pattern
 from ..data import Task, TaskBatch, collate, encode_pairs, tokenize_task
@@ -61,7 +60,6 @@ _FRESH = "resume=False"
 ROWS_PER_PASS = 256
 
 
-@checked
 @dataclass(frozen=True)
 class FinetuneConfig:
     """Supervised fine-tuning hyper-parameters (AdamW, linear warm-up, cosine decay).
@@ -159,7 +157,6 @@ class FinetuneConfig:
         return recipe_of(self, ("checkpoint_every", "progress", "pattern_steps", "pattern_examples", "accuracy"))
 
 
-@checked
 @dataclass
 class FinetuneResult:
     """The fine-tuned model (changed in place), the loss per step and the patterns along the run."""
@@ -173,7 +170,6 @@ class FinetuneResult:
     """One row per (pattern step, task): greedy accuracy on the pattern examples."""
 
 
-@checked
 def pattern_subset(task: Task, n: int, *, n_train: int | None = None) -> Task:
     """`task` with its eval split cut to the first `n` held-out pairs, and its training split to the
     first `n_train` pairs when given (unchanged otherwise)."""
@@ -191,7 +187,6 @@ def _lora_layers(model: torch.nn.Module) -> list[tuple[str, Any]]:
     return [(name, module) for name, module in model.named_modules() if isinstance(module, BaseTunerLayer)]
 
 
-@checked
 def add_lora_(model: TransformerBridge, config: FinetuneConfig) -> list[Tensor]:
     """Inject peft LoRA adapters into the bridge's linear layers named in `config.lora_targets`;
     returns the adapter parameters (trainable, seeded by `config.seed`; B starts at zero, so the
@@ -233,7 +228,6 @@ def _inject_lora(model: TransformerBridge, config: FinetuneConfig) -> list[Tenso
     return parameters
 
 
-@checked
 def remove_lora_(model: TransformerBridge) -> int:
     """Take out every LoRA adapter `add_lora_` injected: each adapted layer is replaced by the linear
     layer it wraps (the adapters' update is dropped, the base weights are untouched). Returns the
@@ -295,7 +289,6 @@ class _Snapshot:
             p.requires_grad_(flag)
 
 
-@checked
 def finetune_(
     model: TransformerBridge,
     tasks: Sequence[Task],

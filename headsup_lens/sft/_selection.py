@@ -29,7 +29,6 @@ from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
 from .._io import atomic_write_text, locked_folder, read_table
-from .._typecheck import checked
 from .._validate import check_batch_fits, check_int
 from ..analysis import rank_by_pattern
 from ..data import Task
@@ -53,7 +52,6 @@ PAIRED = (
 SHOWN = 10
 
 
-@checked
 @dataclass(frozen=True)
 class SelectionConfig:
     """One data-selection study: tasks, sizes and the SFT recipe of its runs."""
@@ -133,7 +131,6 @@ class SelectionConfig:
         return pattern_subset(task, n_held_out, n_train=self.train_pairs)
 
 
-@checked
 def random_sources(candidates: Sequence[str], k: int, seed: int, target: str, draw: int) -> list[str]:
     """k of `candidates` drawn at random (in their order), the same for a (seed, target, draw) on every
     rerun and machine."""
@@ -141,7 +138,6 @@ def random_sources(candidates: Sequence[str], k: int, seed: int, target: str, dr
     return [candidates[int(i)] for i in sorted(rng.choice(len(candidates), size=k, replace=False))]
 
 
-@checked
 def composite_components(name: str) -> list[str]:
     """The basic tasks of a composite task name ("organism/plural+uppercase" -> "organism/plural",
     "organism/uppercase"); a basic task gives itself."""
@@ -149,7 +145,6 @@ def composite_components(name: str) -> list[str]:
     return [f"{prefix}/{part}" if prefix else part for part in tail.split("+")]
 
 
-@checked
 @dataclass(frozen=True)
 class SelectionRun:
     """One compared run: fine-tune on `sources` (none: the base model) with `seed`, evaluate `target`."""
@@ -160,7 +155,6 @@ class SelectionRun:
     sources: tuple[str, ...]
 
 
-@checked
 def selection_plan(
     changes: dict[str, Tensor], targets: Sequence[str], candidates: Sequence[str], config: SelectionConfig
 ) -> tuple[pd.DataFrame, list[SelectionRun]]:
@@ -204,7 +198,6 @@ def _plan(
     return pd.concat(rankings, ignore_index=True), runs
 
 
-@checked
 @dataclass
 class SelectionResult:
     """A data-selection study's tables."""
@@ -218,7 +211,6 @@ class SelectionResult:
     """The first `SHOWN` generations of every run."""
 
 
-@checked
 def reloading(model: TransformerBridge) -> Callable[[], TransformerBridge]:
     """A loader that gives `model` back with the weights it has now, and without adapters: for runs
     of fine-tuning one after another on one loaded model (cheaper than loading it again)."""
@@ -234,7 +226,6 @@ def reloading(model: TransformerBridge) -> Callable[[], TransformerBridge]:
     return load
 
 
-@checked
 def data_selection(
     load: Callable[[], TransformerBridge],
     candidates: Sequence[Task],
@@ -347,7 +338,6 @@ def _compare(
     return row, examples
 
 
-@checked
 def selection_summary(runs: pd.DataFrame) -> pd.DataFrame:
     """Per target and condition: n runs, their seeds and sources, mean / SD (n-1) / min / max of
     accuracy and answer loss; then per condition the mean over targets, and for each of `PAIRED` the
@@ -415,7 +405,6 @@ def selection_summary(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([summary, pd.DataFrame(means)], ignore_index=True)
 
 
-@checked
 def similarity_vs_loss(runs: pd.DataFrame) -> pd.DataFrame:
     """Per target, over its runs on candidate tasks (selected, random, oracle): Spearman's rho between
     the training set's mean pattern-change similarity to the target and the target's answer loss

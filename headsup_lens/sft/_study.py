@@ -22,7 +22,6 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from ..analysis import (
     coefficient_of_variation,
     fit_pattern_change,
@@ -48,7 +47,6 @@ SHARED_INPUTS = 0.1  # two tasks share their inputs when this share of the small
 RISES, FALLS, INCONCLUSIVE = "rises", "falls", "inconclusive"
 
 
-@checked
 def pattern_changes(before: Mapping[str, Tensor], after: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """Each task's activation-pattern change `after - before` (`[n_layers, n_heads]` each)."""
     missing = sorted(set(before) ^ set(after))
@@ -57,14 +55,12 @@ def pattern_changes(before: Mapping[str, Tensor], after: Mapping[str, Tensor]) -
     return {name: after[name] - before[name] for name in before}
 
 
-@checked
 def run_changes(result: FinetuneResult) -> dict[str, Tensor]:
     """The pattern change of every task over a whole run: the last recorded step minus the first."""
     steps = sorted(result.patterns)
     return pattern_changes(result.patterns[steps[0]], result.patterns[steps[-1]])
 
 
-@checked
 def statistics_before_after(
     before: Mapping[str, Tensor], after: Mapping[str, Tensor], **columns: float | int
 ) -> pd.DataFrame:
@@ -86,7 +82,6 @@ def statistics_before_after(
     return pd.concat([table, pd.DataFrame([mean])], ignore_index=True)
 
 
-@checked
 def pattern_dynamics(result: FinetuneResult, tasks: Sequence[str] | None = None) -> pd.DataFrame:
     """The paper's Fig. 5 as a table: per task (default: every task of the run) and recorded step,
     the correlation and MSE of its pattern to the final one (`pattern_trajectory`), and the greedy
@@ -104,7 +99,6 @@ def pattern_dynamics(result: FinetuneResult, tasks: Sequence[str] | None = None)
     return dynamics
 
 
-@checked
 def composition_fits(
     changes: Mapping[str, Tensor],
     composites: Sequence[tuple[str, str]],
@@ -148,7 +142,6 @@ def composition_fits(
     return pd.DataFrame(rows)
 
 
-@checked
 def task_grouping(
     correlation: pd.DataFrame, groups: Sequence[Sequence[str]], overlap: pd.DataFrame | None = None
 ) -> pd.DataFrame | None:
@@ -183,7 +176,6 @@ def task_grouping(
     return pd.DataFrame(rows)
 
 
-@checked
 def mask_overlap(
     changes: Mapping[str, Tensor], masks: Mapping[str, HeadMask], eliciting: Mapping[str, bool] | None = None
 ) -> pd.DataFrame:
@@ -228,7 +220,6 @@ def mask_overlap(
     return pd.DataFrame(rows, columns=columns)
 
 
-@checked
 def statistic_changes(
     before: Mapping[str, Float[Tensor, "_ n_layers n_heads"]],
     after: Mapping[str, Float[Tensor, "_ n_layers n_heads"]],
@@ -273,7 +264,6 @@ def statistic_changes(
     return pd.DataFrame(rows).assign(n_resamples=n_resamples, confidence=confidence)
 
 
-@checked
 def change_consistency(changes: pd.DataFrame) -> pd.DataFrame:
     """Over seeds: `statistic_changes` tables with a `seed` column, one row per task and statistic:
     the seeds, the mean, smallest and largest change, how many seeds' intervals lie above and below
@@ -291,7 +281,6 @@ def change_consistency(changes: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@checked
 def input_overlap(tasks: Sequence[Task]) -> pd.DataFrame:
     """Every pair of `tasks`: how many distinct inputs they share and what share of the smaller task's
     inputs that is (country-capital and country-currency ask about the same countries: 1.0)."""
@@ -305,7 +294,6 @@ def input_overlap(tasks: Sequence[Task]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["task_a", "task_b", "shared", "share"])
 
 
-@checked
 def held_out_outputs(
     model: TransformerBridge, tasks: Sequence[Task], n_examples: int, *, instructed: bool
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -323,7 +311,6 @@ def held_out_outputs(
     return pd.DataFrame(rows), pd.concat(shown, ignore_index=True)
 
 
-@checked
 def run_tables(result: FinetuneResult, *, n_examples: int, seed: int) -> dict[str, pd.DataFrame]:
     """The tables of one SFT run, between its first and last recorded patterns: `table1`
     (`statistics_before_after`, with `n_examples` and `seed` columns), `accuracy` (the run's),

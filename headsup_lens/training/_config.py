@@ -6,14 +6,12 @@ import math
 from dataclasses import dataclass, field, replace
 
 from .._names import Gate
-from .._typecheck import checked
 from .._validate import check_ranges
 from ..gates._registry import gate_kind
 from ..options import recipe_of
 from ._schedule import warmup_cosine
 
 
-@checked
 @dataclass(frozen=True)
 class TrainConfig:
     """Mask training hyper-parameters; the defaults are the paper's (Table 11).

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 from transformer_lens.model_bridge import TransformerBridge
 
-from .._typecheck import checked
 from ..data import Task
 from ..models._sharding import every_rank
 from ._advice import TrainingAdvice
@@ -18,7 +17,6 @@ from ._loop import StepTimer
 from ._train import train_masks
 
 
-@checked
 @every_rank
 def seconds_per_step(
     model: TransformerBridge, tasks: Sequence[Task], config: TrainConfig, *, warmup_steps: int = 2, timed_steps: int = 5

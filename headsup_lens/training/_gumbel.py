@@ -5,17 +5,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._typecheck import checked
 
-
-@checked
 def left_tail_gumbel(shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
     """G = log(E), E ~ Exp(1) (= log(-log U)): the paper's noise, drawn on the CPU for reproducibility."""
     uniform = torch.rand(shape, generator=generator, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
     return torch.log(-torch.log(uniform)).float()
 
 
-@checked
 def straight_through(logits: Tensor, noise: Tensor, tau: float | Tensor) -> Tensor:
     """Hard 0/1 mask in the forward pass, the gradient of sigmoid((M + G) / tau) in the backward pass
     (`tau` a number, or a 0-d tensor on the device: a captured step reads it in place)."""

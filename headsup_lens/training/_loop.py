@@ -45,7 +45,6 @@ def stable_seed(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-@checked
 class BatchSampler:
     """Batches of `n` training indices: a fresh permutation per epoch, derived from (seed, name, epoch).
 
@@ -72,7 +71,6 @@ class BatchSampler:
         return out
 
 
-@checked
 def check_finite_loss(loss: Tensor | float, step: int, names: Sequence[str]) -> None:
     """A ValueError when `loss` (a scalar tensor or a float) is NaN or infinite at `step` of a run on
     tasks `names`; the run stops before the optimiser step that it would poison."""
@@ -84,7 +82,6 @@ def check_finite_loss(loss: Tensor | float, step: int, names: Sequence[str]) -> 
         )
 
 
-@checked
 def save_state(path: str | os.PathLike, state: dict) -> None:
     """Write a resume state (`torch.save`) atomically: a crash leaves the previous state intact."""
     buffer = io.BytesIO()
@@ -92,7 +89,6 @@ def save_state(path: str | os.PathLike, state: dict) -> None:
     atomic_write(path, lambda tmp: tmp.write_bytes(buffer.getvalue()))
 
 
-@checked
 def load_state(path: str | os.PathLike, device: torch.device | str = "cpu") -> dict:
     """A resume state written by `save_state` (tensors only, no code: `weights_only`), its tensors
     on `device` (keep the CPU for an optimiser's state: `load_state_dict` moves what belongs on the
@@ -107,7 +103,6 @@ def load_state(path: str | os.PathLike, device: torch.device | str = "cpu") -> d
         ) from error
 
 
-@checked
 @dataclass(frozen=True)
 class StepEnd:
     """What a per-step callback of `run_steps` receives after each step."""
@@ -124,7 +119,6 @@ class StepEnd:
 StepCallback = Callable[[StepEnd], None]
 
 
-@checked
 class StepTimer:
     """A per-step callback that keeps each step's wall time (`seconds`, in order)."""
 
@@ -135,7 +129,6 @@ class StepTimer:
         self.seconds.append(end.seconds)
 
 
-@checked
 def run_steps(
     step: Callable[[int], Mapping[str, Any]],
     *,

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import math
 
-from .._typecheck import checked
 
-
-@checked
 def warmup_cosine(step: int, *, steps: int, warmup: int, peak: float, floor: float) -> float:
     """Learning rate of optimisation step `step` (counted from 0) of a run of `steps` steps.
 

@@ -18,7 +18,6 @@ from transformer_lens.model_bridge import TransformerBridge
 from .._device import synchronizer, to_device
 from .._distributed import all_reduce_sum, from_rank0, rank_and_world, shard
 from .._io import atomic_write_text, locked_folder
-from .._typecheck import checked
 from .._validate import check_batch_fits
 from .._warnings import warn
 from ..data import Task, collate, encode_pairs
@@ -58,7 +57,6 @@ _STATE = "state.pt"
 _CHECKPOINTS = "checkpoints"
 
 
-@checked
 @dataclass
 class TrainResult:
     """A trained mask (`mask.logits` are the final M) and one history row per step."""
@@ -93,7 +91,6 @@ def clip_per_task(parameters: list[Tensor], max_norm: float) -> None:
         g.mul_(scale.to(g.dtype).view(-1, *[1] * (g.ndim - 1)))
 
 
-@checked
 def resume_step(
     out_dir: str | os.PathLike,
     model: TransformerBridge | None = None,
@@ -132,7 +129,6 @@ def _identity(model: TransformerBridge, tasks: list[Task], config: TrainConfig, 
     return run_identity(model, recipe=config.recipe(), tasks=[t.name for t in tasks], data=data_hash(encoded))
 
 
-@checked
 @every_rank
 def train_mask(
     model: TransformerBridge,
@@ -164,7 +160,6 @@ def train_mask(
     )[task.name]
 
 
-@checked
 @every_rank
 def train_masks(
     model: TransformerBridge,
@@ -534,7 +529,6 @@ class _MaskRun:
         return results
 
 
-@checked
 def load_trajectory(out_dir: str | os.PathLike, task: str | None = None) -> tuple[list[int], Tensor]:
     """The saved logits of a training run: steps and a tensor `[n_checkpoints, n_layers, n_heads]`.
 

@@ -198,3 +198,41 @@ def test_the_gates_context_managers_check_their_keyword_options(name, options):
         TypeError, match=rf"{name}\(\): argument alpha='x' \(str\) does not have the type it needs: float"
     ):
         check(alpha="x")
+
+
+def test_the_export_lists_are_the_one_declaration():
+    """No exported name is decorated by hand: being exported is what makes it checked, so the two
+    cannot drift apart (`@checked` stays for public names that no export list takes)."""
+    import ast
+    from pathlib import Path
+
+    from headsup_lens._typecheck import exported_names
+
+    root = Path(headsup_lens.__file__).parent
+    decorated = [
+        f"{path.relative_to(root)}:{node.name}"
+        for path in sorted(root.rglob("*.py"))
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+        and node.name in exported_names()
+        and any(isinstance(d, ast.Name) and d.id == "checked" for d in node.decorator_list)
+    ]
+    assert decorated == []
+
+
+def test_a_module_loaded_later_is_checked_as_it_loads():
+    """The checks come from the import of the defining module itself, not from first use of a public
+    name: a fresh import of a module checks its exports before anything can import from it."""
+    import importlib
+    import sys
+
+    name = "headsup_lens.analysis._sweep"
+    saved = sys.modules.pop(name)
+    try:
+        fresh = importlib.import_module(name)
+        assert fresh is not saved
+        assert getattr(fresh.removal_sweep, _MARK, False)
+        assert not getattr(fresh._run_steps, _MARK, False)  # a private helper is left as it is
+    finally:  # the package's own module again, for every later test
+        sys.modules[name] = saved
+        headsup_lens.analysis._sweep = saved

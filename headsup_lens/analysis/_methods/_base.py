@@ -26,7 +26,6 @@ from transformer_lens.model_bridge import TransformerBridge
 from ..._formats import Fields, read_json
 from ..._io import atomic_write_json
 from ..._progress import progress
-from ..._typecheck import checked
 from ..._validate import check_choice, check_float, check_int, check_shape, check_tensor, describe, registrar
 from ...data import Task, TaskBatch, tokenize_pairs
 from ...gates import gate_hooks
@@ -48,7 +47,6 @@ def _grid(model_or_shape: Any) -> tuple[int, int]:
     )
 
 
-@checked
 @dataclass
 class HeadScores:
     """One method's ranking of every head for one task.
@@ -183,7 +181,6 @@ class MethodContext:
 MethodFn = Callable[..., tuple[Tensor, dict[str, Any]]]
 
 
-@checked
 @dataclass(frozen=True)
 class HeadMethod:
     """A registered head-finding method (`register_method`): its `name`, its `run(context, **options)`
@@ -198,7 +195,6 @@ class HeadMethod:
 METHODS: dict[str, HeadMethod] = {}
 
 
-@checked
 def register_method(name: str, description: str) -> Callable[[MethodFn], MethodFn]:
     """Register `run(context, **options) -> (scores, settings)` as a head-finding method; names are unique."""
     return registrar(METHODS, "head-finding method", name, lambda run: HeadMethod(name, run, description))
@@ -226,7 +222,6 @@ def answer_counts(batch: TaskBatch) -> Tensor:
     return counts
 
 
-@checked
 def mean_z(
     model: TransformerBridge, batch: TaskBatch, *, max_rows: int = 64
 ) -> Float[Tensor, "n_layers n_heads d_head"]:
@@ -263,7 +258,6 @@ def chunks(batch: TaskBatch, max_rows: int):
         )
 
 
-@checked
 def mask_losses(
     model: TransformerBridge,
     batch: TaskBatch,
@@ -299,7 +293,6 @@ def mask_losses(
     return torch.cat(out).float()
 
 
-@checked
 def head_scores(
     model: TransformerBridge,
     task: Task,

@@ -19,7 +19,6 @@ from pathlib import Path
 from ..._cache import CACHE_ENV_VAR
 from ..._io import atomic_write_json
 from ..._progress import activity, progress
-from ..._typecheck import checked
 from .._builtin import GGUF_MODELS as GGUF_MODELS
 from .._builtin import PackagedGguf as PackagedGguf
 from .._builtin import check_gguf_source
@@ -289,7 +288,6 @@ def _convert(gguf_path: Path, entry: Path, record: dict, *, replace: bool = Fals
     return entry
 
 
-@checked
 def gguf_source_of(model_dir: str | os.PathLike) -> tuple[str, str | None] | None:
     """(source, sha256) of the GGUF file a cached model directory was converted from, or None for a
     directory that is no GGUF conversion. `source` is a local wheel or `.gguf` path when it still
@@ -308,7 +306,6 @@ def gguf_source_of(model_dir: str | os.PathLike) -> tuple[str, str | None] | Non
     return None
 
 
-@checked
 @contextlib.contextmanager
 def gguf_file(source: str | os.PathLike, sha256: str | None = None) -> Iterator[Path]:
     """A local path to the GGUF file of `source` for the duration of the block.

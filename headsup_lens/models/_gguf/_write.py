@@ -11,7 +11,6 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
-from ..._typecheck import checked
 from ._read import gguf_reader
 
 # Block types with float16 fields that multiply every value of the block (value = d * q, d * q + m,
@@ -33,7 +32,6 @@ _SCALED_FIELDS = {
 FALLBACK_TYPE = "F32"  # what a scaled tensor becomes when its own type cannot carry the scale
 
 
-@checked
 def write_scaled_gguf(
     source: str | os.PathLike,
     target: str | os.PathLike,

@@ -18,7 +18,8 @@ from headsup_lens.models import (
     set_prompt_format,
     tokenizer_format,
 )
-from headsup_lens.models._tokenizers import subword_tokenizer
+
+from ..conftest import subword_tokenizer
 
 # The reference code's templates (its train_mask.py), with the input and answer stripped.
 REFERENCE = {

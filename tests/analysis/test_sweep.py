@@ -138,6 +138,19 @@ def test_masks_layer_outputs_and_steps(llama):
     assert torch.allclose(full.attn_out[2, 0], cache["blocks.0.hook_attn_out"][0, -1], atol=1e-5)
 
 
+def test_a_sweeps_step_mask_and_its_tracked_labels(llama):
+    """`mask_at` is the mask the sweep ran at that step; the target and top-k labels split the tracked tokens."""
+    order = [(0, 1), (1, 3), (0, 0)]
+    sweep = removal_sweep(llama, PROMPT, order, target_tokens="x", top_k=2, max_new_tokens=1)
+    for step in sweep.steps:
+        mask = sweep.mask_at(step, (2, 8))
+        assert mask.sum() == 16 - step and all(mask[layer, head] == 0 for layer, head in order[:step])
+    assert sweep.target_labels and len(sweep.top_labels) == 2
+    assert sorted(sweep.target_labels + sweep.top_labels) == sorted(sweep.tokens.label)
+    top = sweep.tokens.set_index("label").loc[sweep.top_labels]
+    assert (top.kind == "top").all()
+
+
 def test_formatted_prompt_and_text_targets(llama):
     template = prompt_format(llama)
     plain = removal_sweep(llama, PROMPT, [(0, 1)], target_tokens="x", max_new_tokens=3)

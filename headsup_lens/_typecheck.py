@@ -253,8 +253,9 @@ def exported_names() -> frozenset[str]:
 def _check_module(module: types.ModuleType) -> None:
     """Check, in place, each function and class `module` defines under an exported name (a name
     re-exported through another module is checked where it is defined)."""
+    names = exported_names()
     for name, obj in list(vars(module).items()):
-        if name in exported_names() and getattr(obj, "__module__", None) == module.__name__:
+        if name in names and getattr(obj, "__module__", None) == module.__name__:
             setattr(module, name, checked(obj))
 
 

@@ -385,7 +385,7 @@ def _build(where: str, cls: type[_T], **values: Any) -> _T:
         text = str(error)
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             name = re.escape(f.name)
-            if re.search(rf"(?:parameter|argument) '?{name}'?[=\s.]|\b{name}\b must", text):
+            if re.search(rf"(?:parameter|argument) '?{name}'?[=\s]|\b{name}\b must", text):
                 raise PlanError(f"{where}{f.name}: must be {f.type}, got {values.get(f.name)!r}") from None
         raise PlanError(f"{where.rstrip('.') or 'plan'}: {' '.join(text.split())}") from None
 

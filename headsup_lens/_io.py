@@ -296,7 +296,7 @@ class OutputSet:
     `owner` (default: `name`) is the command the set belongs to: a file listed by a set of another
     owner is never replaced with other bytes (`check_unclaimed`; `files` names those known up front,
     checked here before any work, and `commit()` checks every staged file). Nor, in a folder that a
-    command claimed (`claim_folder`: it has a run record), is a file that no set of the folder lists
+    command claimed (`claimed_folder`: it has a run record), is a file that no set of the folder lists
     (the user's own `lens.csv`); `adopt` (default: when the folder has no run record, such as the
     reproduction scripts' folders, whose files predate the manifests, or a library call's folder)
     takes such files over. `option` names the folder in messages (`--out` for the command line).
@@ -596,7 +596,8 @@ def move_aside(folder: str | os.PathLike) -> Path | None:
     return target
 
 
-def claim_folder(
+@contextmanager
+def claimed_folder(
     folder: str | os.PathLike,
     command: str,
     recipe: dict,
@@ -605,40 +606,22 @@ def claim_folder(
     signatures: dict[str, tuple[str, ...]] | None = None,
     recipes: dict[str, str] | None = None,
     option: str = "--out",
-) -> Path | None:
-    """The one rule of output folders, applied before any work (hold the folder's lock first).
+) -> Iterator[Path | None]:
+    """The one rule of output folders, for a block (a command's run), applied before any work (hold
+    the folder's lock first); yields where earlier results were moved, or None.
 
     A folder holding another command's results, or `command`'s for another `recipe` (task, model,
     mask, settings: a JSON object), is refused with a `FolderHoldsOther` that names what it holds and
     the way out; with `fresh`, what it holds is moved aside (`move_aside`) instead. The same command
     with the same recipe continues there (a resume, or a rerun that replaces its own files), and the
     run record is written. So does the same command over results of unknown recipe (a folder of an
-    earlier version: the command's own checks of what it resumes apply), without a record: only
-    `claimed_folder` writes one there, once the command has succeeded. Returns where earlier results
-    were moved, or None."""
-    moved, confirmed = _claim(Path(folder), command, recipe, fresh, signatures or {}, recipes, option)
-    if confirmed:
-        _record(Path(folder), command, recipe)
-    return moved
-
-
-@contextmanager
-def claimed_folder(folder: str | os.PathLike, command: str, recipe: dict, **options: Any) -> Iterator[Path | None]:
-    """`claim_folder` for a block (a command's run). When the block fails and the folder holds nothing
-    but the run record, the record goes too (with the lock's, the folder the command created: nothing
-    is left); a folder of unknown recipe gets its record only when the block succeeds."""
+    earlier version: the command's own checks of what it resumes apply), whose record is written only
+    once the block has succeeded. When the block fails and the folder holds nothing but the run
+    record, the record goes too (with the lock's, the folder the command created: nothing is left)."""
     folder = Path(folder)
     had_record = (folder / RUN_RECORD).is_file()
     before = _visible(folder)
-    moved, confirmed = _claim(
-        folder,
-        command,
-        recipe,
-        options.get("fresh", False),
-        options.get("signatures") or {},
-        options.get("recipes"),
-        options.get("option", "--out"),
-    )
+    moved, confirmed = _claim(folder, command, recipe, fresh, signatures or {}, recipes, option)
     if confirmed:
         _record(folder, command, recipe)
     try:

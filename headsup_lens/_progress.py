@@ -2,7 +2,7 @@
 
 Every phase that can take more than a few seconds shows a tqdm bar on stderr with counts and a
 rate (`progress`), or, where the work has no count (a download, a conversion inside another
-library), a bar whose elapsed time keeps moving (`activity`). `set_progress(False)` (or the
+library), a bar whose elapsed time keeps moving (`activity`). `progress_off()` (or the
 environment variable `HEADSUP_PROGRESS=0`, or tqdm's own `TQDM_DISABLE=1`) silences all of them,
 the bars of the libraries included: Hugging Face's (transformers, huggingface_hub, datasets) through
 their own switches, and every other tqdm bar a library draws (transformers' "Converting and
@@ -36,15 +36,6 @@ _LIBRARY_ENV = ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BA
 _OFF = ("0", "false", "no", "off")
 DELAY_S = 1.0  # a bar appears once its phase has taken this long: short phases print nothing
 LOG_EVERY_S = 10.0  # not a terminal: at most one line per bar this often (and one at its end)
-
-
-def set_progress(enabled: bool) -> None:
-    """Show (True) or hide (False) every progress bar of this process from now on, the bars of
-    Hugging Face's libraries (downloads, conversions, weight loading) included. `progress_off`
-    does the same for one block."""
-    _SWITCH[0] = bool(enabled)
-    if not enabled:
-        _hide_library_bars()
 
 
 def _hide_library_bars() -> Callable[[], None]:
@@ -103,7 +94,7 @@ plain_tqdm.__init__ = _follow_the_switch(plain_tqdm.__init__)  # type: ignore[me
 
 
 def progress_enabled() -> bool:
-    """Whether progress bars are shown: `set_progress`, else the environment: `HEADSUP_PROGRESS`
+    """Whether progress bars are shown: not inside `progress_off`, else the environment: `HEADSUP_PROGRESS`
     (0/false/no/off hide them) and tqdm's `TQDM_DISABLE` (1/true/yes/on hide them)."""
     if _SWITCH[0] is not None:
         return _SWITCH[0]
@@ -263,7 +254,7 @@ def progress(
     **kwargs: Any,
 ) -> tqdm:
     """A tqdm bar on stderr (counts, rate, time left), hidden when `enabled` is False or progress is
-    switched off (`set_progress`), and shown only once the phase has taken `delay` seconds (default
+    switched off (`progress_off`), and shown only once the phase has taken `delay` seconds (default
     `DELAY_S`: short phases print nothing). `tick` redraws it every so many seconds, so that its elapsed time moves
     while one unit takes long. Use it as tqdm: iterate over it, or `update(n)` and `close()`.
 

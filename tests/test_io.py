@@ -16,7 +16,7 @@ from headsup_lens._io import (
     RUN_RECORD,
     STAGING_NAME,
     OutputSet,
-    claim_folder,
+    claimed_folder,
     locked_folder,
     read_manifest,
     read_run_record,
@@ -86,7 +86,8 @@ def test_a_damaged_manifest_is_named_not_trusted(tmp_path, text):
 def test_a_file_that_no_set_lists_is_the_users_and_is_never_replaced(tmp_path):
     """In a folder a command claimed (its run record); a library call's folder without one adopts."""
     (tmp_path / "lens.csv").write_text("mine\n")
-    claim_folder(tmp_path, "lens", {})
+    with claimed_folder(tmp_path, "lens", {}):
+        pass
     with locked_folder(tmp_path), pytest.raises(ValueError, match="--out .* holds lens.csv, which no headsup command"):
         OutputSet(tmp_path, "lens", option="--out", files=["lens.csv"])  # refused before any work
     with pytest.raises(ValueError, match="holds lens.csv, which no headsup command wrote there"):
@@ -113,10 +114,14 @@ def test_a_damaged_run_record_is_named_and_fresh_moves_it_aside(tmp_path, text):
     out = tmp_path / "out"
     out.mkdir()
     (out / RUN_RECORD).write_text(text, encoding="latin-1")
-    with pytest.raises(FileFormatError, match=r"run record .*\.headsup\.json.*: .*delete it"):
-        claim_folder(out, "lens", {"prompt": "farm"})
+    with (
+        pytest.raises(FileFormatError, match=r"run record .*\.headsup\.json.*: .*delete it"),
+        claimed_folder(out, "lens", {"prompt": "farm"}),
+    ):
+        pass
     assert (out / RUN_RECORD).read_bytes() == text.encode("latin-1")  # refused, nothing changed
-    moved = claim_folder(out, "lens", {"prompt": "farm"}, fresh=True)
+    with claimed_folder(out, "lens", {"prompt": "farm"}, fresh=True) as moved:
+        pass
     assert moved is not None and (moved / RUN_RECORD).read_bytes() == text.encode("latin-1")
     assert read_run_record(out) == {"command": "lens", "recipe": {"prompt": "farm"}}
 

@@ -11,7 +11,7 @@ import pytest
 from transformers.utils import logging as hf_logging
 
 import headsup_lens._progress as progress_module
-from headsup_lens._progress import activity, progress, progress_off, set_progress
+from headsup_lens._progress import activity, progress, progress_off
 
 
 @pytest.fixture
@@ -19,9 +19,9 @@ def no_delay(monkeypatch):
     """Every bar shows at once (phases of a tiny model are shorter than the usual delay)."""
     monkeypatch.setattr(progress_module, "DELAY_S", 0.0)
     monkeypatch.setattr(progress_module, "_SWITCH", [None])
-    monkeypatch.setattr(progress_module, "_FOREIGN_HIDDEN", [0])  # set_progress(False) hides them for good
+    monkeypatch.setattr(progress_module, "_FOREIGN_HIDDEN", [0])  # none hidden, as in a fresh process
     for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
-        monkeypatch.delenv(name, raising=False)  # set_progress(False) sets them: removed after the test
+        monkeypatch.delenv(name, raising=False)  # progress_off sets them: none at the start
 
 
 def test_a_bar_shows_counts_and_a_rate_and_the_switch_silences_it(no_delay, capsys):
@@ -31,9 +31,6 @@ def test_a_bar_shows_counts_and_a_rate_and_the_switch_silences_it(no_delay, caps
     assert "phase: 100%" in err and "3/3" in err and "step/s" in err
     with progress_off():
         list(progress(range(3), desc="phase"))
-    assert capsys.readouterr().err == ""
-    set_progress(False)
-    list(progress(range(3), desc="phase"))
     assert capsys.readouterr().err == ""
 
 
@@ -139,9 +136,8 @@ def _library_bars_shown() -> dict[str, bool]:
 
 @pytest.fixture
 def library_bars_on(monkeypatch):
-    """The libraries' bars shown at the start (an earlier `set_progress(False)` in this process hides
-    them for good), and as they were after the test. The libraries are imported with this module,
-    before any test sets their environment variables (which they read once, at import)."""
+    """The libraries' bars shown at the start, and as they were after the test. The libraries are
+    imported with this module, before any test sets their environment variables (which they read once, at import)."""
     for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
         monkeypatch.delenv(name, raising=False)
     before = _library_bars_shown()

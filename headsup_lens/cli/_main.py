@@ -95,7 +95,7 @@ def _switches(config: type) -> dict[str, str]:
 
 
 def _claims_out(config: type) -> bool:
-    """Whether a command with these options writes an --out folder under the one rule (`claim_folder`)."""
+    """Whether a command with these options writes an --out folder under the one rule (`claimed_folder`)."""
     return any(f.name == "out" for f in dataclasses.fields(config)) and getattr(config, "CLAIMS_OUT", True)
 
 
@@ -326,7 +326,7 @@ def _check_before_imports(name: str, config: object, given_options: Given) -> No
 
 @contextlib.contextmanager
 def _claimed_output_folder(name: str, config: object, given_options: Given, fresh: bool) -> Iterator[None]:
-    """Apply the one rule of output folders (`_io.claim_folder`) to the command's `--out`, under its
+    """Apply the one rule of output folders (`_io.claimed_folder`) to the command's `--out`, under its
     lock and before any work: another command's results there, or this command's for another recipe,
     are refused (or moved aside with `--fresh`). Rank 0 alone does it under torchrun."""
     action = getattr(config, "action", config)

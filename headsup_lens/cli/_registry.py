@@ -4,7 +4,7 @@ Each field's docstring becomes its `--help` text, so the CLI and the library can
 command runs as `run(config, given)`: its parsed options and which of them the command line set
 (`options.Given`), so that presets apply first and explicit options win. Before it runs, and before
 torch is imported, `check(config, given)` refuses what the options alone show to be wrong, and a
-command that writes a folder (`--out`) claims it with its `recipe` (`_io.claim_folder`: a folder
+command that writes a folder (`--out`) claims it with its `recipe` (`_io.claimed_folder`: a folder
 holding another command's results, or this one's for another recipe, is refused).
 Command modules are imported only when their command is chosen (`LAZY`), so `headsup --help` never
 imports torch or TransformerLens; a module imported eagerly may still register with `@command`.

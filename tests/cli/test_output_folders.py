@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from headsup_lens._io import RUN_RECORD, claim_folder, folder_holds
+from headsup_lens._io import RUN_RECORD, claimed_folder, folder_holds
 from headsup_lens.cli import main
 from headsup_lens.cli._registry import SIGNATURES
 from headsup_lens.evaluation import MaskTaskWarning
@@ -119,17 +119,23 @@ def test_a_folder_of_another_command_or_recipe_is_refused_before_any_work(matrix
 def test_fresh_moves_another_commands_results_aside_and_records_the_new_owner(tmp_path):
     folder = as_written(tmp_path / "out", "evaluate")
     before = snapshot(folder)
-    moved = claim_folder(folder, "sweep", {"prompt": "farm"}, fresh=True)
+    with claimed_folder(folder, "sweep", {"prompt": "farm"}, fresh=True) as moved:
+        pass
     assert moved is not None and moved.name.startswith("out.old-") and snapshot(moved) == before
     assert folder_holds(folder, {}) == ("sweep", {"prompt": "farm"})
     # The same command with the same recipe continues; another recipe is refused, naming the difference.
-    assert claim_folder(folder, "sweep", {"prompt": "farm"}) is None
-    with pytest.raises(ValueError, match=r"another recipe: prompt \('farm' there, 'cat' here\)"):
-        claim_folder(folder, "sweep", {"prompt": "cat"})
+    with claimed_folder(folder, "sweep", {"prompt": "farm"}) as moved:
+        assert moved is None
+    with (
+        pytest.raises(ValueError, match=r"another recipe: prompt \('farm' there, 'cat' here\)"),
+        claimed_folder(folder, "sweep", {"prompt": "cat"}),
+    ):
+        pass
     # A folder that holds no command's results (empty, or only files of its own) is taken as it is.
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")
-    assert claim_folder(tmp_path / "mine", "lens", {}) is None and (tmp_path / "mine" / "notes.txt").is_file()
+    with claimed_folder(tmp_path / "mine", "lens", {}) as moved:
+        assert moved is None and (tmp_path / "mine" / "notes.txt").is_file()
 
 
 def test_real_runs_refuse_each_others_folders_and_fresh_replaces(tmp_path, capsys):

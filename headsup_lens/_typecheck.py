@@ -3,7 +3,8 @@ or config field is a `TypeError` that names the parameter (beartype, constant ti
 
 The public surface is declared once, by the export lists (`__init__.pyi`), and checked there:
 `check_exports` (called as the package is imported) checks every function and class that a module
-of the package defines under an exported name, in that module, as the module finishes loading.
+of the package defines under a name an export list takes from it (directly, or through a private
+module that re-exports it), in that module, as the module finishes loading.
 So the name the user imports, the subpackage's name and the defining module's name are one checked
 object, and calls from inside the package are checked where they enter too. `checked` marks
 anything else by hand (a public function of a module that is not re-exported).
@@ -237,25 +238,65 @@ def checked(obj: _Decorated) -> _Decorated:
 
 
 # ------------------------------------------------------------------- the export lists, checked
+_ROOT = Path(__file__).parent
+
+
 @functools.cache
+def _export_sources() -> dict[str, frozenset[str]]:
+    """Each name an export list (`__init__.pyi`) takes from a private module -> those modules."""
+    sources: dict[str, set[str]] = {}
+    for stub in _ROOT.rglob("__init__.pyi"):
+        package = ".".join((_PACKAGE, *stub.parent.relative_to(_ROOT).parts))
+        for node in ast.parse(stub.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").startswith("_"):
+                for alias in node.names:
+                    sources.setdefault(alias.name, set()).add(f"{package}.{node.module}")
+    return {name: frozenset(modules) for name, modules in sources.items()}
+
+
 def exported_names() -> frozenset[str]:
-    """Every name an export list of the package (`__init__.pyi`) takes from one of its modules."""
-    root = Path(__file__).parent
-    return frozenset(
-        alias.name
-        for stub in root.rglob("__init__.pyi")
-        for node in ast.parse(stub.read_text(encoding="utf-8")).body
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").startswith("_")
-        for alias in node.names
-    )
+    """Every name an export list of the package takes from one of its modules."""
+    return frozenset(_export_sources())
+
+
+@functools.cache
+def _imports(module: str) -> dict[str, str]:
+    """The names `module`'s source imports from another module of the package -> that module."""
+    parts = module.split(".")[1:]
+    path = _ROOT.joinpath(*parts, "__init__.py")
+    package = path.is_file()
+    if not package:
+        path = _ROOT.joinpath(*parts[:-1], f"{parts[-1]}.py") if parts else path
+    if not path.is_file():
+        return {}
+    here = module.split(".") if package else module.split(".")[:-1]
+    found = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = here[: len(here) - node.level + 1]
+            origin = ".".join([*base, *([node.module] if node.module else [])])
+            found.update({alias.asname or alias.name: origin for alias in node.names})
+    return found
+
+
+def _defined_in(module: str, name: str) -> str:
+    """The module that defines what `module` holds under `name`, re-exports followed."""
+    seen = {module}
+    while name in _imports(module) and _imports(module)[name] not in seen:
+        module = _imports(module)[name]
+        seen.add(module)
+    return module
 
 
 def _check_module(module: types.ModuleType) -> None:
-    """Check, in place, each function and class `module` defines under an exported name (a name
-    re-exported through another module is checked where it is defined)."""
-    names = exported_names()
+    """Check, in place, each function and class `module` defines under a name an export list takes
+    from it, directly or through a private module that re-exports it (a private helper that only
+    shares an exported name is left as it is)."""
+    sources = _export_sources()
     for name, obj in list(vars(module).items()):
-        if name in names and getattr(obj, "__module__", None) == module.__name__:
+        if name not in sources or getattr(obj, "__module__", None) != module.__name__:
+            continue
+        if module.__name__ in sources[name] or any(_defined_in(m, name) == module.__name__ for m in sources[name]):
             setattr(module, name, checked(obj))
 
 

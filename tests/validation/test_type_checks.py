@@ -236,3 +236,18 @@ def test_a_module_loaded_later_is_checked_as_it_loads():
     finally:  # the package's own module again, for every later test
         sys.modules[name] = saved
         headsup_lens.analysis._sweep = saved
+
+
+def test_what_an_export_list_takes_is_checked_where_it_is_defined_and_nothing_else():
+    """A name re-exported through a private module is checked in the module that defines it; a
+    private helper that only shares an exported name (the organism trainer's `collate`, a method
+    registered as `activation_pattern`) is left as it is."""
+    from headsup_lens.analysis._methods import _base, _gradients
+    from headsup_lens.data import _tokenize
+    from headsup_lens.organism import _trainer
+
+    assert getattr(_tokenize.answer_positions, _MARK, False)  # exported by objective, from data._tokenize
+    assert getattr(_base.head_scores, _MARK, False)  # exported by analysis, through analysis._methods
+    assert headsup_lens.objective.answer_positions is _tokenize.answer_positions
+    assert not getattr(_trainer.collate, _MARK, False)  # `headsup_lens.data.collate` is another function
+    assert not getattr(_gradients.activation_pattern, _MARK, False)
